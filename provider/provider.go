@@ -1,0 +1,240 @@
+package provider
+
+import (
+	"context"
+	"io"
+	"io/fs"
+	"time"
+)
+
+// Workspace is where a sandbox's writable, persistent files live, as seen
+// from inside the sandbox.
+const Workspace = "/workspace"
+
+// Provider creates and finds sandboxes of one kind.
+type Provider interface {
+	// Name is the name the provider is registered under ("linux").
+	Name() string
+	// Capabilities says what the provider does natively.
+	Capabilities() Capabilities
+	// Create makes a running sandbox from spec. Creation is idempotent by
+	// spec.ID: creating an id that exists returns the existing sandbox.
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+	// Get returns a handle on an existing sandbox, or an error wrapping
+	// ErrNotFound.
+	Get(ctx context.Context, id string) (Sandbox, error)
+	// List describes the sandboxes carrying all of the given labels (all of
+	// them when labels is empty), lost ones included.
+	List(ctx context.Context, labels map[string]string) ([]Info, error)
+}
+
+// Sandbox is a handle on one sandbox. Handles are cheap; two handles on the
+// same id drive the same sandbox. All methods are safe for concurrent use.
+type Sandbox interface {
+	// ID is the sandbox's identifier, unique within its provider.
+	ID() string
+	// Info describes the sandbox as it is now.
+	Info(ctx context.Context) (Info, error)
+
+	// Exec runs a command and waits for it to end, streaming its output to
+	// req.Stdout and req.Stderr as it is produced. A request whose ID names
+	// a command that already ran or is running attaches to it instead of
+	// running it again. When the command timed out or ran out of memory,
+	// Exec returns the result together with an error wrapping ErrTimeout or
+	// ErrOutOfMemory; a non-zero exit code alone is not an error.
+	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
+
+	// WriteFile creates or replaces one file with the contents of r,
+	// creating missing parent directories.
+	WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error
+	// WriteFiles writes several small files at once.
+	WriteFiles(ctx context.Context, files []File) error
+	// ReadFile opens a regular file for reading. The caller closes it.
+	ReadFile(ctx context.Context, path string) (io.ReadCloser, error)
+	// ListDir lists a directory, sorted by name.
+	ListDir(ctx context.Context, path string) ([]FileInfo, error)
+	// Remove removes a file or a directory and everything in it. Removing
+	// a path that does not exist is not an error.
+	Remove(ctx context.Context, path string) error
+
+	// Export writes the whole workspace as a tar stream. The caller closes
+	// the reader.
+	Export(ctx context.Context) (io.ReadCloser, error)
+	// Import unpacks a tar stream into the workspace, over what is there.
+	Import(ctx context.Context, r io.Reader) error
+
+	// Destroy stops everything in the sandbox and removes all it held.
+	// Destroying a sandbox that is already gone is not an error.
+	Destroy(ctx context.Context) error
+}
+
+// Pauser is implemented by sandboxes whose provider can freeze them in
+// place: no CPU used, memory and processes kept.
+type Pauser interface {
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
+// Capabilities says what a provider does natively. What it lacks, callers
+// emulate (a sandbox that cannot pause is snapshotted and destroyed).
+type Capabilities struct {
+	Pause bool `json:"pause"` // sandboxes implement Pauser
+	// HostBound sandboxes live on the machine that created them, so every
+	// operation must be served by a process on that machine.
+	HostBound bool `json:"host_bound"`
+	// Limits the provider enforces from Spec.Resources.
+	CPU    bool `json:"cpu"`
+	Memory bool `json:"memory"`
+	Pids   bool `json:"pids"`
+	Disk   bool `json:"disk"`
+	// Network policies other than NetworkNone.
+	Network bool `json:"network"`
+	// RootFS: Spec.RootFS is honoured; Image: Spec.Image is.
+	RootFS bool `json:"rootfs"`
+	Image  bool `json:"image"`
+}
+
+// Spec describes a sandbox to create. The zero value, with an ID, is a
+// usable sandbox: the provider's default root filesystem, no network, the
+// provider's default limits and lifetime.
+type Spec struct {
+	// ID names the sandbox; see ValidateID. Empty means the provider picks
+	// one, and creation is then not idempotent.
+	ID string `json:"id,omitempty"`
+	// RootFS is a directory on the provider's host holding a root
+	// filesystem, mounted read-only. Empty means the provider's default.
+	RootFS string `json:"rootfs,omitempty"`
+	// Image names an image, for providers that have images.
+	Image string `json:"image,omitempty"`
+	// Env is added to the environment of every command.
+	Env map[string]string `json:"env,omitempty"`
+	// Dir is the default working directory of commands, a workspace path.
+	Dir       string    `json:"dir,omitempty"`
+	Resources Resources `json:"resources,omitzero"`
+	Network   Network   `json:"network,omitempty"`
+	// Labels are kept with the sandbox and matched by List. Berth uses them
+	// to name the workflow that owns a sandbox.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Lifetime is a hard limit: when it has passed the provider stops the
+	// sandbox whatever it is doing. Zero means DefaultLifetime.
+	Lifetime time.Duration `json:"lifetime,omitempty"`
+}
+
+// DefaultLifetime is the hard lifetime of a sandbox whose spec names none.
+const DefaultLifetime = 24 * time.Hour
+
+// Resources limits what a sandbox may use. Zero means the provider's
+// default for each field.
+type Resources struct {
+	CPU    float64 `json:"cpu,omitempty"`    // cores, e.g. 0.5
+	Memory int64   `json:"memory,omitempty"` // bytes, including page cache
+	Pids   int64   `json:"pids,omitempty"`   // processes and threads
+	Disk   int64   `json:"disk,omitempty"`   // bytes of workspace
+}
+
+// Network is a sandbox's network policy.
+type Network string
+
+const (
+	// NetworkNone gives the sandbox a loopback interface of its own and
+	// nothing else. It is the default.
+	NetworkNone Network = ""
+	// NetworkOpen gives the sandbox outbound access.
+	NetworkOpen Network = "open"
+)
+
+// State is where a sandbox is in its lifecycle.
+type State string
+
+const (
+	StateRunning State = "running"
+	StatePaused  State = "paused"
+	// StateLost means the sandbox exists in the provider's records but its
+	// processes are gone; only Destroy is useful.
+	StateLost State = "lost"
+)
+
+// Info describes a sandbox.
+type Info struct {
+	ID        string            `json:"id"`
+	Provider  string            `json:"provider"`
+	State     State             `json:"state"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	// ExpiresAt is when the sandbox's hard lifetime ends.
+	ExpiresAt time.Time `json:"expires_at"`
+	Resources Resources `json:"resources,omitzero"`
+}
+
+// ExecRequest is a command to run. Exactly one of Argv and Shell is set.
+type ExecRequest struct {
+	// ID identifies the command for exactly-once execution: a second
+	// request with the same ID attaches to the first. Empty means a fresh
+	// id; see ValidateID for the allowed form.
+	ID string
+	// Argv is the program and its arguments. A program name without a
+	// slash is looked up in the sandbox's PATH.
+	Argv []string
+	// Shell is a command line run with /bin/sh -c.
+	Shell string
+	// Stdin, if not nil, is copied to the command's standard input, which
+	// is closed at its end. Nil means an empty input.
+	Stdin io.Reader
+	// Env is added to the sandbox's environment for this command.
+	Env map[string]string
+	// Dir is the working directory, a workspace path. Empty means the
+	// sandbox's default.
+	Dir string
+	// Timeout ends the command, and every process it started, when it has
+	// run this long. Zero means no limit beyond the sandbox's lifetime.
+	Timeout time.Duration
+	// Stdout and Stderr receive the output as it is produced. Nil discards.
+	Stdout, Stderr io.Writer
+	// StdoutOffset and StderrOffset skip that many bytes of each stream,
+	// so that a caller re-attaching after a crash receives only what it has
+	// not seen.
+	StdoutOffset, StderrOffset int64
+}
+
+// ExecResult is what became of a command.
+type ExecResult struct {
+	ID string `json:"id"`
+	// ExitCode is the command's exit status, or -1 when it was ended by a
+	// signal (Signal then names it).
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	// OOMKilled: the sandbox hit its memory limit and the kernel killed
+	// the command.
+	OOMKilled bool `json:"oom_killed,omitempty"`
+	// StdoutBytes and StderrBytes count everything the command wrote.
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	// Truncated: part of the output could not be delivered because the
+	// caller was away while the command wrote more than the provider keeps.
+	Truncated  bool          `json:"truncated,omitempty"`
+	StartedAt  time.Time     `json:"started_at"`
+	Duration   time.Duration `json:"duration"`
+	// Attached: this call attached to a command started by an earlier call.
+	Attached bool `json:"attached,omitempty"`
+}
+
+// File is a small file for WriteFiles.
+type File struct {
+	Path string
+	Data []byte
+	Mode fs.FileMode // permission bits; zero means 0644
+}
+
+// FileInfo describes a directory entry.
+type FileInfo struct {
+	Name    string      `json:"name"`
+	Size    int64       `json:"size"`
+	Mode    fs.FileMode `json:"mode"`
+	ModTime time.Time   `json:"mod_time"`
+	// Target is where a symbolic link points.
+	Target string `json:"target,omitempty"`
+}
+
+// IsDir reports whether the entry is a directory.
+func (fi FileInfo) IsDir() bool { return fi.Mode.IsDir() }

@@ -1,0 +1,64 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Config holds a provider's settings as text, as they come from flags or a
+// file (for linux: "state-dir" => "/var/lib/berth/linux"). Each provider
+// decodes it into its own typed configuration and rejects keys it does not
+// know.
+type Config map[string]string
+
+// Factory opens a provider with its configuration.
+type Factory func(ctx context.Context, cfg Config) (Provider, error)
+
+var registry = struct {
+	sync.RWMutex
+	m map[string]Factory
+}{m: map[string]Factory{}}
+
+// Register makes a provider available under name. Like database/sql, it is
+// meant to be called from an init function, and panics when name is
+// taken or factory is nil.
+func Register(name string, factory Factory) {
+	registry.Lock()
+	defer registry.Unlock()
+	if factory == nil {
+		panic("provider: Register factory is nil for " + name)
+	}
+	if _, dup := registry.m[name]; dup {
+		panic("provider: Register called twice for " + name)
+	}
+	registry.m[name] = factory
+}
+
+// Open opens the provider registered under name.
+func Open(ctx context.Context, name string, cfg Config) (Provider, error) {
+	registry.RLock()
+	factory, ok := registry.m[name]
+	registry.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown provider %q (known: %v)", ErrBadInput, name, Names())
+	}
+	p, err := factory(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open provider %q: %w", name, err)
+	}
+	return p, nil
+}
+
+// Names lists the registered providers, sorted.
+func Names() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	names := make([]string, 0, len(registry.m))
+	for name := range registry.m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}

@@ -1,0 +1,178 @@
+package provider
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits on names that come from callers. They keep ids usable as file,
+// cgroup and container names, and labels small enough to store anywhere.
+const (
+	MaxIDLen         = 63
+	MaxLabels        = 64
+	MaxLabelKeyLen   = 128
+	MaxLabelValueLen = 256
+	MaxPathLen       = 4096
+)
+
+// ValidateID checks an id for a sandbox or a command: 1 to 63 characters
+// from [a-zA-Z0-9_.-], starting with a letter or a digit.
+func ValidateID(id string) error {
+	if id == "" || len(id) > MaxIDLen {
+		return fmt.Errorf("%w: id %q must have 1 to %d characters", ErrBadInput, truncate(id), MaxIDLen)
+	}
+	for i, c := range id {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '-' || c == '_' || c == '.'):
+		default:
+			return fmt.Errorf("%w: id %q may hold only letters, digits, '-', '_' and '.', and must start with a letter or digit", ErrBadInput, truncate(id))
+		}
+	}
+	return nil
+}
+
+// ValidateLabels checks label keys and values: at most 64 labels, keys of
+// 1 to 128 printable characters without '=' or ',', values of at most 256
+// printable characters.
+func ValidateLabels(labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return fmt.Errorf("%w: %d labels, at most %d allowed", ErrBadInput, len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > MaxLabelKeyLen || strings.ContainsAny(k, "=,") || !printable(k) {
+			return fmt.Errorf("%w: label key %q must have 1 to %d printable characters and no '=' or ','", ErrBadInput, truncate(k), MaxLabelKeyLen)
+		}
+		if len(v) > MaxLabelValueLen || !printable(v) {
+			return fmt.Errorf("%w: label %q: value must have at most %d printable characters", ErrBadInput, k, MaxLabelValueLen)
+		}
+	}
+	return nil
+}
+
+// ValidateSpec checks the parts of a spec that do not depend on the
+// provider. It does not check ID when it is empty.
+func ValidateSpec(spec Spec) error {
+	if spec.ID != "" {
+		if err := ValidateID(spec.ID); err != nil {
+			return err
+		}
+	}
+	if err := ValidateLabels(spec.Labels); err != nil {
+		return err
+	}
+	if err := ValidateEnv(spec.Env); err != nil {
+		return err
+	}
+	if spec.Dir != "" {
+		if _, err := WorkspacePath(spec.Dir); err != nil {
+			return err
+		}
+	}
+	r := spec.Resources
+	if r.CPU < 0 || r.Memory < 0 || r.Pids < 0 || r.Disk < 0 {
+		return fmt.Errorf("%w: resources must not be negative: %+v", ErrBadInput, r)
+	}
+	if spec.Lifetime < 0 {
+		return fmt.Errorf("%w: negative lifetime %v", ErrBadInput, spec.Lifetime)
+	}
+	switch spec.Network {
+	case NetworkNone, NetworkOpen:
+	default:
+		return fmt.Errorf("%w: unknown network policy %q", ErrBadInput, spec.Network)
+	}
+	return nil
+}
+
+// ValidateEnv checks environment variable names and values: names are
+// non-empty and hold no '=' or NUL, values hold no NUL.
+func ValidateEnv(env map[string]string) error {
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%w: environment variable %q: names must be non-empty without '=' or NUL, values without NUL", ErrBadInput, truncate(k))
+		}
+	}
+	return nil
+}
+
+// ValidateExec checks the parts of a request that do not depend on the
+// provider.
+func ValidateExec(req ExecRequest) error {
+	if req.ID != "" {
+		if err := ValidateID(req.ID); err != nil {
+			return err
+		}
+	}
+	switch {
+	case len(req.Argv) == 0 && req.Shell == "":
+		return fmt.Errorf("%w: no command: set Argv or Shell", ErrBadInput)
+	case len(req.Argv) > 0 && req.Shell != "":
+		return fmt.Errorf("%w: set Argv or Shell, not both", ErrBadInput)
+	case len(req.Argv) > 0 && req.Argv[0] == "":
+		return fmt.Errorf("%w: empty program name", ErrBadInput)
+	}
+	for _, a := range req.Argv {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("%w: argument holds a NUL byte", ErrBadInput)
+		}
+	}
+	if strings.ContainsRune(req.Shell, 0) {
+		return fmt.Errorf("%w: shell command holds a NUL byte", ErrBadInput)
+	}
+	if req.Timeout < 0 || req.StdoutOffset < 0 || req.StderrOffset < 0 {
+		return fmt.Errorf("%w: negative timeout or offset", ErrBadInput)
+	}
+	if req.Dir != "" {
+		if _, err := WorkspacePath(req.Dir); err != nil {
+			return err
+		}
+	}
+	return ValidateEnv(req.Env)
+}
+
+// WorkspacePath turns a caller's path into a clean path relative to the
+// workspace root ("." for the root itself). It rejects paths that leave
+// the workspace lexically; symbolic links are the backend's to check, at
+// the moment it opens the file.
+func WorkspacePath(p string) (string, error) {
+	if p == "" || len(p) > MaxPathLen || strings.ContainsRune(p, 0) || !utf8.ValidString(p) {
+		return "", fmt.Errorf("%w: path %q must be 1 to %d bytes of UTF-8 without NUL", ErrBadInput, truncate(p), MaxPathLen)
+	}
+	if path.IsAbs(p) {
+		rel, ok := strings.CutPrefix(path.Clean(p), Workspace)
+		if !ok || (rel != "" && rel[0] != '/') {
+			return "", fmt.Errorf("%w: path %q is outside %s", ErrBadInput, truncate(p), Workspace)
+		}
+		p = "." + rel
+	}
+	// Cleaning a relative path keeps leading ".." elements, so one check
+	// catches every lexical escape.
+	clean := path.Clean(p)
+	if clean == ".." || strings.HasPrefix(clean, "../") {
+		return "", fmt.Errorf("%w: path %q leaves %s", ErrBadInput, truncate(p), Workspace)
+	}
+	return clean, nil
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// truncate keeps hostile inputs from flooding error messages.
+func truncate(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

@@ -1,0 +1,272 @@
+package sandboxd
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+func (s *Server) handleExport(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/x-tar")
+	if err := s.export(w); err != nil {
+		// The status is sent; breaking the stream is how the client
+		// learns that the archive is incomplete.
+		s.log.Warn("export workspace", "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// export writes the workspace as a tar stream, without ownership, so it
+// unpacks the same on any provider. Files that change while it runs are
+// written as they were when opened: grown files are cut at the size seen
+// then, shrunk ones padded with zeros.
+func (s *Server) export(w io.Writer) error {
+	tw := tar.NewWriter(w)
+	fsys := s.root.FS()
+	err := fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while we walked
+			}
+			return err
+		}
+		if name == "." {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
+		switch {
+		case fi.IsDir():
+			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+			return tw.WriteHeader(hdr)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := s.root.Readlink(name)
+			if err != nil {
+				return nil
+			}
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+			return tw.WriteHeader(hdr)
+		case fi.Mode().IsRegular():
+			return s.exportFile(tw, hdr, name)
+		}
+		return nil // sockets, pipes and devices do not travel
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+func (s *Server) exportFile(tw *tar.Writer, hdr *tar.Header, name string) error {
+	f, err := s.root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil // removed or replaced while we walked
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	hdr.Typeflag, hdr.Size, hdr.ModTime = tar.TypeReg, fi.Size(), fi.ModTime()
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
+	if err != nil {
+		return err
+	}
+	_, err = io.CopyN(tw, zeros{}, fi.Size()-n)
+	return err
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func (s *Server) handleImport(w http.ResponseWriter, r *http.Request) {
+	if err := s.asUser(func() error { return s.importTar(r.Body) }); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// importTar unpacks a tar stream over the workspace. It unpacks into a
+// staging directory first and moves the result into place only when the
+// whole archive was good, so a bad archive changes nothing. Symbolic
+// links are made last, so no entry of the archive is ever written through
+// a link the archive itself made.
+func (s *Server) importTar(r io.Reader) error {
+	stage := ".berth-import-" + newID()
+	if err := s.root.Mkdir(stage, 0o700); err != nil {
+		return s.fileError("import", stage, err)
+	}
+	defer s.root.RemoveAll(stage)
+
+	type deferred struct {
+		name, target string
+		mode         fs.FileMode
+		mtime        time.Time
+	}
+	var links []deferred // symbolic links, made after everything else
+	var dirs []deferred  // directory modes and times, set after their contents
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%w: import: reading archive: %v", provider.ErrBadInput, err)
+		}
+		rel, err := archivePath(hdr.Name)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			continue
+		}
+		dst := path.Join(stage, rel)
+		mode := sanitizeMode(fs.FileMode(hdr.Mode))
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := s.root.MkdirAll(dst, 0o755); err != nil {
+				return s.fileError("import", hdr.Name, err)
+			}
+			dirs = append(dirs, deferred{name: dst, mode: mode, mtime: hdr.ModTime})
+		case tar.TypeReg, tar.TypeRegA:
+			if err := s.unpackFile(dst, hdr, tr, mode); err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			if hdr.Linkname == "" || strings.ContainsRune(hdr.Linkname, 0) || len(hdr.Linkname) > provider.MaxPathLen {
+				return fmt.Errorf("%w: import %q: bad link target", provider.ErrBadInput, hdr.Name)
+			}
+			links = append(links, deferred{name: dst, target: hdr.Linkname})
+		case tar.TypeLink:
+			old, err := archivePath(hdr.Linkname)
+			if err != nil {
+				return err
+			}
+			if err := s.root.MkdirAll(path.Dir(dst), 0o755); err != nil {
+				return s.fileError("import", hdr.Name, err)
+			}
+			if err := s.root.Link(path.Join(stage, old), dst); err != nil {
+				return s.fileError("import", hdr.Name, err)
+			}
+		default:
+			return fmt.Errorf("%w: import %q: entries of type %q are not allowed", provider.ErrBadInput, hdr.Name, hdr.Typeflag)
+		}
+	}
+	for _, l := range links {
+		if err := s.root.MkdirAll(path.Dir(l.name), 0o755); err != nil {
+			return s.fileError("import", l.name, err)
+		}
+		if err := s.root.Symlink(l.target, l.name); err != nil {
+			return s.fileError("import", strings.TrimPrefix(l.name, stage+"/"), err)
+		}
+	}
+	for _, d := range slices.Backward(dirs) {
+		_ = s.root.Chmod(d.name, d.mode|0o700)
+		_ = s.root.Chtimes(d.name, d.mtime, d.mtime)
+	}
+	return s.merge(stage, ".")
+}
+
+// archivePath checks an entry name from an archive: relative, inside.
+func archivePath(name string) (string, error) {
+	if path.IsAbs(name) {
+		return "", fmt.Errorf("%w: import: absolute entry %q", provider.ErrBadInput, truncate(name))
+	}
+	rel, err := provider.WorkspacePath(name)
+	if err != nil {
+		return "", fmt.Errorf("import: %w", err)
+	}
+	return rel, nil
+}
+
+func (s *Server) unpackFile(dst string, hdr *tar.Header, r io.Reader, mode fs.FileMode) error {
+	if err := s.root.MkdirAll(path.Dir(dst), 0o755); err != nil {
+		return s.fileError("import", hdr.Name, err)
+	}
+	f, err := s.root.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
+	if err != nil {
+		return s.fileError("import", hdr.Name, err)
+	}
+	_, err = io.Copy(f, r)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return s.fileError("import", hdr.Name, err)
+	}
+	_ = s.root.Chtimes(dst, hdr.ModTime, hdr.ModTime)
+	return nil
+}
+
+// merge moves the contents of staging directory src over dst. Where both
+// are directories it merges them; anything else at dst, a symbolic link
+// included, is replaced.
+func (s *Server) merge(src, dst string) error {
+	d, err := s.root.Open(src)
+	if err != nil {
+		return s.fileError("import", src, err)
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return s.fileError("import", src, err)
+	}
+	for _, e := range entries {
+		from, to := path.Join(src, e.Name()), path.Join(dst, e.Name())
+		cur, err := s.root.Lstat(to)
+		switch {
+		case err == nil && e.IsDir() && cur.IsDir():
+			if err := s.merge(from, to); err != nil {
+				return err
+			}
+			if fi, err := s.root.Lstat(from); err == nil {
+				_ = s.root.Chmod(to, fi.Mode().Perm())
+				_ = s.root.Chtimes(to, fi.ModTime(), fi.ModTime())
+			}
+			continue
+		case err == nil:
+			if err := s.root.RemoveAll(to); err != nil {
+				return s.fileError("import", to, err)
+			}
+		case !errors.Is(err, fs.ErrNotExist):
+			return s.fileError("import", to, err)
+		}
+		if err := s.root.Rename(from, to); err != nil {
+			return s.fileError("import", to, err)
+		}
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}

@@ -1,0 +1,247 @@
+package sandboxd
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// Client talks to one daemon. It is safe for concurrent use; each
+// operation in flight holds its own connection.
+type Client struct {
+	http *http.Client
+}
+
+// NewClient returns a client that reaches its daemon through dial.
+func NewClient(dial func(ctx context.Context) (net.Conn, error)) *Client {
+	return &Client{http: &http.Client{Transport: &http.Transport{
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}}}
+}
+
+// UnixDialer dials a unix socket path.
+func UnixDialer(socket string) func(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", socket) }
+}
+
+// Close drops idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+func (c *Client) do(ctx context.Context, method, route string, query url.Values, body io.Reader) (*http.Response, error) {
+	u := "http://sandboxd" + route
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxd: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		var we wireError
+		if err := json.NewDecoder(io.LimitReader(resp.Body, maxFrame)).Decode(&we); err != nil {
+			return nil, fmt.Errorf("sandboxd: %s %s: %s", method, route, resp.Status)
+		}
+		return nil, we.err()
+	}
+	return resp, nil
+}
+
+// Health asks the daemon about itself; it doubles as a liveness check.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	resp, err := c.do(ctx, http.MethodGet, routeHealth, nil, nil)
+	if err != nil {
+		return h, err
+	}
+	defer resp.Body.Close()
+	return h, json.NewDecoder(resp.Body).Decode(&h)
+}
+
+// Exec runs or attaches to a command; see provider.Sandbox.Exec.
+func (c *Client) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {
+	if err := provider.ValidateExec(req); err != nil {
+		return provider.ExecResult{}, err
+	}
+	hdr, err := json.Marshal(execHeader{
+		ID: req.ID, Argv: req.Argv, Shell: req.Shell, Env: req.Env, Dir: req.Dir, Timeout: req.Timeout,
+		Stdin: req.Stdin != nil, StdoutOffset: req.StdoutOffset, StderrOffset: req.StderrOffset,
+	})
+	if err != nil {
+		return provider.ExecResult{}, err
+	}
+	var body io.Reader = bytes.NewReader(append(hdr, '\n'))
+	if req.Stdin != nil {
+		body = io.MultiReader(body, req.Stdin)
+	}
+	resp, err := c.do(ctx, http.MethodPost, routeExec, nil, body)
+	if err != nil {
+		return provider.ExecResult{}, err
+	}
+	defer resp.Body.Close()
+	return readExecStream(resp.Body, req.Stdout, req.Stderr)
+}
+
+func readExecStream(r io.Reader, stdoutW, stderrW io.Writer) (provider.ExecResult, error) {
+	out := [2]io.Writer{stdoutW, stderrW}
+	for i, w := range out {
+		if w == nil {
+			out[i] = io.Discard
+		}
+	}
+	var buf []byte
+	for {
+		typ, payload, err := readFrame(r, buf)
+		buf = payload
+		if err != nil {
+			return provider.ExecResult{}, fmt.Errorf("sandboxd: exec stream: %w", noEOF(err))
+		}
+		switch typ {
+		case frameStdout, frameStderr:
+			w := out[stdout]
+			if typ == frameStderr {
+				w = out[stderr]
+			}
+			if _, err := w.Write(payload); err != nil {
+				return provider.ExecResult{}, fmt.Errorf("sandboxd: exec: writing output: %w", err)
+			}
+		case frameGap:
+			if len(payload) != 9 {
+				return provider.ExecResult{}, fmt.Errorf("sandboxd: exec stream: bad gap frame")
+			}
+			_ = binary.BigEndian.Uint64(payload[1:]) // the result says Truncated
+		case frameResult:
+			var end execEnd
+			if err := json.Unmarshal(payload, &end); err != nil {
+				return provider.ExecResult{}, fmt.Errorf("sandboxd: exec result: %w", err)
+			}
+			if end.Error != nil {
+				return end.Result, end.Error.err()
+			}
+			return end.Result, nil
+		case frameError:
+			var we wireError
+			if err := json.Unmarshal(payload, &we); err != nil {
+				return provider.ExecResult{}, fmt.Errorf("sandboxd: exec error: %w", err)
+			}
+			return provider.ExecResult{}, we.err()
+		default:
+			return provider.ExecResult{}, fmt.Errorf("sandboxd: exec stream: unknown frame %q", typ)
+		}
+	}
+}
+
+func pathQuery(p string) url.Values { return url.Values{"path": {p}} }
+
+// WriteFile writes one file; see provider.Sandbox.WriteFile.
+func (c *Client) WriteFile(ctx context.Context, p string, r io.Reader, mode fs.FileMode) error {
+	q := pathQuery(p)
+	q.Set("mode", strconv.FormatUint(uint64(sanitizeMode(mode)), 8))
+	resp, err := c.do(ctx, http.MethodPut, routeFile, q, r)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// WriteFiles writes several files in one archive; see
+// provider.Sandbox.WriteFiles.
+func (c *Client) WriteFiles(ctx context.Context, files []provider.File) error {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	for _, f := range files {
+		rel, err := provider.WorkspacePath(f.Path)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			return fmt.Errorf("%w: write %q: the workspace itself is not a file", provider.ErrBadInput, f.Path)
+		}
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: int64(len(f.Data)),
+			Mode: int64(sanitizeMode(f.Mode)), ModTime: now, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if _, err := tw.Write(f.Data); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return c.Import(ctx, &buf)
+}
+
+// ReadFile opens a file; see provider.Sandbox.ReadFile.
+func (c *Client) ReadFile(ctx context.Context, p string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, http.MethodGet, routeFile, pathQuery(p), nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// ListDir lists a directory; see provider.Sandbox.ListDir.
+func (c *Client) ListDir(ctx context.Context, p string) ([]provider.FileInfo, error) {
+	resp, err := c.do(ctx, http.MethodGet, routeDir, pathQuery(p), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var infos []provider.FileInfo
+	if err := json.NewDecoder(resp.Body).Decode(&infos); err != nil {
+		return nil, fmt.Errorf("sandboxd: list %q: %w", p, err)
+	}
+	return infos, nil
+}
+
+// Remove removes a path; see provider.Sandbox.Remove.
+func (c *Client) Remove(ctx context.Context, p string) error {
+	resp, err := c.do(ctx, http.MethodDelete, routeFile, pathQuery(p), nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Export streams the workspace as tar; see provider.Sandbox.Export.
+func (c *Client) Export(ctx context.Context) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, http.MethodGet, routeWorkspace, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// Import unpacks a tar stream; see provider.Sandbox.Import.
+func (c *Client) Import(ctx context.Context, r io.Reader) error {
+	resp, err := c.do(ctx, http.MethodPut, routeWorkspace, nil, r)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}

@@ -1,0 +1,351 @@
+package sandboxd
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// maxExecHeader bounds the JSON that opens an exec request.
+const maxExecHeader = 4 << 20
+
+// execEnd is the last frame of an exec response.
+type execEnd struct {
+	Result provider.ExecResult `json:"result"`
+	Error  *wireError          `json:"error,omitempty"`
+}
+
+func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
+	body := io.LimitReader(r.Body, maxExecHeader)
+	dec := json.NewDecoder(body)
+	var hdr execHeader
+	if err := dec.Decode(&hdr); err != nil {
+		writeError(w, fmt.Errorf("%w: exec header: %v", provider.ErrBadInput, err))
+		return
+	}
+	req := provider.ExecRequest{ID: hdr.ID, Argv: hdr.Argv, Shell: hdr.Shell, Env: hdr.Env, Dir: hdr.Dir,
+		Timeout: hdr.Timeout, StdoutOffset: hdr.StdoutOffset, StderrOffset: hdr.StderrOffset}
+	if err := provider.ValidateExec(req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if hdr.ID == "" {
+		hdr.ID = newID()
+	}
+	var stdin io.Reader
+	if hdr.Stdin {
+		// The decoder may have read past the header into stdin; the
+		// newline that ends the header is not part of it.
+		stdin = io.MultiReader(dec.Buffered(), r.Body)
+		var nl [1]byte
+		if _, err := io.ReadFull(stdin, nl[:]); err != nil || nl[0] != '\n' {
+			writeError(w, fmt.Errorf("%w: exec header must end with a newline", provider.ErrBadInput))
+			return
+		}
+	}
+	rec, created := s.journal.claim(hdr.ID)
+	if created {
+		// The command's stdin is this request's body, which can only be
+		// read while the response is being written.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		go s.run(rec, hdr, stdin)
+	}
+	s.stream(w, r, rec, [2]int64{hdr.StdoutOffset, hdr.StderrOffset}, !created)
+}
+
+// stream sends a record's output from the given offsets, then its end.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, off [2]int64, attached bool) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+
+	rd := rec.attach(off)
+	defer rec.detach(rd)
+	bufs := [2][]byte{make([]byte, 64<<10), make([]byte, 64<<10)}
+	for {
+		c, ok := rec.next(r.Context(), rd, &bufs)
+		if !ok {
+			return // the caller went away; the command goes on
+		}
+		for i, typ := range [2]byte{frameStdout, frameStderr} {
+			if c.skip[i] > 0 {
+				var gap [9]byte
+				gap[0] = typ
+				binary.BigEndian.PutUint64(gap[1:], uint64(c.skip[i]))
+				if writeFrame(w, frameGap, gap[:]) != nil {
+					return
+				}
+			}
+			if len(c.data[i]) > 0 && writeFrame(w, typ, c.data[i]) != nil {
+				return
+			}
+		}
+		if c.end {
+			rec.mu.Lock()
+			res, err := rec.result, rec.err
+			rec.mu.Unlock()
+			if err != nil && res.StartedAt.IsZero() {
+				_ = writeJSONFrame(w, frameError, toWire(err))
+				return
+			}
+			res.Attached = attached
+			res.Truncated = res.Truncated || rd.truncated
+			end := execEnd{Result: res}
+			if err != nil {
+				we := toWire(err)
+				end.Error = &we
+			}
+			_ = writeJSONFrame(w, frameResult, end)
+			_ = rc.Flush()
+			return
+		}
+		if rc.Flush() != nil {
+			return
+		}
+	}
+}
+
+// run starts the command of a new record and records how it ends.
+func (s *Server) run(rec *record, hdr execHeader, stdin io.Reader) {
+	s.running.Add(1)
+	defer s.running.Add(-1)
+	defer s.journal.retire(rec)
+	res, err := s.execute(rec, hdr, stdin)
+	rec.finish(res, err)
+	if err != nil {
+		s.log.Debug("exec", "id", rec.id, "err", err)
+	}
+}
+
+func (s *Server) execute(rec *record, hdr execHeader, stdin io.Reader) (provider.ExecResult, error) {
+	var res provider.ExecResult
+	dir, err := s.workDir(hdr.Dir)
+	if err != nil {
+		return res, err
+	}
+	env := s.environ(hdr.Env)
+	argv := hdr.Argv
+	if hdr.Shell != "" {
+		argv = []string{"/bin/sh", "-c", hdr.Shell}
+	}
+	path := lookPath(argv[0], dir, env)
+	if path == "" {
+		return res, fmt.Errorf("%w: %w: %q", provider.ErrBadInput, provider.ErrCommandNotFound, argv[0])
+	}
+
+	cmd, err := s.startCommand(path, argv, env, dir, stdin != nil)
+	if err != nil {
+		return res, err
+	}
+	oomBefore := s.oomKills()
+	res.StartedAt = time.Now()
+	if stdin != nil {
+		go func() {
+			_, _ = io.Copy(cmd.stdin, stdin)
+			cmd.stdin.Close()
+		}()
+	}
+	var pumps sync.WaitGroup
+	for i, f := range cmd.out {
+		pumps.Go(func() { s.pump(rec, i, f) })
+	}
+
+	var timedOut atomic.Bool
+	if hdr.Timeout > 0 {
+		timer := time.AfterFunc(hdr.Timeout, func() {
+			timedOut.Store(true)
+			killTree(cmd.pid)
+		})
+		defer timer.Stop()
+	}
+	ws := <-cmd.wait
+	res.Duration = time.Since(res.StartedAt)
+
+	// Background processes may hold the pipes open: collect what they
+	// write for a moment, then let the pumps go.
+	grace := time.Now().Add(s.cfg.ExitGrace)
+	for _, f := range cmd.out {
+		_ = f.SetReadDeadline(grace)
+	}
+	pumps.Wait()
+
+	res.ExitCode = ws.ExitStatus()
+	if ws.Signaled() {
+		res.ExitCode = -1
+		res.Signal = unix.SignalName(ws.Signal())
+	}
+	switch {
+	case timedOut.Load():
+		res.TimedOut = true
+		return res, fmt.Errorf("%w: command ran past its %v timeout", provider.ErrTimeout, hdr.Timeout)
+	case s.oomKills() > oomBefore:
+		res.OOMKilled = true
+		return res, fmt.Errorf("%w: the sandbox reached its memory limit and the command was killed", provider.ErrOutOfMemory)
+	}
+	return res, nil
+}
+
+// command is a started process and the daemon's ends of its pipes.
+type command struct {
+	pid   int
+	wait  <-chan unix.WaitStatus
+	stdin *os.File
+	out   [2]*os.File
+}
+
+func (s *Server) startCommand(path string, argv, env []string, dir string, withStdin bool) (*command, error) {
+	var cmd command
+	var childEnds []*os.File
+	defer func() {
+		for _, f := range childEnds {
+			f.Close()
+		}
+	}()
+	var stdinR *os.File
+	var err error
+	if withStdin {
+		if stdinR, cmd.stdin, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+	} else if stdinR, err = os.Open(os.DevNull); err != nil {
+		return nil, err
+	}
+	childEnds = append(childEnds, stdinR)
+	files := []uintptr{stdinR.Fd(), 0, 0}
+	for i := range cmd.out {
+		r, w, err := os.Pipe()
+		if err != nil {
+			cmd.close()
+			return nil, err
+		}
+		cmd.out[i] = r
+		childEnds = append(childEnds, w)
+		files[i+1] = w.Fd()
+	}
+	sys := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if s.switchUser {
+		sys.Credential = &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID)}
+	}
+	cmd.pid, cmd.wait, err = s.procs.start(path, argv, env, dir, files, sys)
+	if err != nil {
+		cmd.close()
+		return nil, startError(argv[0], err)
+	}
+	return &cmd, nil
+}
+
+func (c *command) close() {
+	for _, f := range append(c.out[:], c.stdin) {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func startError(name string, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("%w: %w: %q", provider.ErrBadInput, provider.ErrCommandNotFound, name)
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return fmt.Errorf("%w: %q: permission denied", provider.ErrBadInput, name)
+	case errors.Is(err, unix.ENOEXEC):
+		return fmt.Errorf("%w: %q: not an executable format", provider.ErrBadInput, name)
+	case errors.Is(err, unix.E2BIG):
+		return fmt.Errorf("%w: %q: arguments and environment too long", provider.ErrBadInput, name)
+	}
+	return fmt.Errorf("start %q: %w", name, err)
+}
+
+// pump copies one output pipe into the journal until the command and
+// everything holding the pipe are done, or the grace after exit runs out;
+// then it drains the pipe in the background so late writers do not die
+// of a broken pipe.
+func (s *Server) pump(rec *record, stream int, f *os.File) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			rec.append(stream, buf[:n])
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			_ = f.SetReadDeadline(time.Time{})
+			go func() {
+				_, _ = io.Copy(io.Discard, f)
+				f.Close()
+			}()
+			return
+		}
+		if err != nil {
+			f.Close()
+			return
+		}
+	}
+}
+
+func (s *Server) oomKills() int64 {
+	if s.cfg.OOMKills == nil {
+		return 0
+	}
+	n, err := s.cfg.OOMKills()
+	if err != nil {
+		s.log.Warn("read out-of-memory count", "err", err)
+	}
+	return n
+}
+
+// workDir resolves a command's working directory inside the workspace.
+func (s *Server) workDir(dir string) (string, error) {
+	if dir == "" {
+		dir = s.cfg.Dir
+	}
+	rel, err := provider.WorkspacePath(dir)
+	if err != nil {
+		return "", err
+	}
+	fi, err := s.root.Stat(rel)
+	if err != nil {
+		return "", s.fileError("working directory", dir, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%w: working directory %q is not a directory", provider.ErrBadInput, dir)
+	}
+	return s.cfg.Workspace + "/" + rel, nil
+}
+
+// environ merges the base environment and a request's, sorted so that
+// commands see the same order every time.
+func (s *Server) environ(extra map[string]string) []string {
+	m := maps.Clone(s.cfg.Env)
+	if m == nil {
+		m = map[string]string{}
+	}
+	maps.Copy(m, extra)
+	env := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		env = append(env, k+"="+m[k])
+	}
+	return env
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "x" + hex.EncodeToString(b[:])
+}

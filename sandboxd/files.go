@@ -1,0 +1,229 @@
+package sandboxd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// maxDirEntries bounds a directory listing; a bigger directory is bad
+// input rather than an unbounded answer.
+const maxDirEntries = 100_000
+
+// asUser runs fn on a thread whose file-system identity is the sandbox
+// user's, so what it creates the user owns and it may touch only what the
+// user may. The thread is the goroutine's alone until fn returns.
+func (s *Server) asUser(fn func() error) error {
+	if !s.switchUser {
+		return fn()
+	}
+	runtime.LockOSThread()
+	// setfsuid and setfsgid change only the calling thread, and report
+	// the previous value rather than an error.
+	prevGID, _ := unix.SetfsgidRetGid(s.cfg.GID)
+	prevUID, _ := unix.SetfsuidRetUid(s.cfg.UID)
+	err := fn()
+	_, _ = unix.SetfsuidRetUid(prevUID)
+	_, _ = unix.SetfsgidRetGid(prevGID)
+	runtime.UnlockOSThread()
+	return err
+}
+
+// fileError turns a failure on a workspace path into a typed error.
+func (s *Server) fileError(op, name string, err error) error {
+	var errno unix.Errno
+	switch {
+	case errors.Is(err, s.escape):
+		return fmt.Errorf("%w: %s %q: path leaves %s", provider.ErrBadInput, op, name, provider.Workspace)
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s %q: %w", op, name, fs.ErrNotExist)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("%w: %s %q: permission denied", provider.ErrBadInput, op, name)
+	case errors.As(err, &errno) && (errno == unix.ENOTDIR || errno == unix.EISDIR || errno == unix.ELOOP ||
+		errno == unix.ENAMETOOLONG || errno == unix.ENOTEMPTY || errno == unix.EEXIST || errno == unix.EINVAL):
+		return fmt.Errorf("%w: %s %q: %v", provider.ErrBadInput, op, name, errno)
+	case errors.As(err, &errno) && (errno == unix.ENOSPC || errno == unix.EDQUOT):
+		return fmt.Errorf("%w: %s %q: workspace is full", provider.ErrBadInput, op, name)
+	}
+	return fmt.Errorf("%s %q: %w", op, name, err)
+}
+
+// relPath reads the path parameter of a request as a workspace path.
+func relPath(r *http.Request) (string, string, error) {
+	name := r.URL.Query().Get("path")
+	rel, err := provider.WorkspacePath(name)
+	return name, rel, err
+}
+
+func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
+	name, rel, err := relPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var f *os.File
+	err = s.asUser(func() error {
+		f, err = s.root.Open(rel)
+		return err
+	})
+	if err != nil {
+		writeError(w, s.fileError("read", name, err))
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		writeError(w, s.fileError("read", name, err))
+		return
+	}
+	if !fi.Mode().IsRegular() {
+		writeError(w, fmt.Errorf("%w: read %q: not a regular file", provider.ErrBadInput, name))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+	_, _ = io.Copy(w, f)
+}
+
+func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
+	name, rel, err := relPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	mode, err := strconv.ParseUint(r.URL.Query().Get("mode"), 8, 32)
+	if err != nil || mode > 0o777 {
+		writeError(w, fmt.Errorf("%w: write %q: bad mode %q", provider.ErrBadInput, name, r.URL.Query().Get("mode")))
+		return
+	}
+	if err := s.writeFile(rel, name, r.Body, fs.FileMode(mode)); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// writeFile replaces a file atomically: it writes a temporary file beside
+// it and renames it into place, so a reader never sees half a file, a
+// failure leaves the old one, and a symbolic link at the path is replaced
+// rather than written through.
+func (s *Server) writeFile(rel, name string, r io.Reader, mode fs.FileMode) error {
+	if rel == "." {
+		return fmt.Errorf("%w: write %q: the workspace itself is not a file", provider.ErrBadInput, name)
+	}
+	mode = sanitizeMode(mode)
+	return s.asUser(func() error {
+		dir := path.Dir(rel)
+		if err := s.root.MkdirAll(dir, 0o755); err != nil {
+			return s.fileError("write", name, err)
+		}
+		tmp := path.Join(dir, ".berth-"+newID())
+		f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+		if err != nil {
+			return s.fileError("write", name, err)
+		}
+		_, err = io.Copy(f, r)
+		if err == nil {
+			err = f.Chmod(mode) // the umask may have narrowed it
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = s.root.Rename(tmp, rel)
+		}
+		if err != nil {
+			_ = s.root.Remove(tmp)
+			return s.fileError("write", name, err)
+		}
+		return nil
+	})
+}
+
+// sanitizeMode keeps permission bits only: set-id and sticky bits from a
+// caller have no business in a workspace. Zero means 0644.
+func sanitizeMode(m fs.FileMode) fs.FileMode {
+	if m &= fs.ModePerm; m == 0 {
+		return 0o644
+	}
+	return m
+}
+
+func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
+	name, rel, err := relPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if rel == "." {
+		writeError(w, fmt.Errorf("%w: remove %q: the workspace itself cannot be removed", provider.ErrBadInput, name))
+		return
+	}
+	if err := s.asUser(func() error { return s.root.RemoveAll(rel) }); err != nil {
+		writeError(w, s.fileError("remove", name, err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleListDir(w http.ResponseWriter, r *http.Request) {
+	name, rel, err := relPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var infos []provider.FileInfo
+	err = s.asUser(func() error {
+		infos, err = s.listDir(rel, name)
+		return err
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, infos)
+}
+
+func (s *Server) listDir(rel, name string) ([]provider.FileInfo, error) {
+	d, err := s.root.Open(rel)
+	if err != nil {
+		return nil, s.fileError("list", name, err)
+	}
+	defer d.Close()
+	if fi, err := d.Stat(); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("%w: list %q: not a directory", provider.ErrBadInput, name)
+	}
+	entries, err := d.ReadDir(maxDirEntries + 1)
+	if err != nil && err != io.EOF {
+		return nil, s.fileError("list", name, err)
+	}
+	if len(entries) > maxDirEntries {
+		return nil, fmt.Errorf("%w: list %q: more than %d entries", provider.ErrBadInput, name, maxDirEntries)
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	infos := make([]provider.FileInfo, 0, len(entries))
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed since the directory was read
+		}
+		info := provider.FileInfo{Name: e.Name(), Size: fi.Size(), Mode: fi.Mode(), ModTime: fi.ModTime()}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			info.Target, _ = s.root.Readlink(path.Join(rel, e.Name()))
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}

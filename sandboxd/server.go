@@ -1,0 +1,165 @@
+package sandboxd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// Config sets up a daemon. The zero value, with Workspace set, serves a
+// workspace as the daemon's own user.
+type Config struct {
+	// Workspace is the directory, as the daemon sees it, that commands
+	// work in and file operations are confined to.
+	Workspace string
+	// UID and GID are the sandbox user's: commands run as them and files
+	// are written as them. When they equal the daemon's own ids, nothing
+	// is switched.
+	UID, GID int
+	// Env is every command's base environment, before the request's own.
+	Env map[string]string
+	// Dir is the default working directory, a workspace path.
+	Dir string
+	// OOMKills, if set, counts the kernel's out-of-memory kills in the
+	// sandbox so far; a command during which it grows ran out of memory.
+	OOMKills func() (int64, error)
+	// OutputCap is how much of each output stream's head and tail the
+	// journal keeps (zero means OutputCap); JournalBudget bounds the output
+	// kept for finished commands (zero means 8 MiB).
+	OutputCap     int
+	JournalBudget int
+	// ExitGrace is how long output is still collected after a command
+	// exits, from background processes that kept its pipes open (zero
+	// means 100ms).
+	ExitGrace time.Duration
+	Logger    *slog.Logger
+}
+
+// Server is the daemon.
+type Server struct {
+	cfg        Config
+	log        *slog.Logger
+	root       *os.Root // the workspace
+	escape     error    // what root reports for a path that leaves it
+	journal    *journal
+	procs      *procs
+	http       *http.Server
+	started    time.Time
+	running    atomic.Int64
+	switchUser bool // commands and file operations switch to UID/GID
+}
+
+// New makes a daemon serving cfg.Workspace.
+func New(cfg Config) (*Server, error) {
+	if cfg.Workspace == "" {
+		return nil, errors.New("sandboxd: no workspace")
+	}
+	if cfg.OutputCap <= 0 {
+		cfg.OutputCap = OutputCap
+	}
+	if cfg.JournalBudget <= 0 {
+		cfg.JournalBudget = 8 << 20
+	}
+	if cfg.ExitGrace <= 0 {
+		cfg.ExitGrace = 100 * time.Millisecond
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = "."
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	root, err := os.OpenRoot(cfg.Workspace)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxd: open workspace: %w", err)
+	}
+	s := &Server{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		root:       root,
+		escape:     escapeError(root),
+		journal:    newJournal(cfg.OutputCap, cfg.JournalBudget),
+		procs:      newProcs(),
+		started:    time.Now(),
+		switchUser: cfg.UID != os.Geteuid() || cfg.GID != os.Getegid(),
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+routeHealth, s.handleHealth)
+	mux.HandleFunc("POST "+routeExec, s.handleExec)
+	mux.HandleFunc("GET "+routeFile, s.handleReadFile)
+	mux.HandleFunc("PUT "+routeFile, s.handleWriteFile)
+	mux.HandleFunc("DELETE "+routeFile, s.handleRemove)
+	mux.HandleFunc("GET "+routeDir, s.handleListDir)
+	mux.HandleFunc("GET "+routeWorkspace, s.handleExport)
+	mux.HandleFunc("PUT "+routeWorkspace, s.handleImport)
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// escapeError finds out which error value os.Root uses for a path that
+// leaves the root, so it can be told apart from other failures exactly.
+func escapeError(root *os.Root) error {
+	_, err := root.Lstat("..")
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// Serve answers requests on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.http.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops serving. Commands still running are left to the caller,
+// who normally ends the whole sandbox.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.http.Shutdown(ctx)
+	s.procs.close()
+	s.root.Close()
+	return err
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, Health{PID: os.Getpid(), StartedAt: s.started, Running: int(s.running.Load())})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers with err as a wireError and a status that fits it.
+func writeError(w http.ResponseWriter, err error) {
+	we := toWire(err)
+	status := http.StatusInternalServerError
+	switch we.Kind {
+	case provider.KindBadInput, provider.KindCommandNotFound:
+		status = http.StatusBadRequest
+	case provider.KindFileNotFound:
+		status = http.StatusNotFound
+	case provider.KindUnsupported:
+		status = http.StatusNotImplemented
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(we)
+}

@@ -1,0 +1,130 @@
+package sandboxd
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// serve runs a daemon over a temporary workspace, as the test's own user,
+// and returns a client for it and the workspace directory.
+func serve(t *testing.T) (*Client, string) {
+	t.Helper()
+	ws := t.TempDir()
+	s, err := New(Config{Workspace: ws, UID: os.Geteuid(), GID: os.Getegid(),
+		Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	c := NewClient(UnixDialer(sock))
+	t.Cleanup(func() {
+		c.Close()
+		s.Shutdown(t.Context())
+	})
+	return c, ws
+}
+
+func TestExecOnce(t *testing.T) {
+	c, ws := serve(t)
+	req := provider.ExecRequest{ID: "once", Shell: "echo run >> log; echo out; echo err >&2; exit 3"}
+	for i, wantAttached := range []bool{false, true} {
+		var out, errb bytes.Buffer
+		req.Stdout, req.Stderr = &out, &errb
+		res, err := c.Exec(t.Context(), req)
+		if err != nil {
+			t.Fatalf("exec %d: %v", i, err)
+		}
+		if res.ExitCode != 3 || out.String() != "out\n" || errb.String() != "err\n" || res.Attached != wantAttached {
+			t.Errorf("exec %d: exit %d, stdout %q, stderr %q, attached %v", i, res.ExitCode, out.String(), errb.String(), res.Attached)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "log")); string(b) != "run\n" {
+		t.Errorf("command ran %d times, want once", strings.Count(string(b), "run"))
+	}
+}
+
+func TestExecOffsets(t *testing.T) {
+	c, _ := serve(t)
+	req := provider.ExecRequest{ID: "digits", Argv: []string{"printf", "0123456789"}}
+	if _, err := c.Exec(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	req.Stdout, req.StdoutOffset = &out, 4
+	if _, err := c.Exec(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "456789" {
+		t.Errorf("from offset 4: %q", out.String())
+	}
+}
+
+func TestExecStdinAndNotFound(t *testing.T) {
+	c, _ := serve(t)
+	var out bytes.Buffer
+	_, err := c.Exec(t.Context(), provider.ExecRequest{Argv: []string{"cat"}, Stdin: strings.NewReader("hello"), Stdout: &out})
+	if err != nil || out.String() != "hello" {
+		t.Fatalf("cat: %q, %v", out.String(), err)
+	}
+	_, err = c.Exec(t.Context(), provider.ExecRequest{Argv: []string{"no-such-command-xyz"}})
+	if !errors.Is(err, provider.ErrCommandNotFound) || !errors.Is(err, provider.ErrBadInput) {
+		t.Fatalf("missing command: %v", err)
+	}
+}
+
+func TestExecTimeoutKillsTree(t *testing.T) {
+	c, _ := serve(t)
+	start := time.Now()
+	res, err := c.Exec(t.Context(), provider.ExecRequest{Shell: "sleep 30 & sleep 30", Timeout: 200 * time.Millisecond})
+	if !errors.Is(err, provider.ErrTimeout) || !res.TimedOut {
+		t.Fatalf("got %+v, %v; want a timeout", res, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestFilesConfined(t *testing.T) {
+	c, ws := serve(t)
+	ctx := t.Context()
+	if err := c.WriteFile(ctx, "a/b.txt", strings.NewReader("hi"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := c.ReadFile(ctx, "/workspace/a/b.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(b) != "hi" {
+		t.Errorf("read back %q", b)
+	}
+	if err := os.Symlink("/etc", filepath.Join(ws, "evil")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"../x", "/etc/passwd", "evil/passwd", "a/../../x"} {
+		if _, err := c.ReadFile(ctx, p); !errors.Is(err, provider.ErrBadInput) {
+			t.Errorf("read %q: %v, want bad input", p, err)
+		}
+		if err := c.WriteFile(ctx, p, strings.NewReader("x"), 0); !errors.Is(err, provider.ErrBadInput) {
+			t.Errorf("write %q: %v, want bad input", p, err)
+		}
+	}
+	if _, err := c.ReadFile(ctx, "missing"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("read missing: %v", err)
+	}
+}
