@@ -1,0 +1,246 @@
+package linux
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// The v1 controllers a sandbox uses: limits, and the freezer to pause.
+var v1Controllers = []cgroup1.Name{cgroup1.Memory, cgroup1.Cpu, cgroup1.Pids, cgroup1.Freezer}
+
+// cgroupPaths records where a sandbox's cgroups are, so that a process
+// other than the one that made them, in another cgroup, finds them.
+type cgroupPaths struct {
+	V1 map[cgroup1.Name]string `json:"v1,omitempty"` // controller => path below its mount
+	V2 string                  `json:"v2,omitempty"` // path below the unified mount
+}
+
+// cgroup is a sandbox's cgroups, on v1 controllers on legacy and hybrid
+// hosts, on the unified hierarchy otherwise.
+type cgroup struct {
+	paths cgroupPaths
+	v1    cgroup1.Cgroup
+	v2    *cgroup2.Manager
+}
+
+// cgroupName is where sandbox cgroups go, below berth's own cgroup.
+func cgroupName(id string) string { return "berth/" + id }
+
+func v1Hierarchy() ([]cgroup1.Subsystem, error) {
+	return []cgroup1.Subsystem{
+		cgroup1.NewMemory(cgroupRoot), cgroup1.NewCpu(cgroupRoot),
+		cgroup1.NewPids(cgroupRoot), cgroup1.NewFreezer(cgroupRoot),
+	}, nil
+}
+
+// pathsFor says where the cgroups of sandbox id go: below the cgroups of
+// this process, in each controller.
+func pathsFor(id string) (cgroupPaths, error) {
+	if cgroups.Mode() == cgroups.Unified {
+		group, err := cgroup2.NestedGroupPath(cgroupName(id))
+		return cgroupPaths{V2: group}, err
+	}
+	nested := cgroup1.NestedPath(cgroupName(id))
+	paths := cgroupPaths{V1: map[cgroup1.Name]string{}}
+	for _, name := range v1Controllers {
+		p, err := nested(name)
+		if err != nil {
+			return paths, fmt.Errorf("cgroup v1 controller %s: %w", name, err)
+		}
+		paths.V1[name] = p
+	}
+	return paths, nil
+}
+
+// newCgroup makes a sandbox's cgroups with its limits set.
+func newCgroup(paths cgroupPaths, res provider.Resources) (*cgroup, error) {
+	if paths.V2 != "" {
+		m, err := cgroup2.NewManager(cgroupRoot, paths.V2, v2Resources(res))
+		if err != nil {
+			return nil, fmt.Errorf("create cgroup %s: %w", paths.V2, err)
+		}
+		return &cgroup{paths: paths, v2: m}, nil
+	}
+	cg, err := cgroup1.New(paths.v1Path(), v1Resources(res), cgroup1.WithHierarchy(v1Hierarchy))
+	if err != nil {
+		return nil, fmt.Errorf("create cgroups: %w", err)
+	}
+	return &cgroup{paths: paths, v1: cg}, nil
+}
+
+func (p cgroupPaths) v1Path() cgroup1.Path {
+	return func(name cgroup1.Name) (string, error) {
+		if path, ok := p.V1[name]; ok {
+			return path, nil
+		}
+		return "", cgroup1.ErrControllerNotActive
+	}
+}
+
+// loadCgroup finds the cgroups recorded in paths. It reports
+// os.ErrNotExist when they are gone.
+func loadCgroup(p cgroupPaths) (*cgroup, error) {
+	if p.V2 != "" {
+		m, err := cgroup2.Load(p.V2)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(filepath.Join(cgroupRoot, p.V2)); err != nil {
+			return nil, err
+		}
+		return &cgroup{paths: p, v2: m}, nil
+	}
+	cg, err := cgroup1.Load(p.v1Path(), cgroup1.WithHierarchy(v1Hierarchy))
+	if errors.Is(err, cgroup1.ErrCgroupDeleted) {
+		return nil, os.ErrNotExist
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &cgroup{paths: p, v1: cg}, nil
+}
+
+func v1Resources(res provider.Resources) *specs.LinuxResources {
+	r := &specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: &res.Memory},
+		Pids:   &specs.LinuxPids{Limit: &res.Pids},
+	}
+	if res.CPU > 0 {
+		period := uint64(100_000)
+		quota := int64(res.CPU * float64(period))
+		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	return r
+}
+
+func v2Resources(res provider.Resources) *cgroup2.Resources {
+	r := &cgroup2.Resources{
+		Memory: &cgroup2.Memory{Max: &res.Memory},
+		Pids:   &cgroup2.Pids{Max: res.Pids},
+	}
+	if res.CPU > 0 {
+		period := uint64(100_000)
+		quota := int64(res.CPU * float64(period))
+		r.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)}
+	}
+	return r
+}
+
+func (c *cgroup) add(pid int) error {
+	if c.v2 != nil {
+		return c.v2.AddProc(uint64(pid))
+	}
+	return c.v1.Add(cgroup1.Process{Pid: pid})
+}
+
+func (c *cgroup) freeze() error {
+	if c.v2 != nil {
+		return c.v2.Freeze()
+	}
+	return c.v1.Freeze()
+}
+
+func (c *cgroup) thaw() error {
+	if c.v2 != nil {
+		return c.v2.Thaw()
+	}
+	return c.v1.Thaw()
+}
+
+// frozen reads the freezer's state directly: it is on the path of every
+// operation, so it must be one small read.
+func (c *cgroup) frozen() (bool, error) {
+	if c.v2 != nil {
+		b, err := os.ReadFile(filepath.Join(cgroupRoot, c.paths.V2, "cgroup.freeze"))
+		return strings.TrimSpace(string(b)) == "1", err
+	}
+	b, err := os.ReadFile(filepath.Join(cgroupRoot, string(cgroup1.Freezer), c.paths.V1[cgroup1.Freezer], "freezer.state"))
+	return !strings.EqualFold(strings.TrimSpace(string(b)), string(cgroup1.Thawed)), err
+}
+
+// oomFile opens the file whose oom_kill line counts the kernel's
+// out-of-memory kills in the sandbox.
+func (c *cgroup) oomFile() (*os.File, error) {
+	if c.v2 != nil {
+		return os.Open(filepath.Join(cgroupRoot, c.paths.V2, "memory.events"))
+	}
+	return os.Open(filepath.Join(cgroupRoot, string(cgroup1.Memory), c.paths.V1[cgroup1.Memory], "memory.oom_control"))
+}
+
+// readOOMKills reads the oom_kill count from an oomFile.
+func readOOMKills(f *os.File) (int64, error) {
+	if _, err := f.Seek(0, 0); err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, sc.Err()
+}
+
+// pids lists the processes in the sandbox's cgroups.
+func (c *cgroup) pids() ([]int, error) {
+	var pids []int
+	if c.v2 != nil {
+		ps, err := c.v2.Procs(true)
+		for _, p := range ps {
+			pids = append(pids, int(p))
+		}
+		return pids, err
+	}
+	ps, err := c.v1.Processes(cgroup1.Pids, true)
+	for _, p := range ps {
+		pids = append(pids, p.Pid)
+	}
+	return pids, err
+}
+
+// destroy kills every process left in the cgroups, waits for them to
+// go, and removes the cgroups.
+func (c *cgroup) destroy(ctx context.Context) error {
+	if frozen, _ := c.frozen(); frozen {
+		// Frozen processes cannot die; thaw them with SIGKILL pending.
+		_ = c.thaw()
+	}
+	for {
+		pids, err := c.pids()
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("processes still in the sandbox's cgroup: %w", ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if c.v2 != nil {
+		return c.v2.Delete()
+	}
+	return c.v1.Delete()
+}

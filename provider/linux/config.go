@@ -1,0 +1,101 @@
+package linux
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// Config sets up the provider. The zero value is usable.
+type Config struct {
+	// StateDir holds one directory per sandbox: its record, its daemon's
+	// socket and its workspace. Zero means /var/lib/berth/linux.
+	StateDir string
+	// DaemonPath is the binary re-executed as each sandbox's daemon; it
+	// must call Main. Zero means this process's own executable.
+	DaemonPath string
+	// UIDBase is the host uid (and gid) that root inside a sandbox maps
+	// to; the sandbox gets 65536 ids from there. Zero means 100000.
+	UIDBase int
+	// Defaults are the limits of a sandbox whose spec names none. Zero
+	// fields mean 2 GiB of memory, 4096 processes, CPU unlimited.
+	Defaults provider.Resources
+}
+
+// Identities inside a sandbox.
+const (
+	idRange    = 65536
+	sandboxUID = 1000 // the unprivileged user commands run as
+	sandboxGID = 1000
+)
+
+// maxSocketPath is what a unix socket address can hold.
+const maxSocketPath = 107
+
+func (c *Config) setDefaults() error {
+	if c.StateDir == "" {
+		c.StateDir = "/var/lib/berth/linux"
+	}
+	dir, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return err
+	}
+	c.StateDir = dir
+	if n := len(socketPath(c.StateDir, stringOfLen(provider.MaxIDLen))); n > maxSocketPath {
+		return fmt.Errorf("state directory %q is too long for a unix socket path (%d > %d bytes)", c.StateDir, n, maxSocketPath)
+	}
+	if c.DaemonPath == "" {
+		if c.DaemonPath, err = os.Executable(); err != nil {
+			return fmt.Errorf("find own executable: %w", err)
+		}
+	}
+	if c.UIDBase == 0 {
+		c.UIDBase = 100000
+	}
+	if c.Defaults.Memory == 0 {
+		c.Defaults.Memory = 2 << 30
+	}
+	if c.Defaults.Pids == 0 {
+		c.Defaults.Pids = 4096
+	}
+	return nil
+}
+
+func stringOfLen(n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'x'
+	}
+	return string(b)
+}
+
+// fromProviderConfig decodes the text settings of provider.Open.
+func fromProviderConfig(pc provider.Config) (Config, error) {
+	var c Config
+	for k, v := range pc {
+		var err error
+		switch k {
+		case "state-dir":
+			c.StateDir = v
+		case "daemon":
+			c.DaemonPath = v
+		case "uid-base":
+			c.UIDBase, err = strconv.Atoi(v)
+		case "memory":
+			c.Defaults.Memory, err = strconv.ParseInt(v, 10, 64)
+		case "pids":
+			c.Defaults.Pids, err = strconv.ParseInt(v, 10, 64)
+		case "cpu":
+			c.Defaults.CPU, err = strconv.ParseFloat(v, 64)
+		default:
+			return c, fmt.Errorf("%w: linux provider: unknown setting %q", provider.ErrBadInput, k)
+		}
+		if err != nil {
+			return c, fmt.Errorf("%w: linux provider: setting %q: %v", provider.ErrBadInput, k, err)
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,279 @@
+package linux
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandboxd"
+)
+
+// Name is the provider's registered name.
+const Name = "linux"
+
+func init() {
+	provider.Register(Name, func(_ context.Context, pc provider.Config) (provider.Provider, error) {
+		cfg, err := fromProviderConfig(pc)
+		if err != nil {
+			return nil, err
+		}
+		return New(cfg)
+	})
+}
+
+// Provider makes sandboxes on this host.
+type Provider struct {
+	cfg Config
+
+	mu      sync.Mutex
+	clients map[string]*sandboxd.Client // by sandbox id, to reuse connections
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New opens the provider on cfg.StateDir, creating it if needed.
+func New(cfg Config) (*Provider, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: the linux provider must run as root", provider.ErrUnsupported)
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("linux provider: %w", err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("linux provider: %w", err)
+	}
+	if err := checkTraversable(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("linux provider: %w", err)
+	}
+	return &Provider{cfg: cfg, clients: map[string]*sandboxd.Client{}}, nil
+}
+
+// Name implements provider.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Capabilities implements provider.Provider.
+func (p *Provider) Capabilities() provider.Capabilities {
+	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, RootFS: true}
+}
+
+// Create implements provider.Provider.
+func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.Sandbox, error) {
+	if err := p.checkSpec(spec); err != nil {
+		return nil, err
+	}
+	if spec.ID == "" {
+		spec.ID = newID()
+	}
+	unlock, err := lock(p.cfg.StateDir, spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", spec.ID, err)
+	}
+	defer unlock()
+	if sb, err := p.get(spec.ID); err == nil || !errors.Is(err, provider.ErrNotFound) {
+		return sb, err // it exists: creation is idempotent
+	}
+	// A directory without a record is what a creator that crashed left.
+	if err := p.remove(ctx, spec.ID, nil); err != nil {
+		return nil, err
+	}
+	rec, err := p.create(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+	}
+	return p.handle(rec), nil
+}
+
+func (p *Provider) checkSpec(spec provider.Spec) error {
+	if err := provider.ValidateSpec(spec); err != nil {
+		return err
+	}
+	if spec.Image != "" {
+		return fmt.Errorf("%w: the linux provider has no images; give a root filesystem directory as RootFS", provider.ErrUnsupported)
+	}
+	if spec.Network != provider.NetworkNone {
+		return fmt.Errorf("%w: the linux provider offers no network beyond loopback", provider.ErrUnsupported)
+	}
+	if spec.Resources.Disk != 0 {
+		return fmt.Errorf("%w: the linux provider does not limit disk", provider.ErrUnsupported)
+	}
+	if spec.RootFS != "" {
+		fi, err := os.Stat(spec.RootFS)
+		if err != nil || !fi.IsDir() || !filepath.IsAbs(spec.RootFS) {
+			return fmt.Errorf("%w: root filesystem %q must be an absolute path to a directory", provider.ErrBadInput, spec.RootFS)
+		}
+	}
+	return nil
+}
+
+// Get implements provider.Provider.
+func (p *Provider) Get(ctx context.Context, id string) (provider.Sandbox, error) {
+	if err := provider.ValidateID(id); err != nil {
+		return nil, err
+	}
+	return p.get(id)
+}
+
+func (p *Provider) get(id string) (*sandbox, error) {
+	rec, err := readRecord(filepath.Join(p.cfg.StateDir, id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", provider.ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p.handle(rec), nil
+}
+
+func (p *Provider) handle(rec *record) *sandbox {
+	return &sandbox{p: p, rec: rec, client: p.client(rec.ID)}
+}
+
+// client returns the shared client of a sandbox.
+func (p *Provider) client(id string) *sandboxd.Client {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.clients[id]
+	if !ok {
+		c = sandboxd.NewClient(sandboxd.UnixDialer(socketPath(p.cfg.StateDir, id)))
+		p.clients[id] = c
+	}
+	return c
+}
+
+func (p *Provider) forget(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.clients[id]; ok {
+		c.Close()
+		delete(p.clients, id)
+	}
+}
+
+// List implements provider.Provider.
+func (p *Provider) List(ctx context.Context, labels map[string]string) ([]provider.Info, error) {
+	entries, err := os.ReadDir(p.cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	var infos []provider.Info
+	for _, e := range entries {
+		if !e.IsDir() || provider.ValidateID(e.Name()) != nil {
+			continue
+		}
+		sb, err := p.get(e.Name())
+		if err != nil {
+			continue // being created or destroyed
+		}
+		if !matches(sb.rec.Labels, labels) {
+			continue
+		}
+		info, err := sb.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
+
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// remove destroys what is left of a sandbox: its daemon and every
+// process, its cgroups, its state directory. rec may be nil when there
+// is no record. The caller holds the sandbox's lock.
+func (p *Provider) remove(ctx context.Context, id string, rec *record) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	p.forget(id)
+	dir := filepath.Join(p.cfg.StateDir, id)
+	if rec != nil {
+		cg, err := loadCgroup(rec.Cgroup)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("destroy %s: cgroups: %w", id, err)
+		}
+		if cg != nil {
+			// A frozen daemon cannot die.
+			_ = cg.thaw()
+		}
+		if rec.alive() {
+			if err := killDaemon(ctx, rec.PID); err != nil {
+				return fmt.Errorf("destroy %s: %w", id, err)
+			}
+		}
+		if cg != nil {
+			if err := cg.destroy(ctx); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("destroy %s: cgroups: %w", id, err)
+			}
+		}
+	} else if cg, err := loadCgroup(p.guessCgroup(id)); err == nil {
+		_ = cg.destroy(ctx)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("destroy %s: %w", id, err)
+	}
+	return nil
+}
+
+// guessCgroup is where this process would have put a sandbox's cgroups,
+// for cleaning up after a creation that crashed before its record.
+func (p *Provider) guessCgroup(id string) cgroupPaths {
+	cg, err := pathsFor(id)
+	if err != nil {
+		return cgroupPaths{}
+	}
+	return cg
+}
+
+// checkTraversable checks that a sandbox's daemon, which runs under ids
+// of its own, can reach its workspace below dir: every directory on the
+// way must let others search it.
+func checkTraversable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("state directory %s: %s must be searchable by others (chmod o+x), for sandboxes to reach their workspaces", dir, d)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
+}
+
+// env is the base environment of commands in a sandbox.
+func env(spec map[string]string) map[string]string {
+	m := map[string]string{
+		"PATH":    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME":    provider.Workspace,
+		"USER":    "sandbox",
+		"LOGNAME": "sandbox",
+		"LANG":    "C.UTF-8",
+		"TMPDIR":  "/tmp",
+	}
+	maps.Copy(m, spec)
+	return m
+}

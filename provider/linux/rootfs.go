@@ -1,0 +1,251 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// newRoot is where the daemon assembles the sandbox's root before
+// pivoting into it. It is a tmpfs mounted over the host's /tmp in the
+// daemon's own mount namespace, so nothing appears on the host; the
+// host paths the daemon still needs come as open directories.
+const newRoot = "/tmp"
+
+// hostEntries are what a sandbox sees of the host's root when it has no
+// root filesystem of its own. On merged-/usr hosts the last ones are
+// symbolic links into /usr, and are copied as such.
+var hostEntries = []string{"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+// reserved names are mounted by berth whatever the root filesystem holds.
+var reserved = map[string]bool{"workspace": true, "tmp": true, "proc": true, "dev": true, "sys": true}
+
+// devices are bound from the host into the sandbox's /dev.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// setupRoot builds the sandbox's root file system and pivots into it.
+func setupRoot(cfg daemonConfig) error {
+	// Nothing mounted from here on may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	// Open the host directories the sandbox needs before newRoot covers
+	// them (they may be below it); binding their descriptors works.
+	ws, err := os.OpenFile(cfg.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	defer ws.Close()
+	var rootfs *os.File
+	if cfg.RootFS != "" {
+		if rootfs, err = os.OpenFile(cfg.RootFS, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("root filesystem: %w", err)
+		}
+		defer rootfs.Close()
+	}
+	if err := unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
+		return fmt.Errorf("mount root tmpfs: %w", err)
+	}
+	at := func(name string) string { return filepath.Join(newRoot, name) }
+
+	if rootfs != nil {
+		if err := bindRootFS(fdPath(int(rootfs.Fd())), at); err != nil {
+			return err
+		}
+	} else if err := bindHost(at); err != nil {
+		return err
+	}
+
+	if err := os.Mkdir(at("workspace"), 0o755); err != nil {
+		return err
+	}
+	if err := bindMount(fdPath(int(ws.Fd())), at("workspace"), false); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if err := mountNew("tmpfs", at("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatInt(cfg.TmpSize, 10)); err != nil {
+		return err
+	}
+	if err := mountNew("proc", at("proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	if err := setupDev(at("dev")); err != nil {
+		return fmt.Errorf("/dev: %w", err)
+	}
+
+	old := at(".oldroot")
+	if err := os.Mkdir(old, 0o700); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(newRoot, old); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	if err := unix.Unmount("/.oldroot", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach host root: %w", err)
+	}
+	if err := os.Remove("/.oldroot"); err != nil {
+		return err
+	}
+	// The root itself holds only mount points: make it read-only.
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("make root read-only: %w", err)
+	}
+	return nil
+}
+
+func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+func bindHost(at func(string) string) error {
+	for _, name := range hostEntries {
+		if err := copyEntry("/"+name, at(name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func bindRootFS(root string, at func(string) string) error {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return fmt.Errorf("read root filesystem: %w", err)
+	}
+	for _, e := range entries {
+		if reserved[e.Name()] {
+			continue
+		}
+		if err := copyEntry(filepath.Join(root, e.Name()), at(e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyEntry puts one top-level entry of a root into the new root:
+// symbolic links are recreated, directories and files bound read-only.
+func copyEntry(src, dst string) error {
+	fi, err := os.Lstat(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	case fi.IsDir():
+		if err := os.Mkdir(dst, 0o755); err != nil {
+			return err
+		}
+	case fi.Mode().IsRegular():
+		if err := os.WriteFile(dst, nil, 0o644); err != nil {
+			return err
+		}
+	default:
+		return nil
+	}
+	return bindMount(src, dst, true)
+}
+
+// bindMount binds src on dst, read-only if asked. Binding in a user
+// namespace must be recursive when the source has mounts below it, and a
+// remount must keep the flags the kernel locked on the original.
+func bindMount(src, dst string, readOnly bool) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", dst, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dst, &st); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV) | lockedFlags(st.Flags)
+	if readOnly {
+		flags |= unix.MS_RDONLY
+	}
+	if err := unix.Mount("", dst, "", flags, ""); err != nil {
+		return fmt.Errorf("remount %s: %w", dst, err)
+	}
+	return nil
+}
+
+// lockedFlags translates statfs flags into the mount flags a remount
+// must repeat.
+func lockedFlags(st int64) uintptr {
+	var f uintptr
+	for _, m := range []struct {
+		st    int64
+		mount uintptr
+	}{
+		{unix.ST_RDONLY, unix.MS_RDONLY},
+		{unix.ST_NOSUID, unix.MS_NOSUID},
+		{unix.ST_NODEV, unix.MS_NODEV},
+		{unix.ST_NOEXEC, unix.MS_NOEXEC},
+		{unix.ST_NOATIME, unix.MS_NOATIME},
+		{unix.ST_NODIRATIME, unix.MS_NODIRATIME},
+		{unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if st&m.st != 0 {
+			f |= m.mount
+		}
+	}
+	return f
+}
+
+func mountNew(source, target, fstype string, flags uintptr, data string) error {
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(source, target, fstype, flags, data); err != nil {
+		return fmt.Errorf("mount %s on %s: %w", fstype, target, err)
+	}
+	return nil
+}
+
+// setupDev makes a minimal /dev: the harmless character devices, a
+// private pseudo-terminal instance, shared memory, and the usual links.
+func setupDev(dev string) error {
+	if err := mountNew("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return err
+	}
+	for _, d := range devices {
+		if err := copyDevice("/dev/"+d, filepath.Join(dev, d)); err != nil {
+			return err
+		}
+	}
+	if err := mountNew("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return err
+	}
+	if err := mountNew("tmpfs", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=64m"); err != nil {
+		return err
+	}
+	for name, target := range map[string]string{
+		"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+		"stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx",
+	} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyDevice(src, dst string) error {
+	if err := os.WriteFile(dst, nil, 0o666); err != nil {
+		return err
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	return nil
+}

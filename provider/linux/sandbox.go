@@ -1,0 +1,179 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path/filepath"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandboxd"
+)
+
+// sandbox is a handle on one sandbox of the provider.
+type sandbox struct {
+	p      *Provider
+	rec    *record
+	client *sandboxd.Client
+}
+
+var (
+	_ provider.Sandbox = (*sandbox)(nil)
+	_ provider.Pauser  = (*sandbox)(nil)
+)
+
+func (s *sandbox) ID() string { return s.rec.ID }
+
+// Info implements provider.Sandbox.
+func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
+	info := s.rec.info()
+	info.State = provider.StateRunning
+	if !s.rec.alive() {
+		info.State = provider.StateLost
+	} else if cg, err := loadCgroup(s.rec.Cgroup); err != nil {
+		info.State = provider.StateLost
+	} else if frozen, err := cg.frozen(); err == nil && frozen {
+		info.State = provider.StatePaused
+	}
+	return info, nil
+}
+
+// ready checks, before talking to the daemon, that it can answer: a
+// paused daemon would leave the caller waiting.
+func (s *sandbox) ready() error {
+	cg, err := loadCgroup(s.rec.Cgroup)
+	if err != nil {
+		return s.lost()
+	}
+	if frozen, err := cg.frozen(); err == nil && frozen {
+		return fmt.Errorf("%w: %s; resume it first", provider.ErrPaused, s.rec.ID)
+	}
+	return nil
+}
+
+func (s *sandbox) lost() error {
+	return fmt.Errorf("%w: %s: its daemon is gone", provider.ErrLost, s.rec.ID)
+}
+
+// check turns a failure to reach the daemon into ErrLost when the daemon
+// is gone; typed errors from the daemon pass through.
+func (s *sandbox) check(err error) error {
+	if err == nil || provider.KindOf(err) != provider.KindInternal {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if !s.rec.alive() {
+		return fmt.Errorf("%w: %w", s.lost(), err)
+	}
+	return err
+}
+
+// Exec implements provider.Sandbox.
+func (s *sandbox) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {
+	if err := s.ready(); err != nil {
+		return provider.ExecResult{}, err
+	}
+	res, err := s.client.Exec(ctx, req)
+	return res, s.check(err)
+}
+
+// WriteFile implements provider.Sandbox.
+func (s *sandbox) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.WriteFile(ctx, path, r, mode))
+}
+
+// WriteFiles implements provider.Sandbox.
+func (s *sandbox) WriteFiles(ctx context.Context, files []provider.File) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.WriteFiles(ctx, files))
+}
+
+// ReadFile implements provider.Sandbox.
+func (s *sandbox) ReadFile(ctx context.Context, path string) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.ReadFile(ctx, path)
+	return rc, s.check(err)
+}
+
+// ListDir implements provider.Sandbox.
+func (s *sandbox) ListDir(ctx context.Context, path string) ([]provider.FileInfo, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	infos, err := s.client.ListDir(ctx, path)
+	return infos, s.check(err)
+}
+
+// Remove implements provider.Sandbox.
+func (s *sandbox) Remove(ctx context.Context, path string) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.Remove(ctx, path))
+}
+
+// Export implements provider.Sandbox.
+func (s *sandbox) Export(ctx context.Context) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.Export(ctx)
+	return rc, s.check(err)
+}
+
+// Import implements provider.Sandbox.
+func (s *sandbox) Import(ctx context.Context, r io.Reader) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.Import(ctx, r))
+}
+
+// Pause implements provider.Pauser: the cgroup freezer stops every
+// process, the daemon included, keeping their memory.
+func (s *sandbox) Pause(ctx context.Context) error {
+	cg, err := loadCgroup(s.rec.Cgroup)
+	if err != nil || !s.rec.alive() {
+		return s.lost()
+	}
+	return cg.freeze()
+}
+
+// Resume implements provider.Pauser.
+func (s *sandbox) Resume(ctx context.Context) error {
+	cg, err := loadCgroup(s.rec.Cgroup)
+	if err != nil || !s.rec.alive() {
+		return s.lost()
+	}
+	return cg.thaw()
+}
+
+// Destroy implements provider.Sandbox.
+func (s *sandbox) Destroy(ctx context.Context) error {
+	unlock, err := lock(s.p.cfg.StateDir, s.rec.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := readRecord(filepath.Join(s.p.cfg.StateDir, s.rec.ID))
+	if errors.Is(err, fs.ErrNotExist) {
+		rec = s.rec
+	} else if err != nil {
+		return err
+	}
+	if err := s.p.remove(ctx, s.rec.ID, rec); err != nil {
+		return err
+	}
+	return removeLock(s.p.cfg.StateDir, s.rec.ID)
+}

@@ -1,0 +1,43 @@
+package linux
+
+import (
+	"bytes"
+	"os"
+	"testing"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// newTestProvider opens a provider on a short state directory: its
+// socket paths must fit in a unix socket address.
+func newTestProvider(t testing.TB) *Provider {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "berth")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSmoke(t *testing.T) {
+	p := newTestProvider(t)
+	sb, err := p.Create(t.Context(), provider.Spec{ID: "smoke"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(t.Context())
+	var out, errb bytes.Buffer
+	res, err := sb.Exec(t.Context(), provider.ExecRequest{Shell: "id; pwd; hostname; ls /; echo $PATH", Stdout: &out, Stderr: &errb})
+	t.Logf("res=%+v err=%v\nstdout:\n%s\nstderr:\n%s", res, err, out.String(), errb.String())
+	if err != nil || res.ExitCode != 0 {
+		t.Fatal("exec failed")
+	}
+}
