@@ -212,9 +212,9 @@ type ExecResult struct {
 	StderrBytes int64 `json:"stderr_bytes"`
 	// Truncated: part of the output could not be delivered because the
 	// caller was away while the command wrote more than the provider keeps.
-	Truncated  bool          `json:"truncated,omitempty"`
-	StartedAt  time.Time     `json:"started_at"`
-	Duration   time.Duration `json:"duration"`
+	Truncated bool          `json:"truncated,omitempty"`
+	StartedAt time.Time     `json:"started_at"`
+	Duration  time.Duration `json:"duration"`
 	// Attached: this call attached to a command started by an earlier call.
 	Attached bool `json:"attached,omitempty"`
 }

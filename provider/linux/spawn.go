@@ -35,11 +35,11 @@ type daemonConfig struct {
 
 // The files a daemon starts with, after stdin, stdout and stderr.
 const (
-	fdConfig    = 3 + iota // read end of the config pipe
-	fdStatus               // write end of the status pipe
-	fdListener             // the listening socket
-	fdOOM                  // the cgroup file counting out-of-memory kills
-	fdExe                  // the daemon's own binary
+	fdConfig   = 3 + iota // read end of the config pipe
+	fdStatus              // write end of the status pipe
+	fdListener            // the listening socket
+	fdOOM                 // the cgroup file counting out-of-memory kills
+	fdExe                 // the daemon's own binary
 )
 
 // statusReady is what a daemon writes when it serves; anything else it

@@ -46,8 +46,8 @@ type record struct {
 	ExpiresAt time.Time          `json:"expires_at"`
 	// PID and PIDStart identify the daemon on the host; the start time
 	// tells it apart from a later process that reuses the pid.
-	PID      int    `json:"pid"`
-	PIDStart uint64 `json:"pid_start"`
+	PID      int         `json:"pid"`
+	PIDStart uint64      `json:"pid_start"`
 	Cgroup   cgroupPaths `json:"cgroup"`
 }
 
