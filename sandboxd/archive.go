@@ -169,6 +169,9 @@ func (s *Server) importTar(r io.Reader) error {
 				return s.fileError("import", hdr.Name, err)
 			}
 			if err := s.root.Link(path.Join(stage, old), dst); err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("%w: import %q: hard link to %q, which is not an earlier file of the archive", provider.ErrBadInput, hdr.Name, hdr.Linkname)
+				}
 				return s.fileError("import", hdr.Name, err)
 			}
 		default:
@@ -187,7 +190,10 @@ func (s *Server) importTar(r io.Reader) error {
 		_ = s.root.Chmod(d.name, d.mode|0o700)
 		_ = s.root.Chtimes(d.name, d.mtime, d.mtime)
 	}
-	return s.merge(stage, ".")
+	if err := s.merge(stage, ".", true); err != nil {
+		return err
+	}
+	return s.merge(stage, ".", false)
 }
 
 // archivePath checks an entry name from an archive: relative, inside.
@@ -225,9 +231,12 @@ func (s *Server) unpackFile(dst string, hdr *tar.Header, r io.Reader, mode fs.Fi
 }
 
 // merge moves the contents of staging directory src over dst. Where both
-// are directories it merges them; anything else at dst, a symbolic link
-// included, is replaced.
-func (s *Server) merge(src, dst string) error {
+// are directories it merges them; a symbolic link at dst where the
+// archive has a directory is followed, as WriteFile follows it, and must
+// stay in the workspace; anything else at dst is replaced. With check
+// set it only looks for conflicts, so that a bad archive is refused
+// before anything moves.
+func (s *Server) merge(src, dst string, check bool) error {
 	d, err := s.root.Open(src)
 	if err != nil {
 		return s.fileError("import", src, err)
@@ -240,14 +249,25 @@ func (s *Server) merge(src, dst string) error {
 	for _, e := range entries {
 		from, to := path.Join(src, e.Name()), path.Join(dst, e.Name())
 		cur, err := s.root.Lstat(to)
+		if err == nil && e.IsDir() && cur.Mode()&fs.ModeSymlink != 0 {
+			cur, err = s.root.Stat(to)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return s.fileError("import", to, err)
+			}
+		}
 		switch {
 		case err == nil && e.IsDir() && cur.IsDir():
-			if err := s.merge(from, to); err != nil {
+			if err := s.merge(from, to, check); err != nil {
 				return err
 			}
-			if fi, err := s.root.Lstat(from); err == nil {
+			if fi, err := s.root.Lstat(from); err == nil && !check {
 				_ = s.root.Chmod(to, fi.Mode().Perm())
 				_ = s.root.Chtimes(to, fi.ModTime(), fi.ModTime())
+			}
+			continue
+		case check:
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return s.fileError("import", to, err)
 			}
 			continue
 		case err == nil:

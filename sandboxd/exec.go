@@ -169,9 +169,13 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin io.Reader) (provider
 
 	var timedOut atomic.Bool
 	if hdr.Timeout > 0 {
+		var since uint64
+		if st, err := readStat(cmd.pid); err == nil {
+			since = st.start
+		}
 		timer := time.AfterFunc(hdr.Timeout, func() {
 			timedOut.Store(true)
-			killTree(cmd.pid)
+			killTree(cmd.pid, since, s.running.Load() == 1, s.procs.running)
 		})
 		defer timer.Stop()
 	}

@@ -171,7 +171,19 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: remove %q: the workspace itself cannot be removed", provider.ErrBadInput, name))
 		return
 	}
-	if err := s.asUser(func() error { return s.root.RemoveAll(rel) }); err != nil {
+	// RemoveAll says nothing of a path it cannot resolve; Lstat tells a
+	// missing path from one that leads out of the workspace.
+	if _, err := s.root.Lstat(rel); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeError(w, s.fileError("remove", name, err))
+		return
+	}
+	// The daemon's own rights, not the user's: the caller owns the
+	// workspace, and a tree the user made read-only must still go.
+	if err := s.root.RemoveAll(rel); err != nil {
 		writeError(w, s.fileError("remove", name, err))
 		return
 	}

@@ -1,6 +1,7 @@
 package sandboxd
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
 	"strconv"
@@ -53,6 +54,15 @@ func (p *procs) start(path string, argv, env []string, dir string, files []uintp
 	return pid, ch, nil
 }
 
+// running reports whether pid is a command the daemon started and has
+// not yet reaped.
+func (p *procs) running(pid int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.waiting[pid]
+	return ok
+}
+
 func (p *procs) reapLoop() {
 	for {
 		select {
@@ -80,22 +90,63 @@ func (p *procs) reapLoop() {
 	}
 }
 
-// killTree kills a command started in its own session: its process
-// group, and any process still in its session. A process that started a
-// session of its own escapes; the sandbox's lifetime bounds it.
-func killTree(sid int) {
-	_ = unix.Kill(-sid, unix.SIGKILL)
-	entries, err := os.ReadDir("/proc")
+// procStat is what the daemon reads of a process in /proc.
+type procStat struct {
+	pid, sid int
+	start    uint64 // clock ticks after boot
+}
+
+func readStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return
+		return procStat{}, err
 	}
+	// The command name, in parentheses, may hold anything; the fields
+	// after the last ')' are plain. fields[0] is field 3 of the line.
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 20 {
+		return procStat{}, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	sid, _ := strconv.Atoi(fields[3])
+	start, _ := strconv.ParseUint(fields[19], 10, 64)
+	return procStat{pid: pid, sid: sid, start: start}, nil
+}
+
+func allProcs() []procStat {
+	entries, _ := os.ReadDir("/proc")
+	var ps []procStat
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == sid {
+		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if s, err := unix.Getsid(pid); err == nil && s == sid {
-			_ = unix.Kill(pid, unix.SIGKILL)
+		if st, err := readStat(pid); err == nil {
+			ps = append(ps, st)
+		}
+	}
+	return ps
+}
+
+// killTree kills a command started in its own session: its process
+// group and every process still in its session. With escapees set it
+// also kills the sessions that processes started for themselves (with
+// setsid) after the command began, which only it can have started when
+// it is the only command running.
+func killTree(sid int, since uint64, escapees bool, running func(pid int) bool) {
+	_ = unix.Kill(-sid, unix.SIGKILL)
+	doomed := map[int]bool{sid: true}
+	procs := allProcs()
+	if escapees {
+		for _, p := range procs {
+			if p.sid == p.pid && p.start >= since && !running(p.pid) {
+				doomed[p.sid] = true
+			}
+		}
+	}
+	for _, p := range procs {
+		if doomed[p.sid] {
+			_ = unix.Kill(p.pid, unix.SIGKILL)
 		}
 	}
 }

@@ -32,7 +32,9 @@ func confine() error {
 	// Landlock supports, and nothing when it has none.
 	err := landlock.V5.BestEffort().RestrictPaths(
 		landlock.RODirs("/"),
-		landlock.RWDirs("/workspace", "/tmp", "/dev", "/proc"),
+		// Refer: moving files between directories, which the daemon's
+		// atomic writes and imports do.
+		landlock.RWDirs("/workspace", "/tmp", "/dev", "/proc").WithRefer(),
 	)
 	if err != nil {
 		return fmt.Errorf("landlock: %w", err)

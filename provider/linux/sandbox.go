@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
 
 	"github.com/berth-dev/berth/provider"
@@ -28,6 +29,9 @@ func (s *sandbox) ID() string { return s.rec.ID }
 
 // Info implements provider.Sandbox.
 func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
+	if err := s.exists(); err != nil {
+		return provider.Info{}, err
+	}
 	info := s.rec.info()
 	info.State = provider.StateRunning
 	if !s.rec.alive() {
@@ -43,6 +47,9 @@ func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
 // ready checks, before talking to the daemon, that it can answer: a
 // paused daemon would leave the caller waiting.
 func (s *sandbox) ready() error {
+	if err := s.exists(); err != nil {
+		return err
+	}
 	cg, err := loadCgroup(s.rec.Cgroup)
 	if err != nil {
 		return s.lost()
@@ -51,6 +58,16 @@ func (s *sandbox) ready() error {
 		return fmt.Errorf("%w: %s; resume it first", provider.ErrPaused, s.rec.ID)
 	}
 	return nil
+}
+
+// exists reports ErrNotFound once the sandbox has been destroyed, through
+// this handle or any other.
+func (s *sandbox) exists() error {
+	_, err := os.Stat(filepath.Join(s.p.cfg.StateDir, s.rec.ID, recordFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s", provider.ErrNotFound, s.rec.ID)
+	}
+	return err
 }
 
 func (s *sandbox) lost() error {

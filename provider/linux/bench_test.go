@@ -1,0 +1,101 @@
+package linux
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// reportMedian adds the median of the samples to a benchmark's output,
+// beside the mean that ns/op gives.
+func reportMedian(b *testing.B, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	slices.Sort(samples)
+	b.ReportMetric(float64(samples[len(samples)/2].Microseconds())/1000, "median-ms")
+}
+
+// BenchmarkCreateExec measures a whole one-shot sandbox: create, run
+// /bin/true, get the result, destroy; and bubblewrap doing the same with
+// equivalent isolation, as the baseline.
+func BenchmarkCreateExec(b *testing.B) {
+	b.Run("berth", func(b *testing.B) {
+		p := newTestProvider(b)
+		ctx := b.Context()
+		var samples []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			sb, err := p.Create(ctx, provider.Spec{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			res, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"/bin/true"}})
+			if err != nil || res.ExitCode != 0 {
+				b.Fatalf("exec: %+v, %v", res, err)
+			}
+			if err := sb.Destroy(ctx); err != nil {
+				b.Fatal(err)
+			}
+			samples = append(samples, time.Since(start))
+		}
+		reportMedian(b, samples)
+	})
+	b.Run("bwrap", func(b *testing.B) {
+		bwrap, err := exec.LookPath("bwrap")
+		if err != nil {
+			b.Fatal("bubblewrap is the baseline; install it (Debian package bubblewrap)")
+		}
+		ws := b.TempDir()
+		args := []string{
+			"--unshare-user", "--uid", "1000", "--gid", "1000",
+			"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
+			"--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
+		}
+		for _, l := range []string{"bin", "sbin", "lib", "lib64"} {
+			if target, err := os.Readlink("/" + l); err == nil {
+				args = append(args, "--symlink", target, "/"+l)
+			}
+		}
+		args = append(args, "--bind", ws, "/workspace", "--tmpfs", "/tmp", "--proc", "/proc",
+			"--dev", "/dev", "--new-session", "--die-with-parent", "--cap-drop", "ALL",
+			"--chdir", "/workspace", "/bin/true")
+		var samples []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if out, err := exec.Command(bwrap, args...).CombinedOutput(); err != nil {
+				b.Fatalf("bwrap: %v: %s", err, out)
+			}
+			samples = append(samples, time.Since(start))
+		}
+		reportMedian(b, samples)
+	})
+}
+
+// BenchmarkExec measures one command in a running sandbox.
+func BenchmarkExec(b *testing.B) {
+	b.Run("berth", func(b *testing.B) {
+		p := newTestProvider(b)
+		ctx := b.Context()
+		sb, err := p.Create(ctx, provider.Spec{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sb.Destroy(ctx)
+		var samples []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			res, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"/bin/true"}})
+			if err != nil || res.ExitCode != 0 {
+				b.Fatalf("exec: %+v, %v", res, err)
+			}
+			samples = append(samples, time.Since(start))
+		}
+		reportMedian(b, samples)
+	})
+}
+
