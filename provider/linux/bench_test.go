@@ -98,4 +98,3 @@ func BenchmarkExec(b *testing.B) {
 		reportMedian(b, samples)
 	})
 }
-

@@ -1,0 +1,305 @@
+package linux
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+func create(t *testing.T, p *Provider, spec provider.Spec) *sandbox {
+	t.Helper()
+	sb, err := p.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Destroy(t.Context()) })
+	return sb.(*sandbox)
+}
+
+func sh(t *testing.T, sb provider.Sandbox, script string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	res, err := sb.Exec(t.Context(), provider.ExecRequest{Shell: script, Stdout: &out, Stderr: &errb})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%q: exit %d, %v; stderr: %s", script, res.ExitCode, err, errb.String())
+	}
+	return out.String()
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not so after %v", what, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestLost kills a sandbox's daemon from outside, as an OOM killer or an
+// operator would: operations report it lost, Info says so, and Destroy
+// still cleans everything up.
+func TestLost(t *testing.T) {
+	p := newTestProvider(t)
+	sb := create(t, p, provider.Spec{ID: "lost"})
+	sh(t, sb, "echo hi > f")
+	if err := unix.Kill(sb.rec.PID, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "daemon gone", 5*time.Second, func() bool { return !sb.rec.alive() })
+
+	_, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}})
+	if !errors.Is(err, provider.ErrLost) {
+		t.Errorf("exec on a lost sandbox: %v, want ErrLost", err)
+	}
+	if _, err := sb.ReadFile(t.Context(), "f"); !errors.Is(err, provider.ErrLost) {
+		t.Errorf("read on a lost sandbox: %v, want ErrLost", err)
+	}
+	info, err := sb.Info(t.Context())
+	if err != nil || info.State != provider.StateLost {
+		t.Errorf("Info = %+v, %v; want state lost", info, err)
+	}
+	infos, err := p.List(t.Context(), nil)
+	if err != nil || len(infos) != 1 || infos[0].State != provider.StateLost {
+		t.Errorf("List = %+v, %v; want the lost sandbox", infos, err)
+	}
+	checkDestroyLeavesNothing(t, p, sb)
+}
+
+// checkDestroyLeavesNothing destroys sb and checks that no process,
+// cgroup or file of it remains.
+func checkDestroyLeavesNothing(t *testing.T, p *Provider, sb *sandbox) {
+	t.Helper()
+	cg, err := loadCgroup(sb.rec.Cgroup)
+	if err != nil {
+		t.Fatalf("cgroups before destroy: %v", err)
+	}
+	pids, _ := cg.pids()
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range append(pids, sb.rec.PID) {
+		if err := unix.Kill(pid, 0); err == nil {
+			if start, err := processStart(pid); err == nil && (pid != sb.rec.PID || start == sb.rec.PIDStart) {
+				t.Errorf("process %d of the sandbox survived", pid)
+			}
+		}
+	}
+	for name, path := range sb.rec.Cgroup.V1 {
+		if _, err := os.Stat(filepath.Join(cgroupRoot, string(name), path)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s:%s survived (%v)", name, path, err)
+		}
+	}
+	if sb.rec.Cgroup.V2 != "" {
+		if _, err := os.Stat(filepath.Join(cgroupRoot, sb.rec.Cgroup.V2)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s survived", sb.rec.Cgroup.V2)
+		}
+	}
+	entries, _ := os.ReadDir(p.cfg.StateDir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), sb.ID()) {
+			t.Errorf("state %s survived", e.Name())
+		}
+	}
+	if _, err := p.Get(t.Context(), sb.ID()); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("Get after destroy: %v, want ErrNotFound", err)
+	}
+}
+
+// TestDestroyLeavesNothing runs busy processes, including ones that left
+// the command's session, and a paused sandbox, then destroys.
+func TestDestroyLeavesNothing(t *testing.T) {
+	p := newTestProvider(t)
+	for _, pause := range []bool{false, true} {
+		sb := create(t, p, provider.Spec{})
+		sh(t, sb, "sleep 100 >/dev/null 2>&1 & setsid sleep 100 >/dev/null 2>&1 & dd if=/dev/zero of=/tmp/x bs=1M count=8 2>/dev/null; echo ok")
+		if pause {
+			if err := sb.Pause(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkDestroyLeavesNothing(t, p, sb)
+	}
+}
+
+// TestOutlivesCreator creates a sandbox from another process that then
+// exits; this process finds it by id, uses it, and destroys it.
+func TestOutlivesCreator(t *testing.T) {
+	if dir := os.Getenv("BERTH_TEST_CREATOR_DIR"); dir != "" {
+		p, err := New(Config{StateDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, err := p.Create(t.Context(), provider.Spec{ID: "orphan", Labels: map[string]string{"owner": "gone"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh(t, sb, "echo from-creator > note; nohup sleep 1000 >/dev/null 2>&1 &")
+		return
+	}
+	p := newTestProvider(t)
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestOutlivesCreator$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "BERTH_TEST_CREATOR_DIR="+p.cfg.StateDir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("creator: %v\n%s", err, out)
+	}
+	infos, err := p.List(t.Context(), map[string]string{"owner": "gone"})
+	if err != nil || len(infos) != 1 || infos[0].State != provider.StateRunning {
+		t.Fatalf("List = %+v, %v; want the running sandbox", infos, err)
+	}
+	got, err := p.Get(t.Context(), "orphan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := got.(*sandbox)
+	if out := sh(t, sb, "cat note; pgrep -c sleep || ls /proc | grep -c '^[0-9]'"); !strings.HasPrefix(out, "from-creator\n") {
+		t.Errorf("after reconnecting: %q", out)
+	}
+	checkDestroyLeavesNothing(t, p, sb)
+}
+
+// TestLifetime: a sandbox past its hard lifetime is stopped whatever it
+// is doing.
+func TestLifetime(t *testing.T) {
+	p := newTestProvider(t)
+	sb := create(t, p, provider.Spec{Lifetime: 500 * time.Millisecond})
+	info, err := sb.Info(t.Context())
+	if err != nil || info.ExpiresAt.Sub(info.CreatedAt) != 500*time.Millisecond {
+		t.Fatalf("Info = %+v, %v", info, err)
+	}
+	_, err = sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"sleep", "30"}})
+	if !errors.Is(err, provider.ErrLost) {
+		t.Errorf("a command outliving the sandbox: %v, want ErrLost", err)
+	}
+	waitFor(t, "sandbox stopped", 5*time.Second, func() bool {
+		info, err := sb.Info(t.Context())
+		return err == nil && info.State == provider.StateLost
+	})
+}
+
+// TestIdleDaemonMemory: an idle sandbox's daemon stays small. What a
+// sandbox costs is its daemon's unique memory (USS): the pages of the
+// binary it maps are the page cache of one file, shared by every sandbox
+// and by the host process.
+func TestIdleDaemonMemory(t *testing.T) {
+	p := newTestProvider(t)
+	sb := create(t, p, provider.Spec{})
+	sh(t, sb, "true")
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(sb.rec.PID) + "/smaps_rollup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uss int64
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 3 && (f[0] == "Private_Clean:" || f[0] == "Private_Dirty:") {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			uss += kb << 10
+		}
+	}
+	t.Logf("idle daemon: USS %.1f MiB, RSS %.1f MiB", float64(uss)/(1<<20), float64(daemonRSS(t, sb))/(1<<20))
+	if uss > 10<<20 {
+		t.Errorf("idle daemon USS %d bytes, want at most 10 MiB", uss)
+	}
+}
+
+// TestHostIsolation checks what the sandbox must not see of the host.
+func TestHostIsolation(t *testing.T) {
+	p := newTestProvider(t)
+	sb := create(t, p, provider.Spec{})
+	tests := []struct{ name, script, want string }{
+		{"no host processes", "ls /proc | grep -c '^[0-9]*$'", ""},
+		{"only loopback", "ls /sys/class/net 2>/dev/null || cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '", "lo\n"},
+		{"no capabilities", "grep CapEff /proc/self/status", "CapEff:\t0000000000000000\n"},
+		{"no new privileges", "grep NoNewPrivs /proc/self/status", "NoNewPrivs:\t1\n"},
+		{"seccomp on", "grep '^Seccomp:' /proc/self/status", "Seccomp:\t2\n"},
+		{"root read-only", "touch /x 2>&1 >/dev/null | grep -c Read-only", "1\n"},
+		{"usr read-only", "touch /usr/x 2>&1 >/dev/null | grep -c -e Read-only -e denied", "1\n"},
+		{"no user namespaces", "unshare -U true 2>&1 | grep -c 'not permitted'", "1\n"},
+		{"threads (clone3 falls back)", "/usr/bin/python3 -c 'import threading as t; x=t.Thread(target=print, args=(1,)); x.start(); x.join()'", "1\n"},
+		{"no mounts", "mount -t tmpfs t /tmp 2>&1 | grep -c -e 'not permitted' -e 'must be superuser'", "1\n"},
+		{"hostname", "hostname", "sandbox\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := sh(t, sb, tt.script)
+			if tt.want != "" && got != tt.want {
+				t.Errorf("%q = %q, want %q", tt.script, got, tt.want)
+			}
+		})
+	}
+	// Few processes: the daemon, the shell, ls, grep.
+	if n := strings.TrimSpace(sh(t, sb, "ls /proc | grep -c '^[0-9]*$'")); len(n) > 1 {
+		t.Errorf("the sandbox sees %s processes", n)
+	}
+}
+
+// TestRootFS runs a sandbox on a root filesystem of its own: a /bin/sh
+// and the libraries it needs, and nothing of the host's.
+func TestRootFS(t *testing.T) {
+	p := newTestProvider(t)
+	root, err := os.MkdirTemp("", "rootfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ldd", sh).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []string{sh}
+	for line := range strings.Lines(string(out)) {
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "/") {
+				files = append(files, f)
+			}
+		}
+	}
+	for _, f := range files {
+		dst := filepath.Join(root, f)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-L", f, dst).CombinedOutput(); err != nil {
+			t.Fatalf("cp %s: %v %s", f, err, out)
+		}
+	}
+	os.MkdirAll(filepath.Join(root, "bin"), 0o755)
+	if err := os.Symlink(sh, filepath.Join(root, "bin", "sh")); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "marker"), []byte("mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := create(t, p, provider.Spec{RootFS: root})
+	var stdout bytes.Buffer
+	res, err := sb.Exec(t.Context(), provider.ExecRequest{
+		Argv:   []string{"/bin/sh", "-c", "read m < /marker; echo $m; test -e /usr/bin/apt && echo host; echo x > /workspace/f && echo ok"},
+		Stdout: &stdout,
+	})
+	if err != nil || res.ExitCode != 0 || stdout.String() != "mine\nok\n" {
+		t.Errorf("in its own root: %q, exit %d, %v; want the marker and no host /usr", stdout.String(), res.ExitCode, err)
+	}
+	if _, err := p.Create(t.Context(), provider.Spec{RootFS: "relative/dir"}); !errors.Is(err, provider.ErrBadInput) {
+		t.Errorf("relative root filesystem: %v, want bad input", err)
+	}
+}
