@@ -200,7 +200,9 @@ func checkDaemonRSS(t *testing.T, s *suite, sb provider.Sandbox) {
 		t.Log("not checking the in-sandbox daemon's memory: Harness.DaemonRSS is nil")
 		return
 	}
-	if rss := s.h.DaemonRSS(t, sb); rss >= memoryBound {
+	rss := s.h.DaemonRSS(t, sb)
+	t.Logf("the in-sandbox daemon's resident memory: %d MiB", rss>>20)
+	if rss >= memoryBound {
 		t.Errorf("the in-sandbox daemon's resident memory is %d MiB, want under %d MiB", rss>>20, memoryBound>>20)
 	}
 }

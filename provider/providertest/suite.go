@@ -1,0 +1,460 @@
+package providertest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// Harness says how to reach the provider under test.
+type Harness struct {
+	// Open returns the provider under test. The suite may call it several
+	// times in one test; every provider it returns must see the same
+	// sandboxes (as a new process on the same host would), so the suite
+	// can test reconnecting by id.
+	Open func(t *testing.T) provider.Provider
+	// Spec, if set, adjusts every spec the suite creates (e.g. to add an
+	// image).
+	Spec func(provider.Spec) provider.Spec
+	// DaemonRSS, if set, returns the resident memory in bytes of the
+	// in-sandbox daemon of a sandbox (used to check that memory stays
+	// bounded); tests needing it skip with a clear message when nil.
+	DaemonRSS func(t *testing.T, sb provider.Sandbox) int64
+}
+
+// Run runs the conformance suite against the provider h opens.
+func Run(t *testing.T, h Harness) {
+	if h.Open == nil {
+		t.Fatal("providertest: Harness.Open is nil")
+	}
+	s := &suite{h: h, run: randomHex(4)}
+	t.Logf("providertest: this run's sandboxes carry the label %s=%s", runLabel, s.run)
+	// Groups run one after another: t.Run returns only when a group's
+	// parallel tests are done, so the serial heavy tests of the last group
+	// have the machine to themselves.
+	for _, g := range []group{
+		{"Lifecycle", lifecycleTests()},
+		{"Exec", execTests()},
+		{"ExactlyOnce", onceTests()},
+		{"Files", fileTests()},
+		{"Escape", escapeTests()},
+		{"Archive", archiveTests()},
+		{"Pause", pauseTests()},
+		{"Limits", limitTests()},
+	} {
+		t.Run(g.name, func(t *testing.T) {
+			for _, tc := range g.tests {
+				t.Run(tc.name, func(t *testing.T) {
+					if !tc.serial {
+						t.Parallel()
+					}
+					tc.fn(t, s)
+				})
+			}
+		})
+	}
+}
+
+type group struct {
+	name  string
+	tests []test
+}
+
+// test is one subtest. Serial tests run alone: they need the process to
+// themselves (t.Setenv) or the machine to themselves (heavy tests).
+type test struct {
+	name   string
+	serial bool
+	fn     func(t *testing.T, s *suite)
+}
+
+// runLabel marks every sandbox the suite names, so that leftovers of a
+// crashed run can be found and destroyed by hand.
+const runLabel = "berth-providertest-run"
+
+// How long the suite waits. Every provider call has a deadline, so a hang
+// fails the test that hit it, with a message, instead of the whole binary.
+const (
+	opTimeout     = 2 * time.Minute  // one provider call
+	heavyTimeout  = 15 * time.Minute // a call that moves gigabytes
+	settleTimeout = 30 * time.Second // something the provider does asynchronously
+	pollInterval  = 50 * time.Millisecond
+)
+
+type suite struct {
+	h   Harness
+	run string
+}
+
+// open returns a provider from the harness.
+func (s *suite) open(t *testing.T) provider.Provider {
+	t.Helper()
+	p := s.h.Open(t)
+	if p == nil {
+		t.Fatal("Harness.Open returned a nil provider")
+	}
+	return p
+}
+
+// newSpec is the spec most tests start from: a fresh id and the run label.
+func (s *suite) newSpec(t *testing.T) provider.Spec {
+	return provider.Spec{ID: s.newID(t), Labels: map[string]string{runLabel: s.run}}
+}
+
+// adjust applies the harness's changes to a spec the suite built.
+func (s *suite) adjust(spec provider.Spec) provider.Spec {
+	if s.h.Spec != nil {
+		return s.h.Spec(spec)
+	}
+	return spec
+}
+
+// newID makes a sandbox id no other test or run uses, readable enough to
+// tell which test a leftover sandbox came from.
+func (s *suite) newID(t *testing.T) string {
+	name := t.Name()
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		name = name[i+1:]
+	}
+	slug := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r - 'A' + 'a'
+		}
+		return '-'
+	}, name)
+	id := "pt-" + s.run + "-" + randomHex(3) + "-" + slug
+	if len(id) > provider.MaxIDLen {
+		id = id[:provider.MaxIDLen]
+	}
+	return strings.TrimRight(id, "-")
+}
+
+// mustCreate creates a sandbox from spec, adjusted by the harness, and
+// destroys it when the test ends.
+func (s *suite) mustCreate(t *testing.T, p provider.Provider, spec provider.Spec) provider.Sandbox {
+	t.Helper()
+	spec = s.adjust(spec)
+	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+	defer cancel()
+	sb, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("Create(id %q): %v", spec.ID, err)
+	}
+	destroyOnCleanup(t, sb)
+	return sb
+}
+
+// sandbox opens the provider and creates a sandbox from the default spec.
+func (s *suite) sandbox(t *testing.T) (provider.Provider, provider.Sandbox) {
+	t.Helper()
+	p := s.open(t)
+	return p, s.mustCreate(t, p, s.newSpec(t))
+}
+
+// destroyOnCleanup destroys sb when the test ends. Destroying twice is
+// allowed, so tests that destroy on purpose need not undo this.
+func destroyOnCleanup(t *testing.T, sb provider.Sandbox) {
+	t.Cleanup(func() {
+		// t.Context is already cancelled when cleanups run.
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		if err := sb.Destroy(ctx); err != nil {
+			t.Errorf("cleanup: Destroy(%s): %v", sb.ID(), err)
+		}
+	})
+}
+
+// timeout returns a context for the rest of the test that ends after d.
+func timeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// result is an ExecResult with the output the caller received.
+type result struct {
+	provider.ExecResult
+	stdout, stderr string
+}
+
+// execute runs req with its output captured, unless req brings its own
+// writers, under a deadline of opTimeout.
+func execute(t *testing.T, sb provider.Sandbox, req provider.ExecRequest) (result, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+	defer cancel()
+	return executeCtx(ctx, sb, req)
+}
+
+func executeCtx(ctx context.Context, sb provider.Sandbox, req provider.ExecRequest) (result, error) {
+	var stdout, stderr syncBuffer
+	if req.Stdout == nil {
+		req.Stdout = &stdout
+	}
+	if req.Stderr == nil {
+		req.Stderr = &stderr
+	}
+	res, err := sb.Exec(ctx, req)
+	return result{ExecResult: res, stdout: stdout.String(), stderr: stderr.String()}, err
+}
+
+// run runs argv and fails the test if Exec fails; the exit code is the
+// caller's to check.
+func run(t *testing.T, sb provider.Sandbox, argv ...string) result {
+	t.Helper()
+	r, err := execute(t, sb, provider.ExecRequest{Argv: argv})
+	if err != nil {
+		t.Fatalf("Exec %q: %v", argv, err)
+	}
+	return r
+}
+
+// mustSh runs script with /bin/sh, args as $1..., and fails the test
+// unless it exits 0. It returns the standard output.
+func mustSh(t *testing.T, sb provider.Sandbox, script string, args ...string) string {
+	t.Helper()
+	r := run(t, sb, append([]string{"/bin/sh", "-c", script, "sh"}, args...)...)
+	if r.ExitCode != 0 {
+		t.Fatalf("sh -c %q: exit code %d (signal %q), stderr: %s", script, r.ExitCode, r.Signal, r.stderr)
+	}
+	return r.stdout
+}
+
+// mustPython runs a python3 program, args as sys.argv[1:], and fails the
+// test unless it exits 0. It returns the standard output.
+func mustPython(t *testing.T, sb provider.Sandbox, program string, args ...string) string {
+	t.Helper()
+	r := run(t, sb, append([]string{python, "-c", program}, args...)...)
+	if r.ExitCode != 0 {
+		t.Fatalf("python3 program failed: exit code %d (signal %q), stderr: %s", r.ExitCode, r.Signal, r.stderr)
+	}
+	return r.stdout
+}
+
+const python = "/usr/bin/python3"
+
+// checkServing fails the test unless sb still runs commands.
+func checkServing(t *testing.T, sb provider.Sandbox) {
+	t.Helper()
+	r, err := execute(t, sb, provider.ExecRequest{Argv: []string{"echo", "ok"}})
+	if err != nil {
+		t.Fatalf("the sandbox no longer serves: echo ok: %v", err)
+	}
+	if r.ExitCode != 0 || r.stdout != "ok\n" {
+		t.Fatalf("the sandbox no longer serves: echo ok gave exit code %d, stdout %q", r.ExitCode, r.stdout)
+	}
+}
+
+func writeFile(t *testing.T, sb provider.Sandbox, path string, data []byte, mode fs.FileMode) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+	defer cancel()
+	if err := sb.WriteFile(ctx, path, bytes.NewReader(data), mode); err != nil {
+		t.Fatalf("WriteFile(%q): %v", path, err)
+	}
+}
+
+// readFileErr reads a whole file, for files the test knows to be small.
+func readFileErr(t *testing.T, sb provider.Sandbox, path string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+	defer cancel()
+	rc, err := sb.ReadFile(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+func readFile(t *testing.T, sb provider.Sandbox, path string) []byte {
+	t.Helper()
+	data, err := readFileErr(t, sb, path)
+	if err != nil {
+		t.Fatalf("ReadFile(%q): %v", path, err)
+	}
+	return data
+}
+
+func listDir(t *testing.T, sb provider.Sandbox, path string) []provider.FileInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+	defer cancel()
+	infos, err := sb.ListDir(ctx, path)
+	if err != nil {
+		t.Fatalf("ListDir(%q): %v", path, err)
+	}
+	return infos
+}
+
+func remove(t *testing.T, sb provider.Sandbox, path string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+	defer cancel()
+	if err := sb.Remove(ctx, path); err != nil {
+		t.Fatalf("Remove(%q): %v", path, err)
+	}
+}
+
+// entry finds name in a listing.
+func entry(infos []provider.FileInfo, name string) (provider.FileInfo, bool) {
+	for _, fi := range infos {
+		if fi.Name == name {
+			return fi, true
+		}
+	}
+	return provider.FileInfo{}, false
+}
+
+// existsScript prints each of its arguments that exists, or is a dangling
+// symbolic link, as the sandbox sees it.
+const existsScript = `for p in "$@"; do if [ -e "$p" ] || [ -L "$p" ]; then echo "$p"; fi; done`
+
+// checkAbsentInSandbox fails the test for each path that exists in the
+// sandbox's view of its file system.
+func checkAbsentInSandbox(t *testing.T, sb provider.Sandbox, paths ...string) {
+	t.Helper()
+	if out := mustSh(t, sb, existsScript, paths...); out != "" {
+		t.Errorf("escape: these paths outside the workspace exist inside the sandbox, and should not:\n%s", out)
+	}
+}
+
+// checkAbsentOnHost fails the test for each path that exists on this
+// machine. A host-bound provider that follows a path out of the workspace
+// on the host side would leave its traces here rather than in the sandbox.
+// What it finds is removed if it carries one of the suite's made-up
+// names, so that a failing provider leaves no litter.
+func checkAbsentOnHost(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("escape: %s exists on the host running the test (Lstat: %v), and should not", p, err)
+			if strings.HasPrefix(filepath.Base(p), randomPrefix) {
+				_ = os.Remove(p)
+			}
+		}
+	}
+}
+
+// checkErrIs fails the test unless err wraps target.
+func checkErrIs(t *testing.T, err, target error, what string) bool {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Errorf("%s: got error %v (kind %s), want one wrapping %q", what, err, provider.KindOf(err), target)
+		return false
+	}
+	return true
+}
+
+// eventually polls cond until it reports done, failing the test after d.
+// cond describes what it saw, for the failure message.
+func eventually(t *testing.T, d time.Duration, what string, cond func() (done bool, saw string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		done, saw := cond()
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not the case after %v; last saw: %s", what, d, saw)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("%s: test ended while waiting; last saw: %s", what, saw)
+		case <-tick.C:
+		}
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return hex.EncodeToString(b)
+}
+
+// randomName is a file name nothing else uses, for targets of escape
+// attempts: a provider that lets one through creates a harmless new file
+// instead of damaging a real one.
+func randomName() string { return randomPrefix + randomHex(6) }
+
+const randomPrefix = "berth-providertest-"
+
+// syncBuffer is a bytes.Buffer that providers may write from any
+// goroutine while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// signalWriter records output and closes first on the first write that
+// carries bytes, noting when it came.
+type signalWriter struct {
+	syncBuffer
+	once  sync.Once
+	first chan struct{}
+	at    atomic.Int64 // UnixNano of the first write
+}
+
+func newSignalWriter() *signalWriter { return &signalWriter{first: make(chan struct{})} }
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	n, err := w.syncBuffer.Write(p)
+	if len(p) > 0 {
+		w.once.Do(func() {
+			w.at.Store(time.Now().UnixNano())
+			close(w.first)
+		})
+	}
+	return n, err
+}
+
+// countingWriter counts and discards.
+type countingWriter struct{ n atomic.Int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// describe shortens data for failure messages.
+func describe(b []byte) string {
+	const max = 200
+	if len(b) <= max {
+		return fmt.Sprintf("%q", b)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", b[:max], len(b))
+}
