@@ -151,7 +151,7 @@ func (s *Server) importTar(r io.Reader) error {
 				return s.fileError("import", hdr.Name, err)
 			}
 			dirs = append(dirs, deferred{name: dst, mode: mode, mtime: hdr.ModTime})
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg:
 			if err := s.unpackFile(dst, hdr, tr, mode); err != nil {
 				return err
 			}
