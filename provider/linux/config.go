@@ -2,6 +2,7 @@ package linux
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,6 +24,12 @@ type Config struct {
 	// Defaults are the limits of a sandbox whose spec names none. Zero
 	// fields mean 2 GiB of memory, 4096 processes, CPU unlimited.
 	Defaults provider.Resources
+	// Pool is how many warm daemons the provider keeps ready once it has
+	// created a sandbox, so that the next creation does not wait for one
+	// to start. Zero means 2; a negative number keeps none.
+	Pool int
+	// Logger receives the provider's own events. Nil discards them.
+	Logger *slog.Logger
 }
 
 // Identities inside a sandbox.
@@ -61,6 +68,12 @@ func (c *Config) setDefaults() error {
 	if c.Defaults.Pids == 0 {
 		c.Defaults.Pids = 4096
 	}
+	if c.Pool == 0 {
+		c.Pool = 2
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 	return nil
 }
 
@@ -90,6 +103,8 @@ func fromProviderConfig(pc provider.Config) (Config, error) {
 			c.Defaults.Pids, err = strconv.ParseInt(v, 10, 64)
 		case "cpu":
 			c.Defaults.CPU, err = strconv.ParseFloat(v, 64)
+		case "pool":
+			c.Pool, err = strconv.Atoi(v)
 		default:
 			return c, fmt.Errorf("%w: linux provider: unknown setting %q", provider.ErrBadInput, k)
 		}

@@ -20,6 +20,7 @@ func TestConformance(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { q.Close() })
 			return q
 		},
 		DaemonRSS: func(t *testing.T, sb provider.Sandbox) int64 {

@@ -23,29 +23,27 @@ func Main() {
 		return
 	}
 	unix.Close(fdExe) // only needed to start
-	status := os.NewFile(fdStatus, "status")
-	if err := runDaemon(status); err != nil {
-		fmt.Fprintf(status, "%v\n", err)
+	ctl := os.NewFile(fdControl, "control")
+	if err := runDaemon(ctl); err != nil {
+		_ = send(ctl, []byte(err.Error()), nil)
 		fmt.Fprintf(os.Stderr, "berth-sandboxd: %v\n", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
 }
 
-// runDaemon is the sandbox's first process: it builds the sandbox's view
-// of the world, locks itself down, and serves.
-func runDaemon(status *os.File) error {
+// runDaemon is the sandbox's first process. It builds the sandbox's view
+// of the world, waits to be claimed, then locks itself down and serves.
+func runDaemon(ctl *os.File) error {
 	// A few MiB per sandbox matter more here than collection speed.
+	debug.SetGCPercent(50)
 	debug.SetMemoryLimit(16 << 20)
 
-	var cfg daemonConfig
-	cfgFile := os.NewFile(fdConfig, "config")
-	if err := json.NewDecoder(cfgFile).Decode(&cfg); err != nil {
-		return fmt.Errorf("read config: %w", err)
+	var wm warmMsg
+	if err := recvJSON(ctl, &wm, nil); err != nil {
+		return fmt.Errorf("read configuration: %w", err)
 	}
-	cfgFile.Close()
-
-	if err := setupRoot(cfg); err != nil {
+	if err := prepareRoot(wm.NewRoot, wm.RootFS); err != nil {
 		return fmt.Errorf("set up root filesystem: %w", err)
 	}
 	if err := unix.Sethostname([]byte("sandbox")); err != nil {
@@ -54,14 +52,32 @@ func runDaemon(status *os.File) error {
 	if err := loopbackUp(); err != nil {
 		return fmt.Errorf("bring up loopback: %w", err)
 	}
+	if err := send(ctl, []byte(replyWarm), nil); err != nil {
+		return err
+	}
+
+	var cm claimMsg
+	var lnFile *os.File
+	if err := recvJSON(ctl, &cm, &lnFile); err != nil {
+		if err == errClosed {
+			os.Exit(0) // the host went away before it needed us
+		}
+		return fmt.Errorf("read claim: %w", err)
+	}
+	if lnFile == nil {
+		return fmt.Errorf("claim without a listening socket")
+	}
+	if err := enterRoot(wm.NewRoot, cm.Workspace); err != nil {
+		return fmt.Errorf("enter root filesystem: %w", err)
+	}
 	oom := os.NewFile(fdOOM, "oom")
 	var oomMu sync.Mutex
 	srv, err := sandboxd.New(sandboxd.Config{
 		Workspace: "/workspace",
 		UID:       sandboxUID,
 		GID:       sandboxGID,
-		Env:       cfg.Env,
-		Dir:       cfg.Dir,
+		Env:       cm.Env,
+		Dir:       cm.Dir,
 		OOMKills: func() (int64, error) {
 			oomMu.Lock()
 			defer oomMu.Unlock()
@@ -74,19 +90,39 @@ func runDaemon(status *os.File) error {
 	if err := confine(); err != nil {
 		return fmt.Errorf("confine: %w", err)
 	}
-	ln, err := net.FileListener(os.NewFile(fdListener, "listener"))
+	ln, err := net.FileListener(lnFile)
 	if err != nil {
 		return fmt.Errorf("listener: %w", err)
 	}
+	lnFile.Close()
 	// The hard lifetime: when it ends the daemon exits, and being the
 	// first process of the PID namespace, takes every process with it.
-	time.AfterFunc(time.Until(cfg.ExpiresAt), func() { os.Exit(0) })
+	time.AfterFunc(time.Until(cm.ExpiresAt), func() { os.Exit(0) })
 
-	if _, err := status.WriteString(statusReady); err != nil {
+	if err := send(ctl, []byte(replyReady), nil); err != nil {
 		return err
 	}
-	status.Close()
 	return srv.Serve(ln)
+}
+
+var errClosed = fmt.Errorf("control socket closed")
+
+// recvJSON reads one control message into v, and the descriptor that
+// came with it into f, if f is not nil.
+func recvJSON(ctl *os.File, v any, f **os.File) error {
+	msg, file, err := recv(ctl)
+	if err != nil {
+		return err
+	}
+	if f != nil {
+		*f = file
+	} else if file != nil {
+		file.Close()
+	}
+	if len(msg) == 0 {
+		return errClosed
+	}
+	return json.Unmarshal(msg, v)
 }
 
 // loopbackUp brings up the sandbox's own loopback interface, its only

@@ -2,11 +2,10 @@ package linux
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -32,7 +31,9 @@ func init() {
 
 // Provider makes sandboxes on this host.
 type Provider struct {
-	cfg Config
+	cfg  Config
+	log  *slog.Logger
+	pool *pool
 
 	mu      sync.Mutex
 	clients map[string]*sandboxd.Client // by sandbox id, to reuse connections
@@ -54,8 +55,27 @@ func New(cfg Config) (*Provider, error) {
 	if err := checkTraversable(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
-	return &Provider{cfg: cfg, clients: map[string]*sandboxd.Client{}}, nil
+	// The directory every daemon mounts its sandbox's root on, each in
+	// its own mount namespace, and where warm daemons log.
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, newRootDir), 0o755); err != nil {
+		return nil, fmt.Errorf("linux provider: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, warmDir), 0o700); err != nil {
+		return nil, fmt.Errorf("linux provider: %w", err)
+	}
+	p := &Provider{cfg: cfg, log: cfg.Logger, clients: map[string]*sandboxd.Client{}}
+	p.pool = &pool{p: p, size: cfg.Pool}
+	p.sweepWarm()
+	return p, nil
 }
+
+// Close stops the provider's warm daemons. Sandboxes are not affected.
+func (p *Provider) Close() error {
+	p.pool.close()
+	return nil
+}
+
+func (p *Provider) newRoot() string { return filepath.Join(p.cfg.StateDir, newRootDir) }
 
 // Name implements provider.Provider.
 func (p *Provider) Name() string { return Name }
@@ -221,23 +241,11 @@ func (p *Provider) remove(ctx context.Context, id string, rec *record) error {
 				return fmt.Errorf("destroy %s: cgroups: %w", id, err)
 			}
 		}
-	} else if cg, err := loadCgroup(p.guessCgroup(id)); err == nil {
-		_ = cg.destroy(ctx)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("destroy %s: %w", id, err)
 	}
 	return nil
-}
-
-// guessCgroup is where this process would have put a sandbox's cgroups,
-// for cleaning up after a creation that crashed before its record.
-func (p *Provider) guessCgroup(id string) cgroupPaths {
-	cg, err := pathsFor(id)
-	if err != nil {
-		return cgroupPaths{}
-	}
-	return cg
 }
 
 // checkTraversable checks that a sandbox's daemon, which runs under ids
@@ -258,11 +266,7 @@ func checkTraversable(dir string) error {
 	}
 }
 
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
-}
+func newID() string { return "sb-" + randomHex(8) }
 
 // env is the base environment of commands in a sandbox.
 func env(spec map[string]string) map[string]string {

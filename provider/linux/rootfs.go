@@ -11,12 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// newRoot is where the daemon assembles the sandbox's root before
-// pivoting into it. It is a tmpfs mounted over the host's /tmp in the
-// daemon's own mount namespace, so nothing appears on the host; the
-// host paths the daemon still needs come as open directories.
-const newRoot = "/tmp"
-
 // hostEntries are what a sandbox sees of the host's root when it has no
 // root filesystem of its own. On merged-/usr hosts the last ones are
 // symbolic links into /usr, and are copied as such.
@@ -28,46 +22,31 @@ var reserved = map[string]bool{"workspace": true, "tmp": true, "proc": true, "de
 // devices are bound from the host into the sandbox's /dev.
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
-// setupRoot builds the sandbox's root file system and pivots into it.
-func setupRoot(cfg daemonConfig) error {
+// prepareRoot builds the sandbox's root on newRoot, all but its
+// workspace: read-only binds of the host's or rootfs's entries, /tmp,
+// /proc and /dev. newRoot is a directory shared by every sandbox; the
+// tmpfs mounted on it is this daemon's alone, in its own mount namespace.
+func prepareRoot(newRoot, rootfs string) error {
 	// Nothing mounted from here on may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
-	}
-	// Open the host directories the sandbox needs before newRoot covers
-	// them (they may be below it); binding their descriptors works.
-	ws, err := os.OpenFile(cfg.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("workspace: %w", err)
-	}
-	defer ws.Close()
-	var rootfs *os.File
-	if cfg.RootFS != "" {
-		if rootfs, err = os.OpenFile(cfg.RootFS, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
-			return fmt.Errorf("root filesystem: %w", err)
-		}
-		defer rootfs.Close()
 	}
 	if err := unix.Mount("tmpfs", newRoot, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
 		return fmt.Errorf("mount root tmpfs: %w", err)
 	}
 	at := func(name string) string { return filepath.Join(newRoot, name) }
-
-	if rootfs != nil {
-		if err := bindRootFS(fdPath(int(rootfs.Fd())), at); err != nil {
+	if rootfs != "" {
+		if err := bindRootFS(rootfs, at); err != nil {
 			return err
 		}
 	} else if err := bindHost(at); err != nil {
 		return err
 	}
-
 	if err := os.Mkdir(at("workspace"), 0o755); err != nil {
 		return err
 	}
-	if err := bindMount(fdPath(int(ws.Fd())), at("workspace"), false); err != nil {
-		return fmt.Errorf("workspace: %w", err)
-	}
-	if err := mountNew("tmpfs", at("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+strconv.FormatInt(cfg.TmpSize, 10)); err != nil {
+	// The sandbox's memory limit bounds its tmpfs: pages are charged to it.
+	if err := mountNew("tmpfs", at("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return err
 	}
 	if err := mountNew("proc", at("proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
@@ -76,12 +55,22 @@ func setupRoot(cfg daemonConfig) error {
 	if err := setupDev(at("dev")); err != nil {
 		return fmt.Errorf("/dev: %w", err)
 	}
+	return os.Mkdir(at(".oldroot"), 0o700)
+}
 
-	old := at(".oldroot")
-	if err := os.Mkdir(old, 0o700); err != nil {
-		return err
+// enterRoot binds the workspace into the root prepareRoot built, and
+// makes it the process's root: the host's file system is gone from the
+// sandbox's view afterwards.
+func enterRoot(newRoot, workspace string) error {
+	ws, err := os.OpenFile(workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
 	}
-	if err := unix.PivotRoot(newRoot, old); err != nil {
+	defer ws.Close()
+	if err := bindMount(fdPath(int(ws.Fd())), filepath.Join(newRoot, "workspace"), false); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if err := unix.PivotRoot(newRoot, filepath.Join(newRoot, ".oldroot")); err != nil {
 		return fmt.Errorf("pivot_root: %w", err)
 	}
 	if err := unix.Chdir("/"); err != nil {

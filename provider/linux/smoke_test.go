@@ -24,6 +24,7 @@ func newTestProvider(t testing.TB) *Provider {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { p.Close() })
 	return p
 }
 

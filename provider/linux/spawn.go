@@ -2,15 +2,14 @@ package linux
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -22,50 +21,155 @@ import (
 // daemonArg0 is the name the daemon is started under; Main looks for it.
 const daemonArg0 = "berth-sandboxd"
 
-// daemonConfig is what the host tells a starting daemon, on a pipe.
-type daemonConfig struct {
-	ID        string            `json:"id"`
-	Env       map[string]string `json:"env"`
-	Dir       string            `json:"dir"`
-	Workspace string            `json:"workspace"` // host path of the workspace
-	RootFS    string            `json:"rootfs,omitempty"`
-	ExpiresAt time.Time         `json:"expires_at"`
-	TmpSize   int64             `json:"tmp_size"`
-}
-
 // The files a daemon starts with, after stdin, stdout and stderr.
 const (
-	fdConfig   = 3 + iota // read end of the config pipe
-	fdStatus              // write end of the status pipe
-	fdListener            // the listening socket
-	fdOOM                 // the cgroup file counting out-of-memory kills
-	fdExe                 // the daemon's own binary
+	fdControl = 3 + iota // the control socket
+	fdOOM                // the cgroup file counting out-of-memory kills
+	fdExe                // the daemon's own binary, to start it
 )
 
-// statusReady is what a daemon writes when it serves; anything else it
-// writes is why it could not.
-const statusReady = "ready\n"
+// startTimeout bounds how long a daemon may take to get warm or ready.
+const startTimeout = 30 * time.Second
 
-// cleanup is a LIFO list of undo steps for a creation that fails half way.
-type cleanup []func()
-
-func (c *cleanup) add(f func()) { *c = append(*c, f) }
-func (c *cleanup) run() {
-	for i := len(*c) - 1; i >= 0; i-- {
-		(*c)[i]()
-	}
+// warm is a daemon that has built its namespaces, cgroups and root, and
+// waits to be claimed by a sandbox.
+type warm struct {
+	cmd      *exec.Cmd
+	ctl      *os.File
+	cg       *cgroup
+	pidStart uint64
+	log      string // path of the daemon's log file
 }
 
-// create makes the sandbox: state directory, daemon, cgroups, record.
-func (p *Provider) create(ctx context.Context, spec provider.Spec) (rec *record, err error) {
+// kill ends an unclaimed daemon and removes its cgroups.
+func (w *warm) kill() {
+	w.ctl.Close() // the daemon exits when its control socket closes
+	_ = w.cmd.Process.Kill()
+	_ = w.cmd.Wait()
+	_ = w.cg.destroy(context.Background())
+}
+
+// startWarm starts a daemon and waits until it is warm. rootfs, if not
+// empty, is the root filesystem it builds its root from.
+func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err error) {
 	var undo cleanup
 	defer func() {
 		if err != nil {
 			undo.run()
 		}
 	}()
-	id := spec.ID
-	dir := filepath.Join(p.cfg.StateDir, id)
+	paths, err := pathsFor("warm-" + randomHex(8))
+	if err != nil {
+		return nil, err
+	}
+	cg, err := newCgroup(paths, p.cfg.Defaults)
+	if err != nil {
+		return nil, err
+	}
+	undo.add(func() { cg.destroy(context.WithoutCancel(ctx)) })
+
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	ctl, child := os.NewFile(uintptr(pair[0]), "control"), os.NewFile(uintptr(pair[1]), "control")
+	defer child.Close()
+	undo.add(func() { ctl.Close() })
+	oom, err := cg.oomFile()
+	if err != nil {
+		return nil, fmt.Errorf("open out-of-memory counter: %w", err)
+	}
+	defer oom.Close()
+	// The daemon is executed through a descriptor the host opened: its
+	// path may be in directories the sandbox's ids cannot traverse.
+	exe, err := os.OpenFile(p.cfg.DaemonPath, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open daemon binary: %w", err)
+	}
+	defer exe.Close()
+	logPath := filepath.Join(p.cfg.StateDir, warmDir, randomHex(8)+".log")
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+
+	base := p.cfg.UIDBase
+	cmd := &exec.Cmd{
+		Path:       fdPath(fdExe),
+		Args:       []string{daemonArg0},
+		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=2"},
+		Dir:        "/",
+		Stdout:     logf,
+		Stderr:     logf,
+		ExtraFiles: []*os.File{child, oom, exe},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRange}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRange}},
+			GidMappingsEnableSetgroups: true,
+			// Become root of the new user namespace (the host's root is
+			// not mapped in it), and so hold its capabilities.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0},
+			// A session of its own: signals to the creator's terminal or
+			// process group do not reach sandboxes.
+			Setsid: true,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start daemon: %w", err)
+	}
+	undo.add(func() { cmd.Process.Kill(); cmd.Wait() })
+	// The daemon builds its root while it is moved into its cgroups; it
+	// runs nothing of a sandbox's before it is claimed, so the limits
+	// hold for all of it.
+	if err := cg.add(cmd.Process.Pid); err != nil {
+		return nil, fmt.Errorf("put daemon in its cgroups: %w", err)
+	}
+	if err := sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs}, nil); err != nil {
+		return nil, fmt.Errorf("configure daemon: %w", err)
+	}
+	if err := recvReply(ctl, replyWarm, deadline(ctx)); err != nil {
+		return nil, daemonError(err, logPath)
+	}
+	start, err := processStart(cmd.Process.Pid)
+	if err != nil {
+		return nil, fmt.Errorf("daemon exited: %w", err)
+	}
+	return &warm{cmd: cmd, ctl: ctl, cg: cg, pidStart: start, log: logPath}, nil
+}
+
+func deadline(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(startTimeout)
+}
+
+// daemonError adds what the daemon printed to an error about it.
+func daemonError(err error, logPath string) error {
+	b, _ := os.ReadFile(logPath)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	if len(b) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; daemon log: %s", err, b)
+}
+
+// claim makes a warm daemon the daemon of a new sandbox: it sets the
+// sandbox's limits, records it, and hands the daemon its configuration
+// and listening socket.
+func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (rec *record, err error) {
+	var undo cleanup
+	defer func() {
+		if err != nil {
+			undo.run()
+		}
+	}()
+	dir := filepath.Join(p.cfg.StateDir, spec.ID)
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return nil, err
 	}
@@ -77,44 +181,61 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec) (rec *record,
 	if err := os.Chown(ws, p.cfg.UIDBase+sandboxUID, p.cfg.UIDBase+sandboxGID); err != nil {
 		return nil, err
 	}
-
 	now := time.Now()
 	lifetime := spec.Lifetime
 	if lifetime == 0 {
 		lifetime = provider.DefaultLifetime
 	}
-	rec = &record{ID: id, Labels: spec.Labels, Resources: p.resources(spec.Resources),
-		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC()}
-	if rec.Cgroup, err = pathsFor(id); err != nil {
-		return nil, err
+	rec = &record{ID: spec.ID, Labels: spec.Labels, Resources: p.resources(spec.Resources),
+		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC(),
+		PID: w.cmd.Process.Pid, PIDStart: w.pidStart, Cgroup: w.cg.paths}
+	if err := w.cg.update(rec.Resources); err != nil {
+		return nil, fmt.Errorf("set limits: %w", err)
 	}
-	cg, err := newCgroup(rec.Cgroup, rec.Resources)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, socketFile), Net: "unix"})
 	if err != nil {
 		return nil, err
 	}
-	undo.add(func() { cg.destroy(context.WithoutCancel(ctx)) })
-
-	cmd, status, err := p.startDaemon(dir, spec, rec, cg)
+	ln.SetUnlinkOnClose(false)
+	lnFile, err := ln.File()
+	ln.Close()
 	if err != nil {
 		return nil, err
 	}
-	undo.add(func() { cmd.Process.Kill() })
-	// The daemon sets up its root while it is put in its cgroups; it runs
-	// no command before it says it is ready, so the limits hold for all.
-	if err := cg.add(cmd.Process.Pid); err != nil {
-		return nil, fmt.Errorf("put daemon in its cgroups: %w", err)
-	}
-	if err := waitReady(ctx, status, filepath.Join(dir, logFile)); err != nil {
-		return nil, err
-	}
-	rec.PID = cmd.Process.Pid
-	if rec.PIDStart, err = processStart(rec.PID); err != nil {
-		return nil, fmt.Errorf("daemon exited: %w", err)
-	}
-	// Reap the daemon if it dies while this process lives; it is not
-	// killed when this process exits.
-	go cmd.Wait()
+	defer lnFile.Close()
+	// The record is written before the daemon is told, so that from here
+	// on Destroy finds everything, whatever happens to this process.
 	if err := writeRecord(dir, rec); err != nil {
+		return nil, err
+	}
+	msg := claimMsg{ID: spec.ID, Workspace: ws, Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt}
+	if err := sendJSON(w.ctl, msg, lnFile); err != nil {
+		return nil, fmt.Errorf("claim daemon: %w", err)
+	}
+	if err := recvReply(w.ctl, replyReady, deadline(ctx)); err != nil {
+		return nil, daemonError(err, w.log)
+	}
+	// The daemon now belongs to the sandbox. It keeps its control socket
+	// open until it exits; reap it if that happens while this process
+	// lives. It is not killed when this process exits.
+	w.ctl.Close()
+	os.Rename(w.log, filepath.Join(dir, logFile))
+	go w.cmd.Wait()
+	return rec, nil
+}
+
+// create makes a sandbox, from a warm daemon of the pool if there is one.
+func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, error) {
+	w := p.pool.take(spec.RootFS)
+	if w == nil {
+		var err error
+		if w, err = p.startWarm(ctx, spec.RootFS); err != nil {
+			return nil, err
+		}
+	}
+	rec, err := p.claim(ctx, w, spec)
+	if err != nil {
+		w.kill()
 		return nil, err
 	}
 	return rec, nil
@@ -133,129 +254,14 @@ func (p *Provider) resources(r provider.Resources) provider.Resources {
 	return r
 }
 
-// startDaemon starts the daemon in its new namespaces and hands it its
-// configuration. It returns the read end of the daemon's status pipe.
-func (p *Provider) startDaemon(dir string, spec provider.Spec, rec *record, cg *cgroup) (*exec.Cmd, *os.File, error) {
-	var files []*os.File
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	files = append(files, cfgR)
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		cfgW.Close()
-		return nil, nil, err
-	}
-	files = append(files, statusW)
+// cleanup is a LIFO list of undo steps for work that fails half way.
+type cleanup []func()
 
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, socketFile), Net: "unix"})
-	if err != nil {
-		cfgW.Close()
-		statusR.Close()
-		return nil, nil, err
+func (c *cleanup) add(f func()) { *c = append(*c, f) }
+func (c *cleanup) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
 	}
-	ln.SetUnlinkOnClose(false)
-	lnFile, err := ln.File()
-	ln.Close()
-	if err != nil {
-		cfgW.Close()
-		statusR.Close()
-		return nil, nil, err
-	}
-	files = append(files, lnFile)
-
-	oom, err := cg.oomFile()
-	if err != nil {
-		cfgW.Close()
-		statusR.Close()
-		return nil, nil, fmt.Errorf("open out-of-memory counter: %w", err)
-	}
-	files = append(files, oom)
-	// The daemon is executed through a descriptor the host opened: its
-	// path may be in directories the sandbox's ids cannot traverse.
-	exe, err := os.OpenFile(p.cfg.DaemonPath, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		cfgW.Close()
-		statusR.Close()
-		return nil, nil, fmt.Errorf("open daemon binary: %w", err)
-	}
-	files = append(files, exe)
-	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		cfgW.Close()
-		statusR.Close()
-		return nil, nil, err
-	}
-	files = append(files, logf)
-
-	base := uint32(p.cfg.UIDBase)
-	cmd := &exec.Cmd{
-		Path:       fdPath(fdExe),
-		Args:       []string{daemonArg0},
-		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=2", "GOGC=50"},
-		Dir:        "/",
-		Stdout:     logf,
-		Stderr:     logf,
-		ExtraFiles: files[:len(files)-1],
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
-				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: idRange}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: idRange}},
-			GidMappingsEnableSetgroups: true,
-			// Become root of the new user namespace (the host's root is
-			// not mapped in it), and so hold its capabilities.
-			Credential: &syscall.Credential{Uid: 0, Gid: 0},
-			// A session of its own: signals to the creator's terminal or
-			// process group do not reach sandboxes.
-			Setsid: true,
-		},
-	}
-	if err := cmd.Start(); err != nil {
-		cfgW.Close()
-		statusR.Close()
-		return nil, nil, fmt.Errorf("start daemon: %w", err)
-	}
-	dc := daemonConfig{ID: rec.ID, Env: env(spec.Env), Dir: spec.Dir, RootFS: spec.RootFS,
-		Workspace: filepath.Join(dir, workspaceDir),
-		ExpiresAt: rec.ExpiresAt, TmpSize: rec.Resources.Memory}
-	go func() {
-		// Written after the start: the config may not fit in a pipe.
-		_ = json.NewEncoder(cfgW).Encode(dc)
-		cfgW.Close()
-	}()
-	return cmd, statusR, nil
-}
-
-// waitReady waits for the daemon's word, or its death.
-func waitReady(ctx context.Context, status *os.File, logPath string) error {
-	defer status.Close()
-	if d, ok := ctx.Deadline(); ok {
-		_ = status.SetReadDeadline(d)
-	} else {
-		_ = status.SetReadDeadline(time.Now().Add(30 * time.Second))
-	}
-	b, err := io.ReadAll(io.LimitReader(status, 4096))
-	msg := string(b)
-	switch {
-	case msg == statusReady:
-		return nil
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("daemon did not start in time")
-	case msg != "":
-		return fmt.Errorf("daemon: %s", strings.TrimSpace(msg))
-	}
-	logTail, _ := os.ReadFile(logPath)
-	if len(logTail) > 2000 {
-		logTail = logTail[len(logTail)-2000:]
-	}
-	return fmt.Errorf("daemon exited before it was ready: %s", strings.TrimSpace(string(logTail)))
 }
 
 // killDaemon kills a sandbox's daemon, and with it, as the first process
@@ -286,4 +292,10 @@ func killDaemon(ctx context.Context, pid int) error {
 			return fmt.Errorf("daemon %d did not exit: %w", pid, ctx.Err())
 		}
 	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -18,7 +18,7 @@ import (
 
 // A sandbox's state directory holds:
 //
-//	sandbox.json   its record, written once the daemon is ready
+//	sandbox.json   its record, written just before its daemon is claimed
 //	sandboxd.sock  the daemon's socket
 //	daemon.log     what the daemon printed
 //	workspace/     the workspace
@@ -30,6 +30,8 @@ const (
 	socketFile    = "sandboxd.sock"
 	logFile       = "daemon.log"
 	workspaceDir  = "workspace"
+	newRootDir    = ".newroot" // beside the sandboxes: see Provider.newRoot
+	warmDir       = ".warm"
 	lockSuffix    = ".lock"
 	recordVersion = 1
 )

@@ -1,0 +1,119 @@
+package linux
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// pool keeps warm daemons ready, so that creating a sandbox does not wait
+// for a process to start, enter its namespaces, move into its cgroups
+// and build its root. It fills itself in the background from the first
+// take on; a sandbox with a root filesystem of its own is always started
+// fresh.
+type pool struct {
+	p    *Provider
+	size int
+
+	mu      sync.Mutex
+	ready   []*warm
+	filling int // daemons being started
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// take returns a warm daemon, or nil when none is ready.
+func (pl *pool) take(rootfs string) *warm {
+	if rootfs != "" || pl.size <= 0 {
+		return nil
+	}
+	pl.mu.Lock()
+	var w *warm
+	for len(pl.ready) > 0 && w == nil {
+		n := len(pl.ready) - 1
+		w, pl.ready = pl.ready[n], pl.ready[:n]
+		if start, err := processStart(w.cmd.Process.Pid); err != nil || start != w.pidStart {
+			go w.kill() // died while it waited
+			w = nil
+		}
+	}
+	pl.mu.Unlock()
+	pl.refill()
+	return w
+}
+
+// refill starts daemons until the pool is full.
+func (pl *pool) refill() {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for !pl.closed && len(pl.ready)+pl.filling < pl.size {
+		pl.filling++
+		pl.wg.Go(func() {
+			w, err := pl.p.startWarm(context.Background(), "")
+			pl.mu.Lock()
+			pl.filling--
+			closed := pl.closed
+			if err == nil && !closed {
+				pl.ready = append(pl.ready, w)
+			}
+			pl.mu.Unlock()
+			switch {
+			case err != nil:
+				pl.p.log.Warn("start a warm sandbox daemon", "err", err)
+			case closed:
+				w.kill()
+			}
+		})
+	}
+}
+
+// close kills the daemons that wait, and waits for those starting.
+func (pl *pool) close() {
+	pl.mu.Lock()
+	pl.closed = true
+	ready := pl.ready
+	pl.ready = nil
+	pl.mu.Unlock()
+	for _, w := range ready {
+		w.kill()
+	}
+	pl.wg.Wait()
+}
+
+// sweepWarm removes what warm daemons of processes that died left: empty
+// cgroups and logs. It leaves anything recent alone, which another
+// process may be starting right now.
+func (p *Provider) sweepWarm() {
+	const age = time.Minute
+	logs, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, warmDir))
+	for _, e := range logs {
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > age {
+			os.Remove(filepath.Join(p.cfg.StateDir, warmDir, e.Name()))
+		}
+	}
+	parent, err := cgroupParentDir()
+	if err != nil {
+		return
+	}
+	entries, _ := os.ReadDir(parent)
+	for _, e := range entries {
+		fi, err := e.Info()
+		if !strings.HasPrefix(e.Name(), "warm-") || err != nil || time.Since(fi.ModTime()) < age {
+			continue
+		}
+		paths, err := pathsFor(e.Name())
+		if err != nil {
+			continue
+		}
+		if cg, err := loadCgroup(paths); err == nil {
+			if pids, err := cg.pids(); err == nil && len(pids) == 0 {
+				if err := cg.destroy(context.Background()); err != nil {
+					p.log.Debug("sweep warm cgroup", "name", e.Name(), "err", err)
+				}
+			}
+		}
+	}
+}
