@@ -18,7 +18,8 @@ type Provider interface {
 	// Capabilities says what the provider does natively.
 	Capabilities() Capabilities
 	// Create makes a running sandbox from spec. Creation is idempotent by
-	// spec.ID: creating an id that exists returns the existing sandbox.
+	// spec.ID: creating an id that exists returns the existing sandbox,
+	// whatever the rest of spec says.
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
 	// Get returns a handle on an existing sandbox, or an error wrapping
 	// ErrNotFound.
@@ -45,7 +46,10 @@ type Sandbox interface {
 	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 
 	// WriteFile creates or replaces one file with the contents of r,
-	// creating missing parent directories.
+	// creating missing parent directories. Mode zero means 0644; only
+	// permission bits are kept. The file is replaced atomically: readers
+	// see the old or the new contents, and a symbolic link at path is
+	// replaced, never written through.
 	WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error
 	// WriteFiles writes several small files at once.
 	WriteFiles(ctx context.Context, files []File) error
@@ -53,14 +57,18 @@ type Sandbox interface {
 	ReadFile(ctx context.Context, path string) (io.ReadCloser, error)
 	// ListDir lists a directory, sorted by name.
 	ListDir(ctx context.Context, path string) ([]FileInfo, error)
-	// Remove removes a file or a directory and everything in it. Removing
-	// a path that does not exist is not an error.
+	// Remove removes a file or a directory and everything in it, even
+	// what the sandbox user made read-only; a symbolic link is removed,
+	// not followed. Removing a path that does not exist is not an error.
 	Remove(ctx context.Context, path string) error
 
 	// Export writes the whole workspace as a tar stream. The caller closes
 	// the reader.
 	Export(ctx context.Context) (io.ReadCloser, error)
 	// Import unpacks a tar stream into the workspace, over what is there.
+	// Regular files, directories, symbolic and hard links are allowed;
+	// an archive with any entry that leaves the workspace or is of another
+	// type is refused whole, with ErrBadInput, and changes nothing.
 	Import(ctx context.Context, r io.Reader) error
 
 	// Destroy stops everything in the sandbox and removes all it held.
@@ -71,7 +79,9 @@ type Sandbox interface {
 // Pauser is implemented by sandboxes whose provider can freeze them in
 // place: no CPU used, memory and processes kept.
 type Pauser interface {
+	// Pause freezes the sandbox; pausing a paused sandbox does nothing.
 	Pause(ctx context.Context) error
+	// Resume thaws it; resuming a running sandbox does nothing.
 	Resume(ctx context.Context) error
 }
 
@@ -94,9 +104,12 @@ type Capabilities struct {
 	Image  bool `json:"image"`
 }
 
-// Spec describes a sandbox to create. The zero value, with an ID, is a
-// usable sandbox: the provider's default root filesystem, no network, the
-// provider's default limits and lifetime.
+// Spec describes a sandbox to create. The zero value is a usable
+// sandbox: the provider's default root filesystem, no network, the
+// provider's default limits and lifetime, an id of the provider's choice.
+//
+// A provider refuses, with ErrUnsupported, what it cannot honour (a limit
+// it cannot enforce, an image when it has none) rather than ignore it.
 type Spec struct {
 	// ID names the sandbox; see ValidateID. Empty means the provider picks
 	// one, and creation is then not idempotent.
@@ -169,8 +182,9 @@ type Info struct {
 // ExecRequest is a command to run. Exactly one of Argv and Shell is set.
 type ExecRequest struct {
 	// ID identifies the command for exactly-once execution: a second
-	// request with the same ID attaches to the first. Empty means a fresh
-	// id; see ValidateID for the allowed form.
+	// request with the same ID attaches to the first, whatever else it
+	// says. Empty means a fresh id, returned in ExecResult.ID; see
+	// ValidateID for the allowed form.
 	ID string
 	// Argv is the program and its arguments. A program name without a
 	// slash is looked up in the sandbox's PATH.
@@ -183,16 +197,19 @@ type ExecRequest struct {
 	// Env is added to the sandbox's environment for this command.
 	Env map[string]string
 	// Dir is the working directory, a workspace path. Empty means the
-	// sandbox's default.
+	// sandbox's default. A directory that does not exist is an error
+	// wrapping fs.ErrNotExist.
 	Dir string
 	// Timeout ends the command, and every process it started, when it has
 	// run this long. Zero means no limit beyond the sandbox's lifetime.
+	// Processes a command leaves running in the background when it ends
+	// normally are not its to kill: they keep running.
 	Timeout time.Duration
 	// Stdout and Stderr receive the output as it is produced. Nil discards.
 	Stdout, Stderr io.Writer
 	// StdoutOffset and StderrOffset skip that many bytes of each stream,
 	// so that a caller re-attaching after a crash receives only what it has
-	// not seen.
+	// not seen. An offset past the end yields nothing.
 	StdoutOffset, StderrOffset int64
 }
 
