@@ -245,19 +245,6 @@ func (c *cgroup) destroy(ctx context.Context) error {
 	return c.v1.Delete()
 }
 
-// cgroupParentDir is the directory holding the sandbox cgroups of this
-// process, in one controller that every mode has.
-func cgroupParentDir() (string, error) {
-	paths, err := pathsFor("x")
-	if err != nil {
-		return "", err
-	}
-	if paths.V2 != "" {
-		return filepath.Dir(filepath.Join(cgroupRoot, paths.V2)), nil
-	}
-	return filepath.Dir(filepath.Join(cgroupRoot, string(cgroup1.Pids), paths.V1[cgroup1.Pids])), nil
-}
-
 // update sets the limits of a sandbox on cgroups made with others.
 func (c *cgroup) update(res provider.Resources) error {
 	if c.v2 != nil {

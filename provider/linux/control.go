@@ -12,9 +12,9 @@ import (
 // A daemon starts with a control socket to its host (a SOCK_SEQPACKET
 // pair, so each message arrives whole). The conversation is:
 //
-//	host:   warmMsg            how to build the root
-//	daemon: "warm"             namespaces, cgroups and root are ready
-//	host:   claimMsg + socket  whose sandbox it now is, and its listener
+//	host:   warmMsg + socket   how to build the root, and its listener
+//	daemon: "warm"             namespaces, cgroups, root, confinement ready
+//	host:   claimMsg           whose sandbox it now is
 //	daemon: "ready"            it serves; or, instead, why it cannot
 //
 // Between "warm" and the claim the daemon waits in a pool; if the host
@@ -27,12 +27,15 @@ type warmMsg struct {
 	NewRoot string `json:"new_root"`
 	// RootFS is a root filesystem directory; empty means the host's.
 	RootFS string `json:"rootfs,omitempty"`
+	// Workspace is the host path of the workspace directory. The host
+	// renames the directory holding it when it claims the daemon; the
+	// daemon, having bound it already, is not affected.
+	Workspace string `json:"workspace"`
 }
 
 // claimMsg turns a warm daemon into one sandbox's daemon.
 type claimMsg struct {
 	ID        string            `json:"id"`
-	Workspace string            `json:"workspace"` // host path
 	Env       map[string]string `json:"env"`
 	Dir       string            `json:"dir,omitempty"`
 	ExpiresAt time.Time         `json:"expires_at"`

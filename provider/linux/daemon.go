@@ -40,11 +40,18 @@ func runDaemon(ctl *os.File) error {
 	debug.SetMemoryLimit(16 << 20)
 
 	var wm warmMsg
-	if err := recvJSON(ctl, &wm, nil); err != nil {
+	var lnFile *os.File
+	if err := recvJSON(ctl, &wm, &lnFile); err != nil {
 		return fmt.Errorf("read configuration: %w", err)
+	}
+	if lnFile == nil {
+		return fmt.Errorf("no listening socket")
 	}
 	if err := prepareRoot(wm.NewRoot, wm.RootFS); err != nil {
 		return fmt.Errorf("set up root filesystem: %w", err)
+	}
+	if err := enterRoot(wm.NewRoot, wm.Workspace); err != nil {
+		return fmt.Errorf("enter root filesystem: %w", err)
 	}
 	if err := unix.Sethostname([]byte("sandbox")); err != nil {
 		return fmt.Errorf("set hostname: %w", err)
@@ -52,23 +59,24 @@ func runDaemon(ctl *os.File) error {
 	if err := loopbackUp(); err != nil {
 		return fmt.Errorf("bring up loopback: %w", err)
 	}
+	if err := confine(); err != nil {
+		return fmt.Errorf("confine: %w", err)
+	}
+	ln, err := net.FileListener(lnFile)
+	if err != nil {
+		return fmt.Errorf("listener: %w", err)
+	}
+	lnFile.Close()
 	if err := send(ctl, []byte(replyWarm), nil); err != nil {
 		return err
 	}
 
 	var cm claimMsg
-	var lnFile *os.File
-	if err := recvJSON(ctl, &cm, &lnFile); err != nil {
+	if err := recvJSON(ctl, &cm, nil); err != nil {
 		if err == errClosed {
 			os.Exit(0) // the host went away before it needed us
 		}
 		return fmt.Errorf("read claim: %w", err)
-	}
-	if lnFile == nil {
-		return fmt.Errorf("claim without a listening socket")
-	}
-	if err := enterRoot(wm.NewRoot, cm.Workspace); err != nil {
-		return fmt.Errorf("enter root filesystem: %w", err)
 	}
 	oom := os.NewFile(fdOOM, "oom")
 	var oomMu sync.Mutex
@@ -87,14 +95,6 @@ func runDaemon(ctl *os.File) error {
 	if err != nil {
 		return err
 	}
-	if err := confine(); err != nil {
-		return fmt.Errorf("confine: %w", err)
-	}
-	ln, err := net.FileListener(lnFile)
-	if err != nil {
-		return fmt.Errorf("listener: %w", err)
-	}
-	lnFile.Close()
 	// The hard lifetime: when it ends the daemon exits, and being the
 	// first process of the PID namespace, takes every process with it.
 	time.AfterFunc(time.Until(cm.ExpiresAt), func() { os.Exit(0) })

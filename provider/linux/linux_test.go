@@ -138,7 +138,7 @@ func TestDestroyLeavesNothing(t *testing.T) {
 // exits; this process finds it by id, uses it, and destroys it.
 func TestOutlivesCreator(t *testing.T) {
 	if dir := os.Getenv("BERTH_TEST_CREATOR_DIR"); dir != "" {
-		p, err := New(Config{StateDir: dir})
+		p, err := New(Config{StateDir: dir, Pool: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 )
@@ -83,25 +82,15 @@ func (pl *pool) close() {
 	pl.wg.Wait()
 }
 
-// sweepWarm removes what warm daemons of processes that died left: empty
-// cgroups and logs. It leaves anything recent alone, which another
-// process may be starting right now.
+// sweepWarm removes what the warm daemons of processes that died left:
+// state directories and empty cgroups. It leaves anything recent alone,
+// which another process may be starting right now.
 func (p *Provider) sweepWarm() {
 	const age = time.Minute
-	logs, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, warmDir))
-	for _, e := range logs {
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > age {
-			os.Remove(filepath.Join(p.cfg.StateDir, warmDir, e.Name()))
-		}
-	}
-	parent, err := cgroupParentDir()
-	if err != nil {
-		return
-	}
-	entries, _ := os.ReadDir(parent)
+	entries, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, warmDir))
 	for _, e := range entries {
 		fi, err := e.Info()
-		if !strings.HasPrefix(e.Name(), "warm-") || err != nil || time.Since(fi.ModTime()) < age {
+		if err != nil || time.Since(fi.ModTime()) < age {
 			continue
 		}
 		paths, err := pathsFor(e.Name())
@@ -109,11 +98,14 @@ func (p *Provider) sweepWarm() {
 			continue
 		}
 		if cg, err := loadCgroup(paths); err == nil {
-			if pids, err := cg.pids(); err == nil && len(pids) == 0 {
-				if err := cg.destroy(context.Background()); err != nil {
-					p.log.Debug("sweep warm cgroup", "name", e.Name(), "err", err)
-				}
+			if pids, err := cg.pids(); err != nil || len(pids) > 0 {
+				continue // still in use
+			}
+			if err := cg.destroy(context.Background()); err != nil {
+				p.log.Debug("sweep warm cgroup", "name", e.Name(), "err", err)
+				continue
 			}
 		}
+		os.RemoveAll(filepath.Join(p.cfg.StateDir, warmDir, e.Name()))
 	}
 }

@@ -60,7 +60,7 @@ func New(cfg Config) (*Provider, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, newRootDir), 0o755); err != nil {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.StateDir, warmDir), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, warmDir), 0o711); err != nil {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, clients: map[string]*sandboxd.Client{}}

@@ -38,15 +38,16 @@ type warm struct {
 	ctl      *os.File
 	cg       *cgroup
 	pidStart uint64
-	log      string // path of the daemon's log file
+	dir      string // its state directory, to be renamed after its sandbox
 }
 
-// kill ends an unclaimed daemon and removes its cgroups.
+// kill ends an unclaimed daemon and removes its cgroups and files.
 func (w *warm) kill() {
 	w.ctl.Close() // the daemon exits when its control socket closes
 	_ = w.cmd.Process.Kill()
 	_ = w.cmd.Wait()
 	_ = w.cg.destroy(context.Background())
+	_ = os.RemoveAll(w.dir)
 }
 
 // startWarm starts a daemon and waits until it is warm. rootfs, if not
@@ -58,10 +59,36 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 			undo.run()
 		}
 	}()
-	paths, err := pathsFor("warm-" + randomHex(8))
+	name := "warm-" + randomHex(8)
+	paths, err := pathsFor(name)
 	if err != nil {
 		return nil, err
 	}
+	// The daemon's state directory, with its workspace and socket, is
+	// made now and renamed after its sandbox when it is claimed.
+	dir := filepath.Join(p.cfg.StateDir, warmDir, name)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return nil, err
+	}
+	undo.add(func() { os.RemoveAll(dir) })
+	ws := filepath.Join(dir, workspaceDir)
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(ws, p.cfg.UIDBase+sandboxUID, p.cfg.UIDBase+sandboxGID); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, socketFile), Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	lnFile, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return nil, err
+	}
+	defer lnFile.Close()
 	cg, err := newCgroup(paths, p.cfg.Defaults)
 	if err != nil {
 		return nil, err
@@ -87,7 +114,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 		return nil, fmt.Errorf("open daemon binary: %w", err)
 	}
 	defer exe.Close()
-	logPath := filepath.Join(p.cfg.StateDir, warmDir, randomHex(8)+".log")
+	logPath := filepath.Join(dir, logFile)
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -127,7 +154,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 	if err := cg.add(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("put daemon in its cgroups: %w", err)
 	}
-	if err := sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs}, nil); err != nil {
+	if err := sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs, Workspace: ws}, lnFile); err != nil {
 		return nil, fmt.Errorf("configure daemon: %w", err)
 	}
 	if err := recvReply(ctl, replyWarm, deadline(ctx)); err != nil {
@@ -137,7 +164,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 	if err != nil {
 		return nil, fmt.Errorf("daemon exited: %w", err)
 	}
-	return &warm{cmd: cmd, ctl: ctl, cg: cg, pidStart: start, log: logPath}, nil
+	return &warm{cmd: cmd, ctl: ctl, cg: cg, pidStart: start, dir: dir}, nil
 }
 
 func deadline(ctx context.Context) time.Time {
@@ -159,67 +186,41 @@ func daemonError(err error, logPath string) error {
 	return fmt.Errorf("%w; daemon log: %s", err, b)
 }
 
-// claim makes a warm daemon the daemon of a new sandbox: it sets the
-// sandbox's limits, records it, and hands the daemon its configuration
-// and listening socket.
-func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (rec *record, err error) {
-	var undo cleanup
-	defer func() {
-		if err != nil {
-			undo.run()
-		}
-	}()
+// claim makes a warm daemon the daemon of a new sandbox: it gives the
+// daemon's state directory the sandbox's id, sets the sandbox's limits,
+// records it, and tells the daemon.
+func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*record, error) {
 	dir := filepath.Join(p.cfg.StateDir, spec.ID)
-	if err := os.Mkdir(dir, 0o711); err != nil {
+	if err := os.Rename(w.dir, dir); err != nil {
 		return nil, err
 	}
-	undo.add(func() { os.RemoveAll(dir) })
-	ws := filepath.Join(dir, workspaceDir)
-	if err := os.Mkdir(ws, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.Chown(ws, p.cfg.UIDBase+sandboxUID, p.cfg.UIDBase+sandboxGID); err != nil {
-		return nil, err
-	}
+	w.dir = dir
 	now := time.Now()
 	lifetime := spec.Lifetime
 	if lifetime == 0 {
 		lifetime = provider.DefaultLifetime
 	}
-	rec = &record{ID: spec.ID, Labels: spec.Labels, Resources: p.resources(spec.Resources),
+	rec := &record{ID: spec.ID, Labels: spec.Labels, Resources: p.resources(spec.Resources),
 		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC(),
 		PID: w.cmd.Process.Pid, PIDStart: w.pidStart, Cgroup: w.cg.paths}
 	if err := w.cg.update(rec.Resources); err != nil {
 		return nil, fmt.Errorf("set limits: %w", err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, socketFile), Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	ln.SetUnlinkOnClose(false)
-	lnFile, err := ln.File()
-	ln.Close()
-	if err != nil {
-		return nil, err
-	}
-	defer lnFile.Close()
 	// The record is written before the daemon is told, so that from here
 	// on Destroy finds everything, whatever happens to this process.
 	if err := writeRecord(dir, rec); err != nil {
 		return nil, err
 	}
-	msg := claimMsg{ID: spec.ID, Workspace: ws, Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt}
-	if err := sendJSON(w.ctl, msg, lnFile); err != nil {
+	msg := claimMsg{ID: spec.ID, Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt}
+	if err := sendJSON(w.ctl, msg, nil); err != nil {
 		return nil, fmt.Errorf("claim daemon: %w", err)
 	}
 	if err := recvReply(w.ctl, replyReady, deadline(ctx)); err != nil {
-		return nil, daemonError(err, w.log)
+		return nil, daemonError(err, filepath.Join(dir, logFile))
 	}
-	// The daemon now belongs to the sandbox. It keeps its control socket
-	// open until it exits; reap it if that happens while this process
-	// lives. It is not killed when this process exits.
+	// The daemon now belongs to the sandbox. Reap it if it exits while
+	// this process lives; it is not killed when this process exits.
 	w.ctl.Close()
-	os.Rename(w.log, filepath.Join(dir, logFile))
 	go w.cmd.Wait()
 	return rec, nil
 }
