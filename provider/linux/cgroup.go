@@ -164,15 +164,18 @@ func (c *cgroup) thaw() error {
 	return c.v1.Thaw()
 }
 
+func (c *cgroup) frozen() (bool, error) { return c.paths.frozen() }
+
 // frozen reads the freezer's state directly: it is on the path of every
-// operation, so it must be one small read.
-func (c *cgroup) frozen() (bool, error) {
-	if c.v2 != nil {
-		b, err := os.ReadFile(filepath.Join(cgroupRoot, c.paths.V2, "cgroup.freeze"))
+// operation, so it must be one small read. It reports fs.ErrNotExist
+// when the cgroups are gone.
+func (p cgroupPaths) frozen() (bool, error) {
+	if p.V2 != "" {
+		b, err := os.ReadFile(filepath.Join(cgroupRoot, p.V2, "cgroup.freeze"))
 		return strings.TrimSpace(string(b)) == "1", err
 	}
-	b, err := os.ReadFile(filepath.Join(cgroupRoot, string(cgroup1.Freezer), c.paths.V1[cgroup1.Freezer], "freezer.state"))
-	return !strings.EqualFold(strings.TrimSpace(string(b)), string(cgroup1.Thawed)), err
+	b, err := os.ReadFile(filepath.Join(cgroupRoot, string(cgroup1.Freezer), p.V1[cgroup1.Freezer], "freezer.state"))
+	return err == nil && !strings.EqualFold(strings.TrimSpace(string(b)), string(cgroup1.Thawed)), err
 }
 
 // oomFile opens the file whose oom_kill line counts the kernel's

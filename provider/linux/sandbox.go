@@ -50,11 +50,11 @@ func (s *sandbox) ready() error {
 	if err := s.exists(); err != nil {
 		return err
 	}
-	cg, err := loadCgroup(s.rec.Cgroup)
+	frozen, err := s.rec.Cgroup.frozen()
 	if err != nil {
 		return s.lost()
 	}
-	if frozen, err := cg.frozen(); err == nil && frozen {
+	if frozen {
 		return fmt.Errorf("%w: %s; resume it first", provider.ErrPaused, s.rec.ID)
 	}
 	return nil
