@@ -1,0 +1,218 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"gocloud.dev/blob"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// Ref names a sandbox in workflow state: its provider, its id, and the
+// task queue of the workers that can reach it.
+type Ref struct {
+	Provider string `json:"provider"`
+	ID       string `json:"id"`
+	// Queue is where the sandbox's operations go: for a host-bound
+	// provider, the queue of the worker on its host.
+	Queue string `json:"queue"`
+}
+
+// Limits on what travels inline through workflow history.
+const (
+	// DefaultInlineCap is how much of each output stream a result
+	// carries inline: its head and tail, half each.
+	DefaultInlineCap = 256 << 10
+	// MaxInlineFiles bounds the file contents one WriteFiles carries.
+	MaxInlineFiles = 2 << 20
+	// DefaultPartSize is the size of the parts outputs are stored in.
+	DefaultPartSize = 1 << 20
+)
+
+// Activities are the sandbox activities of one worker. Register a value
+// with a worker; its exported methods are the activities.
+type Activities struct {
+	// Providers are the providers this worker serves, by name.
+	Providers map[string]provider.Provider
+	// Outputs is where whole command outputs go.
+	Outputs *blob.Bucket
+	// GenericQueue is the queue every worker with a provider polls, and
+	// HostQueue the one only this worker polls.
+	GenericQueue, HostQueue string
+	// InlineCap is how much of each output stream results carry inline;
+	// zero means DefaultInlineCap.
+	InlineCap int
+	// PartSize is the size of stored output parts; zero means
+	// DefaultPartSize.
+	PartSize int
+}
+
+func (a *Activities) provider(name string) (provider.Provider, error) {
+	p, ok := a.Providers[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: this worker serves no provider %q", provider.ErrBadInput, name)
+	}
+	return p, nil
+}
+
+func (a *Activities) sandbox(ctx context.Context, ref Ref) (provider.Sandbox, error) {
+	p, err := a.provider(ref.Provider)
+	if err != nil {
+		return nil, err
+	}
+	return p.Get(ctx, ref.ID)
+}
+
+// CreateInput asks for a sandbox.
+type CreateInput struct {
+	Provider string        `json:"provider"`
+	Spec     provider.Spec `json:"spec"`
+}
+
+// Create makes a sandbox, or finds the one a previous attempt made: the
+// spec's id makes it idempotent.
+func (a *Activities) Create(ctx context.Context, in CreateInput) (Ref, error) {
+	p, err := a.provider(in.Provider)
+	if err != nil {
+		return Ref{}, toTemporal(err)
+	}
+	sb, err := p.Create(ctx, in.Spec)
+	if err != nil {
+		return Ref{}, toTemporal(err)
+	}
+	queue := a.GenericQueue
+	if p.Capabilities().HostBound {
+		queue = a.HostQueue
+	}
+	return Ref{Provider: in.Provider, ID: sb.ID(), Queue: queue}, nil
+}
+
+// Destroy destroys a sandbox; one that is already gone is not an error.
+func (a *Activities) Destroy(ctx context.Context, ref Ref) error {
+	sb, err := a.sandbox(ctx, ref)
+	if provider.KindOf(err) == provider.KindNotFound {
+		return nil
+	}
+	if err != nil {
+		return toTemporal(err)
+	}
+	return toTemporal(sb.Destroy(ctx))
+}
+
+// Info describes a sandbox.
+func (a *Activities) Info(ctx context.Context, ref Ref) (provider.Info, error) {
+	sb, err := a.sandbox(ctx, ref)
+	if err != nil {
+		return provider.Info{}, toTemporal(err)
+	}
+	info, err := sb.Info(ctx)
+	return info, toTemporal(err)
+}
+
+// WriteFilesInput carries small files, inline.
+type WriteFilesInput struct {
+	Sandbox Ref             `json:"sandbox"`
+	Files   []provider.File `json:"files"`
+}
+
+// WriteFiles writes files; writing them again writes the same bytes.
+func (a *Activities) WriteFiles(ctx context.Context, in WriteFilesInput) error {
+	total := 0
+	for _, f := range in.Files {
+		total += len(f.Data)
+	}
+	if total > MaxInlineFiles {
+		return toTemporal(fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", provider.ErrBadInput, total, MaxInlineFiles))
+	}
+	sb, err := a.sandbox(ctx, in.Sandbox)
+	if err != nil {
+		return toTemporal(err)
+	}
+	return toTemporal(sb.WriteFiles(ctx, in.Files))
+}
+
+// PathInput names a path in a sandbox.
+type PathInput struct {
+	Sandbox Ref    `json:"sandbox"`
+	Path    string `json:"path"`
+}
+
+// ReadFileInput asks for a file; files larger than MaxInline bytes come
+// back as their head and a reference to the whole.
+type ReadFileInput struct {
+	Sandbox   Ref    `json:"sandbox"`
+	Path      string `json:"path"`
+	MaxInline int    `json:"max_inline,omitempty"` // zero means DefaultInlineCap
+}
+
+// ReadFile reads a file; a large one is stored whole in the blob store.
+func (a *Activities) ReadFile(ctx context.Context, in ReadFileInput) (Output, error) {
+	sb, err := a.sandbox(ctx, in.Sandbox)
+	if err != nil {
+		return Output{}, toTemporal(err)
+	}
+	rc, err := sb.ReadFile(ctx, in.Path)
+	if err != nil {
+		return Output{}, toTemporal(err)
+	}
+	defer rc.Close()
+	max := in.MaxInline
+	if max <= 0 {
+		max = DefaultInlineCap
+	}
+	head := make([]byte, max+1)
+	n, err := io.ReadFull(rc, head)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return Output{}, toTemporal(err)
+	}
+	if n <= max {
+		return Output{Inline: head[:n], Size: int64(n), HeadLen: n}, nil
+	}
+	key := fmt.Sprintf("files/%s/%d", in.Sandbox.ID, time.Now().UnixNano())
+	w := newPartWriter(ctx, a.Outputs, key, a.partSize(), 0)
+	size, err := io.Copy(w, io.MultiReader(bytes.NewReader(head[:n]), rc))
+	if err == nil {
+		err = w.Close()
+	}
+	if err != nil {
+		return Output{}, toTemporal(err)
+	}
+	return Output{Inline: head[:max], HeadLen: max, Size: size, Truncated: true, Blob: key, Parts: w.parts}, nil
+}
+
+// ListDir lists a directory.
+func (a *Activities) ListDir(ctx context.Context, in PathInput) ([]provider.FileInfo, error) {
+	sb, err := a.sandbox(ctx, in.Sandbox)
+	if err != nil {
+		return nil, toTemporal(err)
+	}
+	infos, err := sb.ListDir(ctx, in.Path)
+	return infos, toTemporal(err)
+}
+
+// Remove removes a path.
+func (a *Activities) Remove(ctx context.Context, in PathInput) error {
+	sb, err := a.sandbox(ctx, in.Sandbox)
+	if err != nil {
+		return toTemporal(err)
+	}
+	return toTemporal(sb.Remove(ctx, in.Path))
+}
+
+func (a *Activities) inlineCap() int {
+	if a.InlineCap > 0 {
+		return a.InlineCap
+	}
+	return DefaultInlineCap
+}
+
+func (a *Activities) partSize() int {
+	if a.PartSize > 0 {
+		return a.PartSize
+	}
+	return DefaultPartSize
+}

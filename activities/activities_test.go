@@ -1,0 +1,197 @@
+package activities
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/fileblob"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/linux"
+)
+
+func TestMain(m *testing.M) {
+	linux.Main()
+	os.Exit(m.Run())
+}
+
+type fixture struct {
+	acts *Activities
+	env  *testsuite.TestActivityEnvironment
+	ref  Ref
+}
+
+// newFixture makes activities over a real linux provider and a file blob
+// store, and one sandbox.
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "berth")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o711)
+	p, err := linux.New(linux.Config{StateDir: dir, Pool: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := fileblob.OpenBucket(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bucket.Close() })
+	acts := &Activities{
+		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
+		GenericQueue: "berth", HostQueue: "berth-host",
+		InlineCap: 1024, PartSize: 64 << 10,
+	}
+	f := &fixture{acts: acts, env: newEnv(acts)}
+	env := f.env
+	v, err := env.ExecuteActivity(acts.Create, CreateInput{Provider: "linux", Spec: provider.Spec{ID: "act"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Get(&f.ref); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.ExecuteActivity(acts.Destroy, f.ref) })
+	if f.ref.Queue != "berth-host" {
+		t.Errorf("a linux sandbox is served from queue %q, want the host's", f.ref.Queue)
+	}
+	return f
+}
+
+func newEnv(acts *Activities) *testsuite.TestActivityEnvironment {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+	return env
+}
+
+func (f *fixture) exec(t *testing.T, in ExecInput) ExecOutput {
+	t.Helper()
+	in.Sandbox = f.ref
+	v, err := f.env.ExecuteActivity(f.acts.Exec, in)
+	if err != nil {
+		t.Fatalf("exec %+v: %v", in, err)
+	}
+	var out ExecOutput
+	if err := v.Get(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestExecSmallOutputInline(t *testing.T) {
+	f := newFixture(t)
+	out := f.exec(t, ExecInput{ID: "small", Shell: "echo out; echo err >&2; exit 4"})
+	if out.ExitCode != 4 || string(out.Stdout.Inline) != "out\n" || string(out.Stderr.Inline) != "err\n" {
+		t.Errorf("got %+v", out)
+	}
+	if out.Stdout.Blob != "" || out.Stdout.Truncated {
+		t.Errorf("a small output went to the blob store: %+v", out.Stdout)
+	}
+}
+
+func TestExecLargeOutputStored(t *testing.T) {
+	f := newFixture(t)
+	// 300 KiB of numbered lines: several parts, far over the inline cap.
+	out := f.exec(t, ExecInput{ID: "large", Shell: "seq 1 50000"})
+	want := seqOutput(50000)
+	if out.Stdout.Size != int64(len(want)) || !out.Stdout.Truncated || out.Stdout.Blob == "" {
+		t.Fatalf("stdout = size %d truncated %v blob %q; want %d bytes stored", out.Stdout.Size, out.Stdout.Truncated, out.Stdout.Blob, len(want))
+	}
+	if !bytes.Equal(out.Stdout.Head(), want[:512]) || !bytes.Equal(out.Stdout.Tail(), want[len(want)-512:]) {
+		t.Errorf("inline head or tail differ from the output's")
+	}
+	if got := readAll(t, f.acts.Outputs, out.Stdout); sha256.Sum256(got) != sha256.Sum256(want) {
+		t.Errorf("the stored output (%d bytes) differs from the command's (%d)", len(got), len(want))
+	}
+}
+
+// TestExecRetryAttaches runs the activity twice with the same command id,
+// the second time with the heartbeat a crashed first attempt would have
+// left: the command runs once and the output arrives whole.
+func TestExecRetryAttaches(t *testing.T) {
+	f := newFixture(t)
+	in := ExecInput{ID: "retry", Shell: "echo ran >> runs; seq 1 50000"}
+	first := f.exec(t, in)
+	f.env.SetHeartbeatDetails(execProgress{Parts: [2]int{2, 0}})
+	second := f.exec(t, in)
+	if !second.Attached || first.Attached {
+		t.Errorf("attached: first %v, second %v; want false, true", first.Attached, second.Attached)
+	}
+	f.env = newEnv(f.acts) // without the heartbeat of the retry
+	runs := f.exec(t, ExecInput{ID: "count", Shell: "cat runs"})
+	if string(runs.Stdout.Inline) != "ran\n" {
+		t.Errorf("the command ran %q times", runs.Stdout.Inline)
+	}
+	want := seqOutput(50000)
+	if got := readAll(t, f.acts.Outputs, second.Stdout); !bytes.Equal(got, want) {
+		t.Errorf("after a retry the stored output has %d bytes, want %d", len(got), len(want))
+	}
+}
+
+func TestExecTimeoutIsAResult(t *testing.T) {
+	f := newFixture(t)
+	out := f.exec(t, ExecInput{ID: "slow", Argv: []string{"sleep", "30"}, Timeout: 200 * time.Millisecond})
+	if !out.TimedOut {
+		t.Errorf("got %+v, want a timed-out result", out)
+	}
+}
+
+func TestErrorsAreTyped(t *testing.T) {
+	f := newFixture(t)
+	_, err := f.env.ExecuteActivity(f.acts.ListDir, PathInput{Sandbox: f.ref, Path: "../etc"})
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) || appErr.Type() != ErrorType(provider.KindBadInput) || !appErr.NonRetryable() {
+		t.Fatalf("path escape: %v; want a non-retryable %s", err, provider.KindBadInput)
+	}
+	if back := FromTemporal(err); !errors.Is(back, provider.ErrBadInput) {
+		t.Errorf("FromTemporal(%v) does not wrap ErrBadInput", err)
+	}
+	_, err = f.env.ExecuteActivity(f.acts.Exec, ExecInput{Sandbox: Ref{Provider: "linux", ID: "nope"}, ID: "x", Argv: []string{"true"}})
+	if !errors.Is(FromTemporal(err), provider.ErrNotFound) {
+		t.Errorf("unknown sandbox: %v, want ErrNotFound", err)
+	}
+	_, err = f.env.ExecuteActivity(f.acts.Create, CreateInput{Provider: "nimbus"})
+	if !errors.Is(FromTemporal(err), provider.ErrBadInput) || !strings.Contains(err.Error(), "nimbus") {
+		t.Errorf("unknown provider: %v, want bad input naming it", err)
+	}
+}
+
+func seqOutput(n int) []byte {
+	var b bytes.Buffer
+	for i := 1; i <= n; i++ {
+		b.WriteString(strconv.Itoa(i))
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+func readAll(t *testing.T, bucket *blob.Bucket, o Output) []byte {
+	t.Helper()
+	r, err := Open(t.Context(), bucket, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
