@@ -1,0 +1,26 @@
+// Package sandbox is the handle a Temporal workflow uses to drive a
+// sandbox: create it, run commands, move files, stop it. It is layer 3
+// of berth, built only on the activities of package activities.
+//
+//	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+//	if err != nil {
+//		return err
+//	}
+//	defer sbx.Stop(ctx)
+//	res, err := sbx.Exec(ctx, "pytest tests/")
+//	// res.Stdout, res.Stderr, res.ExitCode
+//
+// # Determinism
+//
+// Everything here is workflow code: no I/O, only activities. Sandbox and
+// command ids derive from the workflow's id and the order of calls, so a
+// replay or a retried activity names the same sandbox and the same
+// command, and a command never runs twice.
+//
+// # Errors
+//
+// Errors wrap the sentinels of package provider: errors.Is(err,
+// provider.ErrTimeout) when a command timed out, provider.ErrOutOfMemory,
+// provider.ErrBadInput for a path that leaves the workspace, and so on.
+// A non-zero exit code is not an error.
+package sandbox

@@ -1,0 +1,197 @@
+package sandbox_test
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+	"gocloud.dev/blob/fileblob"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	linux.Main()
+	os.Exit(m.Run())
+}
+
+// newEnv returns a workflow test environment whose activities drive a
+// real linux provider, and the provider.
+func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, provider.Provider) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "berth")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o711)
+	p, err := linux.New(linux.Config{StateDir: dir, Pool: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := fileblob.OpenBucket(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bucket.Close() })
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{
+		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
+		GenericQueue: sandbox.DefaultQueue, HostQueue: "berth-host",
+	})
+	return env, p
+}
+
+// remaining lists the sandboxes a workflow left behind.
+func remaining(t *testing.T, p provider.Provider) []provider.Info {
+	t.Helper()
+	infos, err := p.List(t.Context(), map[string]string{sandbox.LabelWorkflowID: "default-test-workflow-id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return infos
+}
+
+func TestExecAndFiles(t *testing.T) {
+	env, p := newEnv(t)
+	type report struct {
+		Stdout, Stderr string
+		ExitCode       int
+		File           string
+		Names          []string
+	}
+	wf := func(ctx workflow.Context) (report, error) {
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+		if err != nil {
+			return report{}, err
+		}
+		defer sbx.Stop(ctx)
+		if err := sbx.WriteFiles(ctx, provider.File{Path: "src/main.py", Data: []byte("print('hi from python')\n")}); err != nil {
+			return report{}, err
+		}
+		res, err := sbx.Exec(ctx, "/usr/bin/python3 src/main.py && echo to-err >&2 && echo made > out.txt && exit 3")
+		if err != nil {
+			return report{}, err
+		}
+		file, err := sbx.ReadFile(ctx, "out.txt")
+		if err != nil {
+			return report{}, err
+		}
+		infos, err := sbx.ListFiles(ctx, ".")
+		if err != nil {
+			return report{}, err
+		}
+		r := report{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: res.ExitCode, File: string(file)}
+		for _, fi := range infos {
+			r.Names = append(r.Names, fi.Name)
+		}
+		return r, nil
+	}
+	env.RegisterWorkflow(wf)
+	env.ExecuteWorkflow(wf)
+	var got report
+	if err := env.GetWorkflowResult(&got); err != nil {
+		t.Fatal(err)
+	}
+	want := report{Stdout: "hi from python\n", Stderr: "to-err\n", ExitCode: 3, File: "made\n", Names: []string{"out.txt", "src"}}
+	if strings.Join(got.Names, ",") != strings.Join(want.Names, ",") || got.Stdout != want.Stdout ||
+		got.Stderr != want.Stderr || got.ExitCode != want.ExitCode || got.File != want.File {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if left := remaining(t, p); len(left) != 0 {
+		t.Errorf("the workflow left sandboxes behind: %+v", left)
+	}
+}
+
+func TestTypedErrors(t *testing.T) {
+	env, _ := newEnv(t)
+	wf := func(ctx workflow.Context) (string, error) {
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+		if err != nil {
+			return "", err
+		}
+		defer sbx.Stop(ctx)
+		var found []string
+		if _, err := sbx.Exec(ctx, "sleep 30", sandbox.WithTimeout(200*time.Millisecond)); errors.Is(err, provider.ErrTimeout) {
+			found = append(found, "timeout")
+		}
+		if _, err := sbx.ReadFile(ctx, "../../etc/passwd"); errors.Is(err, provider.ErrBadInput) {
+			found = append(found, "bad-input")
+		}
+		if _, err := sbx.ReadFile(ctx, "missing"); errors.Is(err, os.ErrNotExist) {
+			found = append(found, "not-exist")
+		}
+		return strings.Join(found, ","), nil
+	}
+	env.RegisterWorkflow(wf)
+	env.ExecuteWorkflow(wf)
+	var got string
+	if err := env.GetWorkflowResult(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != "timeout,bad-input,not-exist" {
+		t.Errorf("typed errors seen in the workflow: %q", got)
+	}
+}
+
+func TestUnknownProvider(t *testing.T) {
+	env, _ := newEnv(t)
+	wf := func(ctx workflow.Context) error {
+		_, err := sandbox.New(ctx, sandbox.Provider{Type: "nimbus"})
+		if errors.Is(err, provider.ErrBadInput) {
+			return nil
+		}
+		return errors.New("want bad input, got " + errString(err))
+	}
+	env.RegisterWorkflow(wf)
+	env.ExecuteWorkflow(wf)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCancelStops cancels a workflow in the middle of a long command: the
+// deferred Stop still destroys the sandbox.
+func TestCancelStops(t *testing.T) {
+	env, p := newEnv(t)
+	wf := func(ctx workflow.Context) error {
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+		if err != nil {
+			return err
+		}
+		defer sbx.Stop(ctx)
+		_, err = sbx.Exec(ctx, "sleep 60")
+		return err
+	}
+	env.RegisterWorkflow(wf)
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Second)
+	start := time.Now()
+	env.ExecuteWorkflow(wf)
+	if err := env.GetWorkflowError(); err == nil {
+		t.Error("a cancelled workflow succeeded")
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("cancellation took %v", d)
+	}
+	if left := remaining(t, p); len(left) != 0 {
+		t.Errorf("a cancelled workflow left sandboxes behind: %+v", left)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "nil"
+	}
+	return err.Error()
+}
