@@ -59,6 +59,11 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	select {
+	case <-s.configured:
+	case <-r.Context().Done():
+		return
+	}
 	rec, created := s.journal.claim(hdr.ID)
 	if created {
 		// The command's stdin is this request's body, which can only be
@@ -120,6 +125,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, off
 			return
 		}
 	}
+}
+
+// WarmUp runs a command outside the journal, so that the first command
+// a caller asks for does not pay for the daemon's first fork and exec.
+func (s *Server) WarmUp(argv ...string) error {
+	_, err := s.execute(newRecord("warmup", s.cfg.OutputCap), execHeader{Argv: argv}, nil)
+	return err
 }
 
 // run starts the command of a new record and records how it ends.
@@ -317,7 +329,9 @@ func (s *Server) oomKills() int64 {
 // workDir resolves a command's working directory inside the workspace.
 func (s *Server) workDir(dir string) (string, error) {
 	if dir == "" {
+		s.mu.RLock()
 		dir = s.cfg.Dir
+		s.mu.RUnlock()
 	}
 	rel, err := provider.WorkspacePath(dir)
 	if err != nil {
@@ -336,7 +350,9 @@ func (s *Server) workDir(dir string) (string, error) {
 // environ merges the base environment and a request's, sorted so that
 // commands see the same order every time.
 func (s *Server) environ(extra map[string]string) []string {
+	s.mu.RLock()
 	m := maps.Clone(s.cfg.Env)
+	s.mu.RUnlock()
 	if m == nil {
 		m = map[string]string{}
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,9 @@ type Config struct {
 	// kept for finished commands (zero means 8 MiB).
 	OutputCap     int
 	JournalBudget int
+	// Deferred: commands wait for Configure, which gives them their
+	// environment and working directory.
+	Deferred bool
 	// ExitGrace is how long output is still collected after a command
 	// exits, from background processes that kept its pipes open (zero
 	// means 100ms).
@@ -46,6 +50,8 @@ type Config struct {
 
 // Server is the daemon.
 type Server struct {
+	mu         sync.RWMutex  // guards cfg.Env and cfg.Dir, which Configure sets
+	configured chan struct{} // closed once commands may run
 	cfg        Config
 	log        *slog.Logger
 	root       *os.Root // the workspace
@@ -91,6 +97,10 @@ func New(cfg Config) (*Server, error) {
 		procs:      newProcs(),
 		started:    time.Now(),
 		switchUser: cfg.UID != os.Geteuid() || cfg.GID != os.Getegid(),
+		configured: make(chan struct{}),
+	}
+	if !cfg.Deferred {
+		close(s.configured)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+routeHealth, s.handleHealth)
@@ -107,6 +117,23 @@ func New(cfg Config) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+// Configure sets the base environment and default working directory of
+// commands, for a daemon started before it knew them: one kept warm in a
+// pool, say.
+func (s *Server) Configure(env map[string]string, dir string) {
+	if dir == "" {
+		dir = "."
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg.Env, s.cfg.Dir = env, dir
+	select {
+	case <-s.configured:
+	default:
+		close(s.configured)
+	}
 }
 
 // escapeError finds out which error value os.Root uses for a path that

@@ -67,6 +67,30 @@ func runDaemon(ctl *os.File) error {
 		return fmt.Errorf("listener: %w", err)
 	}
 	lnFile.Close()
+	oom := os.NewFile(fdOOM, "oom")
+	var oomMu sync.Mutex
+	srv, err := sandboxd.New(sandboxd.Config{
+		Workspace: "/workspace",
+		UID:       sandboxUID,
+		GID:       sandboxGID,
+		Deferred:  true, // configured when claimed
+		OOMKills: func() (int64, error) {
+			oomMu.Lock()
+			defer oomMu.Unlock()
+			return readOOMKills(oom)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	// Serving before the claim lets the host open its connection ahead
+	// of time; nobody but the host can reach the socket, and it sends
+	// nothing else before it claims the daemon.
+	if err := srv.WarmUp("/bin/true"); err != nil {
+		fmt.Fprintf(os.Stderr, "warm-up command: %v\n", err) // the sandbox's root may have no /bin/true
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
 	if err := send(ctl, []byte(replyWarm), nil); err != nil {
 		return err
 	}
@@ -78,31 +102,14 @@ func runDaemon(ctl *os.File) error {
 		}
 		return fmt.Errorf("read claim: %w", err)
 	}
-	oom := os.NewFile(fdOOM, "oom")
-	var oomMu sync.Mutex
-	srv, err := sandboxd.New(sandboxd.Config{
-		Workspace: "/workspace",
-		UID:       sandboxUID,
-		GID:       sandboxGID,
-		Env:       cm.Env,
-		Dir:       cm.Dir,
-		OOMKills: func() (int64, error) {
-			oomMu.Lock()
-			defer oomMu.Unlock()
-			return readOOMKills(oom)
-		},
-	})
-	if err != nil {
-		return err
-	}
+	srv.Configure(cm.Env, cm.Dir)
 	// The hard lifetime: when it ends the daemon exits, and being the
 	// first process of the PID namespace, takes every process with it.
 	time.AfterFunc(time.Until(cm.ExpiresAt), func() { os.Exit(0) })
-
 	if err := send(ctl, []byte(replyReady), nil); err != nil {
 		return err
 	}
-	return srv.Serve(ln)
+	return <-served
 }
 
 var errClosed = fmt.Errorf("control socket closed")

@@ -90,6 +90,10 @@ func checkDestroyLeavesNothing(t *testing.T, p *Provider, sb *sandbox) {
 	if err := sb.Destroy(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := p.Get(t.Context(), sb.ID()); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("Get right after destroy: %v, want ErrNotFound", err)
+	}
+	p.cleanups.Wait() // cgroups and files go in the background
 	for _, pid := range append(pids, sb.rec.PID) {
 		if err := unix.Kill(pid, 0); err == nil {
 			if start, err := processStart(pid); err == nil && (pid != sb.rec.PID || start == sb.rec.PIDStart) {
@@ -107,10 +111,12 @@ func checkDestroyLeavesNothing(t *testing.T, p *Provider, sb *sandbox) {
 			t.Errorf("cgroup %s survived", sb.rec.Cgroup.V2)
 		}
 	}
-	entries, _ := os.ReadDir(p.cfg.StateDir)
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), sb.ID()) {
-			t.Errorf("state %s survived", e.Name())
+	for _, d := range []string{p.cfg.StateDir, filepath.Join(p.cfg.StateDir, trashDir)} {
+		entries, _ := os.ReadDir(d)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), sb.ID()) {
+				t.Errorf("state %s survived", filepath.Join(d, e.Name()))
+			}
 		}
 	}
 	if _, err := p.Get(t.Context(), sb.ID()); !errors.Is(err, provider.ErrNotFound) {

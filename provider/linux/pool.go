@@ -40,9 +40,15 @@ func (pl *pool) take(rootfs string) *warm {
 		}
 	}
 	pl.mu.Unlock()
-	pl.refill()
+	// Refill a moment later: starting a daemon takes a core for a few
+	// milliseconds, which the sandbox just taken needs for its first
+	// commands.
+	time.AfterFunc(refillDelay, pl.refill)
 	return w
 }
+
+// refillDelay is how long the pool waits after a take before refilling.
+const refillDelay = 50 * time.Millisecond
 
 // refill starts daemons until the pool is full.
 func (pl *pool) refill() {

@@ -31,9 +31,10 @@ func init() {
 
 // Provider makes sandboxes on this host.
 type Provider struct {
-	cfg  Config
-	log  *slog.Logger
-	pool *pool
+	cfg      Config
+	log      *slog.Logger
+	pool     *pool
+	cleanups sync.WaitGroup // removals of destroyed sandboxes' cgroups and files
 
 	mu      sync.Mutex
 	clients map[string]*sandboxd.Client // by sandbox id, to reuse connections
@@ -60,18 +61,31 @@ func New(cfg Config) (*Provider, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, newRootDir), 0o755); err != nil {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.StateDir, warmDir), 0o711); err != nil {
+	for _, d := range []struct {
+		name string
+		mode os.FileMode
+	}{{warmDir, 0o711}, {trashDir, 0o700}} {
+		if err := os.MkdirAll(filepath.Join(cfg.StateDir, d.name), d.mode); err != nil {
+			return nil, fmt.Errorf("linux provider: %w", err)
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(cfg.StateDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
+	f.Close()
 	p := &Provider{cfg: cfg, log: cfg.Logger, clients: map[string]*sandboxd.Client{}}
 	p.pool = &pool{p: p, size: cfg.Pool}
 	p.sweepWarm()
+	p.sweepTrash()
 	return p, nil
 }
 
-// Close stops the provider's warm daemons. Sandboxes are not affected.
+// Close stops the provider's warm daemons and waits for the cleanup of
+// destroyed sandboxes to finish. Sandboxes are not affected.
 func (p *Provider) Close() error {
 	p.pool.close()
+	p.cleanups.Wait()
 	return nil
 }
 
@@ -169,6 +183,16 @@ func (p *Provider) client(id string) *sandboxd.Client {
 	return c
 }
 
+// adopt makes c the shared client of a sandbox.
+func (p *Provider) adopt(id string, c *sandboxd.Client) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old, ok := p.clients[id]; ok {
+		old.Close()
+	}
+	p.clients[id] = c
+}
+
 func (p *Provider) forget(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -214,38 +238,75 @@ func matches(have, want map[string]string) bool {
 	return true
 }
 
-// remove destroys what is left of a sandbox: its daemon and every
-// process, its cgroups, its state directory. rec may be nil when there
-// is no record. The caller holds the sandbox's lock.
+// remove destroys what is left of a sandbox. It returns once every
+// process of the sandbox is dead and its directory is out of sight; its
+// cgroups and files are removed in the background (Close waits for that,
+// and a provider opened after a crash finishes the job). rec may be nil
+// when there is no record. The caller holds the sandbox's lock.
 func (p *Provider) remove(ctx context.Context, id string, rec *record) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	p.forget(id)
-	dir := filepath.Join(p.cfg.StateDir, id)
+	var cg *cgroup
 	if rec != nil {
-		cg, err := loadCgroup(rec.Cgroup)
+		var err error
+		cg, err = loadCgroup(rec.Cgroup)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("destroy %s: cgroups: %w", id, err)
 		}
 		if cg != nil {
-			// A frozen daemon cannot die.
-			_ = cg.thaw()
+			_ = cg.thaw() // a frozen daemon cannot die
 		}
 		if rec.alive() {
 			if err := killDaemon(ctx, rec.PID); err != nil {
 				return fmt.Errorf("destroy %s: %w", id, err)
 			}
 		}
-		if cg != nil {
-			if err := cg.destroy(ctx); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("destroy %s: cgroups: %w", id, err)
-			}
+	}
+	dir := filepath.Join(p.cfg.StateDir, id)
+	trash := filepath.Join(p.cfg.StateDir, trashDir, id+"-"+randomHex(4))
+	if err := os.Rename(dir, trash); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			trash = ""
+		} else {
+			return fmt.Errorf("destroy %s: %w", id, err)
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("destroy %s: %w", id, err)
-	}
+	p.cleanups.Go(func() {
+		if cg != nil {
+			if err := cg.destroy(context.Background()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				p.log.Warn("remove cgroups of a destroyed sandbox", "id", id, "err", err)
+				return // left in the trash, with its record, for the next sweep
+			}
+		}
+		if trash != "" {
+			if err := os.RemoveAll(trash); err != nil {
+				p.log.Warn("remove files of a destroyed sandbox", "id", id, "err", err)
+			}
+		}
+	})
 	return nil
+}
+
+// sweepTrash finishes removing sandboxes destroyed by a process that died
+// before it was done.
+func (p *Provider) sweepTrash() {
+	entries, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, trashDir))
+	for _, e := range entries {
+		dir := filepath.Join(p.cfg.StateDir, trashDir, e.Name())
+		fi, err := e.Info()
+		if err != nil || time.Since(fi.ModTime()) < time.Minute {
+			continue // perhaps being removed right now
+		}
+		if rec, err := readRecord(dir); err == nil {
+			if cg, err := loadCgroup(rec.Cgroup); err == nil {
+				if pids, err := cg.pids(); err != nil || len(pids) > 0 || cg.destroy(context.Background()) != nil {
+					continue
+				}
+			}
+		}
+		os.RemoveAll(dir)
+	}
 }
 
 // checkTraversable checks that a sandbox's daemon, which runs under ids

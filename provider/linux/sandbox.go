@@ -189,8 +189,5 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	} else if err != nil {
 		return err
 	}
-	if err := s.p.remove(ctx, s.rec.ID, rec); err != nil {
-		return err
-	}
-	return removeLock(s.p.cfg.StateDir, s.rec.ID)
+	return s.p.remove(ctx, s.rec.ID, rec)
 }

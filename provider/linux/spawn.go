@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandboxd"
 )
 
 // daemonArg0 is the name the daemon is started under; Main looks for it.
@@ -39,10 +41,17 @@ type warm struct {
 	cg       *cgroup
 	pidStart uint64
 	dir      string // its state directory, to be renamed after its sandbox
+	// client has a connection to the daemon open already; it dials the
+	// socket at socket, which a claim changes.
+	client *sandboxd.Client
+	socket atomic.Pointer[string]
 }
 
 // kill ends an unclaimed daemon and removes its cgroups and files.
 func (w *warm) kill() {
+	if w.client != nil {
+		w.client.Close()
+	}
 	w.ctl.Close() // the daemon exits when its control socket closes
 	_ = w.cmd.Process.Kill()
 	_ = w.cmd.Wait()
@@ -164,7 +173,19 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 	if err != nil {
 		return nil, fmt.Errorf("daemon exited: %w", err)
 	}
-	return &warm{cmd: cmd, ctl: ctl, cg: cg, pidStart: start, dir: dir}, nil
+	w = &warm{cmd: cmd, ctl: ctl, cg: cg, pidStart: start, dir: dir}
+	sock := filepath.Join(dir, socketFile)
+	w.socket.Store(&sock)
+	var d net.Dialer
+	w.client = sandboxd.NewClient(func(ctx context.Context) (net.Conn, error) {
+		return d.DialContext(ctx, "unix", *w.socket.Load())
+	})
+	// One request opens the connection the sandbox's first command will
+	// use, and runs the daemon's request path once.
+	if _, err := w.client.Health(ctx); err != nil {
+		return nil, daemonError(fmt.Errorf("first request: %w", err), logPath)
+	}
+	return w, nil
 }
 
 func deadline(ctx context.Context) time.Time {
@@ -190,11 +211,6 @@ func daemonError(err error, logPath string) error {
 // daemon's state directory the sandbox's id, sets the sandbox's limits,
 // records it, and tells the daemon.
 func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*record, error) {
-	dir := filepath.Join(p.cfg.StateDir, spec.ID)
-	if err := os.Rename(w.dir, dir); err != nil {
-		return nil, err
-	}
-	w.dir = dir
 	now := time.Now()
 	lifetime := spec.Lifetime
 	if lifetime == 0 {
@@ -206,11 +222,19 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 	if err := w.cg.update(rec.Resources); err != nil {
 		return nil, fmt.Errorf("set limits: %w", err)
 	}
-	// The record is written before the daemon is told, so that from here
-	// on Destroy finds everything, whatever happens to this process.
-	if err := writeRecord(dir, rec); err != nil {
+	// The record goes in first, and one rename publishes the directory
+	// with it: Get sees the whole sandbox or none of it, and from here on
+	// Destroy finds everything, whatever happens to this process.
+	if err := writeRecord(w.dir, rec); err != nil {
 		return nil, err
 	}
+	dir := filepath.Join(p.cfg.StateDir, spec.ID)
+	if err := os.Rename(w.dir, dir); err != nil {
+		return nil, err
+	}
+	w.dir = dir
+	sock := filepath.Join(dir, socketFile)
+	w.socket.Store(&sock)
 	msg := claimMsg{ID: spec.ID, Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt}
 	if err := sendJSON(w.ctl, msg, nil); err != nil {
 		return nil, fmt.Errorf("claim daemon: %w", err)
@@ -222,6 +246,7 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 	// this process lives; it is not killed when this process exits.
 	w.ctl.Close()
 	go w.cmd.Wait()
+	p.adopt(spec.ID, w.client)
 	return rec, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -23,8 +25,10 @@ import (
 //	daemon.log     what the daemon printed
 //	workspace/     the workspace
 //
-// and a lock file beside it, <id>.lock, serialises its creation and
-// destruction.
+// Beside the sandboxes: .lock, whose byte-range locks serialise each
+// sandbox's creation and destruction; .warm, the directories of warm
+// daemons; .trash, destroyed sandboxes' directories being removed; and
+// .newroot, where daemons build their roots.
 const (
 	recordFile    = "sandbox.json"
 	socketFile    = "sandboxd.sock"
@@ -32,7 +36,8 @@ const (
 	workspaceDir  = "workspace"
 	newRootDir    = ".newroot" // beside the sandboxes: see Provider.newRoot
 	warmDir       = ".warm"
-	lockSuffix    = ".lock"
+	lockFile      = ".lock"
+	trashDir      = ".trash"
 	recordVersion = 1
 )
 
@@ -58,17 +63,15 @@ func (r *record) info() provider.Info {
 		ExpiresAt: r.ExpiresAt, Resources: r.Resources}
 }
 
+// writeRecord writes a record into a directory that is not published
+// yet: renaming the directory publishes it.
 func writeRecord(dir string, r *record) error {
 	r.Version = recordVersion
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, recordFile+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, recordFile))
+	return os.WriteFile(filepath.Join(dir, recordFile), b, 0o600)
 }
 
 func readRecord(dir string) (*record, error) {
@@ -83,28 +86,32 @@ func readRecord(dir string) (*record, error) {
 	return &r, nil
 }
 
-// lock takes the lock of one sandbox id; unlock releases it. Destroy
-// removes the lock file while holding it, so after taking the lock it
-// checks that the file is still the one at the path, and tries again if
-// not.
+// lock takes the lock of one sandbox id, across threads and processes;
+// unlock releases it. It is a byte-range lock, at a place chosen by the
+// id, on one lock file beside the sandboxes: no file is made or removed
+// per sandbox. Two ids may share a place; they then wait for each other,
+// which is harmless.
 func lock(stateDir, id string) (unlock func(), err error) {
-	name := filepath.Join(stateDir, id+lockSuffix)
-	for {
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-			f.Close()
-			return nil, err
-		}
-		held, err1 := f.Stat()
-		cur, err2 := os.Stat(name)
-		if err1 == nil && err2 == nil && os.SameFile(held, cur) {
-			return func() { f.Close() }, nil
-		}
-		f.Close()
+	// Open file description locks belong to the open file, not the
+	// process: each caller opens its own so callers exclude each other.
+	f, err := os.OpenFile(filepath.Join(stateDir, lockFile), os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
 	}
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: int64(h.Sum32() % (1 << 20)), Len: 1}
+	for {
+		err = unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLKW, &lk)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", id, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // processStart reads when a process started, in clock ticks since boot,
@@ -139,12 +146,4 @@ func (r *record) alive() bool {
 	}
 	start, err := processStart(r.PID)
 	return err == nil && start == r.PIDStart
-}
-
-func removeLock(stateDir, id string) error {
-	err := os.Remove(filepath.Join(stateDir, id+lockSuffix))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
 }
