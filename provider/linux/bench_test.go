@@ -23,12 +23,22 @@ func reportMedian(b *testing.B, samples []time.Duration) {
 // BenchmarkCreateExec measures a whole one-shot sandbox: create, run
 // /bin/true, get the result, destroy; and bubblewrap doing the same with
 // equivalent isolation, as the baseline.
+//
+//   - berth: a sandbox created when the pool has a warm daemon ready, as
+//     when sandboxes are not made back to back (the wait is not timed);
+//   - berth-burst: sandboxes back to back, as fast as possible, so the
+//     pool runs dry and creation waits for daemons to start;
+//   - berth-cold: no pool, every daemon started on demand.
 func BenchmarkCreateExec(b *testing.B) {
-	b.Run("berth", func(b *testing.B) {
-		p := newTestProvider(b)
+	oneShot := func(b *testing.B, p *Provider, warm bool) {
 		ctx := b.Context()
 		var samples []time.Duration
 		for b.Loop() {
+			if warm {
+				b.StopTimer()
+				waitWarm(b, p)
+				b.StartTimer()
+			}
 			start := time.Now()
 			sb, err := p.Create(ctx, provider.Spec{})
 			if err != nil {
@@ -44,6 +54,17 @@ func BenchmarkCreateExec(b *testing.B) {
 			samples = append(samples, time.Since(start))
 		}
 		reportMedian(b, samples)
+	}
+	b.Run("berth", func(b *testing.B) { oneShot(b, newTestProvider(b), true) })
+	b.Run("berth-burst", func(b *testing.B) { oneShot(b, newTestProvider(b), false) })
+	b.Run("berth-cold", func(b *testing.B) {
+		dir := shortTempDir(b)
+		p, err := New(Config{StateDir: dir, Pool: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { p.Close() })
+		oneShot(b, p, false)
 	})
 	b.Run("bwrap", func(b *testing.B) {
 		bwrap, err := exec.LookPath("bwrap")
@@ -116,4 +137,20 @@ func BenchmarkExec(b *testing.B) {
 			}
 		}
 	})
+}
+
+// waitWarm waits until the pool has a daemon ready, and nothing of the
+// last iteration is still running in the background.
+func waitWarm(b *testing.B, p *Provider) {
+	p.cleanups.Wait()
+	p.pool.refill() // fills the pool the first time; a no-op when full
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		p.pool.mu.Lock()
+		ready, filling := len(p.pool.ready), p.pool.filling
+		p.pool.mu.Unlock()
+		if ready > 0 && filling == 0 {
+			return
+		}
+	}
+	b.Fatal("no warm daemon after 5s")
 }

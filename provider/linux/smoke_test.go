@@ -12,6 +12,18 @@ import (
 // socket paths must fit in a unix socket address.
 func newTestProvider(t testing.TB) *Provider {
 	t.Helper()
+	p, err := New(Config{StateDir: shortTempDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// shortTempDir makes a state directory short enough for socket paths and
+// searchable by the sandboxes' ids.
+func shortTempDir(t testing.TB) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "berth")
 	if err != nil {
 		t.Fatal(err)
@@ -20,12 +32,7 @@ func newTestProvider(t testing.TB) *Provider {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{StateDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
+	return dir
 }
 
 func TestSmoke(t *testing.T) {
