@@ -1,0 +1,95 @@
+// Package hostworker runs berth's Temporal workers on one host: one on
+// the queue every berth worker polls, for sandbox creation, and one on
+// this host's own queue, for the operations of the host-bound sandboxes
+// it created. Both serve the same activities over the host's providers.
+package hostworker
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+	"gocloud.dev/blob"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
+)
+
+// Options configures the workers. Providers and Outputs are required.
+type Options struct {
+	Providers map[string]provider.Provider
+	// Outputs is the blob store for whole command outputs.
+	Outputs *blob.Bucket
+	// Queue is the queue every berth worker polls; zero means
+	// sandbox.DefaultQueue.
+	Queue string
+	// HostQueue is this host's own queue; zero means Queue + "@" + the
+	// host name. A single-host deployment (berth dev) sets it to Queue:
+	// one worker then serves everything, and activities are dispatched
+	// eagerly to the worker whose workflow scheduled them.
+	HostQueue string
+	// Workflows are registered on the generic queue's worker.
+	Workflows []any
+}
+
+// Worker is the running pair of workers.
+type Worker struct {
+	generic, host worker.Worker
+	HostQueue     string
+}
+
+// Start starts the workers; Stop stops them.
+func Start(c client.Client, opts Options) (*Worker, error) {
+	if len(opts.Providers) == 0 || opts.Outputs == nil {
+		return nil, fmt.Errorf("hostworker: providers and an output store are required")
+	}
+	if opts.Queue == "" {
+		opts.Queue = sandbox.DefaultQueue
+	}
+	if opts.HostQueue == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("hostworker: %w", err)
+		}
+		opts.HostQueue = opts.Queue + "@" + strings.ReplaceAll(host, "@", "_")
+	}
+	acts := &activities.Activities{
+		Providers: opts.Providers, Outputs: opts.Outputs,
+		GenericQueue: opts.Queue, HostQueue: opts.HostQueue,
+	}
+	w := &Worker{HostQueue: opts.HostQueue}
+	w.generic = worker.New(c, opts.Queue, worker.Options{})
+	w.generic.RegisterActivity(acts)
+	for _, wf := range opts.Workflows {
+		w.generic.RegisterWorkflow(wf)
+	}
+	if err := w.generic.Start(); err != nil {
+		return nil, fmt.Errorf("hostworker: start worker on %s: %w", opts.Queue, err)
+	}
+	if opts.HostQueue == opts.Queue {
+		return w, nil
+	}
+	w.host = worker.New(c, opts.HostQueue, worker.Options{})
+	w.host.RegisterActivity(acts)
+	if err := w.host.Start(); err != nil {
+		w.generic.Stop()
+		return nil, fmt.Errorf("hostworker: start worker on %s: %w", opts.HostQueue, err)
+	}
+	return w, nil
+}
+
+// Stop stops the workers.
+func (w *Worker) Stop() {
+	if w.host != nil {
+		w.host.Stop()
+	}
+	w.generic.Stop()
+}
+
+// Logger adapts slog for the Temporal SDK.
+func Logger(l *slog.Logger) log.Logger { return log.NewStructuredLogger(l) }
