@@ -73,27 +73,9 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 	if err != nil {
 		return nil, err
 	}
-	// The daemon's state directory, with its workspace and socket, is
-	// made now and renamed after its sandbox when it is claimed.
 	dir := filepath.Join(p.cfg.StateDir, warmDir, name)
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		return nil, err
-	}
 	undo.add(func() { os.RemoveAll(dir) })
-	ws := filepath.Join(dir, workspaceDir)
-	if err := os.Mkdir(ws, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.Chown(ws, p.cfg.UIDBase+sandboxUID, p.cfg.UIDBase+sandboxGID); err != nil {
-		return nil, err
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, socketFile), Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	ln.SetUnlinkOnClose(false)
-	lnFile, err := ln.File()
-	ln.Close()
+	lnFile, err := p.makeStateDir(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -130,29 +112,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 	}
 	defer logf.Close()
 
-	base := p.cfg.UIDBase
-	cmd := &exec.Cmd{
-		Path:       fdPath(fdExe),
-		Args:       []string{daemonArg0},
-		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=2"},
-		Dir:        "/",
-		Stdout:     logf,
-		Stderr:     logf,
-		ExtraFiles: []*os.File{child, oom, exe},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
-				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRange}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRange}},
-			GidMappingsEnableSetgroups: true,
-			// Become root of the new user namespace (the host's root is
-			// not mapped in it), and so hold its capabilities.
-			Credential: &syscall.Credential{Uid: 0, Gid: 0},
-			// A session of its own: signals to the creator's terminal or
-			// process group do not reach sandboxes.
-			Setsid: true,
-		},
-	}
+	cmd := p.daemonCommand(logf, child, oom, exe)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start daemon: %w", err)
 	}
@@ -163,6 +123,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 	if err := cg.add(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("put daemon in its cgroups: %w", err)
 	}
+	ws := filepath.Join(dir, workspaceDir)
 	if err := sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs, Workspace: ws}, lnFile); err != nil {
 		return nil, fmt.Errorf("configure daemon: %w", err)
 	}
@@ -186,6 +147,58 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 		return nil, daemonError(fmt.Errorf("first request: %w", err), logPath)
 	}
 	return w, nil
+}
+
+// makeStateDir makes a daemon's state directory, with its workspace, and
+// its socket, listening. The directory is made for a warm daemon and
+// renamed after its sandbox when the daemon is claimed.
+func (p *Provider) makeStateDir(dir string) (listener *os.File, err error) {
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return nil, err
+	}
+	ws := filepath.Join(dir, workspaceDir)
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(ws, p.cfg.UIDBase+sandboxUID, p.cfg.UIDBase+sandboxGID); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, socketFile), Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	defer ln.Close()
+	return ln.File()
+}
+
+// daemonCommand is how a daemon is started: through a descriptor of its
+// binary, with its files, in new namespaces where it is root of its own
+// user namespace.
+func (p *Provider) daemonCommand(log *os.File, files ...*os.File) *exec.Cmd {
+	base := p.cfg.UIDBase
+	return &exec.Cmd{
+		Path:       fdPath(fdExe),
+		Args:       []string{daemonArg0},
+		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=2"},
+		Dir:        "/",
+		Stdout:     log,
+		Stderr:     log,
+		ExtraFiles: files,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRange}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRange}},
+			GidMappingsEnableSetgroups: true,
+			// Become root of the new user namespace (the host's root is
+			// not mapped in it), and so hold its capabilities.
+			Credential: &syscall.Credential{Uid: 0, Gid: 0},
+			// A session of its own: signals to the creator's terminal or
+			// process group do not reach sandboxes.
+			Setsid: true,
+		},
+	}
 }
 
 func deadline(ctx context.Context) time.Time {
