@@ -1,0 +1,126 @@
+package hostworker_test
+
+import (
+	"log/slog"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/workflow"
+	"gocloud.dev/blob/fileblob"
+
+	"github.com/berth-dev/berth/devserver"
+	"github.com/berth-dev/berth/hostworker"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	linux.Main()
+	os.Exit(m.Run())
+}
+
+// execLoop runs n commands in one sandbox and measures, from inside the
+// workflow, how long each took to come back.
+func execLoop(ctx workflow.Context, n int) ([]time.Duration, error) {
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+	if err != nil {
+		return nil, err
+	}
+	defer sbx.Stop(ctx)
+	now := func() time.Time {
+		var t time.Time
+		_ = workflow.SideEffect(ctx, func(workflow.Context) any { return time.Now() }).Get(&t)
+		return t
+	}
+	var took []time.Duration
+	for range n {
+		start := now()
+		if _, err := sbx.ExecArgv(ctx, []string{"/bin/true"}); err != nil {
+			return nil, err
+		}
+		took = append(took, now().Sub(start))
+	}
+	return took, nil
+}
+
+func median(d []time.Duration) float64 {
+	slices.Sort(d)
+	return float64(d[len(d)/2].Microseconds()) / 1000
+}
+
+// BenchmarkDurableExec measures an Exec of /bin/true from inside a
+// workflow on the embedded server, the result back in the workflow; and
+// the same command through the provider directly.
+func BenchmarkDurableExec(b *testing.B) {
+	ctx := b.Context()
+	logger := slog.New(slog.DiscardHandler)
+	srv, err := devserver.Start(ctx, devserver.Options{DataDir: b.TempDir(), Address: "127.0.0.1:0", Logger: logger})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop()
+	opts := srv.ClientOptions()
+	opts.Logger = hostworker.Logger(logger)
+	c, err := client.Dial(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	dir, err := os.MkdirTemp("", "berth")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o711)
+	p, err := linux.New(linux.Config{StateDir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	bucket, err := fileblob.OpenBucket(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bucket.Close()
+	w, err := hostworker.Start(c, hostworker.Options{
+		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
+		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
+		Workflows: []any{execLoop},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+
+	b.Run("temporal", func(b *testing.B) {
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, execLoop, b.N)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var took []time.Duration
+		if err := run.Get(ctx, &took); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(median(took), "median-ms")
+	})
+	b.Run("direct", func(b *testing.B) {
+		sb, err := p.Create(ctx, provider.Spec{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sb.Destroy(ctx)
+		var took []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if _, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"/bin/true"}}); err != nil {
+				b.Fatal(err)
+			}
+			took = append(took, time.Since(start))
+		}
+		b.ReportMetric(median(took), "median-ms")
+	})
+}
