@@ -234,17 +234,16 @@ func (s *Server) startCommand(path string, argv, env []string, dir string, withS
 			f.Close()
 		}
 	}()
-	var stdinR *os.File
+	files := []uintptr{s.devNull.Fd(), 0, 0}
 	var err error
 	if withStdin {
+		var stdinR *os.File
 		if stdinR, cmd.stdin, err = os.Pipe(); err != nil {
 			return nil, err
 		}
-	} else if stdinR, err = os.Open(os.DevNull); err != nil {
-		return nil, err
+		childEnds = append(childEnds, stdinR)
+		files[0] = stdinR.Fd()
 	}
-	childEnds = append(childEnds, stdinR)
-	files := []uintptr{stdinR.Fd(), 0, 0}
 	for i := range cmd.out {
 		r, w, err := os.Pipe()
 		if err != nil {

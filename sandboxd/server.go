@@ -61,7 +61,8 @@ type Server struct {
 	http       *http.Server
 	started    time.Time
 	running    atomic.Int64
-	switchUser bool // commands and file operations switch to UID/GID
+	devNull    *os.File // every command's stdin, unless it has one
+	switchUser bool     // commands and file operations switch to UID/GID
 }
 
 // New makes a daemon serving cfg.Workspace.
@@ -102,6 +103,10 @@ func New(cfg Config) (*Server, error) {
 	if !cfg.Deferred {
 		close(s.configured)
 	}
+	if s.devNull, err = os.Open(os.DevNull); err != nil {
+		return nil, fmt.Errorf("sandboxd: %w", err)
+	}
+
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+routeHealth, s.handleHealth)
 	mux.HandleFunc("POST "+routeExec, s.handleExec)
@@ -162,6 +167,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.http.Shutdown(ctx)
 	s.procs.close()
 	s.root.Close()
+	s.devNull.Close()
 	return err
 }
 
