@@ -15,8 +15,10 @@ type Config struct {
 	// StateDir holds one directory per sandbox: its record, its daemon's
 	// socket and its workspace. Zero means /var/lib/berth/linux.
 	StateDir string
-	// DaemonPath is the binary re-executed as each sandbox's daemon; it
-	// must call Main. Zero means this process's own executable.
+	// DaemonPath is the binary started as each sandbox's daemon; it must
+	// call Main. Zero means berth-sandboxd beside this process's
+	// executable if there is one, else the executable itself (which then
+	// costs each sandbox the memory its packages' initialisation takes).
 	DaemonPath string
 	// UIDBase is the host uid (and gid) that root inside a sandbox maps
 	// to; the sandbox gets 65536 ids from there. Zero means 100000.
@@ -55,8 +57,13 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("state directory %q is too long for a unix socket path (%d > %d bytes)", c.StateDir, n, maxSocketPath)
 	}
 	if c.DaemonPath == "" {
-		if c.DaemonPath, err = os.Executable(); err != nil {
+		self, err := os.Executable()
+		if err != nil {
 			return fmt.Errorf("find own executable: %w", err)
+		}
+		c.DaemonPath = self
+		if d := filepath.Join(filepath.Dir(self), DaemonName); isFile(d) {
+			c.DaemonPath = d
 		}
 	}
 	if c.UIDBase == 0 {
@@ -75,6 +82,14 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
+}
+
+// DaemonName is the name of the dedicated daemon binary.
+const DaemonName = "berth-sandboxd"
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 func stringOfLen(n int) string {

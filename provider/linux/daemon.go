@@ -35,9 +35,11 @@ func Main() {
 // runDaemon is the sandbox's first process. It builds the sandbox's view
 // of the world, waits to be claimed, then locks itself down and serves.
 func runDaemon(ctl *os.File) error {
-	// A few MiB per sandbox matter more here than collection speed.
+	// A few MiB per sandbox matter more here than collection speed. (A
+	// memory limit would be wrong: the runtime counts the globals of a
+	// large binary against it, and a limit near them makes it collect
+	// without end.)
 	debug.SetGCPercent(50)
-	debug.SetMemoryLimit(16 << 20)
 
 	var wm warmMsg
 	var lnFile *os.File

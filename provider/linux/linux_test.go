@@ -195,12 +195,13 @@ func TestLifetime(t *testing.T) {
 	})
 }
 
-// TestIdleDaemonMemory: an idle sandbox's daemon stays small. What a
-// sandbox costs is its daemon's unique memory (USS): the pages of the
-// binary it maps are the page cache of one file, shared by every sandbox
-// and by the host process.
+// TestIdleDaemonMemory: an idle sandbox's daemon stays small. What one
+// more sandbox costs is its daemon's unique memory (USS) while another
+// daemon runs too: the pages of the binary are page cache, shared by
+// every process that maps the binary, and count once.
 func TestIdleDaemonMemory(t *testing.T) {
 	p := newTestProvider(t)
+	create(t, p, provider.Spec{})
 	sb := create(t, p, provider.Spec{})
 	sh(t, sb, "true")
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(sb.rec.PID) + "/smaps_rollup")
@@ -307,5 +308,27 @@ func TestRootFS(t *testing.T) {
 	}
 	if _, err := p.Create(t.Context(), provider.Spec{RootFS: "relative/dir"}); !errors.Is(err, provider.ErrBadInput) {
 		t.Errorf("relative root filesystem: %v, want bad input", err)
+	}
+}
+
+// TestDedicatedDaemon runs sandboxes on the berth-sandboxd binary, as an
+// installed berth does, rather than on the test binary.
+func TestDedicatedDaemon(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), DaemonName)
+	build := exec.Command("go", "build", "-o", bin, "github.com/berth-dev/berth/cmd/berth-sandboxd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", DaemonName, err, out)
+	}
+	p, err := New(Config{StateDir: shortTempDir(t), DaemonPath: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	sb := create(t, p, provider.Spec{})
+	if out := sh(t, sb, "echo $USER in $PWD"); out != "sandbox in /workspace\n" {
+		t.Errorf("through %s: %q", DaemonName, out)
+	}
+	if out, err := exec.Command(bin).CombinedOutput(); err == nil || !strings.Contains(string(out), "not by hand") {
+		t.Errorf("%s run by hand: %v, %q; want a refusal", DaemonName, err, out)
 	}
 }

@@ -12,7 +12,9 @@ import (
 // socket paths must fit in a unix socket address.
 func newTestProvider(t testing.TB) *Provider {
 	t.Helper()
-	p, err := New(Config{StateDir: shortTempDir(t)})
+	// BERTH_TEST_DAEMON runs the daemon from another binary that calls
+	// Main, to measure how the binary's size shows in the daemon.
+	p, err := New(Config{StateDir: shortTempDir(t), DaemonPath: os.Getenv("BERTH_TEST_DAEMON")})
 	if err != nil {
 		t.Fatal(err)
 	}
