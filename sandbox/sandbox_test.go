@@ -2,18 +2,15 @@ package sandbox_test
 
 import (
 	"errors"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
-	"gocloud.dev/blob/fileblob"
 
-	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
@@ -24,32 +21,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// newEnv returns a workflow test environment whose activities drive a
-// real linux provider, and the provider.
 func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, provider.Provider) {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "berth")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o711)
-	p, err := linux.New(linux.Config{StateDir: dir, Pool: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := fileblob.OpenBucket(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bucket.Close() })
-	var s testsuite.WorkflowTestSuite
-	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{
-		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
-		GenericQueue: sandbox.DefaultQueue, HostQueue: "berth-host",
-	})
+	env, p, _ := berthtest.WorkflowEnv(t)
 	return env, p
 }
 

@@ -1,0 +1,73 @@
+// Package workflows holds berth's ready-made workflows, layer 4 of
+// berth, built only from package sandbox: the one-shot run for now.
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
+)
+
+// RunInput is a one-shot job: files in, one command, output out, and the
+// sandbox gone afterwards, whatever happens.
+type RunInput struct {
+	Provider  string             `json:"provider"`
+	Files     []provider.File    `json:"files,omitempty"`
+	Env       map[string]string  `json:"env,omitempty"`
+	Argv      []string           `json:"argv"`
+	Timeout   time.Duration      `json:"timeout,omitempty"`
+	Resources provider.Resources `json:"resources,omitzero"`
+}
+
+// RunOutput is what became of the command. Kind names why the command
+// did not run to its own end, when it did not (a provider.Kind: Timeout,
+// OutOfMemory, CommandNotFound...).
+type RunOutput struct {
+	ExitCode int               `json:"exit_code"`
+	Signal   string            `json:"signal,omitempty"`
+	Kind     provider.Kind     `json:"kind,omitempty"`
+	Message  string            `json:"message,omitempty"`
+	Stdout   activities.Output `json:"stdout"`
+	Stderr   activities.Output `json:"stderr"`
+	Duration time.Duration     `json:"duration"`
+	Sandbox  string            `json:"sandbox"`
+}
+
+// Run runs a one-shot job. What the command did, and why it stopped, is
+// its result; only a failure to run it at all fails the workflow.
+func Run(ctx workflow.Context, in RunInput) (RunOutput, error) {
+	if len(in.Argv) == 0 {
+		return RunOutput{}, fmt.Errorf("%w: no command", provider.ErrBadInput)
+	}
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: in.Provider},
+		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env))
+	if err != nil {
+		return RunOutput{}, err
+	}
+	defer sbx.Stop(ctx)
+	if len(in.Files) > 0 {
+		if err := sbx.WriteFiles(ctx, in.Files...); err != nil {
+			return RunOutput{}, err
+		}
+	}
+	var opts []sandbox.ExecOption
+	if in.Timeout > 0 {
+		opts = append(opts, sandbox.WithTimeout(in.Timeout))
+	}
+	res, err := sbx.ExecArgv(ctx, in.Argv, opts...)
+	out := RunOutput{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Output[0],
+		Stderr: res.Output[1], Duration: res.Duration, Sandbox: sbx.ID()}
+	if err != nil {
+		kind := provider.KindOf(err)
+		if kind == provider.KindInternal || kind == provider.KindLost {
+			return RunOutput{}, err
+		}
+		out.Kind, out.Message = kind, err.Error()
+	}
+	return out, nil
+}
