@@ -4,6 +4,7 @@
 package berthtest
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"testing"
@@ -35,7 +36,7 @@ func Provider(t testing.TB) *linux.Provider {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Close() })
+	t.Cleanup(func() { DestroyAll(t, p) })
 	return p
 }
 
@@ -63,4 +64,22 @@ func WorkflowEnv(t testing.TB) (*testsuite.TestWorkflowEnvironment, provider.Pro
 		GenericQueue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 	})
 	return env, p, bucket
+}
+
+// DestroyAll destroys every sandbox of p, whatever the test left, and
+// closes it: a failed test must not leave sandboxes running.
+func DestroyAll(t testing.TB, p *linux.Provider) {
+	ctx := context.Background()
+	infos, err := p.List(ctx, nil)
+	if err != nil {
+		t.Errorf("list sandboxes to clean up: %v", err)
+	}
+	for _, info := range infos {
+		if sb, err := p.Get(ctx, info.ID); err == nil {
+			if err := sb.Destroy(ctx); err != nil {
+				t.Errorf("destroy %s: %v", info.ID, err)
+			}
+		}
+	}
+	p.Close()
 }

@@ -2,6 +2,7 @@ package linux
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"testing"
 
@@ -18,8 +19,22 @@ func newTestProvider(t testing.TB) *Provider {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Close() })
+	t.Cleanup(func() { destroyAll(t, p) })
 	return p
+}
+
+// destroyAll destroys what a test left, and closes the provider.
+func destroyAll(t testing.TB, p *Provider) {
+	ctx := context.Background()
+	infos, _ := p.List(ctx, nil)
+	for _, info := range infos {
+		if sb, err := p.Get(ctx, info.ID); err == nil {
+			if err := sb.Destroy(ctx); err != nil {
+				t.Errorf("destroy %s: %v", info.ID, err)
+			}
+		}
+	}
+	p.Close()
 }
 
 // shortTempDir makes a state directory short enough for socket paths and

@@ -79,7 +79,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 	if err != nil {
 		return nil, err
 	}
-	defer lnFile.Close()
+	undo.add(func() { lnFile.Close() })
 	cg, err := newCgroup(paths, p.cfg.Defaults)
 	if err != nil {
 		return nil, err
@@ -124,7 +124,11 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 		return nil, fmt.Errorf("put daemon in its cgroups: %w", err)
 	}
 	ws := filepath.Join(dir, workspaceDir)
-	if err := sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs, Workspace: ws}, lnFile); err != nil {
+	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs, Workspace: ws}, lnFile)
+	// The daemon holds the listening socket now, and alone: should it
+	// die, connecting fails at once instead of waiting in the backlog.
+	lnFile.Close()
+	if err != nil {
 		return nil, fmt.Errorf("configure daemon: %w", err)
 	}
 	if err := recvReply(ctl, replyWarm, deadline(ctx)); err != nil {
@@ -143,7 +147,9 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 	})
 	// One request opens the connection the sandbox's first command will
 	// use, and runs the daemon's request path once.
-	if _, err := w.client.Health(ctx); err != nil {
+	hctx, cancel := context.WithDeadline(ctx, deadline(ctx))
+	defer cancel()
+	if _, err := w.client.Health(hctx); err != nil {
 		return nil, daemonError(fmt.Errorf("first request: %w", err), logPath)
 	}
 	return w, nil
