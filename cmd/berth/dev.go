@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+
+	"github.com/berth-dev/berth/devserver"
+	"github.com/berth-dev/berth/hostworker"
+	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/sandbox"
+)
+
+func newDev() *cobra.Command {
+	var (
+		dataDir string
+		port    int
+		uiPort  int
+		verbose bool
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run an embedded Temporal server and a berth worker, in one process",
+		Long: `berth dev runs a Temporal server whose state lives in a SQLite file in the
+data directory, so that workflows go on after a restart, and a berth
+worker serving the linux provider on this host.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log := newLogger(verbose)
+			srv, err := devserver.Start(ctx, devserver.Options{
+				DataDir: filepath.Join(dataDir, "temporal"),
+				Address: fmt.Sprintf("127.0.0.1:%d", port),
+				UIPort:  uiPort,
+				Logger:  log,
+			})
+			if err != nil {
+				return err
+			}
+			defer srv.Stop()
+			opts := srv.ClientOptions()
+			opts.Logger = hostworker.Logger(log.With("component", "sdk"))
+			c, err := client.Dial(opts)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			// One host: creation and operations share a queue, so the
+			// server hands activities to this worker eagerly.
+			h, err := startHost(ctx, c, log, dataDir, blobURL(dataDir), sandbox.DefaultQueue, sandbox.DefaultQueue, []string{linux.Name})
+			if err != nil {
+				return err
+			}
+			defer h.close()
+			attrs := []any{"address", srv.Address(), "namespace", srv.Namespace(), "data", dataDir}
+			if srv.UIAddress() != "" {
+				attrs = append(attrs, "ui", "http://"+srv.UIAddress())
+			}
+			log.Info("berth dev is ready", attrs...)
+			<-ctx.Done()
+			log.Info("berth dev is stopping")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where the server's database, sandboxes and outputs live")
+	cmd.Flags().IntVar(&port, "port", 7233, "the Temporal frontend's port on 127.0.0.1")
+	cmd.Flags().IntVar(&uiPort, "ui-port", 8233, "the Temporal Web UI's port; 0 for none")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
+	return cmd
+}

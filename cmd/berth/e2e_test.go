@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// build compiles berth and berth-sandboxd side by side, as installed.
+func build(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/berth-dev/berth/cmd/berth", "github.com/berth-dev/berth/cmd/berth-sandboxd")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "berth")
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestDevAndRun starts berth dev and runs one-shot jobs against it with
+// berth run, checking what a user sees: output, exit codes, one-line
+// reasons.
+func TestDevAndRun(t *testing.T) {
+	berth := build(t)
+	data, err := os.MkdirTemp("", "berth-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(data) })
+	port := freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	var devLog bytes.Buffer
+	dev := exec.Command(berth, "dev", "--data-dir", data, "--port", fmt.Sprint(port), "--ui-port", "0")
+	dev.Stdout, dev.Stderr = &devLog, &devLog
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dev.Process.Signal(os.Interrupt)
+		dev.Wait()
+		if t.Failed() {
+			t.Logf("berth dev:\n%s", devLog.String())
+		}
+	})
+
+	run := func(args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		var o, e bytes.Buffer
+		cmd := exec.Command(berth, append([]string{"run", "--address", addr, "--data-dir", data}, args...)...)
+		cmd.Stdout, cmd.Stderr, cmd.Dir = &o, &e, t.TempDir()
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return o.String(), e.String(), code
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, _, code := run("--", "true"); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("berth dev did not come up")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	src := filepath.Join(t.TempDir(), "job.py")
+	os.WriteFile(src, []byte("import os, sys\nprint('hello', os.environ['WHO'])\nprint('oops', file=sys.stderr)\nsys.exit(5)\n"), 0o644)
+	tests := []struct {
+		name           string
+		args           []string
+		stdout, stderr string
+		code           int
+	}{
+		{"files env and exit code", []string{"--file", "job.py=" + src, "--env", "WHO=berth", "--", "/usr/bin/python3", "job.py"}, "hello berth\n", "oops\n", 5},
+		{"timeout", []string{"--timeout", "500ms", "--", "sleep", "30"}, "", "timed out", 124},
+		{"not found", []string{"--", "no-such-program"}, "", "command not found", 127},
+		{"out of memory", []string{"--memory", "64Mi", "--", "/usr/bin/python3", "-c", "b = bytearray(1 << 30)"}, "", "out of memory", 137},
+		{"signal", []string{"--", "sh", "-c", "kill -TERM $$"}, "", "", 128 + 15},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, code := run(tt.args...)
+			if code != tt.code || stdout != tt.stdout || !strings.Contains(stderr, tt.stderr) {
+				t.Errorf("berth run %v: exit %d, stdout %q, stderr %q; want exit %d, stdout %q, stderr with %q",
+					tt.args, code, stdout, stderr, tt.code, tt.stdout, tt.stderr)
+			}
+		})
+	}
+	t.Run("large output", func(t *testing.T) {
+		stdout, _, code := run("--", "sh", "-c", "seq 1 300000")
+		if code != 0 || strings.Count(stdout, "\n") != 300000 || !strings.HasSuffix(stdout, "\n300000\n") {
+			t.Errorf("exit %d, %d lines", code, strings.Count(stdout, "\n"))
+		}
+	})
+	t.Run("server unreachable", func(t *testing.T) {
+		cmd := exec.Command(berth, "run", "--address", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--", "true")
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "cannot reach the Temporal server") {
+			t.Errorf("got %v, %q", err, out)
+		}
+	})
+}

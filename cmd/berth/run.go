@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/hostworker"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/workflows"
+)
+
+func newRun() *cobra.Command {
+	var (
+		in                 workflows.RunInput
+		files, env         []string
+		memory             string
+		address, namespace string
+		dataDir            string
+		detach             bool
+	)
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Run one command in a fresh sandbox, durably, and print its output",
+		Long: `berth run runs a one-shot job as a workflow on the Temporal server: files
+in, one command, output out, the sandbox destroyed afterwards. It exits
+with the command's exit code; when the command could not run to its end
+(timeout, out of memory, not found) it says so in one line.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			in.Argv = args
+			var err error
+			if in.Files, err = readFiles(files); err != nil {
+				return err
+			}
+			if in.Env, err = parseEnv(env); err != nil {
+				return err
+			}
+			if memory != "" {
+				if in.Resources.Memory, err = parseBytes(memory); err != nil {
+					return fmt.Errorf("--memory: %w", err)
+				}
+			}
+			c, err := dial(address, namespace)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			id := "run-" + randomHex(6)
+			wr, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue}, workflows.Run, in)
+			if err != nil {
+				return fmt.Errorf("start the run: %w", err)
+			}
+			if detach {
+				fmt.Println(wr.GetID())
+				return nil
+			}
+			var out workflows.RunOutput
+			if err := wr.Get(ctx, &out); err != nil {
+				return fmt.Errorf("run %s: %w", id, err)
+			}
+			printOutput(ctx, os.Stdout, out.Stdout, dataDir)
+			printOutput(ctx, os.Stderr, out.Stderr, dataDir)
+			return runExit(out)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&in.Provider, "provider", linux.Name, "where the sandbox lives")
+	f.StringArrayVar(&files, "file", nil, "DEST=SRC: copy local file SRC to workspace path DEST (repeatable)")
+	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable (repeatable)")
+	f.DurationVar(&in.Timeout, "timeout", 0, "end the command after this long (e.g. 30s)")
+	f.Float64Var(&in.Resources.CPU, "cpu", 0, "CPU cores")
+	f.StringVar(&memory, "memory", "", "memory limit (e.g. 512Mi, 2Gi)")
+	f.BoolVar(&detach, "detach", false, "print the run's workflow id and return at once")
+	f.StringVar(&address, "address", "", "Temporal frontend host:port (default $TEMPORAL_ADDRESS or 127.0.0.1:7233)")
+	f.StringVar(&namespace, "namespace", "", "Temporal namespace (default $TEMPORAL_NAMESPACE or default)")
+	f.StringVar(&dataDir, "data-dir", defaultDataDir(), "berth dev's data directory, to read outputs too large to travel inline")
+	return cmd
+}
+
+// dial connects to the Temporal server, saying plainly when it is not
+// there.
+func dial(address, namespace string) (client.Client, error) {
+	if address == "" {
+		address = os.Getenv("TEMPORAL_ADDRESS")
+	}
+	if address == "" {
+		address = "127.0.0.1:7233"
+	}
+	if namespace == "" {
+		namespace = os.Getenv("TEMPORAL_NAMESPACE")
+	}
+	quiet := hostworker.Logger(slog.New(slog.DiscardHandler))
+	c, err := client.Dial(client.Options{HostPort: address, Namespace: namespace, Logger: quiet})
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the Temporal server at %s (is berth dev running?): %w", address, err)
+	}
+	return c, nil
+}
+
+func readFiles(specs []string) ([]provider.File, error) {
+	var files []provider.File
+	total := 0
+	for _, s := range specs {
+		dest, src, ok := strings.Cut(s, "=")
+		if !ok || dest == "" || src == "" {
+			return nil, fmt.Errorf("--file %q: want DEST=SRC", s)
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return nil, fmt.Errorf("--file %s: %w", s, err)
+		}
+		if total += len(data); total > activities.MaxInlineFiles {
+			return nil, fmt.Errorf("--file: more than %d bytes of files in all", activities.MaxInlineFiles)
+		}
+		fi, _ := os.Stat(src)
+		files = append(files, provider.File{Path: dest, Data: data, Mode: fi.Mode().Perm()})
+	}
+	return files, nil
+}
+
+func parseEnv(kvs []string) (map[string]string, error) {
+	env := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--env %q: want K=V", kv)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// parseBytes reads sizes like 512Mi, 2Gi, 100M or 1048576.
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}}
+	mult := int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return n * mult, nil
+}
+
+// printOutput writes a stream: whole from the blob store when it did not
+// fit inline and the store is reachable, else its head and tail.
+func printOutput(ctx context.Context, w io.Writer, o activities.Output, dataDir string) {
+	if o.Truncated {
+		if b, err := openBucket(ctx, blobURL(dataDir)); err == nil {
+			defer b.Close()
+			if r, err := activities.Open(ctx, b, o); err == nil {
+				defer r.Close()
+				if _, err := io.Copy(w, r); err == nil {
+					return
+				}
+			}
+		}
+		w.Write(o.Head())
+		fmt.Fprintf(w, "\n[berth: %d bytes not shown]\n", o.Size-int64(len(o.Inline)))
+		w.Write(o.Tail())
+		return
+	}
+	w.Write(o.Inline)
+}
+
+// runExit turns a run's outcome into berth's exit: the command's own
+// code, 128+n for a signal, and the shell's conventions when berth ended
+// it (124 timeout, 127 not found), with one line saying so.
+func runExit(out workflows.RunOutput) error {
+	if out.Kind != "" {
+		fmt.Fprintln(os.Stderr, "berth:", out.Message)
+		switch out.Kind {
+		case provider.KindTimeout:
+			return exitError{124}
+		case provider.KindCommandNotFound:
+			return exitError{127}
+		case provider.KindOutOfMemory:
+			return exitError{137}
+		}
+		return exitError{125}
+	}
+	if out.Signal != "" {
+		return exitError{128 + int(unix.SignalNum(out.Signal))}
+	}
+	if out.ExitCode != 0 {
+		return exitError{out.ExitCode}
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The first thing to run on a fresh machine (as root, Go 1.26 installed):
+# builds berth, starts `berth dev` (an embedded Temporal server and a
+# worker), runs a Python program in a durable sandbox with `berth run`,
+# and stops the server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+go build -o bin/ ./cmd/berth ./cmd/berth-sandboxd
+data=$(mktemp -d /tmp/berth-demo.XXXXXX)
+port=17233
+bin/berth dev --data-dir "$data" --port "$port" --ui-port 0 2>"$data.log" &
+dev=$!
+trap 'kill $dev 2>/dev/null; wait $dev 2>/dev/null; rm -rf "$data" "$data.log"' EXIT
+for _ in $(seq 100); do # wait for the server and worker
+  bin/berth run --address 127.0.0.1:$port --data-dir "$data" -- true 2>/dev/null && break
+  sleep 0.2
+done
+cat > "$data/hello.py" <<'PY'
+import os, platform, sys
+print("hello from", platform.node(), "as uid", os.getuid(), "in", os.getcwd())
+print("files:", sorted(os.listdir(".")))
+print("network:", [l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]])
+sys.exit(3)
+PY
+set +e
+bin/berth run --address 127.0.0.1:$port --data-dir "$data" --file hello.py="$data/hello.py" --memory 256Mi -- /usr/bin/python3 hello.py
+echo "berth run exited with $? (the program's own exit code)"
