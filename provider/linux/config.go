@@ -41,9 +41,6 @@ const (
 	sandboxGID = 1000
 )
 
-// maxSocketPath is what a unix socket address can hold.
-const maxSocketPath = 107
-
 func (c *Config) setDefaults() error {
 	if c.StateDir == "" {
 		c.StateDir = "/var/lib/berth/linux"
@@ -53,9 +50,6 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	c.StateDir = dir
-	if n := len(socketPath(c.StateDir, stringOfLen(provider.MaxIDLen))); n > maxSocketPath {
-		return fmt.Errorf("state directory %q is too long for a unix socket path (%d > %d bytes)", c.StateDir, n, maxSocketPath)
-	}
 	if c.DaemonPath == "" {
 		self, err := os.Executable()
 		if err != nil {
@@ -90,14 +84,6 @@ const DaemonName = "berth-sandboxd"
 func isFile(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Mode().IsRegular()
-}
-
-func stringOfLen(n int) string {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = 'x'
-	}
-	return string(b)
 }
 
 // fromProviderConfig decodes the text settings of provider.Open.

@@ -332,3 +332,38 @@ func TestDedicatedDaemon(t *testing.T) {
 		t.Errorf("%s run by hand: %v, %q; want a refusal", DaemonName, err, out)
 	}
 }
+
+// TestLongStateDir: sockets are reached however long the state
+// directory's path, beyond what a unix socket address holds.
+func TestLongStateDir(t *testing.T) {
+	dir := filepath.Join(shortTempDir(t), strings.Repeat("d", 100), strings.Repeat("e", 40))
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	for d := dir; d != filepath.Dir(dir); d = filepath.Dir(d) {
+		os.Chmod(d, 0o711)
+		if len(d) < 20 {
+			break
+		}
+	}
+	p, err := New(Config{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(t, p) })
+	sb := create(t, p, provider.Spec{ID: strings.Repeat("x", provider.MaxIDLen)})
+	if out := sh(t, sb, "echo ok"); out != "ok\n" {
+		t.Errorf("got %q", out)
+	}
+	q, err := New(Config{StateDir: dir, Pool: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := q.Get(t.Context(), sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := sh(t, again, "echo again"); out != "again\n" {
+		t.Errorf("reconnected: got %q", out)
+	}
+}

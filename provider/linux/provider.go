@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -177,7 +178,8 @@ func (p *Provider) client(id string) *sandboxd.Client {
 	defer p.mu.Unlock()
 	c, ok := p.clients[id]
 	if !ok {
-		c = sandboxd.NewClient(sandboxd.UnixDialer(socketPath(p.cfg.StateDir, id)))
+		sock := socketPath(p.cfg.StateDir, id)
+		c = sandboxd.NewClient(func(ctx context.Context) (net.Conn, error) { return dialUnix(ctx, sock) })
 		p.clients[id] = c
 	}
 	return c

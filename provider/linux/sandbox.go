@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandboxd"
@@ -83,11 +84,18 @@ func (s *sandbox) check(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	if !s.rec.alive() {
+	// A daemon that is going closes its connections as it starts to
+	// exit; as the first process of its PID namespace it finishes only
+	// when every process in it has died. Give it that moment.
+	if s.rec.exitsWithin(lostGrace) {
 		return fmt.Errorf("%w: %w", s.lost(), err)
 	}
 	return err
 }
+
+// lostGrace is how long a daemon whose connection broke may take to exit
+// before the sandbox is taken to be alive after all.
+const lostGrace = 500 * time.Millisecond
 
 // Exec implements provider.Sandbox.
 func (s *sandbox) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {

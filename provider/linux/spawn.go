@@ -141,9 +141,8 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 	w = &warm{cmd: cmd, ctl: ctl, cg: cg, pidStart: start, dir: dir}
 	sock := filepath.Join(dir, socketFile)
 	w.socket.Store(&sock)
-	var d net.Dialer
 	w.client = sandboxd.NewClient(func(ctx context.Context) (net.Conn, error) {
-		return d.DialContext(ctx, "unix", *w.socket.Load())
+		return dialUnix(ctx, *w.socket.Load())
 	})
 	// One request opens the connection the sandbox's first command will
 	// use, and runs the daemon's request path once.
@@ -153,6 +152,17 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 		return nil, daemonError(fmt.Errorf("first request: %w", err), logPath)
 	}
 	return w, nil
+}
+
+// dialUnix connects to a unix socket by path, however long the path.
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
+	name, done, err := shortSocketPath(path)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", name)
 }
 
 // makeStateDir makes a daemon's state directory, with its workspace, and
@@ -169,7 +179,12 @@ func (p *Provider) makeStateDir(dir string) (listener *os.File, err error) {
 	if err := os.Chown(ws, p.cfg.UIDBase+sandboxUID, p.cfg.UIDBase+sandboxGID); err != nil {
 		return nil, err
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, socketFile), Net: "unix"})
+	name, done, err := shortSocketPath(filepath.Join(dir, socketFile))
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+	done()
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,24 @@ const (
 
 func socketPath(stateDir, id string) string { return filepath.Join(stateDir, id, socketFile) }
 
+// maxSocketPath is what a unix socket address can hold.
+const maxSocketPath = 107
+
+// shortSocketPath gives a name for a unix socket path that fits in a
+// socket address: the path itself, or, when it is too long, the path
+// through a descriptor of its directory (/proc/self/fd/N/name), which
+// done must close after the bind or connect.
+func shortSocketPath(path string) (name string, done func(), err error) {
+	if len(path) <= maxSocketPath {
+		return path, func() {}, nil
+	}
+	dir, err := os.OpenFile(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path)), func() { dir.Close() }, nil
+}
+
 // record is what the host keeps about a sandbox.
 type record struct {
 	Version   int                `json:"version"`
@@ -146,4 +164,22 @@ func (r *record) alive() bool {
 	}
 	start, err := processStart(r.PID)
 	return err == nil && start == r.PIDStart
+}
+
+// exitsWithin reports whether the daemon recorded in r is gone, or goes
+// within d.
+func (r *record) exitsWithin(d time.Duration) bool {
+	if !r.alive() {
+		return true
+	}
+	pidfd, err := unix.PidfdOpen(r.PID, 0)
+	if err != nil {
+		return errors.Is(err, unix.ESRCH)
+	}
+	defer unix.Close(pidfd)
+	if !r.alive() { // the pid may have been reused before the open
+		return true
+	}
+	n, _ := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, int(d.Milliseconds()))
+	return n > 0
 }
