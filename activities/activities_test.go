@@ -195,3 +195,52 @@ func readAll(t *testing.T, bucket *blob.Bucket, o Output) []byte {
 	}
 	return b
 }
+
+// TestFollowLive reads a command's output while it runs: what it printed
+// before it slept arrives before it ends, and everything arrives in order.
+func TestFollowLive(t *testing.T) {
+	f := newFixture(t)
+	in := ExecInput{Sandbox: f.ref, ID: "live", Shell: "seq 1 30000; echo marker; sleep 2; seq 30001 60000"}
+	done := make(chan ExecOutput, 1)
+	go func() {
+		env := newEnv(f.acts)
+		v, err := env.ExecuteActivity(f.acts.Exec, in)
+		var out ExecOutput
+		if err == nil {
+			err = v.Get(&out)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		done <- out
+	}()
+	fl := &Follower{Bucket: f.acts.Outputs, Key: OutputKey(f.ref.ID, "live", "stdout"), PartSize: f.acts.PartSize}
+	var got []byte
+	sawMarkerEarly := false
+	var out ExecOutput
+	for finished := false; !finished; {
+		select {
+		case out = <-done:
+			finished = true
+		case <-time.After(50 * time.Millisecond):
+		}
+		b, err := fl.Next(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, b...)
+		if !finished && bytes.Contains(got, []byte("marker\n")) {
+			sawMarkerEarly = true
+		}
+	}
+	if !sawMarkerEarly {
+		t.Error("the output written before the sleep did not arrive before the command ended")
+	}
+	want := append(append(seqOutput(30000), "marker\n"...), bytes.TrimPrefix(seqOutput(60000), seqOutput(30000))...)
+	if r := readAll(t, f.acts.Outputs, out.Stdout); !bytes.Equal(r, want) {
+		t.Fatalf("stored output: %d bytes, want %d", len(r), len(want))
+	}
+	if !bytes.Equal(want[:len(got)], got) {
+		t.Errorf("followed output (%d bytes) is not a prefix of the output", len(got))
+	}
+}

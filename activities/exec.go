@@ -46,6 +46,10 @@ type execProgress struct {
 	Parts [2]int `json:"parts"`
 }
 
+// LiveEvery is how often a running command's output is stored for
+// readers following it live.
+const LiveEvery = 100 * time.Millisecond
+
 // heartbeatEvery is how often a running command's activity heartbeats;
 // the SDK sends at most one per heartbeat timeout's fraction anyway.
 const heartbeatEvery = 2 * time.Second
@@ -65,10 +69,9 @@ func (a *Activities) Exec(ctx context.Context, in ExecInput) (ExecOutput, error)
 	if activity.HasHeartbeatDetails(ctx) {
 		_ = activity.GetHeartbeatDetails(ctx, &prog)
 	}
-	base := "outputs/" + in.Sandbox.ID + "/" + in.ID
 	streams := [2]*capture{
-		newCapture(ctx, a, base+"/stdout", prog.Parts[0]),
-		newCapture(ctx, a, base+"/stderr", prog.Parts[1]),
+		newCapture(ctx, a, OutputKey(in.Sandbox.ID, in.ID, "stdout"), prog.Parts[0]),
+		newCapture(ctx, a, OutputKey(in.Sandbox.ID, in.ID, "stderr"), prog.Parts[1]),
 	}
 	progress := func() execProgress {
 		return execProgress{Parts: [2]int{streams[0].progress(), streams[1].progress()}}
@@ -77,16 +80,21 @@ func (a *Activities) Exec(ctx context.Context, in ExecInput) (ExecOutput, error)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
-		t := time.NewTicker(heartbeatEvery)
-		defer t.Stop()
+		beat := time.NewTicker(heartbeatEvery)
+		defer beat.Stop()
+		live := time.NewTicker(LiveEvery)
+		defer live.Stop()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-ctx.Done():
 				return
-			case <-t.C:
+			case <-beat.C:
 				activity.RecordHeartbeat(ctx, progress())
+			case <-live.C:
+				streams[0].flushLive()
+				streams[1].flushLive()
 			}
 		}
 	}()

@@ -45,6 +45,21 @@ func Open(ctx context.Context, bucket *blob.Bucket, o Output) (io.ReadCloser, er
 
 func partKey(key string, i int) string { return fmt.Sprintf("%s/%06d", key, i) }
 
+// PartialKey names the object holding what a running command has written
+// of part i so far. It is rewritten as the part grows, and removed when
+// the part is complete; readers that follow a command live read part i
+// when it exists, and its partial object otherwise.
+func PartialKey(key string, i int) string { return partKey(key, i) + ".partial" }
+
+// PartKey names part i of a stored output.
+func PartKey(key string, i int) string { return partKey(key, i) }
+
+// OutputKey is where the output stream ("stdout" or "stderr") of command
+// execID in sandbox sandboxID is stored.
+func OutputKey(sandboxID, execID, stream string) string {
+	return "outputs/" + sandboxID + "/" + execID + "/" + stream
+}
+
 // partReader reads the parts of a stored output one after another.
 type partReader struct {
 	ctx    context.Context
@@ -90,12 +105,13 @@ func (r *partReader) Close() error {
 // partWriter stores a stream as parts of a fixed size, so that what was
 // stored survives the writer: a retry starts at the next part.
 type partWriter struct {
-	ctx    context.Context
-	bucket *blob.Bucket
-	key    string
-	size   int
-	buf    []byte
-	parts  int // stored so far
+	ctx     context.Context
+	bucket  *blob.Bucket
+	key     string
+	size    int
+	buf     []byte
+	parts   int // stored so far
+	partial int // bytes of the current part in its partial object
 }
 
 func newPartWriter(ctx context.Context, bucket *blob.Bucket, key string, size, parts int) *partWriter {
@@ -127,9 +143,34 @@ func (w *partWriter) flush() error {
 	if err := w.bucket.WriteAll(w.ctx, partKey(w.key, w.parts), w.buf, nil); err != nil {
 		return fmt.Errorf("store output part %d of %s: %w", w.parts, w.key, err)
 	}
+	if w.partial > 0 {
+		_ = w.bucket.Delete(w.ctx, PartialKey(w.key, w.parts))
+		w.partial = 0
+	}
 	w.parts++
 	w.buf = w.buf[:0]
 	return nil
+}
+
+// flushPartial stores what there is of the current part, for readers
+// that follow the command live, when it grew since the last time.
+func (w *partWriter) flushPartial() error {
+	if len(w.buf) == w.partial {
+		return nil
+	}
+	if err := w.bucket.WriteAll(w.ctx, PartialKey(w.key, w.parts), w.buf, nil); err != nil {
+		return err
+	}
+	w.partial = len(w.buf)
+	return nil
+}
+
+// dropPartial removes the current part's partial object.
+func (w *partWriter) dropPartial() {
+	if w.partial > 0 {
+		_ = w.bucket.Delete(w.ctx, PartialKey(w.key, w.parts))
+		w.partial = 0
+	}
 }
 
 // Close stores the last, partial part.
@@ -189,11 +230,19 @@ func (c *capture) committed() int64 {
 	return int64(c.parts.parts) * int64(c.parts.size)
 }
 
+// flushLive stores the stream's unfinished part for live readers.
+func (c *capture) flushLive() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.parts.flushPartial() // a reader following live can wait for the next
+}
+
 // finish ends the stream and describes it.
 func (c *capture) finish(incomplete bool) (Output, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.resumed && c.total <= int64(c.inlineCap) {
+		c.parts.dropPartial()
 		return Output{Inline: c.inline, HeadLen: len(c.inline), Size: c.total, Incomplete: incomplete}, nil
 	}
 	if err := c.parts.Close(); err != nil {

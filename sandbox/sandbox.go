@@ -75,6 +75,11 @@ func (s *Sandbox) ID() string { return s.ref.ID }
 // Ref is the sandbox's reference, to hand to another workflow.
 func (s *Sandbox) Ref() activities.Ref { return s.ref }
 
+// NextCommandID is the id the next command will have in the sandbox's
+// journal: with activities.OutputKey, where its output will be stored,
+// so that a front end can follow it while it runs.
+func (s *Sandbox) NextCommandID() string { return fmt.Sprintf("%s-c%d", s.ref.ID, s.cmds+1) }
+
 // Result is what became of a command.
 type Result struct {
 	ExitCode int
@@ -107,8 +112,8 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, opts []Exe
 	for _, o := range opts {
 		o(&cfg)
 	}
+	in.Sandbox, in.ID = s.ref, s.NextCommandID()
 	s.cmds++
-	in.Sandbox, in.ID = s.ref, fmt.Sprintf("%s-c%d", s.ref.ID, s.cmds)
 	in.Env, in.Dir, in.Timeout, in.Stdin = cfg.env, cfg.dir, cfg.timeout, cfg.stdin
 	out, err := call[activities.ExecOutput](ctx, activityOptions(s.ref.Queue, cfg.timeout), acts.Exec, in)
 	if err != nil {

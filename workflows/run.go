@@ -38,11 +38,27 @@ type RunOutput struct {
 	Sandbox  string            `json:"sandbox"`
 }
 
+// RunQuery is the query a Run workflow answers with its RunStatus.
+const RunQuery = "berth.run"
+
+// RunStatus says where a run's output is stored while it runs, for front
+// ends that follow it live (activities.Follower). It is empty until the
+// sandbox exists.
+type RunStatus struct {
+	Sandbox string `json:"sandbox,omitempty"`
+	Stdout  string `json:"stdout,omitempty"` // blob keys
+	Stderr  string `json:"stderr,omitempty"`
+}
+
 // Run runs a one-shot job. What the command did, and why it stopped, is
 // its result; only a failure to run it at all fails the workflow.
 func Run(ctx workflow.Context, in RunInput) (RunOutput, error) {
 	if len(in.Argv) == 0 {
 		return RunOutput{}, fmt.Errorf("%w: no command", provider.ErrBadInput)
+	}
+	var status RunStatus
+	if err := workflow.SetQueryHandler(ctx, RunQuery, func() (RunStatus, error) { return status, nil }); err != nil {
+		return RunOutput{}, err
 	}
 	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: in.Provider},
 		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env))
@@ -59,6 +75,9 @@ func Run(ctx workflow.Context, in RunInput) (RunOutput, error) {
 	if in.Timeout > 0 {
 		opts = append(opts, sandbox.WithTimeout(in.Timeout))
 	}
+	cmd := sbx.NextCommandID()
+	status = RunStatus{Sandbox: sbx.ID(),
+		Stdout: activities.OutputKey(sbx.ID(), cmd, "stdout"), Stderr: activities.OutputKey(sbx.ID(), cmd, "stderr")}
 	res, err := sbx.ExecArgv(ctx, in.Argv, opts...)
 	out := RunOutput{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Output[0],
 		Stderr: res.Output[1], Duration: res.Duration, Sandbox: sbx.ID()}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -108,6 +110,29 @@ func TestDevAndRun(t *testing.T) {
 			}
 		})
 	}
+	t.Run("live output", func(t *testing.T) {
+		cmd := exec.Command(berth, "run", "--address", addr, "--data-dir", data, "--", "sh", "-c", "echo first; sleep 2; echo second")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(stdout)
+		first, _ := r.ReadString('\n')
+		firstAt := time.Now()
+		rest, _ := io.ReadAll(r)
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if first != "first\n" || string(rest) != "second\n" {
+			t.Fatalf("got %q then %q", first, rest)
+		}
+		if early := time.Since(firstAt); early < time.Second {
+			t.Errorf("the first line came only %v before the end: not live", early)
+		}
+	})
 	t.Run("large output", func(t *testing.T) {
 		stdout, _, code := run("--", "sh", "-c", "seq 1 300000")
 		if code != 0 || strings.Count(stdout, "\n") != 300000 || !strings.HasSuffix(stdout, "\n300000\n") {
