@@ -133,6 +133,21 @@ func TestDevAndRun(t *testing.T) {
 			t.Errorf("the first line came only %v before the end: not live", early)
 		}
 	})
+	t.Run("detach then logs", func(t *testing.T) {
+		id, _, code := run("--detach", "--", "sh", "-c", "echo early; sleep 1; echo late >&2; exit 9")
+		id = strings.TrimSpace(id)
+		if code != 0 || !strings.HasPrefix(id, "run-") {
+			t.Fatalf("detach: exit %d, id %q", code, id)
+		}
+		var o, e bytes.Buffer
+		logs := exec.Command(berth, "logs", "--address", addr, "--data-dir", data, id)
+		logs.Stdout, logs.Stderr = &o, &e
+		err := logs.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 9 || o.String() != "early\n" || e.String() != "late\n" {
+			t.Errorf("logs: %v, stdout %q, stderr %q; want exit 9, early, late", err, o.String(), e.String())
+		}
+	})
 	t.Run("large output", func(t *testing.T) {
 		stdout, _, code := run("--", "sh", "-c", "seq 1 300000")
 		if code != 0 || strings.Count(stdout, "\n") != 300000 || !strings.HasSuffix(stdout, "\n300000\n") {

@@ -45,7 +45,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDev(), newWorker(), newRun())
+	root.AddCommand(newDev(), newWorker(), newRun(), newLogs())
 	return root
 }
 
