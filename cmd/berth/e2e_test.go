@@ -162,3 +162,72 @@ func TestDevAndRun(t *testing.T) {
 		}
 	})
 }
+
+// TestDevKilledMidCommand kills berth dev (server and worker) with
+// SIGKILL while a command runs, and starts it again on the same data
+// directory: the run goes on, the retried activity attaches to the
+// command still running in the sandbox, and the command runs once.
+func TestDevKilledMidCommand(t *testing.T) {
+	berth := build(t)
+	data, err := os.MkdirTemp("", "berth-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(data) })
+	port := freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	var devLog bytes.Buffer
+	startDev := func() *exec.Cmd {
+		dev := exec.Command(berth, "dev", "--data-dir", data, "--port", fmt.Sprint(port), "--ui-port", "0")
+		dev.Stdout, dev.Stderr = &devLog, &devLog
+		if err := dev.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return dev
+	}
+	berthRun := func(args ...string) (string, string, int) {
+		var o, e bytes.Buffer
+		cmd := exec.Command(berth, args...)
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return o.String(), e.String(), exit.ExitCode()
+		}
+		return o.String(), e.String(), 0
+	}
+	waitUp := func() {
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if _, _, code := berthRun("run", "--address", addr, "--data-dir", data, "--", "true"); code == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("berth dev did not come up:\n%s", devLog.String())
+			}
+		}
+	}
+	dev := startDev()
+	waitUp()
+	id, _, _ := berthRun("run", "--address", addr, "--data-dir", data, "--detach", "--",
+		"sh", "-c", "echo ran >> log; sleep 6; cat log; exit 4")
+	id = strings.TrimSpace(id)
+	time.Sleep(2 * time.Second) // the command is running
+	if err := dev.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	dev.Wait()
+
+	dev = startDev()
+	t.Cleanup(func() {
+		dev.Process.Signal(os.Interrupt)
+		dev.Wait()
+		if t.Failed() {
+			t.Logf("berth dev:\n%s", devLog.String())
+		}
+	})
+	waitUp()
+	stdout, stderr, code := berthRun("logs", "--address", addr, "--data-dir", data, id)
+	if code != 4 || stdout != "ran\n" {
+		t.Errorf("after the restart: exit %d, stdout %q, stderr %q; want exit 4 and one run", code, stdout, stderr)
+	}
+}
