@@ -3,6 +3,7 @@ package linux
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"runtime/debug"
@@ -22,7 +23,10 @@ func Main() {
 	if len(os.Args) == 0 || os.Args[0] != daemonArg0 {
 		return
 	}
-	unix.Close(fdExe) // only needed to start
+	// Nothing of the host's but what the provider handed over: a process
+	// that starts a daemon may hold descriptors without close-on-exec
+	// (Go passes those through), and they must not reach a sandbox.
+	_ = unix.CloseRange(fdExe, math.MaxUint32, 0) // the binary was only needed to start
 	ctl := os.NewFile(fdControl, "control")
 	if err := runDaemon(ctl); err != nil {
 		_ = send(ctl, []byte(err.Error()), nil)

@@ -3,6 +3,7 @@ package linux
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -365,5 +366,37 @@ func TestLongStateDir(t *testing.T) {
 	}
 	if out := sh(t, again, "echo again"); out != "again\n" {
 		t.Errorf("reconnected: got %q", out)
+	}
+}
+
+// TestNoInheritedDescriptors: a descriptor the creating process holds
+// without close-on-exec does not reach the sandbox's daemon.
+func TestNoInheritedDescriptors(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETFD, 0); err != nil { // no close-on-exec
+		t.Fatal(err)
+	}
+	p := newTestProvider(t)
+	sb := create(t, p, provider.Spec{})
+	sh(t, sb, "true")
+	fds, err := os.ReadDir("/proc/" + strconv.Itoa(sb.rec.PID) + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pipeIno uint64
+	var st unix.Stat_t
+	if err := unix.Fstat(int(w.Fd()), &st); err == nil {
+		pipeIno = st.Ino
+	}
+	for _, fd := range fds {
+		target, _ := os.Readlink("/proc/" + strconv.Itoa(sb.rec.PID) + "/fd/" + fd.Name())
+		if target == fmt.Sprintf("pipe:[%d]", pipeIno) {
+			t.Errorf("the daemon holds the host's pipe as fd %s", fd.Name())
+		}
 	}
 }
