@@ -3,10 +3,10 @@ package linux
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,10 +23,8 @@ func Main() {
 	if len(os.Args) == 0 || os.Args[0] != daemonArg0 {
 		return
 	}
-	// Nothing of the host's but what the provider handed over: a process
-	// that starts a daemon may hold descriptors without close-on-exec
-	// (Go passes those through), and they must not reach a sandbox.
-	_ = unix.CloseRange(fdExe, math.MaxUint32, 0) // the binary was only needed to start
+	unix.Close(fdExe) // only needed to start
+	closeInherited()
 	ctl := os.NewFile(fdControl, "control")
 	if err := runDaemon(ctl); err != nil {
 		_ = send(ctl, []byte(err.Error()), nil)
@@ -34,6 +32,28 @@ func Main() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// closeInherited closes the descriptors this process did not open and
+// the provider did not hand over: those its creator held without
+// close-on-exec, which exec passes through and which must not reach a
+// sandbox. Everything the Go runtime opens has close-on-exec set, so
+// that is how strays are told apart; closing by number would close the
+// runtime's own.
+func closeInherited() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= fdExe {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			unix.Close(fd)
+		}
+	}
 }
 
 // runDaemon is the sandbox's first process. It builds the sandbox's view

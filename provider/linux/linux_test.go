@@ -315,11 +315,7 @@ func TestRootFS(t *testing.T) {
 // TestDedicatedDaemon runs sandboxes on the berth-sandboxd binary, as an
 // installed berth does, rather than on the test binary.
 func TestDedicatedDaemon(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), DaemonName)
-	build := exec.Command("go", "build", "-o", bin, "github.com/berth-dev/berth/cmd/berth-sandboxd")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", DaemonName, err, out)
-	}
+	bin := buildDaemon(t)
 	p, err := New(Config{StateDir: shortTempDir(t), DaemonPath: bin})
 	if err != nil {
 		t.Fatal(err)
@@ -370,8 +366,22 @@ func TestLongStateDir(t *testing.T) {
 }
 
 // TestNoInheritedDescriptors: a descriptor the creating process holds
-// without close-on-exec does not reach the sandbox's daemon.
+// without close-on-exec does not reach the sandbox's daemon, which still
+// works: the test binary and berth-sandboxd open different descriptors
+// of their own before the daemon starts, and none may be lost.
 func TestNoInheritedDescriptors(t *testing.T) {
+	t.Run("test binary", func(t *testing.T) { checkNoInherited(t, newTestProvider(t)) })
+	t.Run(DaemonName, func(t *testing.T) {
+		p, err := New(Config{StateDir: shortTempDir(t), DaemonPath: buildDaemon(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { destroyAll(t, p) })
+		checkNoInherited(t, p)
+	})
+}
+
+func checkNoInherited(t *testing.T, p *Provider) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -381,9 +391,12 @@ func TestNoInheritedDescriptors(t *testing.T) {
 	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETFD, 0); err != nil { // no close-on-exec
 		t.Fatal(err)
 	}
-	p := newTestProvider(t)
 	sb := create(t, p, provider.Spec{})
-	sh(t, sb, "true")
+	for i := range 20 {
+		if out := sh(t, sb, "echo "+strconv.Itoa(i)); out != strconv.Itoa(i)+"\n" {
+			t.Fatalf("command %d: %q", i, out)
+		}
+	}
 	fds, err := os.ReadDir("/proc/" + strconv.Itoa(sb.rec.PID) + "/fd")
 	if err != nil {
 		t.Fatal(err)
@@ -399,4 +412,15 @@ func TestNoInheritedDescriptors(t *testing.T) {
 			t.Errorf("the daemon holds the host's pipe as fd %s", fd.Name())
 		}
 	}
+}
+
+// buildDaemon builds berth-sandboxd for a test.
+func buildDaemon(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), DaemonName)
+	build := exec.Command("go", "build", "-o", bin, "github.com/berth-dev/berth/cmd/berth-sandboxd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", DaemonName, err, out)
+	}
+	return bin
 }
