@@ -65,14 +65,22 @@ func runChild(dataDir, address string) int {
 
 func TestStart(t *testing.T) {
 	t.Parallel()
-	uiPort := freePort(t)
 	dataDir := t.TempDir()
-	srv, err := devserver.Start(t.Context(), devserver.Options{
-		DataDir: dataDir,
-		Address: "127.0.0.1:0",
-		UIPort:  uiPort,
-		Logger:  testLogger(),
-	})
+	// A port found free may be taken by another test before the UI binds
+	// it: try again with another.
+	var srv *devserver.Server
+	var err error
+	for range 3 {
+		srv, err = devserver.Start(t.Context(), devserver.Options{
+			DataDir: dataDir,
+			Address: "127.0.0.1:0",
+			UIPort:  freePort(t),
+			Logger:  testLogger(),
+		})
+		if !errors.Is(err, devserver.ErrAddressInUse) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -36,6 +37,59 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// syncBuffer is a buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// startDev starts berth dev on port (or, when port is 0, on a free one,
+// trying another when a port found free is taken before berth dev binds
+// it) and waits until it is ready.
+func startDev(t *testing.T, berth, data string, port int, log *syncBuffer) (*exec.Cmd, int) {
+	t.Helper()
+start:
+	for attempt := 0; ; attempt++ {
+		p := port
+		if p == 0 {
+			p = freePort(t)
+		}
+		dev := exec.Command(berth, "dev", "--data-dir", data, "--port", fmt.Sprint(p), "--ui-port", "0")
+		dev.Stdout, dev.Stderr = log, log
+		if err := dev.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { dev.Wait(); close(exited) }()
+		deadline := time.After(60 * time.Second)
+		for !strings.Contains(log.String(), "berth dev is ready") {
+			select {
+			case <-exited:
+				if port == 0 && attempt < 3 {
+					continue start
+				}
+				t.Fatalf("berth dev exited:\n%s", log.String())
+			case <-deadline:
+				t.Fatalf("berth dev did not come up:\n%s", log.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		return dev, p
+	}
+}
+
 // TestDevAndRun starts berth dev and runs one-shot jobs against it with
 // berth run, checking what a user sees: output, exit codes, one-line
 // reasons.
@@ -46,17 +100,12 @@ func TestDevAndRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(data) })
-	port := freePort(t)
+	var devLog syncBuffer
+	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	var devLog bytes.Buffer
-	dev := exec.Command(berth, "dev", "--data-dir", data, "--port", fmt.Sprint(port), "--ui-port", "0")
-	dev.Stdout, dev.Stderr = &devLog, &devLog
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		dev.Process.Signal(os.Interrupt)
-		dev.Wait()
+		time.Sleep(time.Second) // let it stop; Wait belongs to startDev
 		if t.Failed() {
 			t.Logf("berth dev:\n%s", devLog.String())
 		}
@@ -174,17 +223,9 @@ func TestDevKilledMidCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(data) })
-	port := freePort(t)
+	var devLog syncBuffer
+	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	var devLog bytes.Buffer
-	startDev := func() *exec.Cmd {
-		dev := exec.Command(berth, "dev", "--data-dir", data, "--port", fmt.Sprint(port), "--ui-port", "0")
-		dev.Stdout, dev.Stderr = &devLog, &devLog
-		if err := dev.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return dev
-	}
 	berthRun := func(args ...string) (string, string, int) {
 		var o, e bytes.Buffer
 		cmd := exec.Command(berth, args...)
@@ -206,7 +247,6 @@ func TestDevKilledMidCommand(t *testing.T) {
 			}
 		}
 	}
-	dev := startDev()
 	waitUp()
 	id, _, _ := berthRun("run", "--address", addr, "--data-dir", data, "--detach", "--",
 		"sh", "-c", "echo ran >> log; sleep 6; cat log; exit 4")
@@ -215,14 +255,15 @@ func TestDevKilledMidCommand(t *testing.T) {
 	if err := dev.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	dev.Wait()
+	time.Sleep(500 * time.Millisecond) // Wait belongs to startDev
 
-	dev = startDev()
+	var again syncBuffer
+	dev, _ = startDev(t, berth, data, port, &again)
 	t.Cleanup(func() {
 		dev.Process.Signal(os.Interrupt)
-		dev.Wait()
+		time.Sleep(time.Second)
 		if t.Failed() {
-			t.Logf("berth dev:\n%s", devLog.String())
+			t.Logf("berth dev, first:\n%s\nberth dev, after the restart:\n%s", devLog.String(), again.String())
 		}
 	})
 	waitUp()
