@@ -90,16 +90,40 @@ start:
 	}
 }
 
-// TestDevAndRun starts berth dev and runs one-shot jobs against it with
-// berth run, checking what a user sees: output, exit codes, one-line
-// reasons.
-func TestDevAndRun(t *testing.T) {
-	berth := build(t)
+// runBerth runs the berth binary and returns what it printed and its
+// exit code.
+func runBerth(t *testing.T, berth string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	cmd := exec.Command(berth, args...)
+	cmd.Stdout, cmd.Stderr, cmd.Dir = &o, &e, t.TempDir()
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+// dataDir makes a data directory for berth dev, short enough to keep
+// sandbox paths readable.
+func dataDir(t *testing.T) string {
+	t.Helper()
 	data, err := os.MkdirTemp("", "berth-e2e")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(data) })
+	return data
+}
+
+// TestDevAndRun starts berth dev and runs one-shot jobs against it with
+// berth run, checking what a user sees: output, exit codes, one-line
+// reasons.
+func TestDevAndRun(t *testing.T) {
+	berth, data := build(t), dataDir(t)
 	var devLog syncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
@@ -110,30 +134,9 @@ func TestDevAndRun(t *testing.T) {
 			t.Logf("berth dev:\n%s", devLog.String())
 		}
 	})
-
 	run := func(args ...string) (stdout, stderr string, code int) {
 		t.Helper()
-		var o, e bytes.Buffer
-		cmd := exec.Command(berth, append([]string{"run", "--address", addr, "--data-dir", data}, args...)...)
-		cmd.Stdout, cmd.Stderr, cmd.Dir = &o, &e, t.TempDir()
-		err := cmd.Run()
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			code = exit.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return o.String(), e.String(), code
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, _, code := run("--", "true"); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("berth dev did not come up")
-		}
-		time.Sleep(200 * time.Millisecond)
+		return runBerth(t, berth, append([]string{"run", "--address", addr, "--data-dir", data}, args...)...)
 	}
 
 	src := filepath.Join(t.TempDir(), "job.py")
@@ -217,38 +220,11 @@ func TestDevAndRun(t *testing.T) {
 // directory: the run goes on, the retried activity attaches to the
 // command still running in the sandbox, and the command runs once.
 func TestDevKilledMidCommand(t *testing.T) {
-	berth := build(t)
-	data, err := os.MkdirTemp("", "berth-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(data) })
+	berth, data := build(t), dataDir(t)
 	var devLog syncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	berthRun := func(args ...string) (string, string, int) {
-		var o, e bytes.Buffer
-		cmd := exec.Command(berth, args...)
-		cmd.Stdout, cmd.Stderr = &o, &e
-		err := cmd.Run()
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return o.String(), e.String(), exit.ExitCode()
-		}
-		return o.String(), e.String(), 0
-	}
-	waitUp := func() {
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			if _, _, code := berthRun("run", "--address", addr, "--data-dir", data, "--", "true"); code == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("berth dev did not come up:\n%s", devLog.String())
-			}
-		}
-	}
-	waitUp()
-	id, _, _ := berthRun("run", "--address", addr, "--data-dir", data, "--detach", "--",
+	id, _, _ := runBerth(t, berth, "run", "--address", addr, "--data-dir", data, "--detach", "--",
 		"sh", "-c", "echo ran >> log; sleep 6; cat log; exit 4")
 	id = strings.TrimSpace(id)
 	time.Sleep(2 * time.Second) // the command is running
@@ -266,8 +242,7 @@ func TestDevKilledMidCommand(t *testing.T) {
 			t.Logf("berth dev, first:\n%s\nberth dev, after the restart:\n%s", devLog.String(), again.String())
 		}
 	})
-	waitUp()
-	stdout, stderr, code := berthRun("logs", "--address", addr, "--data-dir", data, id)
+	stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
 	if code != 4 || stdout != "ran\n" {
 		t.Errorf("after the restart: exit %d, stdout %q, stderr %q; want exit 4 and one run", code, stdout, stderr)
 	}
