@@ -22,7 +22,8 @@ type Follower struct {
 func (f *Follower) Offset() int64 { return f.off }
 
 // Next returns what is stored beyond what it returned before: nothing
-// when the command has written nothing new.
+// when the command has written nothing new. With an error it may still
+// return bytes, which count as read: write them.
 func (f *Follower) Next(ctx context.Context) ([]byte, error) {
 	size := int64(f.PartSize)
 	if size <= 0 {

@@ -219,9 +219,10 @@ func follow(ctx context.Context, c client.Client, wr client.WorkflowRun, dataDir
 			streams[1] = &activities.Follower{Bucket: bucket, Key: st.Stderr}
 		}
 		for i, f := range streams {
-			if b, err := f.Next(ctx); err == nil && len(b) > 0 {
-				writers[i].Write(b)
-			}
+			// Bytes come with an error too; the error means only that
+			// the rest comes later.
+			b, _ := f.Next(ctx)
+			writers[i].Write(b)
 		}
 	}
 }
