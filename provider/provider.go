@@ -76,6 +76,23 @@ type Sandbox interface {
 	Destroy(ctx context.Context) error
 }
 
+// ChangedExporter is implemented by sandboxes that can export only what
+// changed: snapshots of a workspace that barely changed then move only
+// what did.
+type ChangedExporter interface {
+	// ExportChanged is Export, except that a regular file whose status
+	// (ctime) has not changed since since comes without its content: a
+	// header of size 0 with the PAX records PAXUnchanged, set to "1", and
+	// PAXSize, its real size.
+	ExportChanged(ctx context.Context, since time.Time) (io.ReadCloser, error)
+}
+
+// PAX records of ExportChanged.
+const (
+	PAXUnchanged = "BERTH.unchanged"
+	PAXSize      = "BERTH.size"
+)
+
 // Pauser is implemented by sandboxes whose provider can freeze them in
 // place: no CPU used, memory and processes kept.
 type Pauser interface {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,9 +18,18 @@ import (
 	"github.com/berth-dev/berth/provider"
 )
 
-func (s *Server) handleExport(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
+	var since time.Time
+	if v := r.URL.Query().Get("since"); v != "" {
+		ns, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			writeError(w, fmt.Errorf("%w: since=%q is not a time in Unix nanoseconds", provider.ErrBadInput, truncate(v)))
+			return
+		}
+		since = time.Unix(0, ns)
+	}
 	w.Header().Set("Content-Type", "application/x-tar")
-	if err := s.export(w); err != nil {
+	if err := s.export(w, since); err != nil {
 		// The status is sent; breaking the stream is how the client
 		// learns that the archive is incomplete.
 		s.log.Warn("export workspace", "err", err)
@@ -30,8 +40,10 @@ func (s *Server) handleExport(w http.ResponseWriter, _ *http.Request) {
 // export writes the workspace as a tar stream, without ownership, so it
 // unpacks the same on any provider. Files that change while it runs are
 // written as they were when opened: grown files are cut at the size seen
-// then, shrunk ones padded with zeros.
-func (s *Server) export(w io.Writer) error {
+// then, shrunk ones padded with zeros. When since is not zero, files
+// whose status has not changed since then come without their content
+// (see provider.ChangedExporter).
+func (s *Server) export(w io.Writer, since time.Time) error {
 	tw := tar.NewWriter(w)
 	fsys := s.root.FS()
 	err := fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
@@ -61,6 +73,14 @@ func (s *Server) export(w io.Writer) error {
 			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
 			return tw.WriteHeader(hdr)
 		case fi.Mode().IsRegular():
+			if !since.IsZero() && !changedSince(fi, since) {
+				hdr.Typeflag = tar.TypeReg
+				hdr.PAXRecords = map[string]string{
+					provider.PAXUnchanged: "1",
+					provider.PAXSize:      strconv.FormatInt(fi.Size(), 10),
+				}
+				return tw.WriteHeader(hdr)
+			}
 			return s.exportFile(tw, hdr, name)
 		}
 		return nil // sockets, pipes and devices do not travel
@@ -91,6 +111,18 @@ func (s *Server) exportFile(tw *tar.Writer, hdr *tar.Header, name string) error 
 	}
 	_, err = io.CopyN(tw, zeros{}, fi.Size()-n)
 	return err
+}
+
+// changedSince reports whether a file's status changed at or after t.
+// The status change time, unlike the modification time, cannot be set
+// back by the sandbox: a file written then given an old mtime, or moved
+// in from elsewhere, counts as changed.
+func changedSince(fi fs.FileInfo, t time.Time) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return true
+	}
+	return !time.Unix(st.Ctim.Unix()).Before(t)
 }
 
 type zeros struct{}

@@ -236,6 +236,16 @@ func (c *Client) Export(ctx context.Context) (io.ReadCloser, error) {
 	return resp.Body, nil
 }
 
+// ExportChanged streams the workspace as tar, without the content of the
+// files unchanged since since; see provider.ChangedExporter.
+func (c *Client) ExportChanged(ctx context.Context, since time.Time) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, http.MethodGet, routeWorkspace, url.Values{"since": {strconv.FormatInt(since.UnixNano(), 10)}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
 // Import unpacks a tar stream; see provider.Sandbox.Import.
 func (c *Client) Import(ctx context.Context, r io.Reader) error {
 	resp, err := c.do(ctx, http.MethodPut, routeWorkspace, nil, r)

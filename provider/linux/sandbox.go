@@ -157,6 +157,15 @@ func (s *sandbox) Export(ctx context.Context) (io.ReadCloser, error) {
 	return rc, s.check(err)
 }
 
+// ExportChanged implements provider.ChangedExporter.
+func (s *sandbox) ExportChanged(ctx context.Context, since time.Time) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.ExportChanged(ctx, since)
+	return rc, s.check(err)
+}
+
 // Import implements provider.Sandbox.
 func (s *sandbox) Import(ctx context.Context, r io.Reader) error {
 	if err := s.ready(); err != nil {
