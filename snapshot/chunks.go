@@ -1,0 +1,82 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+)
+
+// maxCompressedSize bounds a chunk object: zstd adds little to data it
+// cannot compress.
+const maxCompressedSize = maxChunkSize + maxChunkSize/64 + 4096
+
+// chunkKey spreads chunks over 256 prefixes, which keeps directories
+// small on file:// and request rates per prefix low on object stores.
+func chunkKey(h hash) string {
+	s := h.String()
+	return "chunks/" + s[:2] + "/" + s
+}
+
+// putChunk stores the compressed bytes of chunk h, unless a copy written
+// recently enough is there already, and returns how many bytes it wrote.
+//
+// An older copy is written again: it may belong only to deleted snapshots,
+// and a GC running now may be about to delete it. Writing refreshes its
+// modification time, which puts it in the GC's grace period.
+func (s *Store) putChunk(ctx context.Context, h hash, compressed []byte) (int64, error) {
+	key := chunkKey(h)
+	attrs, err := s.bucket.Attributes(ctx, key)
+	switch {
+	case err == nil && s.now().Sub(attrs.ModTime) < s.grace/2:
+		return 0, nil
+	case err != nil && gcerrors.Code(err) != gcerrors.NotFound:
+		return 0, fmt.Errorf("snapshot: look up chunk %s: %w", h, err)
+	}
+	// Upload rather than WriteAll, which would hash the data twice more
+	// with MD5; chunks carry their own hash.
+	opts := &blob.WriterOptions{ContentType: "application/zstd"}
+	if err := s.bucket.Upload(ctx, key, bytes.NewReader(compressed), opts); err != nil {
+		return 0, fmt.Errorf("snapshot: write chunk %s: %w", h, err)
+	}
+	return int64(len(compressed)), nil
+}
+
+// getChunk reads chunk h into buf, decompressed and verified, and returns
+// it with the number of bytes read from the bucket.
+func (s *Store) getChunk(ctx context.Context, h hash, buf []byte) ([]byte, int64, error) {
+	r, err := s.bucket.NewReader(ctx, chunkKey(h), nil)
+	if err != nil {
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			return nil, 0, fmt.Errorf("%w: chunk %s is missing", ErrCorrupt, h)
+		}
+		return nil, 0, fmt.Errorf("snapshot: read chunk %s: %w", h, err)
+	}
+	defer r.Close()
+	if r.Size() > maxCompressedSize {
+		return nil, 0, fmt.Errorf("%w: chunk %s is %d bytes, more than %d", ErrCorrupt, h, r.Size(), maxCompressedSize)
+	}
+	cbuf := s.getBuf()
+	defer s.putBuf(cbuf)
+	comp := bytes.NewBuffer((*cbuf)[:0])
+	comp.Grow(int(r.Size()))
+	if _, err := comp.ReadFrom(io.LimitReader(r, maxCompressedSize+1)); err != nil {
+		return nil, 0, readErr(ctx, fmt.Errorf("snapshot: read chunk %s: %w", h, err))
+	}
+	*cbuf = comp.Bytes()
+	if comp.Len() > maxCompressedSize {
+		return nil, 0, fmt.Errorf("%w: chunk %s is more than %d bytes", ErrCorrupt, h, maxCompressedSize)
+	}
+	data, err := s.dec.DecodeAll(comp.Bytes(), buf[:0])
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: chunk %s: %v", ErrCorrupt, h, err)
+	}
+	if sha256.Sum256(data) != h {
+		return nil, 0, fmt.Errorf("%w: chunk %s: contents do not match their hash", ErrCorrupt, h)
+	}
+	return data, int64(comp.Len()), nil
+}

@@ -1,0 +1,47 @@
+// Package snapshot keeps portable, content-addressed, deduplicated
+// workspace snapshots in a blob store (gocloud.dev/blob: file://, s3://,
+// gs://, azblob://).
+//
+// It is plain Go, no Temporal. Activities use it to checkpoint a sandbox
+// (Store.Save reads the workspace as a tar stream from a [Source]) and to
+// restore one (Store.Open returns a plain tar stream that any provider's
+// Import accepts, on the same provider or another).
+//
+// # Layout in the bucket
+//
+//	manifests/<id>          one per snapshot: zstd-compressed JSON lines
+//	chunks/<hh>/<sha256>    file contents, zstd-compressed
+//
+// A manifest's first line is its header (kind, labels, times, totals), so
+// Stat and List read only that; every further line is one tree entry in
+// tar order: path, type, mode, mtime, size, link target, and for regular
+// files the chunk references holding their bytes.
+//
+// A chunk is named by the SHA-256 of its uncompressed bytes. Files of
+// 256 KiB and more are cut into fixed 1 MiB chunks; smaller files are
+// packed together, many to a chunk of about 1 MiB, and found again by the
+// hash of their own contents. Chunks already in the store are not written
+// again, so a second snapshot of a workspace stores only what changed.
+//
+// # Incremental saves
+//
+// Save with a Parent reuses the parent's chunks without asking the store.
+// When the parent was saved from the same source (SaveOptions.Source),
+// the source is also told when the parent started, and may send files
+// whose status has not changed since then as headers only (see
+// [UnchangedRecord]): those are neither moved nor hashed again.
+//
+// # Garbage collection
+//
+// Delete removes only a manifest. GC removes the chunks no manifest
+// references, sparing those written within the grace period (see
+// [WithGracePeriod]) so that a Save in flight never loses one.
+//
+// # Trust
+//
+// Everything read back from the bucket, and every path in a source's tar
+// stream, is treated as hostile: chunk hashes are checked after
+// decompression, sizes are bounded, and paths must be plain relative
+// paths inside the workspace. Failures wrap [ErrNotFound], [ErrCorrupt]
+// or [ErrBadInput].
+package snapshot
