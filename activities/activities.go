@@ -5,11 +5,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	"gocloud.dev/blob"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/snapshot"
 )
 
 // Ref names a sandbox in workflow state: its provider, its id, and the
@@ -40,6 +43,12 @@ type Activities struct {
 	Providers map[string]provider.Provider
 	// Outputs is where whole command outputs go.
 	Outputs *blob.Bucket
+	// Snapshots is where workspace snapshots go; nil means this worker
+	// cannot snapshot (nor hibernate, fork or recover) sandboxes.
+	Snapshots *snapshot.Store
+	// Client lets the reaper ask the server whether a sandbox's owner
+	// workflow is still running.
+	Client client.Client
 	// GenericQueue is the queue every worker with a provider polls, and
 	// HostQueue the one only this worker polls.
 	GenericQueue, HostQueue string
@@ -215,4 +224,14 @@ func (a *Activities) partSize() int {
 		return a.PartSize
 	}
 	return DefaultPartSize
+}
+
+// providerNames lists the providers in a stable order.
+func (a *Activities) providerNames() []string {
+	names := make([]string, 0, len(a.Providers))
+	for name := range a.Providers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }

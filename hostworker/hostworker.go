@@ -18,6 +18,7 @@ import (
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/snapshot"
 )
 
 // Options configures the workers. Providers and Outputs are required.
@@ -25,6 +26,9 @@ type Options struct {
 	Providers map[string]provider.Provider
 	// Outputs is the blob store for whole command outputs.
 	Outputs *blob.Bucket
+	// Snapshots keeps workspace snapshots; nil disables snapshots, and
+	// with them hibernation, forks and recovery from checkpoints.
+	Snapshots *snapshot.Store
 	// Queue is the queue every berth worker polls; zero means
 	// sandbox.DefaultQueue.
 	Queue string
@@ -59,7 +63,7 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 		opts.HostQueue = opts.Queue + "@" + strings.ReplaceAll(host, "@", "_")
 	}
 	acts := &activities.Activities{
-		Providers: opts.Providers, Outputs: opts.Outputs,
+		Providers: opts.Providers, Outputs: opts.Outputs, Snapshots: opts.Snapshots, Client: c,
 		GenericQueue: opts.Queue, HostQueue: opts.HostQueue,
 	}
 	w := &Worker{HostQueue: opts.HostQueue}

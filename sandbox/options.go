@@ -19,12 +19,58 @@ type Provider struct {
 // creation.
 const DefaultQueue = "berth"
 
+// Lifecycle defaults.
+const (
+	// DefaultIdleTimeout is how long a sandbox waits for an operation
+	// before it pauses.
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultHibernateAfter is how long a sandbox waits for an operation
+	// before it is checkpointed and destroyed.
+	DefaultHibernateAfter = 30 * time.Minute
+	// NoIdleTimeout, given to WithIdleTimeout or WithHibernateAfter, turns
+	// that step off.
+	NoIdleTimeout time.Duration = -1
+)
+
+// Recovery says what happens when a sandbox is found lost.
+type Recovery int
+
+const (
+	// Reprovision re-creates a lost sandbox and restores its last
+	// checkpoint. It is the default.
+	Reprovision Recovery = iota
+	// Fail leaves a lost sandbox lost: every later operation fails with
+	// provider.ErrLost.
+	Fail
+)
+
 // Option configures a sandbox.
 type Option func(*config)
 
+// config is a sandbox's settings. It is kept in workflow state, so that a
+// handle can be carried across continue-as-new.
 type config struct {
-	Spec  provider.Spec `json:"spec"`
-	Queue string        `json:"queue"`
+	Provider        string        `json:"provider"`
+	Spec            provider.Spec `json:"spec"`
+	Queue           string        `json:"queue"`
+	IdleTimeout     time.Duration `json:"idle_timeout"`
+	HibernateAfter  time.Duration `json:"hibernate_after"`
+	NoAutoResume    bool          `json:"no_auto_resume,omitempty"`
+	Recovery        Recovery      `json:"recovery,omitempty"`
+	CheckpointEvery int           `json:"checkpoint_every,omitempty"`
+	FromSnapshot    string        `json:"from_snapshot,omitempty"`
+	OwnSnapshot     bool          `json:"own_snapshot,omitempty"`
+}
+
+func newConfig(p Provider, opts []Option) config {
+	cfg := config{
+		Provider: p.Type, Queue: DefaultQueue,
+		IdleTimeout: DefaultIdleTimeout, HibernateAfter: DefaultHibernateAfter,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
 }
 
 // WithResources sets the sandbox's limits.
@@ -45,6 +91,53 @@ func WithMaxLifetime(d time.Duration) Option { return func(c *config) { c.Spec.L
 // DefaultQueue.
 func WithQueue(q string) Option { return func(c *config) { c.Queue = q } }
 
+// WithIdleTimeout pauses the sandbox when no operation has come for d
+// (natively where the provider can; elsewhere it hibernates). Zero means
+// DefaultIdleTimeout; NoIdleTimeout never pauses it.
+func WithIdleTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d == 0 {
+			d = DefaultIdleTimeout
+		}
+		c.IdleTimeout = d
+	}
+}
+
+// WithHibernateAfter checkpoints and destroys the sandbox when no
+// operation has come for d, so that it holds no memory and no disk. Zero
+// means DefaultHibernateAfter; NoIdleTimeout never hibernates it.
+func WithHibernateAfter(d time.Duration) Option {
+	return func(c *config) {
+		if d == 0 {
+			d = DefaultHibernateAfter
+		}
+		c.HibernateAfter = d
+	}
+}
+
+// DisableAutoResume makes operations on a paused or hibernated sandbox
+// fail with an error wrapping provider.ErrPaused instead of resuming it.
+func DisableAutoResume() Option { return func(c *config) { c.NoAutoResume = true } }
+
+// WithRecovery says what to do when the sandbox is found lost.
+func WithRecovery(r Recovery) Option { return func(c *config) { c.Recovery = r } }
+
+// WithCheckpointEvery checkpoints the workspace after every n mutating
+// operations (commands, writes, removals). Zero, the default, checkpoints
+// only before hibernating.
+func WithCheckpointEvery(n int) Option { return func(c *config) { c.CheckpointEvery = n } }
+
+// FromSnapshot makes the new sandbox's workspace a copy of a snapshot's.
+// The snapshot stays the caller's.
+func FromSnapshot(id string) Option { return func(c *config) { c.FromSnapshot = id } }
+
+// FromCheckpoint is FromSnapshot for a snapshot made for this sandbox
+// alone (the one a fork is made from): the sandbox keeps it as its
+// checkpoint and deletes it when it has a newer one or stops.
+func FromCheckpoint(id string) Option {
+	return func(c *config) { c.FromSnapshot, c.OwnSnapshot = id, true }
+}
+
 // ExecOption configures one command.
 type ExecOption func(*execConfig)
 
@@ -53,6 +146,7 @@ type execConfig struct {
 	env     map[string]string
 	dir     string
 	stdin   []byte
+	started func(commandID string)
 }
 
 // WithTimeout ends the command, and every process it started, after d.
@@ -69,6 +163,12 @@ func WithDir(dir string) ExecOption { return func(c *execConfig) { c.dir = dir }
 // history.
 func WithStdin(b []byte) ExecOption { return func(c *execConfig) { c.stdin = b } }
 
+// OnStart calls f with the command's id just before the command is sent
+// to the sandbox, once it is resumed if it had to be: with
+// activities.OutputKey, where its output will be stored, so that a front
+// end can follow it live. f runs in workflow code.
+func OnStart(f func(commandID string)) ExecOption { return func(c *execConfig) { c.started = f } }
+
 // DefaultExecTimeout bounds commands that name no timeout.
 const DefaultExecTimeout = 10 * time.Minute
 
@@ -76,6 +176,8 @@ const DefaultExecTimeout = 10 * time.Minute
 const (
 	// opTimeout bounds short operations (files, create, destroy).
 	opTimeout = 2 * time.Minute
+	// transferTimeout bounds snapshots and restores.
+	transferTimeout = 30 * time.Minute
 	// scheduleTimeout bounds how long an operation may wait for a worker:
 	// a host-bound sandbox whose host is gone is lost after this.
 	scheduleTimeout = time.Minute

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -23,23 +24,98 @@ var acts *activities.Activities
 const (
 	LabelWorkflowID = "berth.workflow-id"
 	LabelRunID      = "berth.run-id"
+	// LabelSandbox names, on a snapshot, the sandbox it was taken of.
+	LabelSandbox = "berth.sandbox"
 )
 
-// Sandbox is a handle on a sandbox, kept in workflow state. It is not
-// safe for use by concurrent workflow coroutines.
+// Sandbox is a handle on a sandbox, kept in workflow state. Its methods
+// may be called from several workflow coroutines at once (the update
+// handlers of a workflow, say): commands then run side by side, while
+// pausing, resuming, checkpointing and recovering happen one at a time,
+// with operations waiting for them.
 type Sandbox struct {
-	ref     activities.Ref
-	cmds    int // commands run so far, for their ids
-	stopped bool
+	st    state
+	owner workflow.Context // where the idle watcher runs
 }
 
-// New creates a sandbox and returns its handle. The caller stops it,
-// usually with defer sbx.Stop(ctx).
-func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
-	cfg := config{Queue: DefaultQueue}
-	for _, o := range opts {
-		o(&cfg)
+// state is everything a handle knows, kept so that it can be carried
+// across continue-as-new.
+type state struct {
+	Config config         `json:"config"`
+	Ref    activities.Ref `json:"ref"`
+	// Base is the id of the first sandbox; its successors (after a
+	// hibernation, a recovery, a switch) are Base-2, Base-3...
+	Base       string    `json:"base"`
+	Generation int       `json:"generation"`
+	Commands   int       `json:"commands"`
+	Snapshots  int       `json:"snapshots"` // taken so far, for their ids
+	State      State     `json:"state"`
+	LastActive time.Time `json:"last_active"`
+	// Checkpoint is the snapshot a lost or hibernated sandbox comes back
+	// from; OwnCheckpoint says the handle made it and deletes it when a
+	// newer one replaces it.
+	Checkpoint    string `json:"checkpoint,omitempty"`
+	OwnCheckpoint bool   `json:"own_checkpoint,omitempty"`
+	// Since lists the mutating operations since the checkpoint: what a
+	// recovery loses.
+	Since []string `json:"since,omitempty"`
+
+	busy     bool // a transition is in flight
+	inflight int  // operations in flight
+	epoch    int  // bumped on every change the idle watcher cares about
+}
+
+// State is where a sandbox is in its lifecycle.
+type State string
+
+const (
+	StateRunning    State = "running"
+	StatePaused     State = "paused"     // frozen: no CPU, memory kept
+	StateHibernated State = "hibernated" // checkpointed and destroyed
+	StateLost       State = "lost"
+	StateStopped    State = "stopped"
+)
+
+// LostError says that the sandbox was lost, what was lost with it, and
+// whether it was recovered. errors.Is(err, provider.ErrLost) holds.
+type LostError struct {
+	Sandbox string // the id of the lost sandbox
+	// Checkpoint is the snapshot the workspace was restored from; empty
+	// when there was none and the workspace starts empty.
+	Checkpoint string
+	// Lost lists the mutating operations since that checkpoint, oldest
+	// first: their effects are gone.
+	Lost      []string
+	Recovered bool
+	Err       error // what revealed the loss
+}
+
+func (e *LostError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sandbox %s was lost", e.Sandbox)
+	if !e.Recovered {
+		b.WriteString(" and not recovered")
+	} else if e.Checkpoint != "" {
+		fmt.Fprintf(&b, "; recovered from checkpoint %s", e.Checkpoint)
+	} else {
+		b.WriteString("; recovered with an empty workspace")
 	}
+	if len(e.Lost) > 0 {
+		fmt.Fprintf(&b, "; lost %d operation(s): %s", len(e.Lost), strings.Join(e.Lost, "; "))
+	}
+	if e.Err != nil {
+		fmt.Fprintf(&b, " (%v)", e.Err)
+	}
+	return b.String()
+}
+
+func (e *LostError) Unwrap() error { return provider.ErrLost }
+
+// New creates a sandbox and returns its handle. The caller stops it,
+// usually with defer sbx.Stop(ctx). The handle's idle watcher runs on
+// ctx: pass the workflow's own context, not one cancelled early.
+func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
+	cfg := newConfig(p, opts)
 	info := workflow.GetInfo(ctx)
 	labels := map[string]string{}
 	for k, v := range cfg.Spec.Labels {
@@ -54,13 +130,36 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newID() }).Get(&id); err != nil {
 		return nil, err
 	}
-	cfg.Spec.ID = id
-	ref, err := call[activities.Ref](ctx, activityOptions(cfg.Queue, 0), acts.Create,
-		activities.CreateInput{Provider: p.Type, Spec: cfg.Spec})
+	s := &Sandbox{owner: ctx, st: state{Config: cfg, Base: id, Generation: 1}}
+	s.st.Checkpoint, s.st.OwnCheckpoint = cfg.FromSnapshot, cfg.OwnSnapshot
+	ref, err := s.provision(ctx, cfg.Provider, id)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	return &Sandbox{ref: ref}, nil
+	s.st.Ref, s.st.State, s.st.LastActive = ref, StateRunning, workflow.Now(ctx)
+	workflow.Go(ctx, s.watchIdle)
+	return s, nil
+}
+
+// provision creates a sandbox with the given id and fills its workspace
+// from the checkpoint, if there is one.
+func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.Ref, error) {
+	spec := s.st.Config.Spec
+	spec.ID = id
+	ref, err := call[activities.Ref](ctx, activityOptions(s.st.Config.Queue, 0), acts.Create,
+		activities.CreateInput{Provider: prov, Spec: spec})
+	if err != nil {
+		return ref, err
+	}
+	if s.st.Checkpoint != "" {
+		_, err = call[struct{}](ctx, activityOptions(ref.Queue, transferTimeout), acts.Restore,
+			activities.RestoreInput{Sandbox: ref, Snapshot: s.st.Checkpoint})
+		if err != nil {
+			s.destroy(ctx, ref)
+			return ref, fmt.Errorf("restore snapshot %s: %w", s.st.Checkpoint, err)
+		}
+	}
+	return ref, nil
 }
 
 func newID() string {
@@ -69,19 +168,37 @@ func newID() string {
 	return "sb-" + hex.EncodeToString(b[:])
 }
 
-// ID is the sandbox's id at its provider.
-func (s *Sandbox) ID() string { return s.ref.ID }
+// ID is the id of the sandbox at its provider. It changes when the
+// sandbox is re-created: after a hibernation, a recovery or a switch.
+func (s *Sandbox) ID() string { return s.st.Ref.ID }
 
 // Ref is the sandbox's reference, to hand to another workflow.
-func (s *Sandbox) Ref() activities.Ref { return s.ref }
+func (s *Sandbox) Ref() activities.Ref { return s.st.Ref }
 
-// NextCommandID is the id the next command will have in the sandbox's
-// journal: with activities.OutputKey, where its output will be stored,
-// so that a front end can follow it while it runs.
-func (s *Sandbox) NextCommandID() string { return fmt.Sprintf("%s-c%d", s.ref.ID, s.cmds+1) }
+// State is where the sandbox is in its lifecycle.
+func (s *Sandbox) State() State { return s.st.State }
+
+// Status describes a sandbox, for queries.
+type Status struct {
+	ID         string    `json:"id"`
+	Provider   string    `json:"provider"`
+	State      State     `json:"state"`
+	Generation int       `json:"generation"`
+	Commands   int       `json:"commands"`
+	Checkpoint string    `json:"checkpoint,omitempty"`
+	LastActive time.Time `json:"last_active"`
+}
+
+// Status describes the sandbox.
+func (s *Sandbox) Status() Status {
+	return Status{ID: s.st.Ref.ID, Provider: s.st.Ref.Provider, State: s.st.State,
+		Generation: s.st.Generation, Commands: s.st.Commands,
+		Checkpoint: s.st.Checkpoint, LastActive: s.st.LastActive}
+}
 
 // Result is what became of a command.
 type Result struct {
+	ID       string // the command's id in the sandbox's journal
 	ExitCode int
 	Signal   string // the signal that ended it, if one did
 	// Stdout and Stderr are the output, whole when small; when Truncated
@@ -96,54 +213,61 @@ type Result struct {
 // the command timed out or ran out of memory, Exec returns its result and
 // an error wrapping provider.ErrTimeout or provider.ErrOutOfMemory.
 func (s *Sandbox) Exec(ctx workflow.Context, cmd string, opts ...ExecOption) (Result, error) {
-	return s.exec(ctx, activities.ExecInput{Shell: cmd}, opts)
+	return s.exec(ctx, activities.ExecInput{Shell: cmd}, cmd, opts)
 }
 
 // ExecArgv runs a program with arguments, without a shell.
 func (s *Sandbox) ExecArgv(ctx workflow.Context, argv []string, opts ...ExecOption) (Result, error) {
-	return s.exec(ctx, activities.ExecInput{Argv: argv}, opts)
+	return s.exec(ctx, activities.ExecInput{Argv: argv}, strings.Join(argv, " "), opts)
 }
 
-func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, opts []ExecOption) (Result, error) {
-	if err := s.usable(); err != nil {
-		return Result{}, err
-	}
+func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line string, opts []ExecOption) (Result, error) {
 	cfg := execConfig{timeout: DefaultExecTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	in.Sandbox, in.ID = s.ref, s.NextCommandID()
-	s.cmds++
 	in.Env, in.Dir, in.Timeout, in.Stdin = cfg.env, cfg.dir, cfg.timeout, cfg.stdin
-	out, err := call[activities.ExecOutput](ctx, activityOptions(s.ref.Queue, cfg.timeout), acts.Exec, in)
-	if err != nil {
-		return Result{}, err
-	}
-	res := Result{
-		ExitCode: out.ExitCode, Signal: out.Signal,
-		Stdout: string(out.Stdout.Inline), Stderr: string(out.Stderr.Inline),
-		Truncated: out.Stdout.Truncated || out.Stderr.Truncated,
-		Output:    [2]activities.Output{out.Stdout, out.Stderr},
-		Duration:  out.Duration,
-	}
-	switch {
-	case out.TimedOut:
-		return res, fmt.Errorf("%w: command ran past its %v timeout", provider.ErrTimeout, cfg.timeout)
-	case out.OOMKilled:
-		return res, fmt.Errorf("%w: the sandbox reached its memory limit", provider.ErrOutOfMemory)
-	}
-	return res, nil
+	var res Result
+	err := s.do(ctx, "exec "+shorten(line), func(ref activities.Ref) error {
+		s.st.Commands++
+		in.Sandbox, in.ID = ref, fmt.Sprintf("%s-c%d", ref.ID, s.st.Commands)
+		if cfg.started != nil {
+			cfg.started(in.ID)
+		}
+		out, err := call[activities.ExecOutput](ctx, activityOptions(ref.Queue, cfg.timeout), acts.Exec, in)
+		if err != nil {
+			return err
+		}
+		res = Result{
+			ID: in.ID, ExitCode: out.ExitCode, Signal: out.Signal,
+			Stdout: string(out.Stdout.Inline), Stderr: string(out.Stderr.Inline),
+			Truncated: out.Stdout.Truncated || out.Stderr.Truncated,
+			Output:    [2]activities.Output{out.Stdout, out.Stderr},
+			Duration:  out.Duration,
+		}
+		switch {
+		case out.TimedOut:
+			return fmt.Errorf("%w: command ran past its %v timeout", provider.ErrTimeout, cfg.timeout)
+		case out.OOMKilled:
+			return fmt.Errorf("%w: the sandbox reached its memory limit", provider.ErrOutOfMemory)
+		}
+		return nil
+	})
+	return res, err
 }
 
 // WriteFiles writes files into the workspace. Their contents enter
 // workflow history, so they are bounded by activities.MaxInlineFiles.
 func (s *Sandbox) WriteFiles(ctx workflow.Context, files ...provider.File) error {
-	if err := s.usable(); err != nil {
-		return err
+	names := make([]string, len(files))
+	for i, f := range files {
+		names[i] = f.Path
 	}
-	_, err := call[struct{}](ctx, activityOptions(s.ref.Queue, 0), acts.WriteFiles,
-		activities.WriteFilesInput{Sandbox: s.ref, Files: files})
-	return err
+	return s.do(ctx, "write "+shorten(strings.Join(names, ", ")), func(ref activities.Ref) error {
+		_, err := call[struct{}](ctx, activityOptions(ref.Queue, 0), acts.WriteFiles,
+			activities.WriteFilesInput{Sandbox: ref, Files: files})
+		return err
+	})
 }
 
 // ErrTooLarge is returned with the head of a file too large to carry
@@ -153,11 +277,7 @@ var ErrTooLarge = errors.New("file too large to read inline")
 // ReadFile reads a file of the workspace. A file larger than
 // activities.DefaultInlineCap comes back as its head, with ErrTooLarge.
 func (s *Sandbox) ReadFile(ctx workflow.Context, path string) ([]byte, error) {
-	if err := s.usable(); err != nil {
-		return nil, err
-	}
-	out, err := call[activities.Output](ctx, activityOptions(s.ref.Queue, 0), acts.ReadFile,
-		activities.ReadFileInput{Sandbox: s.ref, Path: path})
+	out, err := s.ReadFileOutput(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -167,35 +287,68 @@ func (s *Sandbox) ReadFile(ctx workflow.Context, path string) ([]byte, error) {
 	return out.Inline, nil
 }
 
+// ReadFileOutput reads a file of the workspace whole: inline when it is
+// small, else its head inline and the whole in the blob store, for a
+// front end to fetch (activities.Open).
+func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (activities.Output, error) {
+	var out activities.Output
+	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
+		out, err = call[activities.Output](ctx, activityOptions(ref.Queue, 0), acts.ReadFile,
+			activities.ReadFileInput{Sandbox: ref, Path: path})
+		return err
+	})
+	return out, err
+}
+
 // ListFiles lists a directory of the workspace.
 func (s *Sandbox) ListFiles(ctx workflow.Context, path string) ([]provider.FileInfo, error) {
-	if err := s.usable(); err != nil {
-		return nil, err
-	}
-	return call[[]provider.FileInfo](ctx, activityOptions(s.ref.Queue, 0), acts.ListDir,
-		activities.PathInput{Sandbox: s.ref, Path: path})
+	var infos []provider.FileInfo
+	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
+		infos, err = call[[]provider.FileInfo](ctx, activityOptions(ref.Queue, 0), acts.ListDir,
+			activities.PathInput{Sandbox: ref, Path: path})
+		return err
+	})
+	return infos, err
 }
 
-// Stop destroys the sandbox. It runs even when ctx is cancelled, so that
-// a cancelled workflow still cleans up; stopping twice does nothing.
+// Remove removes a file or a directory tree of the workspace.
+func (s *Sandbox) Remove(ctx workflow.Context, path string) error {
+	return s.do(ctx, "remove "+shorten(path), func(ref activities.Ref) error {
+		_, err := call[struct{}](ctx, activityOptions(ref.Queue, 0), acts.Remove,
+			activities.PathInput{Sandbox: ref, Path: path})
+		return err
+	})
+}
+
+// Stop destroys the sandbox and its internal checkpoint. It runs even
+// when ctx is cancelled, so that a cancelled workflow still cleans up;
+// stopping twice does nothing.
 func (s *Sandbox) Stop(ctx workflow.Context) error {
-	if s.stopped {
-		return nil
-	}
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
-	_, err := call[struct{}](ctx, activityOptions(s.ref.Queue, 0), acts.Destroy, s.ref)
-	if err == nil || errors.Is(err, provider.ErrLost) {
-		s.stopped = true
+	if err := workflow.Await(ctx, func() bool { return !s.st.busy }); err != nil {
+		return err
+	}
+	if s.st.State == StateStopped {
 		return nil
 	}
-	return fmt.Errorf("stop sandbox %s: %w", s.ref.ID, err)
+	if s.st.State != StateHibernated {
+		_, err := call[struct{}](ctx, activityOptions(s.st.Ref.Queue, 0), acts.Destroy, s.st.Ref)
+		if err != nil && !errors.Is(err, provider.ErrLost) {
+			return fmt.Errorf("stop sandbox %s: %w", s.st.Ref.ID, err)
+		}
+	}
+	s.dropCheckpoint(ctx)
+	s.set(StateStopped)
+	return nil
 }
 
-func (s *Sandbox) usable() error {
-	if s.stopped {
-		return fmt.Errorf("%w: sandbox %s is stopped", provider.ErrNotFound, s.ref.ID)
+// shorten keeps descriptions of operations short in history and errors.
+func shorten(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
 	}
-	return nil
+	return s[:max-3] + "..."
 }
 
 // call runs one activity and turns its failure back into the provider

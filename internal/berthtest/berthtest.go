@@ -5,8 +5,11 @@ package berthtest
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 
 	"go.temporal.io/sdk/log"
@@ -17,8 +20,12 @@ import (
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
-	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/snapshot"
 )
+
+// Queue is the task queue of the test environment's activities, the
+// sandbox package's default.
+const Queue = "berth"
 
 // Provider opens a linux provider on a fresh state directory, without a
 // warm pool. The test binary must call linux.Main in TestMain.
@@ -52,18 +59,51 @@ func Bucket(t testing.TB) *blob.Bucket {
 }
 
 // WorkflowEnv is a workflow test environment whose activities drive a
-// real linux provider, registered as "linux".
+// real linux provider, registered as "linux", with a blob store for
+// outputs and snapshots.
 func WorkflowEnv(t testing.TB) (*testsuite.TestWorkflowEnvironment, provider.Provider, *blob.Bucket) {
 	t.Helper()
-	p, bucket := Provider(t), Bucket(t)
+	env, acts := WorkflowEnvWith(t, map[string]provider.Provider{"linux": Provider(t)})
+	return env, acts.Providers["linux"], acts.Outputs
+}
+
+// WorkflowEnvWith is WorkflowEnv over the given providers; it returns the
+// activities registered.
+func WorkflowEnvWith(t testing.TB, providers map[string]provider.Provider) (*testsuite.TestWorkflowEnvironment, *activities.Activities) {
+	t.Helper()
+	bucket := Bucket(t)
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{
-		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
-		GenericQueue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
-	})
-	return env, p, bucket
+	acts := &activities.Activities{
+		Providers: providers, Outputs: bucket,
+		Snapshots:    snapshot.New(Bucket(t)),
+		GenericQueue: Queue, HostQueue: Queue,
+	}
+	env.RegisterActivity(acts)
+	return env, acts
+}
+
+// KillSandbox kills a linux sandbox made by Provider from outside, as the
+// OOM killer or an operator would: its daemon, PID 1 of its PID
+// namespace, and with it every process in it. The sandbox is then lost.
+func KillSandbox(t testing.TB, id string) {
+	t.Helper()
+	records, err := filepath.Glob(filepath.Join(os.TempDir(), "berth*", id, "sandbox.json"))
+	if err != nil || len(records) != 1 {
+		t.Fatalf("the record of sandbox %s: %v %v", id, records, err)
+	}
+	b, err := os.ReadFile(records[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct{ PID int }
+	if err := json.Unmarshal(b, &rec); err != nil || rec.PID <= 0 {
+		t.Fatalf("sandbox %s: no daemon pid in %s (%v)", id, b, err)
+	}
+	if err := syscall.Kill(rec.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // DestroyAll destroys every sandbox of p, whatever the test left, and

@@ -1,0 +1,60 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// Pause freezes a sandbox. A provider that cannot pause natively fails
+// with provider.ErrUnsupported, and the workflow hibernates it instead.
+func (a *Activities) Pause(ctx context.Context, ref Ref) error {
+	p, err := a.pauser(ctx, ref)
+	if err != nil {
+		return toTemporal(err)
+	}
+	return toTemporal(p.Pause(ctx))
+}
+
+// Resume thaws a paused sandbox.
+func (a *Activities) Resume(ctx context.Context, ref Ref) error {
+	p, err := a.pauser(ctx, ref)
+	if err != nil {
+		return toTemporal(err)
+	}
+	return toTemporal(p.Resume(ctx))
+}
+
+func (a *Activities) pauser(ctx context.Context, ref Ref) (provider.Pauser, error) {
+	sb, err := a.sandbox(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	p, ok := sb.(provider.Pauser)
+	if !ok {
+		return nil, fmt.Errorf("%w: provider %s cannot pause sandboxes", provider.ErrUnsupported, ref.Provider)
+	}
+	return p, nil
+}
+
+// ListInput asks for the sandboxes this worker's providers hold.
+type ListInput struct {
+	// Labels the sandboxes must all carry; empty lists every one.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// List describes the sandboxes of every provider this worker serves. For
+// host-bound providers that is the sandboxes of this host only: run it on
+// the host's queue.
+func (a *Activities) List(ctx context.Context, in ListInput) ([]provider.Info, error) {
+	var all []provider.Info
+	for _, name := range a.providerNames() {
+		infos, err := a.Providers[name].List(ctx, in.Labels)
+		if err != nil {
+			return nil, toTemporal(fmt.Errorf("list %s sandboxes: %w", name, err))
+		}
+		all = append(all, infos...)
+	}
+	return all, nil
+}

@@ -1,0 +1,93 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/snapshot"
+)
+
+// Owner names the workflow run that owns a sandbox or a checkpoint.
+type Owner struct {
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id,omitempty"`
+}
+
+// OwnersClosed reports, for each owner, whether it has ended: completed,
+// failed, cancelled, terminated or timed out, or no longer known to the
+// server. A run that continued as new lives on in its successor.
+func (a *Activities) OwnersClosed(ctx context.Context, owners []Owner) ([]bool, error) {
+	if a.Client == nil {
+		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
+	}
+	closed := make([]bool, len(owners))
+	for i, o := range owners {
+		c, err := a.ownerClosed(ctx, o.WorkflowID, o.RunID)
+		if err != nil {
+			return nil, fmt.Errorf("describe workflow %s: %w", o.WorkflowID, err) // retried
+		}
+		closed[i] = c
+	}
+	return closed, nil
+}
+
+func (a *Activities) ownerClosed(ctx context.Context, workflowID, runID string) (bool, error) {
+	desc, err := a.Client.DescribeWorkflowExecution(ctx, workflowID, runID)
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	switch desc.GetWorkflowExecutionInfo().GetStatus() {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return false, nil
+	case enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+		if runID == "" {
+			return false, nil
+		}
+		return a.ownerClosed(ctx, workflowID, "")
+	}
+	return true, nil
+}
+
+// ReapSnapshotsInput names the labels that name a checkpoint's owner.
+type ReapSnapshotsInput struct {
+	LabelWorkflowID string `json:"label_workflow_id"`
+	LabelRunID      string `json:"label_run_id"`
+}
+
+// ReapSnapshotsOutput says what ReapSnapshots removed.
+type ReapSnapshotsOutput struct {
+	Checkpoints int `json:"checkpoints"` // deleted, their owner closed
+	Chunks      int `json:"chunks"`      // unreferenced chunks removed
+}
+
+// ReapSnapshots deletes the checkpoints whose owning workflow (named by
+// the labels given) has closed, then the chunks no snapshot refers to any
+// more. Users' snapshots are kept until deleted.
+func (a *Activities) ReapSnapshots(ctx context.Context, in ReapSnapshotsInput) (ReapSnapshotsOutput, error) {
+	if a.Snapshots == nil {
+		return ReapSnapshotsOutput{}, nil
+	}
+	stats, err := a.Snapshots.GC(ctx, snapshot.GCOptions{
+		DropCheckpoint: func(info snapshot.Info) bool {
+			id := info.Labels[in.LabelWorkflowID]
+			if id == "" || a.Client == nil {
+				return false
+			}
+			closed, err := a.ownerClosed(ctx, id, info.Labels[in.LabelRunID])
+			return err == nil && closed
+		},
+	})
+	if err != nil {
+		return ReapSnapshotsOutput{}, toTemporal(snapshotError(err))
+	}
+	return ReapSnapshotsOutput{Checkpoints: stats.Dropped, Chunks: stats.Deleted}, nil
+}

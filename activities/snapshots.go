@@ -1,0 +1,131 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/snapshot"
+)
+
+// Snapshot kinds: a user's snapshot is kept until deleted; a checkpoint
+// is berth's own and is garbage-collected when nothing refers to it.
+const (
+	SnapshotUser       = string(snapshot.KindUser)
+	SnapshotCheckpoint = string(snapshot.KindCheckpoint)
+)
+
+// SnapshotInput asks for a snapshot of a sandbox's workspace.
+type SnapshotInput struct {
+	Sandbox Ref `json:"sandbox"`
+	// ID names the snapshot: a retried activity finds the snapshot its
+	// first attempt saved.
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	// Parent is an earlier snapshot of the same workspace: what it holds
+	// is neither read nor stored again.
+	Parent string            `json:"parent,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// SnapshotInfo describes a snapshot taken.
+type SnapshotInfo struct {
+	ID      string    `json:"id"`
+	Files   int       `json:"files"`
+	Size    int64     `json:"size"`   // bytes of files
+	Stored  int64     `json:"stored"` // bytes this snapshot added to the store
+	Created time.Time `json:"created"`
+}
+
+// RestoreInput asks for a snapshot to be unpacked into a sandbox's
+// workspace.
+type RestoreInput struct {
+	Sandbox  Ref    `json:"sandbox"`
+	Snapshot string `json:"snapshot"`
+}
+
+// Snapshot saves a sandbox's workspace in the snapshot store,
+// heartbeating its progress. Only the snapshot's id returns through
+// history.
+func (a *Activities) Snapshot(ctx context.Context, in SnapshotInput) (SnapshotInfo, error) {
+	if a.Snapshots == nil {
+		return SnapshotInfo{}, toTemporal(fmt.Errorf("%w: this worker has no snapshot store", provider.ErrUnsupported))
+	}
+	sb, err := a.sandbox(ctx, in.Sandbox)
+	if err != nil {
+		return SnapshotInfo{}, toTemporal(err)
+	}
+	info, err := a.Snapshots.Save(ctx, source{sb}, snapshot.SaveOptions{
+		ID: in.ID, Kind: snapshot.Kind(in.Kind), Labels: in.Labels, Parent: in.Parent,
+		// The queue names the host of a host-bound sandbox.
+		Source:   in.Sandbox.Queue + "/" + in.Sandbox.Provider + "/" + in.Sandbox.ID,
+		Progress: func(p snapshot.Progress) { activity.RecordHeartbeat(ctx, p) },
+	})
+	if err != nil {
+		return SnapshotInfo{}, toTemporal(snapshotError(err))
+	}
+	return SnapshotInfo{ID: info.ID, Files: info.Files, Size: info.Size, Stored: info.Stored, Created: info.Created}, nil
+}
+
+// Restore unpacks a snapshot into a sandbox's workspace. Restoring it
+// again writes the same files again.
+func (a *Activities) Restore(ctx context.Context, in RestoreInput) error {
+	if a.Snapshots == nil {
+		return toTemporal(fmt.Errorf("%w: this worker has no snapshot store", provider.ErrUnsupported))
+	}
+	sb, err := a.sandbox(ctx, in.Sandbox)
+	if err != nil {
+		return toTemporal(err)
+	}
+	rc, err := a.Snapshots.Open(ctx, in.Snapshot, func(p snapshot.Progress) { activity.RecordHeartbeat(ctx, p) })
+	if err != nil {
+		return toTemporal(snapshotError(err))
+	}
+	defer rc.Close()
+	return toTemporal(snapshotError(sb.Import(ctx, rc)))
+}
+
+// DeleteSnapshot deletes a snapshot; one already gone is not an error.
+func (a *Activities) DeleteSnapshot(ctx context.Context, id string) error {
+	if a.Snapshots == nil {
+		return nil
+	}
+	err := a.Snapshots.Delete(ctx, id)
+	if errors.Is(err, snapshot.ErrNotFound) {
+		return nil
+	}
+	return toTemporal(snapshotError(err))
+}
+
+// snapshotError gives the snapshot store's errors their provider kinds,
+// so that workflows see them typed and only transient ones are retried.
+func snapshotError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, snapshot.ErrNotFound):
+		return fmt.Errorf("%w: %w", provider.ErrNotFound, err)
+	case errors.Is(err, snapshot.ErrCorrupt):
+		return fmt.Errorf("%w: %w", provider.ErrBadInput, err)
+	}
+	return err
+}
+
+// source reads a sandbox's workspace for the snapshot store.
+type source struct{ sb provider.Sandbox }
+
+func (s source) Export(ctx context.Context, since time.Time) (io.ReadCloser, error) {
+	if ce, ok := s.sb.(provider.ChangedExporter); ok && !since.IsZero() {
+		return ce.ExportChanged(ctx, since)
+	}
+	return s.sb.Export(ctx)
+}
+
+func (s source) ReadFile(ctx context.Context, path string) (io.ReadCloser, error) {
+	return s.sb.ReadFile(ctx, path)
+}

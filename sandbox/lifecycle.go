@@ -1,0 +1,342 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/provider"
+)
+
+// The lifecycle is a state machine kept in workflow state:
+//
+//	running --idle--> paused --longer idle--> hibernated
+//	   ^                 |                        |
+//	   +---- operation --+------ operation -------+
+//	lost --operation (Reprovision)--> running
+//
+// Transitions (pause, resume, hibernate, wake, recover, checkpoint,
+// switch) run one at a time and mark the handle busy; an operation that
+// arrives meanwhile waits for the transition to end, then resumes the
+// sandbox if it has to. Nothing is lost and nothing races, because
+// workflow coroutines only yield at blocking calls and every check and
+// change of state happens between two of them.
+
+// do runs one operation on the sandbox. what describes a mutating
+// operation (for the list of what a recovery loses); it is empty for
+// reads.
+func (s *Sandbox) do(ctx workflow.Context, what string, op func(activities.Ref) error) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	ref := s.st.Ref
+	err := op(ref)
+	s.st.inflight--
+	s.st.LastActive = workflow.Now(ctx)
+	s.st.epoch++
+	if errors.Is(err, provider.ErrLost) && s.st.Ref == ref {
+		return s.lost(ctx, err)
+	}
+	if what != "" {
+		s.st.Since = append(s.st.Since, what)
+		if n := s.st.Config.CheckpointEvery; n > 0 && len(s.st.Since) >= n {
+			if cerr := s.transition(ctx, s.checkpoint); cerr != nil {
+				workflow.GetLogger(ctx).Warn("checkpoint failed", "sandbox", ref.ID, "error", cerr)
+			}
+		}
+	}
+	return err
+}
+
+// begin waits for any transition in flight and brings the sandbox back
+// to running, then counts the operation as in flight.
+func (s *Sandbox) begin(ctx workflow.Context) error {
+	if err := workflow.Await(ctx, func() bool { return !s.st.busy }); err != nil {
+		return err
+	}
+	switch s.st.State {
+	case StateStopped:
+		return fmt.Errorf("%w: sandbox %s is stopped", provider.ErrNotFound, s.st.Ref.ID)
+	case StatePaused, StateHibernated:
+		if s.st.Config.NoAutoResume {
+			return fmt.Errorf("%w: sandbox %s is %s and automatic resume is off", provider.ErrPaused, s.st.Ref.ID, s.st.State)
+		}
+		if err := s.transition(ctx, s.resume); err != nil {
+			if errors.Is(err, provider.ErrLost) {
+				return s.lost(ctx, err)
+			}
+			return fmt.Errorf("resume sandbox %s: %w", s.st.Ref.ID, err)
+		}
+	case StateLost:
+		return s.lost(ctx, nil)
+	}
+	// Another transition may have started while this one ran.
+	if s.st.busy || s.st.State != StateRunning {
+		return s.begin(ctx)
+	}
+	s.st.inflight++
+	return nil
+}
+
+// transition runs one state change with the handle marked busy.
+func (s *Sandbox) transition(ctx workflow.Context, change func(workflow.Context) error) error {
+	if err := workflow.Await(ctx, func() bool { return !s.st.busy }); err != nil {
+		return err
+	}
+	s.st.busy = true
+	defer func() { s.st.busy = false; s.st.epoch++ }()
+	return change(ctx)
+}
+
+func (s *Sandbox) set(st State) { s.st.State = st; s.st.epoch++ }
+
+// Pause freezes the sandbox now, natively where the provider can, and
+// hibernates it elsewhere. The next operation resumes it.
+func (s *Sandbox) Pause(ctx workflow.Context) error {
+	if err := workflow.Await(ctx, func() bool { return !s.st.busy && s.st.inflight == 0 }); err != nil {
+		return err
+	}
+	if s.st.State != StateRunning {
+		return nil
+	}
+	return s.transition(ctx, s.pause)
+}
+
+// Resume brings a paused or hibernated sandbox back to running. Other
+// operations do it themselves unless DisableAutoResume was given.
+func (s *Sandbox) Resume(ctx workflow.Context) error {
+	if err := workflow.Await(ctx, func() bool { return !s.st.busy }); err != nil {
+		return err
+	}
+	switch s.st.State {
+	case StatePaused, StateHibernated:
+		return s.transition(ctx, s.resume)
+	case StateLost:
+		return s.lost(ctx, nil)
+	}
+	return nil
+}
+
+// Hibernate checkpoints the sandbox and destroys it now. The next
+// operation re-creates it from the checkpoint; its processes are gone.
+func (s *Sandbox) Hibernate(ctx workflow.Context) error {
+	if err := workflow.Await(ctx, func() bool { return !s.st.busy && s.st.inflight == 0 }); err != nil {
+		return err
+	}
+	if s.st.State != StateRunning && s.st.State != StatePaused {
+		return nil
+	}
+	return s.transition(ctx, s.hibernate)
+}
+
+func (s *Sandbox) pause(ctx workflow.Context) error {
+	_, err := call[struct{}](ctx, activityOptions(s.st.Ref.Queue, 0), acts.Pause, s.st.Ref)
+	if errors.Is(err, provider.ErrUnsupported) {
+		return s.hibernate(ctx)
+	}
+	if err != nil {
+		return s.markLost(err)
+	}
+	s.set(StatePaused)
+	return nil
+}
+
+func (s *Sandbox) resume(ctx workflow.Context) error {
+	if s.st.State == StateHibernated {
+		return s.wake(ctx)
+	}
+	_, err := call[struct{}](ctx, activityOptions(s.st.Ref.Queue, 0), acts.Resume, s.st.Ref)
+	if err != nil {
+		return s.markLost(err)
+	}
+	s.set(StateRunning)
+	return nil
+}
+
+// hibernate checkpoints the sandbox and destroys it. A sandbox that
+// cannot be checkpointed stays as it was.
+func (s *Sandbox) hibernate(ctx workflow.Context) error {
+	if s.st.State == StatePaused {
+		// The workspace is read through the sandbox's daemon, frozen
+		// with it.
+		if err := s.resume(ctx); err != nil {
+			return err
+		}
+	}
+	if err := s.checkpoint(ctx); err != nil {
+		return s.markLost(err)
+	}
+	s.destroy(ctx, s.st.Ref)
+	s.set(StateHibernated)
+	return nil
+}
+
+// wake re-creates a hibernated sandbox from its checkpoint.
+func (s *Sandbox) wake(ctx workflow.Context) error {
+	ref, err := s.provision(ctx, s.st.Config.Provider, s.nextID())
+	if err != nil {
+		return err
+	}
+	s.st.Ref = ref
+	s.set(StateRunning)
+	return nil
+}
+
+// markLost notes that err revealed the sandbox lost and returns err.
+func (s *Sandbox) markLost(err error) error {
+	if errors.Is(err, provider.ErrLost) {
+		s.set(StateLost)
+	}
+	return err
+}
+
+// lost handles a sandbox found lost: under Reprovision it is re-created
+// from its last checkpoint. Either way the operation that found it gets
+// a LostError saying what was lost.
+func (s *Sandbox) lost(ctx workflow.Context, cause error) error {
+	s.set(StateLost)
+	e := &LostError{Sandbox: s.st.Ref.ID, Checkpoint: s.st.Checkpoint, Lost: s.st.Since, Err: cause}
+	if s.st.Config.Recovery == Fail {
+		return e
+	}
+	err := s.transition(ctx, func(ctx workflow.Context) error {
+		old := s.st.Ref
+		ref, err := s.provision(ctx, s.st.Config.Provider, s.nextID())
+		if err != nil {
+			return err
+		}
+		s.st.Ref, s.st.Since = ref, nil
+		s.set(StateRunning)
+		// The lost sandbox may still hold records, or come back.
+		workflow.Go(ctx, func(ctx workflow.Context) { s.destroy(ctx, old) })
+		return nil
+	})
+	if err != nil {
+		e.Err = errors.Join(cause, fmt.Errorf("recover: %w", err))
+		return e
+	}
+	e.Recovered = true
+	return e
+}
+
+// nextID names the sandbox's next incarnation.
+func (s *Sandbox) nextID() string {
+	s.st.Generation++
+	return fmt.Sprintf("%s-%d", s.st.Base, s.st.Generation)
+}
+
+// checkpoint snapshots the workspace as the handle's new checkpoint and
+// drops the one it replaces.
+func (s *Sandbox) checkpoint(ctx workflow.Context) error {
+	info, err := s.snapshot(ctx, activities.SnapshotCheckpoint)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	s.dropCheckpoint(ctx)
+	s.st.Checkpoint, s.st.OwnCheckpoint, s.st.Since = info.ID, true, nil
+	return nil
+}
+
+func (s *Sandbox) snapshot(ctx workflow.Context, kind string) (activities.SnapshotInfo, error) {
+	return s.snapshotFor(ctx, kind, "")
+}
+
+// snapshotFor snapshots the workspace, labelled as owned by workflow
+// owner, or by the sandbox's owner when owner is empty.
+func (s *Sandbox) snapshotFor(ctx workflow.Context, kind, owner string) (activities.SnapshotInfo, error) {
+	labels := map[string]string{LabelSandbox: s.st.Base}
+	if owner == "" {
+		labels[LabelWorkflowID] = s.st.Config.Spec.Labels[LabelWorkflowID]
+		labels[LabelRunID] = s.st.Config.Spec.Labels[LabelRunID]
+	} else {
+		labels[LabelWorkflowID] = owner
+	}
+	parent := ""
+	if s.st.OwnCheckpoint {
+		parent = s.st.Checkpoint
+	}
+	s.st.Snapshots++
+	id := fmt.Sprintf("%s-s%d", s.st.Base, s.st.Snapshots)
+	return call[activities.SnapshotInfo](ctx, activityOptions(s.st.Ref.Queue, transferTimeout), acts.Snapshot,
+		activities.SnapshotInput{Sandbox: s.st.Ref, ID: id, Kind: kind, Parent: parent, Labels: labels})
+}
+
+// dropCheckpoint deletes the handle's own checkpoint, if it has one; a
+// failure leaves it to the reaper.
+func (s *Sandbox) dropCheckpoint(ctx workflow.Context) {
+	if !s.st.OwnCheckpoint || s.st.Checkpoint == "" {
+		return
+	}
+	_, err := call[struct{}](ctx, activityOptions(s.st.Config.Queue, 0), acts.DeleteSnapshot, s.st.Checkpoint)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("delete checkpoint", "snapshot", s.st.Checkpoint, "error", err)
+	}
+	s.st.Checkpoint, s.st.OwnCheckpoint = "", false
+}
+
+// destroy destroys a sandbox the handle is done with; a failure leaves it
+// to the reaper.
+func (s *Sandbox) destroy(ctx workflow.Context, ref activities.Ref) {
+	_, err := call[struct{}](ctx, activityOptions(ref.Queue, 0), acts.Destroy, ref)
+	if err != nil && !errors.Is(err, provider.ErrLost) {
+		workflow.GetLogger(ctx).Warn("destroy sandbox", "sandbox", ref.ID, "error", err)
+	}
+}
+
+// watchIdle pauses the sandbox when it has been idle long enough, and
+// hibernates it when it has been idle longer. It sleeps on one timer per
+// idle period, not one per operation, to keep history small.
+func (s *Sandbox) watchIdle(ctx workflow.Context) {
+	for s.st.State != StateStopped {
+		action, at := s.nextIdleStep()
+		if action == nil {
+			epoch := s.st.epoch
+			if workflow.Await(ctx, func() bool { return s.st.epoch != epoch }) != nil {
+				return
+			}
+			continue
+		}
+		if wait := at.Sub(workflow.Now(ctx)); wait > 0 {
+			if workflow.Sleep(ctx, wait) != nil {
+				return
+			}
+			continue // operations may have come meanwhile
+		}
+		if s.st.busy || s.st.inflight > 0 {
+			if workflow.Await(ctx, func() bool { return !s.st.busy && s.st.inflight == 0 }) != nil {
+				return
+			}
+			continue
+		}
+		if err := s.transition(ctx, action); err != nil {
+			workflow.GetLogger(ctx).Warn("idle sandbox", "sandbox", s.st.Ref.ID, "error", err)
+			// Try again only after the next operation.
+			epoch := s.st.epoch
+			if workflow.Await(ctx, func() bool { return s.st.epoch != epoch }) != nil {
+				return
+			}
+		}
+	}
+}
+
+// nextIdleStep says what the idle watcher does next, and when.
+func (s *Sandbox) nextIdleStep() (func(workflow.Context) error, time.Time) {
+	idle, hib := s.st.Config.IdleTimeout, s.st.Config.HibernateAfter
+	switch s.st.State {
+	case StateRunning:
+		if idle > 0 && (hib <= 0 || idle < hib) {
+			return s.pause, s.st.LastActive.Add(idle)
+		}
+		if hib > 0 {
+			return s.hibernate, s.st.LastActive.Add(hib)
+		}
+	case StatePaused:
+		if hib > 0 {
+			return s.hibernate, s.st.LastActive.Add(hib)
+		}
+	}
+	return nil, time.Time{}
+}

@@ -1,0 +1,68 @@
+package sandbox
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/provider"
+)
+
+// ReapReport says what a reaping destroyed.
+type ReapReport struct {
+	Sandboxes   []string `json:"sandboxes,omitempty"` // destroyed
+	Checkpoints int      `json:"checkpoints"`         // deleted
+	Chunks      int      `json:"chunks"`              // snapshot chunks no longer referred to, removed
+}
+
+// Reap destroys the sandboxes of the workers polling queue (a host's
+// queue, for host-bound providers) whose owner workflow has closed or
+// whose hard lifetime has passed, then the checkpoints of closed owners
+// and the snapshot chunks nothing refers to. It is what the reaper's
+// schedule runs; a sandbox without owner labels is only reaped at the
+// end of its lifetime.
+func Reap(ctx workflow.Context, queue string) (ReapReport, error) {
+	var report ReapReport
+	infos, err := call[[]provider.Info](ctx, activityOptions(queue, 0), acts.List, activities.ListInput{})
+	if err != nil {
+		return report, fmt.Errorf("list sandboxes: %w", err)
+	}
+	var owners []activities.Owner
+	var owned []int // indexes in infos of the sandboxes owners describes
+	for i, info := range infos {
+		if id := info.Labels[LabelWorkflowID]; id != "" {
+			owners = append(owners, activities.Owner{WorkflowID: id, RunID: info.Labels[LabelRunID]})
+			owned = append(owned, i)
+		}
+	}
+	doomed := make([]bool, len(infos))
+	if len(owners) > 0 {
+		closed, err := call[[]bool](ctx, activityOptions(queue, 0), acts.OwnersClosed, owners)
+		if err != nil {
+			return report, fmt.Errorf("check owners: %w", err)
+		}
+		for j, i := range owned {
+			doomed[i] = j < len(closed) && closed[j]
+		}
+	}
+	now := workflow.Now(ctx)
+	for i, info := range infos {
+		if !doomed[i] && (info.ExpiresAt.IsZero() || now.Before(info.ExpiresAt)) {
+			continue
+		}
+		ref := activities.Ref{Provider: info.Provider, ID: info.ID, Queue: queue}
+		if _, err := call[struct{}](ctx, activityOptions(queue, 0), acts.Destroy, ref); err != nil {
+			workflow.GetLogger(ctx).Warn("reap sandbox", "sandbox", info.ID, "error", err)
+			continue
+		}
+		report.Sandboxes = append(report.Sandboxes, info.ID)
+	}
+	snaps, err := call[activities.ReapSnapshotsOutput](ctx, activityOptions(queue, 0),
+		acts.ReapSnapshots, activities.ReapSnapshotsInput{LabelWorkflowID: LabelWorkflowID, LabelRunID: LabelRunID})
+	if err != nil {
+		return report, fmt.Errorf("reap checkpoints: %w", err)
+	}
+	report.Checkpoints, report.Chunks = snaps.Checkpoints, snaps.Chunks
+	return report, nil
+}

@@ -1,0 +1,97 @@
+package sandbox
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/berth-dev/berth/activities"
+)
+
+// Snapshot saves the workspace as a user snapshot, kept until deleted,
+// and returns its id: give it to FromSnapshot to make new sandboxes from
+// it, on this provider or another. The bytes go to the snapshot store;
+// only the id enters history.
+func (s *Sandbox) Snapshot(ctx workflow.Context) (string, error) {
+	var info activities.SnapshotInfo
+	err := s.do(ctx, "", func(activities.Ref) (err error) {
+		info, err = s.snapshot(ctx, activities.SnapshotUser)
+		return err
+	})
+	return info.ID, err
+}
+
+// ForkSnapshot saves the workspace for a sandbox that another workflow,
+// owner, makes from it with FromCheckpoint. The snapshot is labelled as
+// owner's, so that it is garbage-collected when owner is done with it.
+func (s *Sandbox) ForkSnapshot(ctx workflow.Context, owner string) (string, error) {
+	var info activities.SnapshotInfo
+	err := s.do(ctx, "", func(activities.Ref) (err error) {
+		info, err = s.snapshotFor(ctx, activities.SnapshotCheckpoint, owner)
+		return err
+	})
+	return info.ID, err
+}
+
+// Fork makes a new, independent sandbox whose workspace is a copy of
+// this one's, with the same options, on p when given, else on the same
+// provider. The caller stops it.
+func (s *Sandbox) Fork(ctx workflow.Context, p ...Provider) (*Sandbox, error) {
+	var info activities.SnapshotInfo
+	err := s.do(ctx, "", func(activities.Ref) (err error) {
+		info, err = s.snapshot(ctx, activities.SnapshotCheckpoint)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fork sandbox %s: %w", s.st.Ref.ID, err)
+	}
+	to := Provider{Type: s.st.Config.Provider}
+	if len(p) > 0 {
+		to = p[0]
+	}
+	cfg := s.st.Config
+	fork, err := New(ctx, to, func(c *config) {
+		*c = cfg
+		c.Provider, c.FromSnapshot, c.OwnSnapshot = to.Type, info.ID, true
+	})
+	if err != nil {
+		s.deleteSnapshot(ctx, info.ID)
+		return nil, fmt.Errorf("fork sandbox %s: %w", s.st.Ref.ID, err)
+	}
+	return fork, nil
+}
+
+// Switch moves the sandbox to provider p: its workspace is copied to a
+// new sandbox there and the old one is destroyed. The handle stays the
+// same; running processes do not survive the move.
+func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	s.st.inflight--
+	err := s.transition(ctx, func(ctx workflow.Context) error {
+		if err := s.checkpoint(ctx); err != nil {
+			return err
+		}
+		old := s.st.Ref
+		ref, err := s.provision(ctx, p.Type, s.nextID())
+		if err != nil {
+			return err
+		}
+		s.st.Ref, s.st.Config.Provider = ref, p.Type
+		s.set(StateRunning)
+		s.destroy(ctx, old)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("switch sandbox to %s: %w", p.Type, err)
+	}
+	return nil
+}
+
+func (s *Sandbox) deleteSnapshot(ctx workflow.Context, id string) {
+	_, err := call[struct{}](ctx, activityOptions(s.st.Config.Queue, 0), acts.DeleteSnapshot, id)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("delete snapshot", "snapshot", id, "error", err)
+	}
+}
