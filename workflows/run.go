@@ -60,8 +60,10 @@ func Run(ctx workflow.Context, in RunInput) (RunOutput, error) {
 	if err := workflow.SetQueryHandler(ctx, RunQuery, func() (RunStatus, error) { return status, nil }); err != nil {
 		return RunOutput{}, err
 	}
+	// A one-shot job is never idle long enough to pause.
 	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: in.Provider},
-		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env))
+		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env),
+		sandbox.WithIdleTimeout(sandbox.NoIdleTimeout), sandbox.WithHibernateAfter(sandbox.NoIdleTimeout))
 	if err != nil {
 		return RunOutput{}, err
 	}
@@ -71,13 +73,13 @@ func Run(ctx workflow.Context, in RunInput) (RunOutput, error) {
 			return RunOutput{}, err
 		}
 	}
-	var opts []sandbox.ExecOption
+	opts := []sandbox.ExecOption{sandbox.OnStart(func(cmd string) {
+		status = RunStatus{Sandbox: sbx.ID(),
+			Stdout: activities.OutputKey(sbx.ID(), cmd, "stdout"), Stderr: activities.OutputKey(sbx.ID(), cmd, "stderr")}
+	})}
 	if in.Timeout > 0 {
 		opts = append(opts, sandbox.WithTimeout(in.Timeout))
 	}
-	cmd := sbx.NextCommandID()
-	status = RunStatus{Sandbox: sbx.ID(),
-		Stdout: activities.OutputKey(sbx.ID(), cmd, "stdout"), Stderr: activities.OutputKey(sbx.ID(), cmd, "stderr")}
 	res, err := sbx.ExecArgv(ctx, in.Argv, opts...)
 	out := RunOutput{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Output[0],
 		Stderr: res.Output[1], Duration: res.Duration, Sandbox: sbx.ID()}

@@ -1,0 +1,418 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
+)
+
+// SandboxInput configures a standalone sandbox.
+type SandboxInput struct {
+	Provider  string             `json:"provider"`
+	Env       map[string]string  `json:"env,omitempty"`
+	Resources provider.Resources `json:"resources,omitzero"`
+	Labels    map[string]string  `json:"labels,omitempty"`
+	// MaxLifetime ends the sandbox, and its workflow, after this long;
+	// zero means provider.DefaultLifetime.
+	MaxLifetime time.Duration `json:"max_lifetime,omitempty"`
+	// IdleTimeout and HibernateAfter: zero means the sandbox package's
+	// defaults, a negative value never.
+	IdleTimeout    time.Duration `json:"idle_timeout,omitempty"`
+	HibernateAfter time.Duration `json:"hibernate_after,omitempty"`
+	// FromSnapshot fills the workspace from a snapshot; OwnSnapshot says
+	// the snapshot was made for this sandbox alone (a fork) and is
+	// garbage-collected with it.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
+	OwnSnapshot  bool   `json:"own_snapshot,omitempty"`
+}
+
+// The operations of a standalone sandbox are Workflow Updates with these
+// names, and its state the answer to QuerySandbox: a CLI, another
+// workflow or a Temporal SDK in any language can drive it. Arguments and
+// results are JSON; see README.
+const (
+	UpdateExec       = "berth.exec"        // ExecRequest -> RunOutput
+	UpdateWriteFiles = "berth.write_files" // WriteFilesRequest -> nothing
+	UpdateReadFile   = "berth.read_file"   // PathRequest -> activities.Output
+	UpdateListFiles  = "berth.list_files"  // PathRequest -> []provider.FileInfo
+	UpdateRemove     = "berth.remove"      // PathRequest -> nothing
+	UpdateSnapshot   = "berth.snapshot"    // nothing -> SnapshotResponse
+	UpdateFork       = "berth.fork"        // ForkRequest -> ForkResponse
+	UpdatePause      = "berth.pause"       // nothing -> nothing
+	UpdateResume     = "berth.resume"      // nothing -> nothing
+	UpdateHibernate  = "berth.hibernate"   // nothing -> nothing
+	UpdateStop       = "berth.stop"        // nothing -> nothing
+	QuerySandbox     = "berth.sandbox"     // -> SandboxStatus
+)
+
+// Memo keys a standalone sandbox keeps current, for listings.
+const (
+	MemoProvider = "berth.provider"
+	MemoState    = "berth.state"
+)
+
+// ExecRequest is a command. Exactly one of Argv and Shell is set.
+type ExecRequest struct {
+	Argv    []string          `json:"argv,omitempty"`
+	Shell   string            `json:"shell,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Dir     string            `json:"dir,omitempty"`
+	Timeout time.Duration     `json:"timeout,omitempty"` // nanoseconds
+	Stdin   []byte            `json:"stdin,omitempty"`   // base64
+}
+
+// WriteFilesRequest carries files inline, at most
+// activities.MaxInlineFiles bytes in all.
+type WriteFilesRequest struct {
+	Files []provider.File `json:"files"`
+}
+
+// PathRequest names a workspace path.
+type PathRequest struct {
+	Path string `json:"path"`
+}
+
+// SnapshotResponse names the snapshot taken.
+type SnapshotResponse struct {
+	Snapshot string `json:"snapshot"`
+}
+
+// ForkRequest asks for a new standalone sandbox, with workflow id ID,
+// whose workspace is a copy of this one's; Provider empty means the same
+// provider.
+type ForkRequest struct {
+	ID       string `json:"id"`
+	Provider string `json:"provider,omitempty"`
+}
+
+// ForkResponse names the new sandbox's workflow.
+type ForkResponse struct {
+	ID string `json:"id"`
+}
+
+// SandboxStatus is the state of a standalone sandbox.
+type SandboxStatus struct {
+	sandbox.Status
+	Created time.Time `json:"created"`
+	// Running lists the commands under way, for front ends that follow
+	// their output live.
+	Running []CommandStatus `json:"running,omitempty"`
+}
+
+// CommandStatus says where a running command's output is stored.
+type CommandStatus struct {
+	Update  string `json:"update"` // the id of the update that runs it
+	Command string `json:"command"`
+	Stdout  string `json:"stdout"` // blob keys
+	Stderr  string `json:"stderr"`
+}
+
+// Sandbox keeps a sandbox alive until it is stopped (UpdateStop, or the
+// workflow cancelled) or its lifetime ends, serving its operations as
+// updates.
+func Sandbox(ctx workflow.Context, in SandboxInput) error {
+	opts := []sandbox.Option{
+		sandbox.WithEnv(in.Env), sandbox.WithResources(in.Resources), sandbox.WithLabels(in.Labels),
+		sandbox.WithMaxLifetime(in.MaxLifetime),
+		sandbox.WithIdleTimeout(in.IdleTimeout), sandbox.WithHibernateAfter(in.HibernateAfter),
+	}
+	switch {
+	case in.FromSnapshot != "" && in.OwnSnapshot:
+		opts = append(opts, sandbox.FromCheckpoint(in.FromSnapshot))
+	case in.FromSnapshot != "":
+		opts = append(opts, sandbox.FromSnapshot(in.FromSnapshot))
+	}
+	created := workflow.Now(ctx)
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: in.Provider}, opts...)
+	if err != nil {
+		return err
+	}
+	defer sbx.Stop(ctx)
+
+	s := &standalone{sbx: sbx, provider: in.Provider, created: created, running: map[string]CommandStatus{}}
+	if err := s.register(ctx); err != nil {
+		return err
+	}
+	lifetime := in.MaxLifetime
+	if lifetime <= 0 {
+		lifetime = provider.DefaultLifetime
+	}
+	expired := false
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		if workflow.Sleep(ctx, lifetime) == nil {
+			expired = true
+		}
+	})
+	memo := sandbox.State("")
+	for {
+		if st := sbx.State(); st != memo {
+			if err := workflow.UpsertMemo(ctx, map[string]any{MemoState: st, MemoProvider: in.Provider}); err != nil {
+				return err
+			}
+			memo = st
+		}
+		err := workflow.Await(ctx, func() bool { return s.stopping || expired || sbx.State() != memo })
+		if err != nil {
+			return err // cancelled: the deferred Stop cleans up
+		}
+		if s.stopping || expired {
+			break
+		}
+	}
+	// Let the updates in flight (the stop among them) finish first.
+	return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+}
+
+// standalone is the state of a Sandbox workflow.
+type standalone struct {
+	sbx      *sandbox.Sandbox
+	provider string
+	created  time.Time
+	running  map[string]CommandStatus // by update id
+	stopping bool
+}
+
+func (s *standalone) register(ctx workflow.Context) error {
+	err := workflow.SetQueryHandler(ctx, QuerySandbox, func() (SandboxStatus, error) {
+		st := SandboxStatus{Status: s.sbx.Status(), Created: s.created}
+		for _, c := range s.running {
+			st.Running = append(st.Running, c)
+		}
+		slices.SortFunc(st.Running, func(a, b CommandStatus) int { return cmpString(a.Command, b.Command) })
+		return st, nil
+	})
+	if err != nil {
+		return err
+	}
+	handlers := []struct {
+		name      string
+		handler   any
+		validator any
+	}{
+		{UpdateExec, s.exec, s.validateExec},
+		{UpdateWriteFiles, s.writeFiles, s.validateWriteFiles},
+		{UpdateReadFile, s.readFile, s.validatePath},
+		{UpdateListFiles, s.listFiles, s.validatePath},
+		{UpdateRemove, s.remove, s.validatePath},
+		{UpdateSnapshot, s.snapshot, s.validateOpen},
+		{UpdateFork, s.fork, s.validateFork},
+		{UpdatePause, s.pause, s.validateOpen},
+		{UpdateResume, s.resume, s.validateOpen},
+		{UpdateHibernate, s.hibernate, s.validateOpen},
+		{UpdateStop, s.stop, nil},
+	}
+	for _, h := range handlers {
+		err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.handler,
+			workflow.UpdateHandlerOptions{Validator: h.validator})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Validators reject what would fail anyway before it enters history.
+
+func (s *standalone) validateOpen(workflow.Context) error {
+	if s.stopping || s.sbx.State() == sandbox.StateStopped {
+		return updateError(fmt.Errorf("%w: the sandbox is stopping", provider.ErrNotFound))
+	}
+	return nil
+}
+
+func (s *standalone) validateExec(ctx workflow.Context, req ExecRequest) error {
+	if err := s.validateOpen(ctx); err != nil {
+		return err
+	}
+	if (len(req.Argv) == 0) == (req.Shell == "") {
+		return updateError(fmt.Errorf("%w: give exactly one of argv and shell", provider.ErrBadInput))
+	}
+	if req.Timeout < 0 {
+		return updateError(fmt.Errorf("%w: negative timeout", provider.ErrBadInput))
+	}
+	if err := provider.ValidateEnv(req.Env); err != nil {
+		return updateError(err)
+	}
+	if req.Dir != "" {
+		if _, err := provider.WorkspacePath(req.Dir); err != nil {
+			return updateError(err)
+		}
+	}
+	return nil
+}
+
+func (s *standalone) validateWriteFiles(ctx workflow.Context, req WriteFilesRequest) error {
+	if err := s.validateOpen(ctx); err != nil {
+		return err
+	}
+	total := 0
+	for _, f := range req.Files {
+		if _, err := provider.WorkspacePath(f.Path); err != nil {
+			return updateError(err)
+		}
+		total += len(f.Data)
+	}
+	if total > activities.MaxInlineFiles {
+		return updateError(fmt.Errorf("%w: %d bytes of files in one update; at most %d", provider.ErrBadInput, total, activities.MaxInlineFiles))
+	}
+	return nil
+}
+
+func (s *standalone) validatePath(ctx workflow.Context, req PathRequest) error {
+	if err := s.validateOpen(ctx); err != nil {
+		return err
+	}
+	if _, err := provider.WorkspacePath(req.Path); err != nil {
+		return updateError(err)
+	}
+	return nil
+}
+
+func (s *standalone) validateFork(ctx workflow.Context, req ForkRequest) error {
+	if err := s.validateOpen(ctx); err != nil {
+		return err
+	}
+	if err := provider.ValidateID(req.ID); err != nil {
+		return updateError(err)
+	}
+	return nil
+}
+
+// Handlers.
+
+func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (RunOutput, error) {
+	update := workflow.GetCurrentUpdateInfo(ctx).ID
+	opts := []sandbox.ExecOption{
+		sandbox.WithExecEnv(req.Env), sandbox.WithDir(req.Dir), sandbox.WithStdin(req.Stdin),
+		sandbox.OnStart(func(id string) {
+			sb := s.sbx.ID()
+			s.running[update] = CommandStatus{Update: update, Command: id,
+				Stdout: activities.OutputKey(sb, id, "stdout"), Stderr: activities.OutputKey(sb, id, "stderr")}
+		}),
+	}
+	if req.Timeout > 0 {
+		opts = append(opts, sandbox.WithTimeout(req.Timeout))
+	}
+	defer delete(s.running, update)
+	var res sandbox.Result
+	var err error
+	if req.Shell != "" {
+		res, err = s.sbx.Exec(ctx, req.Shell, opts...)
+	} else {
+		res, err = s.sbx.ExecArgv(ctx, req.Argv, opts...)
+	}
+	out := RunOutput{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Output[0],
+		Stderr: res.Output[1], Duration: res.Duration, Sandbox: s.sbx.ID()}
+	if err != nil {
+		kind := provider.KindOf(err)
+		if kind != provider.KindTimeout && kind != provider.KindOutOfMemory && kind != provider.KindCommandNotFound {
+			return RunOutput{}, updateError(err)
+		}
+		out.Kind, out.Message = kind, err.Error()
+	}
+	return out, nil
+}
+
+func (s *standalone) writeFiles(ctx workflow.Context, req WriteFilesRequest) error {
+	return updateError(s.sbx.WriteFiles(ctx, req.Files...))
+}
+
+func (s *standalone) readFile(ctx workflow.Context, req PathRequest) (activities.Output, error) {
+	out, err := s.sbx.ReadFileOutput(ctx, req.Path)
+	return out, updateError(err)
+}
+
+func (s *standalone) listFiles(ctx workflow.Context, req PathRequest) ([]provider.FileInfo, error) {
+	infos, err := s.sbx.ListFiles(ctx, req.Path)
+	return infos, updateError(err)
+}
+
+func (s *standalone) remove(ctx workflow.Context, req PathRequest) error {
+	return updateError(s.sbx.Remove(ctx, req.Path))
+}
+
+func (s *standalone) snapshot(ctx workflow.Context) (SnapshotResponse, error) {
+	id, err := s.sbx.Snapshot(ctx)
+	return SnapshotResponse{Snapshot: id}, updateError(err)
+}
+
+func (s *standalone) fork(ctx workflow.Context, req ForkRequest) (ForkResponse, error) {
+	snap, err := s.sbx.ForkSnapshot(ctx, req.ID)
+	if err != nil {
+		return ForkResponse{}, updateError(err)
+	}
+	prov := req.Provider
+	if prov == "" {
+		prov = s.sbx.Ref().Provider
+	}
+	// The fork lives on its own: abandoned, not ended, when this
+	// workflow ends.
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:        req.ID,
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON,
+	})
+	child := workflow.ExecuteChildWorkflow(cctx, Sandbox, SandboxInput{
+		Provider: prov, FromSnapshot: snap, OwnSnapshot: true,
+	})
+	var started workflow.Execution
+	if err := child.GetChildWorkflowExecution().Get(ctx, &started); err != nil {
+		return ForkResponse{}, updateError(fmt.Errorf("start the fork: %w", err))
+	}
+	return ForkResponse{ID: started.ID}, nil
+}
+
+func (s *standalone) pause(ctx workflow.Context) error { return updateError(s.sbx.Pause(ctx)) }
+
+func (s *standalone) resume(ctx workflow.Context) error { return updateError(s.sbx.Resume(ctx)) }
+
+func (s *standalone) hibernate(ctx workflow.Context) error { return updateError(s.sbx.Hibernate(ctx)) }
+
+func (s *standalone) stop(ctx workflow.Context) error {
+	s.stopping = true
+	return updateError(s.sbx.Stop(ctx))
+}
+
+// updateError gives an update's failure a type that says what went
+// wrong, the provider kind, for callers in any language.
+func updateError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var lost *sandbox.LostError
+	if errors.As(err, &lost) {
+		return temporal.NewNonRetryableApplicationError(err.Error(), string(provider.KindLost), nil, lost.Lost)
+	}
+	return temporal.NewNonRetryableApplicationError(err.Error(), string(provider.KindOf(err)), nil)
+}
+
+// ReaperInput names the queue of the host whose sandboxes a reaper
+// looks after.
+type ReaperInput struct {
+	Queue string `json:"queue"`
+}
+
+// Reaper destroys the sandboxes whose owner is gone or whose lifetime
+// has passed (sandbox.Reap). berth dev and berth worker run it on a
+// schedule, one per host.
+func Reaper(ctx workflow.Context, in ReaperInput) (sandbox.ReapReport, error) {
+	return sandbox.Reap(ctx, in.Queue)
+}
