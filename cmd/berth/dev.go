@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
@@ -15,10 +16,11 @@ import (
 
 func newDev() *cobra.Command {
 	var (
-		dataDir string
-		port    int
-		uiPort  int
-		verbose bool
+		dataDir   string
+		port      int
+		uiPort    int
+		verbose   bool
+		reapEvery time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -49,7 +51,11 @@ worker serving the linux provider on this host.`,
 			defer c.Close()
 			// One host: creation and operations share a queue, so the
 			// server hands activities to this worker eagerly.
-			h, err := startHost(ctx, c, log, dataDir, blobURL(dataDir), sandbox.DefaultQueue, sandbox.DefaultQueue, []string{linux.Name})
+			h, err := startHost(ctx, c, log, hostConfig{
+				dataDir: dataDir, blob: blobURL(dataDir),
+				queue: sandbox.DefaultQueue, hostQueue: sandbox.DefaultQueue,
+				providers: []string{linux.Name}, reapEvery: reapEvery,
+			})
 			if err != nil {
 				return err
 			}
@@ -67,6 +73,7 @@ worker serving the linux provider on this host.`,
 	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where the server's database, sandboxes and outputs live")
 	cmd.Flags().IntVar(&port, "port", 7233, "the Temporal frontend's port on 127.0.0.1")
 	cmd.Flags().IntVar(&uiPort, "ui-port", 8233, "the Temporal Web UI's port; 0 for none")
+	cmd.Flags().DurationVar(&reapEvery, "reap-every", defaultReapEvery, "how often to destroy sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	return cmd
 }

@@ -58,7 +58,7 @@ func (b *syncBuffer) String() string {
 // startDev starts berth dev on port (or, when port is 0, on a free one,
 // trying another when a port found free is taken before berth dev binds
 // it) and waits until it is ready.
-func startDev(t *testing.T, berth, data string, port int, log *syncBuffer) (*exec.Cmd, int) {
+func startDev(t *testing.T, berth, data string, port int, log *syncBuffer, flags ...string) (*exec.Cmd, int) {
 	t.Helper()
 start:
 	for attempt := 0; ; attempt++ {
@@ -66,7 +66,7 @@ start:
 		if p == 0 {
 			p = freePort(t)
 		}
-		dev := exec.Command(berth, "dev", "--data-dir", data, "--port", fmt.Sprint(p), "--ui-port", "0")
+		dev := exec.Command(berth, append([]string{"dev", "--data-dir", data, "--port", fmt.Sprint(p), "--ui-port", "0"}, flags...)...)
 		dev.Stdout, dev.Stderr = log, log
 		if err := dev.Start(); err != nil {
 			t.Fatal(err)

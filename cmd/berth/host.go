@@ -2,19 +2,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file:// URLs
 
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -53,13 +58,28 @@ func openBucket(ctx context.Context, url string) (*blob.Bucket, error) {
 // host is what a worker host runs: its providers, its blob store, and
 // its Temporal workers.
 type host struct {
-	linux  *linux.Provider
-	bucket *blob.Bucket
-	worker *hostworker.Worker
+	linux     *linux.Provider
+	bucket    *blob.Bucket // outputs
+	snapshots *blob.Bucket
+	worker    *hostworker.Worker
 }
 
-// startHost opens the providers named and starts the workers.
-func startHost(ctx context.Context, c client.Client, log *slog.Logger, dataDir, blob, queue, hostQueue string, providers []string) (*host, error) {
+// hostConfig is what a worker host serves, and how.
+type hostConfig struct {
+	dataDir string
+	blob    string // blob store URL; outputs and snapshots/ go there
+	queue   string
+	// hostQueue is this host's own queue; empty means queue@hostname.
+	hostQueue string
+	providers []string
+	// reapEvery is how often the host's reaper runs; zero means never.
+	reapEvery time.Duration
+}
+
+// startHost opens the providers named, starts the workers, and
+// schedules the host's reaper.
+func startHost(ctx context.Context, c client.Client, log *slog.Logger, cfg hostConfig) (*host, error) {
+	dataDir := cfg.dataDir
 	// Sandboxes reach their workspaces below the data directory with ids
 	// of their own: it must be searchable (not readable) by others.
 	if err := os.MkdirAll(dataDir, 0o711); err != nil {
@@ -72,7 +92,7 @@ func startHost(ctx context.Context, c client.Client, log *slog.Logger, dataDir, 
 	}
 	h := &host{}
 	ps := map[string]provider.Provider{}
-	for _, name := range providers {
+	for _, name := range cfg.providers {
 		switch name {
 		case linux.Name:
 			p, err := linux.New(linux.Config{StateDir: filepath.Join(dataDir, "linux"), Logger: log})
@@ -86,19 +106,65 @@ func startHost(ctx context.Context, c client.Client, log *slog.Logger, dataDir, 
 		}
 	}
 	var err error
-	if h.bucket, err = openBucket(ctx, blob); err != nil {
+	if h.bucket, err = openBucket(ctx, cfg.blob); err != nil {
 		h.close()
 		return nil, err
 	}
+	// A bucket of its own: PrefixedBucket takes over the one it wraps.
+	snapBucket, err := openBucket(ctx, cfg.blob)
+	if err != nil {
+		h.close()
+		return nil, err
+	}
+	h.snapshots = blob.PrefixedBucket(snapBucket, snapshotPrefix)
+	snapshots := snapshot.New(h.snapshots)
 	h.worker, err = hostworker.Start(c, hostworker.Options{
-		Providers: ps, Outputs: h.bucket, Queue: queue, HostQueue: hostQueue,
-		Workflows: []any{workflows.Run},
+		Providers: ps, Outputs: h.bucket, Snapshots: snapshots,
+		Queue: cfg.queue, HostQueue: cfg.hostQueue,
+		Workflows: []any{workflows.Run, workflows.Sandbox, workflows.Reaper},
 	})
 	if err != nil {
 		h.close()
 		return nil, err
 	}
+	if cfg.reapEvery > 0 {
+		if err := scheduleReaper(ctx, c, cfg.queue, h.worker.HostQueue, cfg.reapEvery); err != nil {
+			h.close()
+			return nil, err
+		}
+	}
 	return h, nil
+}
+
+// snapshotPrefix is where snapshots live in the blob store.
+const snapshotPrefix = "snapshots/"
+
+// scheduleReaper creates, or updates, the schedule that runs this host's
+// reaper every so often. Several workers of one host share it.
+func scheduleReaper(ctx context.Context, c client.Client, queue, hostQueue string, every time.Duration) error {
+	id := "berth-reaper-" + hostQueue
+	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}}
+	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
+		ID:      id,
+		Spec:    spec,
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+		Action: &client.ScheduleWorkflowAction{
+			ID: "berth-reap-" + hostQueue, Workflow: workflows.Reaper, TaskQueue: queue,
+			Args: []any{workflows.ReaperInput{Queue: hostQueue}},
+		},
+	})
+	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
+		err = c.ScheduleClient().GetHandle(ctx, id).Update(ctx, client.ScheduleUpdateOptions{
+			DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
+				in.Description.Schedule.Spec = &spec
+				return &client.ScheduleUpdate{Schedule: &in.Description.Schedule}, nil
+			},
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("schedule the reaper: %w", err)
+	}
+	return nil
 }
 
 func (h *host) close() {
@@ -108,7 +174,13 @@ func (h *host) close() {
 	if h.bucket != nil {
 		h.bucket.Close()
 	}
+	if h.snapshots != nil {
+		h.snapshots.Close()
+	}
 	if h.linux != nil {
 		h.linux.Close()
 	}
 }
+
+// defaultReapEvery is how often a host's reaper runs by default.
+const defaultReapEvery = 5 * time.Minute

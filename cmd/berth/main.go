@@ -45,7 +45,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDev(), newWorker(), newRun(), newLogs())
+	root.AddCommand(newDev(), newWorker(), newRun(), newLogs(), newSandbox(), newSnapshot())
 	return root
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
@@ -15,6 +17,7 @@ func newWorker() *cobra.Command {
 		dataDir, blob, queue, hostQueue string
 		providers                       []string
 		verbose                         bool
+		reapEvery                       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -39,7 +42,10 @@ TLS settings and config-file profiles (TEMPORAL_PROFILE).`,
 			if blob == "" {
 				blob = blobURL(dataDir)
 			}
-			h, err := startHost(ctx, c, log, dataDir, blob, queue, hostQueue, providers)
+			h, err := startHost(ctx, c, log, hostConfig{
+				dataDir: dataDir, blob: blob, queue: queue, hostQueue: hostQueue,
+				providers: providers, reapEvery: reapEvery,
+			})
 			if err != nil {
 				return err
 			}
@@ -56,6 +62,7 @@ TLS settings and config-file profiles (TEMPORAL_PROFILE).`,
 	cmd.Flags().StringVar(&queue, "queue", sandbox.DefaultQueue, "the task queue every berth worker polls")
 	cmd.Flags().StringVar(&hostQueue, "host-queue", "", "this host's own task queue (default QUEUE@hostname)")
 	cmd.Flags().StringSliceVar(&providers, "provider", []string{linux.Name}, "providers to serve")
+	cmd.Flags().DurationVar(&reapEvery, "reap-every", defaultReapEvery, "how often to destroy this host's sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	return cmd
 }

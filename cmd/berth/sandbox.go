@@ -1,0 +1,596 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/workflows"
+)
+
+// conn holds the flags every command that talks to the server shares.
+type conn struct {
+	address, namespace, dataDir string
+}
+
+func (c *conn) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&c.address, "address", "", "Temporal frontend host:port (default $TEMPORAL_ADDRESS or 127.0.0.1:7233)")
+	f.StringVar(&c.namespace, "namespace", "", "Temporal namespace (default $TEMPORAL_NAMESPACE or default)")
+	f.StringVar(&c.dataDir, "data-dir", defaultDataDir(), "berth dev's data directory, where outputs and snapshots are stored")
+}
+
+func (c *conn) dial() (client.Client, error) { return dial(c.address, c.namespace) }
+
+func newSandbox() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sandbox",
+		Short: "Create and drive long-lived sandboxes, each kept by its own workflow",
+		Long: `A standalone sandbox lives in a workflow of its own until it is removed or
+its lifetime ends. It pauses when idle and wakes on the next command. Its
+operations are Workflow Updates, so other programs can drive it too (see
+README).`,
+	}
+	cmd.AddCommand(newSandboxCreate(), newSandboxExec(), newSandboxCp(), newSandboxLs(), newSandboxRm(),
+		newSandboxSnapshot(), newSandboxFork(),
+		newSandboxSimple("pause", workflows.UpdatePause, "Freeze a sandbox now (the next command resumes it)"),
+		newSandboxSimple("resume", workflows.UpdateResume, "Resume a paused or hibernated sandbox"),
+		newSandboxSimple("hibernate", workflows.UpdateHibernate, "Checkpoint a sandbox and free everything it holds"))
+	return cmd
+}
+
+func newSandboxCreate() *cobra.Command {
+	var (
+		in        workflows.SandboxInput
+		cn        conn
+		env       []string
+		memory    string
+		name      string
+		noIdle    bool
+		noHibern8 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create a sandbox and print its id",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			var err error
+			if in.Env, err = parseEnv(env); err != nil {
+				return err
+			}
+			if memory != "" {
+				if in.Resources.Memory, err = parseBytes(memory); err != nil {
+					return fmt.Errorf("--memory: %w", err)
+				}
+			}
+			if noIdle {
+				in.IdleTimeout = sandbox.NoIdleTimeout
+			}
+			if noHibern8 {
+				in.HibernateAfter = sandbox.NoIdleTimeout
+			}
+			if name == "" {
+				name = "sbx-" + randomHex(6)
+			}
+			if err := provider.ValidateID(name); err != nil {
+				return fmt.Errorf("--name: %w", err)
+			}
+			c, err := cn.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+				ID: name, TaskQueue: sandbox.DefaultQueue,
+				WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+				WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+			}, workflows.Sandbox, in)
+			if err != nil {
+				return fmt.Errorf("create sandbox %s: %w", name, err)
+			}
+			// Wait until it exists, so that a failure to create it (an
+			// unknown provider, a bad limit) is reported here.
+			if err := waitReady(ctx, c, name); err != nil {
+				return err
+			}
+			fmt.Println(name)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&name, "name", "", "the sandbox's id (default: a random sbx-...)")
+	f.StringVar(&in.Provider, "provider", linux.Name, "where the sandbox lives")
+	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable for every command (repeatable)")
+	f.Float64Var(&in.Resources.CPU, "cpu", 0, "CPU cores")
+	f.StringVar(&memory, "memory", "", "memory limit (e.g. 512Mi, 2Gi)")
+	f.DurationVar(&in.IdleTimeout, "idle-timeout", 0, "pause after this long without a command (default 5m)")
+	f.DurationVar(&in.HibernateAfter, "hibernate-after", 0, "checkpoint and free the sandbox after this long without a command (default 30m)")
+	f.BoolVar(&noIdle, "no-idle-timeout", false, "never pause")
+	f.BoolVar(&noHibern8, "no-hibernate", false, "never hibernate")
+	f.DurationVar(&in.MaxLifetime, "lifetime", 0, "destroy the sandbox after this long whatever it does (default 24h)")
+	f.StringVar(&in.FromSnapshot, "from-snapshot", "", "fill the workspace from this snapshot")
+	cn.flags(cmd)
+	return cmd
+}
+
+// waitReady waits until a sandbox's workflow has created its sandbox, or
+// ended trying.
+func waitReady(ctx context.Context, c client.Client, id string) error {
+	for {
+		st, err := status(ctx, c, id)
+		if err == nil && st.ID != "" {
+			return nil
+		}
+		desc, derr := c.DescribeWorkflowExecution(ctx, id, "")
+		if derr == nil && desc.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			var ignored any
+			werr := c.GetWorkflow(ctx, id, "").Get(ctx, &ignored)
+			return fmt.Errorf("create sandbox %s: %w", id, cause(werr))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func status(ctx context.Context, c client.Client, id string) (workflows.SandboxStatus, error) {
+	var st workflows.SandboxStatus
+	v, err := c.QueryWorkflow(ctx, id, "", workflows.QuerySandbox)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	return st, err
+}
+
+// cause strips the layers of workflow and activity failure off an error,
+// down to what went wrong.
+func cause(err error) error {
+	for {
+		var app *temporal.ApplicationError
+		if errors.As(err, &app) {
+			return app
+		}
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}
+
+// update runs one update on a sandbox and waits for its result.
+func update(ctx context.Context, c client.Client, id, name string, out any, args ...any) error {
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: id, UpdateName: name, Args: args,
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(ctx, out)
+	}
+	return updateErr(id, err)
+}
+
+// updateErr says plainly what went wrong with an update.
+func updateErr(id string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return fmt.Errorf("sandbox %s does not exist or is gone", id)
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return fmt.Errorf("sandbox %s: %s", id, app.Message())
+	}
+	return fmt.Errorf("sandbox %s: %w", id, err)
+}
+
+func newSandboxExec() *cobra.Command {
+	var (
+		req workflows.ExecRequest
+		cn  conn
+		env []string
+	)
+	cmd := &cobra.Command{
+		Use:   "exec ID [flags] -- CMD [ARGS...]",
+		Short: "Run a command in a sandbox, print its output live, and exit with its exit code",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			id := args[0]
+			req.Argv = args[1:]
+			var err error
+			if req.Env, err = parseEnv(env); err != nil {
+				return err
+			}
+			c, err := cn.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			updateID := "exec-" + randomHex(8)
+			h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+				WorkflowID: id, UpdateID: updateID, UpdateName: workflows.UpdateExec, Args: []any{req},
+				WaitForStage: client.WorkflowUpdateStageAccepted,
+			})
+			if err != nil {
+				return updateErr(id, err)
+			}
+			keys := func(ctx context.Context) (string, string, bool) {
+				st, err := status(ctx, c, id)
+				if err != nil {
+					return "", "", false
+				}
+				for _, r := range st.Running {
+					if r.Update == updateID {
+						return r.Stdout, r.Stderr, true
+					}
+				}
+				return "", "", false
+			}
+			out, err := followOutput(ctx, cn.dataDir, keys, func(ctx context.Context) (workflows.RunOutput, error) {
+				var out workflows.RunOutput
+				err := h.Get(ctx, &out)
+				return out, err
+			})
+			if err != nil {
+				return updateErr(id, err)
+			}
+			return runExit(out)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable (repeatable)")
+	f.StringVar(&req.Dir, "dir", "", "working directory, a workspace path")
+	f.DurationVar(&req.Timeout, "timeout", 0, "end the command after this long (default 10m)")
+	cn.flags(cmd)
+	return cmd
+}
+
+// followOutput prints a command's output live as the blob store receives
+// it, once keys can say where it goes, then the rest from its result
+// when result returns. Without the blob store (a worker elsewhere), the
+// output comes at the end.
+func followOutput(ctx context.Context, dataDir string, keys func(context.Context) (string, string, bool),
+	result func(context.Context) (workflows.RunOutput, error)) (workflows.RunOutput, error) {
+	type res struct {
+		out workflows.RunOutput
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		out, err := result(ctx)
+		done <- res{out, err}
+	}()
+	bucket, err := openBucket(ctx, blobURL(dataDir))
+	if err != nil {
+		bucket = nil
+	} else {
+		defer bucket.Close()
+	}
+	var streams [2]*activities.Follower
+	writers := [2]io.Writer{os.Stdout, os.Stderr}
+	tick := time.NewTicker(activities.LiveEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-done:
+			if r.err != nil {
+				return r.out, r.err
+			}
+			for i, o := range []activities.Output{r.out.Stdout, r.out.Stderr} {
+				var off int64
+				if streams[i] != nil {
+					off = streams[i].Offset()
+				}
+				printFrom(ctx, writers[i], o, off, bucket)
+			}
+			return r.out, nil
+		case <-tick.C:
+		}
+		if bucket == nil {
+			continue
+		}
+		if streams[0] == nil {
+			stdout, stderr, ok := keys(ctx)
+			if !ok {
+				continue // not started yet
+			}
+			streams[0] = &activities.Follower{Bucket: bucket, Key: stdout}
+			streams[1] = &activities.Follower{Bucket: bucket, Key: stderr}
+		}
+		for i, f := range streams {
+			// Bytes come with an error too; the error means only that
+			// the rest comes later.
+			b, _ := f.Next(ctx)
+			writers[i].Write(b)
+		}
+	}
+}
+
+func newSandboxCp() *cobra.Command {
+	var cn conn
+	cmd := &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy a file into a sandbox (cp FILE ID:PATH) or out of it (cp ID:PATH FILE, - for stdout)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			srcID, srcPath, srcIn := splitRemote(args[0])
+			dstID, dstPath, dstIn := splitRemote(args[1])
+			if srcIn == dstIn {
+				return errors.New("cp: exactly one of SRC and DST must be ID:PATH")
+			}
+			c, err := cn.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if dstIn {
+				data, err := os.ReadFile(args[0])
+				if err != nil {
+					return err
+				}
+				if len(data) > activities.MaxInlineFiles {
+					return fmt.Errorf("cp: %s has %d bytes; berth sandbox cp copies files of at most %d", args[0], len(data), activities.MaxInlineFiles)
+				}
+				fi, err := os.Stat(args[0])
+				if err != nil {
+					return err
+				}
+				if strings.HasSuffix(dstPath, "/") || dstPath == "" || dstPath == "." {
+					dstPath = path.Join(dstPath, fileBase(args[0]))
+				}
+				files := []provider.File{{Path: dstPath, Data: data, Mode: fi.Mode().Perm()}}
+				return update(ctx, c, dstID, workflows.UpdateWriteFiles, nil, workflows.WriteFilesRequest{Files: files})
+			}
+			var out activities.Output
+			if err := update(ctx, c, srcID, workflows.UpdateReadFile, &out, workflows.PathRequest{Path: srcPath}); err != nil {
+				return err
+			}
+			return saveOutput(ctx, out, args[1], cn.dataDir)
+		},
+	}
+	cn.flags(cmd)
+	return cmd
+}
+
+// splitRemote splits ID:PATH; a local path has no colon before its first
+// slash.
+func splitRemote(s string) (id, p string, remote bool) {
+	i := strings.IndexByte(s, ':')
+	if i <= 0 || strings.Contains(s[:i], "/") {
+		return "", s, false
+	}
+	return s[:i], s[i+1:], true
+}
+
+func fileBase(p string) string {
+	p = strings.TrimRight(p, "/")
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+// saveOutput writes a file read from a sandbox to dst ("-" for stdout),
+// whole from the blob store when it did not fit inline.
+func saveOutput(ctx context.Context, o activities.Output, dst, dataDir string) error {
+	var r io.Reader = strings.NewReader(string(o.Inline))
+	if o.Truncated {
+		bucket, err := openBucket(ctx, blobURL(dataDir))
+		if err != nil {
+			return fmt.Errorf("cp: the file is large and its copy is in the blob store, which is not reachable here: %w", err)
+		}
+		defer bucket.Close()
+		rc, err := activities.Open(ctx, bucket, o)
+		if err != nil {
+			return fmt.Errorf("cp: %w", err)
+		}
+		defer rc.Close()
+		r = rc
+	}
+	if dst == "-" {
+		_, err := io.Copy(os.Stdout, r)
+		return err
+	}
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func newSandboxLs() *cobra.Command {
+	var (
+		cn  conn
+		all bool
+	)
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List sandboxes with their provider, state and age",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := cn.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			query := "WorkflowType = 'Sandbox'"
+			if !all {
+				query += " AND ExecutionStatus = 'Running'"
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tPROVIDER\tSTATE\tAGE")
+			var token []byte
+			dc := converter.GetDefaultDataConverter()
+			for {
+				resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+				if err != nil {
+					return fmt.Errorf("list sandboxes: %w", err)
+				}
+				for _, e := range resp.Executions {
+					var prov, state string
+					if p := e.GetMemo().GetFields()[workflows.MemoProvider]; p != nil {
+						_ = dc.FromPayload(p, &prov)
+					}
+					if p := e.GetMemo().GetFields()[workflows.MemoState]; p != nil {
+						_ = dc.FromPayload(p, &state)
+					}
+					if e.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+						state = strings.ToLower(e.Status.String())
+					}
+					age := time.Since(e.GetStartTime().AsTime()).Round(time.Second)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", e.Execution.GetWorkflowId(), prov, state, age)
+				}
+				if token = resp.NextPageToken; len(token) == 0 {
+					break
+				}
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "include ended sandboxes")
+	cn.flags(cmd)
+	return cmd
+}
+
+func newSandboxRm() *cobra.Command {
+	var cn conn
+	cmd := &cobra.Command{
+		Use:   "rm ID...",
+		Short: "Destroy sandboxes",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := cn.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var errs []error
+			for _, id := range args {
+				if err := update(ctx, c, id, workflows.UpdateStop, nil); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				// The workflow ends once the stop has; wait for it.
+				if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
+					errs = append(errs, fmt.Errorf("sandbox %s: %w", id, cause(err)))
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+	cn.flags(cmd)
+	return cmd
+}
+
+func newSandboxSnapshot() *cobra.Command {
+	var cn conn
+	cmd := &cobra.Command{
+		Use:   "snapshot ID",
+		Short: "Snapshot a sandbox's workspace and print the snapshot's id",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cn.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var out workflows.SnapshotResponse
+			if err := update(cmd.Context(), c, args[0], workflows.UpdateSnapshot, &out); err != nil {
+				return err
+			}
+			fmt.Println(out.Snapshot)
+			return nil
+		},
+	}
+	cn.flags(cmd)
+	return cmd
+}
+
+func newSandboxFork() *cobra.Command {
+	var (
+		cn       conn
+		req      workflows.ForkRequest
+		provider string
+	)
+	cmd := &cobra.Command{
+		Use:   "fork ID",
+		Short: "Make a new sandbox whose workspace is a copy of this one's, and print its id",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := cn.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if req.ID == "" {
+				req.ID = "sbx-" + randomHex(6)
+			}
+			req.Provider = provider
+			var out workflows.ForkResponse
+			if err := update(ctx, c, args[0], workflows.UpdateFork, &out, req); err != nil {
+				return err
+			}
+			if err := waitReady(ctx, c, out.ID); err != nil {
+				return err
+			}
+			fmt.Println(out.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&req.ID, "name", "", "the new sandbox's id (default: a random sbx-...)")
+	cmd.Flags().StringVar(&provider, "provider", "", "where the new sandbox lives (default: the same provider)")
+	cn.flags(cmd)
+	return cmd
+}
+
+// newSandboxSimple makes a command that runs one argument-less update.
+func newSandboxSimple(use, name, short string) *cobra.Command {
+	var cn conn
+	cmd := &cobra.Command{
+		Use:   use + " ID",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cn.dial()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return update(cmd.Context(), c, args[0], name, nil)
+		},
+	}
+	cn.flags(cmd)
+	return cmd
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+)
+
+// eventually polls cond until it holds or a deadline passes.
+func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v", what, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSandboxCLI drives a standalone sandbox through the CLI, as a user
+// would: create, exec, cp, ls, idle pause, snapshot, fork, hibernate, rm;
+// then shows the reaper destroying the sandbox of a terminated workflow.
+func TestSandboxCLI(t *testing.T) {
+	berth, data := build(t), dataDir(t)
+	var devLog syncBuffer
+	dev, port := startDev(t, berth, data, 0, &devLog, "--reap-every", "1s")
+	t.Cleanup(func() {
+		dev.Process.Signal(os.Interrupt)
+		dev.Wait()
+		if t.Failed() {
+			t.Logf("berth dev:\n%s", devLog.String())
+		}
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	sb := func(args ...string) (string, string, int) {
+		t.Helper()
+		// Flags before the arguments: exec's command follows a "--".
+		full := append([]string{"sandbox", args[0], "--address", addr, "--data-dir", data}, args[1:]...)
+		return runBerth(t, berth, full...)
+	}
+	ok := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := sb(args...)
+		if code != 0 {
+			t.Fatalf("berth sandbox %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+		return out
+	}
+	state := func(id string) string {
+		for _, line := range strings.Split(ok("ls"), "\n") {
+			if f := strings.Fields(line); len(f) >= 3 && f[0] == id {
+				return f[2]
+			}
+		}
+		return "absent"
+	}
+
+	id := strings.TrimSpace(ok("create", "--idle-timeout", "2s", "--hibernate-after", "1h"))
+	if st := state(id); st != "running" {
+		t.Fatalf("new sandbox %s is %s", id, st)
+	}
+
+	// exec: output and exit code as the command's own.
+	out, errOut, code := sb("exec", id, "--", "sh", "-c", "echo one; echo two >&2; exit 3")
+	if out != "one\n" || errOut != "two\n" || code != 3 {
+		t.Errorf("exec: stdout %q, stderr %q, exit %d", out, errOut, code)
+	}
+	if _, errOut, code := sb("exec", id, "--", "no-such-program"); code != 127 || !strings.Contains(errOut, "not found") {
+		t.Errorf("exec of a missing program: exit %d, stderr %q", code, errOut)
+	}
+
+	// cp in, and out: small inline, large through the blob store.
+	local := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(local, []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ok("cp", local, id+":dir/in.txt")
+	if out := ok("exec", id, "--", "cat", "dir/in.txt"); out != "from the host\n" {
+		t.Errorf("cp in: %q", out)
+	}
+	big := make([]byte, 700<<10)
+	rand.Read(big)
+	bigFile := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(bigFile, big[:1<<20>>1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ok("cp", bigFile, id+":big")
+	back := filepath.Join(t.TempDir(), "back")
+	ok("cp", id+":big", back)
+	if b, _ := os.ReadFile(back); !bytes.Equal(b, big[:1<<20>>1]) {
+		t.Errorf("cp out of a %d-byte file gave %d bytes, or other bytes", 1<<20>>1, len(b))
+	}
+	if _, errOut, code := sb("cp", local, id+":../escape"); code == 0 || !strings.Contains(errOut, "bad input") {
+		t.Errorf("cp to a path leaving the workspace: exit %d, %q", code, errOut)
+	}
+
+	// Idle: paused after two seconds, processes kept; a command resumes.
+	ok("exec", id, "--", "sh", "-c", "sleep 1000 > /dev/null 2>&1 &")
+	eventually(t, "idle sandbox paused", 30*time.Second, func() bool { return state(id) == "paused" })
+	if out := ok("exec", id, "--", "sh", "-c", "pgrep -x sleep > /dev/null && echo alive"); out != "alive\n" {
+		t.Errorf("after the pause: %q", out)
+	}
+
+	// Snapshot and fork: the fork has the files, and diverges.
+	snap := strings.TrimSpace(ok("snapshot", id))
+	if ls, _, _ := runBerth(t, berth, "snapshot", "ls", "--data-dir", data); !strings.Contains(ls, snap) {
+		t.Errorf("berth snapshot ls does not show %s:\n%s", snap, ls)
+	}
+	fork := strings.TrimSpace(ok("fork", id))
+	ok("exec", fork, "--", "sh", "-c", "echo forked > only-in-fork")
+	if out := ok("exec", fork, "--", "cat", "dir/in.txt"); out != "from the host\n" {
+		t.Errorf("fork: %q", out)
+	}
+	if _, _, code := sb("exec", id, "--", "test", "-e", "only-in-fork"); code != 1 {
+		t.Errorf("the fork's file shows in the original (exit %d)", code)
+	}
+
+	// Hibernate: nothing left at the provider; the next command wakes it.
+	ok("hibernate", id)
+	if st := state(id); st != "hibernated" {
+		t.Errorf("after hibernate: %s", st)
+	}
+	if out := ok("exec", id, "--", "cat", "dir/in.txt"); out != "from the host\n" {
+		t.Errorf("after waking: %q", out)
+	}
+
+	ok("rm", id, fork)
+	if st := state(id); st != "absent" {
+		t.Errorf("removed sandbox listed as %s", st)
+	}
+	if _, errOut, code := sb("exec", id, "--", "true"); code == 0 || !strings.Contains(errOut, "gone") {
+		t.Errorf("exec on a removed sandbox: exit %d, %q", code, errOut)
+	}
+	if dirs := sandboxDirs(t, data); len(dirs) != 0 {
+		t.Errorf("after rm the provider holds %v", dirs)
+	}
+
+	// The reaper: a sandbox whose workflow is terminated, so that it never
+	// cleans up, is destroyed on the reaper's next round.
+	orphan := strings.TrimSpace(ok("create"))
+	if len(sandboxDirs(t, data)) != 1 {
+		t.Fatalf("want one sandbox, have %v", sandboxDirs(t, data))
+	}
+	c, err := client.Dial(client.Options{HostPort: addr, Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.TerminateWorkflow(t.Context(), orphan, "", "test: no cleanup"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "orphan reaped", 60*time.Second, func() bool { return len(sandboxDirs(t, data)) == 0 })
+}
