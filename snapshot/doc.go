@@ -18,8 +18,8 @@
 // files the chunk references holding their bytes.
 //
 // A chunk is named by the SHA-256 of its uncompressed bytes. Files of
-// 256 KiB and more are cut into fixed 1 MiB chunks; smaller files are
-// packed together, many to a chunk of about 1 MiB, and found again by the
+// 256 KiB and more are cut into fixed 4 MiB chunks; smaller files are
+// packed together, many to a chunk of up to 4 MiB, and found again by the
 // hash of their own contents. Chunks already in the store are not written
 // again, so a second snapshot of a workspace stores only what changed.
 //

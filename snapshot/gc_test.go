@@ -52,7 +52,7 @@ func TestGC(t *testing.T) {
 	writeFile(t, filepath.Join(shared, "big"), randomBytes(7, 3<<20), 0o644, time.Now())
 	writeFile(t, filepath.Join(shared, "small"), []byte("kept"), 0o644, time.Now())
 	keep := mustSave(t, s, &dirSource{dir: shared}, SaveOptions{})
-	writeFile(t, filepath.Join(shared, "only-in-a"), randomBytes(8, 2<<20), 0o644, time.Now())
+	writeFile(t, filepath.Join(shared, "only-in-a"), randomBytes(8, chunkSize+1), 0o644, time.Now())
 	gone := mustSave(t, s, &dirSource{dir: shared}, SaveOptions{})
 
 	kept := referenced(t, s, keep.ID)
@@ -93,7 +93,7 @@ func TestGC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if stats.Deleted != unique || stats.DeletedBytes < 2<<20 {
+		if stats.Deleted != unique || stats.DeletedBytes < chunkSize {
 			t.Errorf("stats %+v, want %d deleted", stats, unique)
 		}
 		left := chunkSet(t, b)

@@ -147,7 +147,7 @@ func manifestKey(id string) string { return "manifests/" + id }
 // one entry per line.
 func encodeManifest(m *manifest) ([]byte, error) {
 	var buf bytes.Buffer
-	zw, err := zstd.NewWriter(&buf, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1))
+	zw, err := zstd.NewWriter(&buf, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 	if err != nil {
 		return nil, err
 	}
