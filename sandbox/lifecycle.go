@@ -290,7 +290,7 @@ func (s *Sandbox) destroy(ctx workflow.Context, ref activities.Ref) {
 // hibernates it when it has been idle longer. It sleeps on one timer per
 // idle period, not one per operation, to keep history small.
 func (s *Sandbox) watchIdle(ctx workflow.Context) {
-	for s.st.State != StateStopped {
+	for s.st.State != StateStopped && !s.detached {
 		action, at := s.nextIdleStep()
 		if action == nil {
 			epoch := s.st.epoch

@@ -333,3 +333,44 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestCarryAcrossRuns: a handle carried to another run (continue-as-new)
+// drives the same sandbox, and the run it left does not destroy it.
+func TestCarryAcrossRuns(t *testing.T) {
+	p := berthtest.Provider(t)
+	providers := map[string]provider.Provider{"linux": p}
+	first, _ := berthtest.WorkflowEnvWith(t, providers)
+	wf1 := func(ctx workflow.Context) (Carried, error) {
+		sbx, err := New(ctx, Provider{Type: "linux"})
+		if err != nil {
+			return Carried{}, err
+		}
+		defer sbx.Stop(ctx) // must do nothing once carried
+		if _, err := sbx.Exec(ctx, "echo carried > f"); err != nil {
+			return Carried{}, err
+		}
+		return sbx.Carry(), nil
+	}
+	first.RegisterWorkflow(wf1)
+	first.ExecuteWorkflow(wf1)
+	var c Carried
+	must(t, first.GetWorkflowResult(&c))
+
+	second, _ := berthtest.WorkflowEnvWith(t, providers)
+	wf2 := func(ctx workflow.Context, c Carried) (string, error) {
+		sbx := Reattach(ctx, c)
+		defer sbx.Stop(ctx)
+		res, err := sbx.Exec(ctx, "cat f")
+		return res.ID + " " + res.Stdout, err
+	}
+	second.RegisterWorkflow(wf2)
+	second.ExecuteWorkflow(wf2, c)
+	var out string
+	must(t, second.GetWorkflowResult(&out))
+	if want := c.State.Ref.ID + "-c2 carried\n"; out != want {
+		t.Errorf("after the carry: %q, want %q (same sandbox, command ids going on)", out, want)
+	}
+	if infos, _ := p.List(t.Context(), nil); len(infos) != 0 {
+		t.Errorf("left behind: %v", infos)
+	}
+}

@@ -34,8 +34,8 @@ const (
 // pausing, resuming, checkpointing and recovering happen one at a time,
 // with operations waiting for them.
 type Sandbox struct {
-	st    state
-	owner workflow.Context // where the idle watcher runs
+	st       state
+	detached bool // carried to another run: hands off
 }
 
 // state is everything a handle knows, kept so that it can be carried
@@ -130,7 +130,7 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newID() }).Get(&id); err != nil {
 		return nil, err
 	}
-	s := &Sandbox{owner: ctx, st: state{Config: cfg, Base: id, Generation: 1}}
+	s := &Sandbox{st: state{Config: cfg, Base: id, Generation: 1}}
 	s.st.Checkpoint, s.st.OwnCheckpoint = cfg.FromSnapshot, cfg.OwnSnapshot
 	ref, err := s.provision(ctx, cfg.Provider, id)
 	if err != nil {
@@ -324,6 +324,9 @@ func (s *Sandbox) Remove(ctx workflow.Context, path string) error {
 // when ctx is cancelled, so that a cancelled workflow still cleans up;
 // stopping twice does nothing.
 func (s *Sandbox) Stop(ctx workflow.Context) error {
+	if s.detached {
+		return nil
+	}
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	if err := workflow.Await(ctx, func() bool { return !s.st.busy }); err != nil {
 		return err
@@ -365,4 +368,32 @@ func call[T any](ctx workflow.Context, opts workflow.ActivityOptions, activity, 
 		return out, fmt.Errorf("%w: no worker serves its host (queue %s): %w", provider.ErrLost, opts.TaskQueue, err)
 	}
 	return out, activities.FromTemporal(err)
+}
+
+// Carried is a handle's state, to carry it across continue-as-new: put
+// it in the new run's input and get the handle back with Reattach.
+type Carried struct {
+	State state `json:"state"`
+}
+
+// Busy reports whether an operation or a transition is in flight.
+func (s *Sandbox) Busy() bool { return s.st.busy || s.st.inflight > 0 }
+
+// Carry detaches the handle and returns its state; call it when the
+// handle is not Busy. The handle is then done: Stop does nothing, so
+// that the run that ends does not destroy the sandbox its successor
+// carries on with.
+func (s *Sandbox) Carry() Carried {
+	c := Carried{State: s.st}
+	s.st.busy, s.detached = true, true // nothing may use it any more
+	return c
+}
+
+// Reattach gets back a handle carried across continue-as-new, with its
+// idle watcher.
+func Reattach(ctx workflow.Context, c Carried) *Sandbox {
+	s := &Sandbox{st: c.State}
+	s.st.busy, s.st.inflight = false, 0
+	workflow.Go(ctx, s.watchIdle)
+	return s
 }

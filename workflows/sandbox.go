@@ -33,6 +33,19 @@ type SandboxInput struct {
 	// garbage-collected with it.
 	FromSnapshot string `json:"from_snapshot,omitempty"`
 	OwnSnapshot  bool   `json:"own_snapshot,omitempty"`
+	// ContinueAfter continues the workflow as new once its history has
+	// this many events, to keep it short; zero means when the server
+	// suggests it.
+	ContinueAfter int `json:"continue_after,omitempty"`
+
+	// Carried is set by the workflow itself when it continues as new.
+	Carried *Carried `json:"carried,omitempty"`
+}
+
+// Carried is what a Sandbox workflow hands to its next run.
+type Carried struct {
+	Sandbox sandbox.Carried `json:"sandbox"`
+	Created time.Time       `json:"created"`
 }
 
 // The operations of a standalone sandbox are Workflow Updates with these
@@ -131,12 +144,17 @@ func Sandbox(ctx workflow.Context, in SandboxInput) error {
 	case in.FromSnapshot != "":
 		opts = append(opts, sandbox.FromSnapshot(in.FromSnapshot))
 	}
+	var sbx *sandbox.Sandbox
 	created := workflow.Now(ctx)
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: in.Provider}, opts...)
-	if err != nil {
-		return err
+	if in.Carried != nil {
+		sbx, created = sandbox.Reattach(ctx, in.Carried.Sandbox), in.Carried.Created
+	} else {
+		var err error
+		if sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider}, opts...); err != nil {
+			return err
+		}
 	}
-	defer sbx.Stop(ctx)
+	defer sbx.Stop(ctx) // does nothing once the sandbox is carried to the next run
 
 	s := &standalone{sbx: sbx, provider: in.Provider, created: created, running: map[string]CommandStatus{}}
 	if err := s.register(ctx); err != nil {
@@ -148,10 +166,16 @@ func Sandbox(ctx workflow.Context, in SandboxInput) error {
 	}
 	expired := false
 	workflow.Go(ctx, func(ctx workflow.Context) {
-		if workflow.Sleep(ctx, lifetime) == nil {
+		if workflow.Sleep(ctx, created.Add(lifetime).Sub(workflow.Now(ctx))) == nil {
 			expired = true
 		}
 	})
+	tooLong := func() bool {
+		if in.ContinueAfter > 0 {
+			return workflow.GetInfo(ctx).GetCurrentHistoryLength() >= in.ContinueAfter
+		}
+		return workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+	}
 	memo := sandbox.State("")
 	for {
 		if st := sbx.State(); st != memo {
@@ -160,12 +184,19 @@ func Sandbox(ctx workflow.Context, in SandboxInput) error {
 			}
 			memo = st
 		}
-		err := workflow.Await(ctx, func() bool { return s.stopping || expired || sbx.State() != memo })
+		// Continuing as new happens in one workflow task, the handle idle
+		// and no update in flight: nothing is left behind in this run.
+		canCarry := func() bool { return tooLong() && workflow.AllHandlersFinished(ctx) && !sbx.Busy() }
+		err := workflow.Await(ctx, func() bool { return s.stopping || expired || canCarry() || sbx.State() != memo })
 		if err != nil {
 			return err // cancelled: the deferred Stop cleans up
 		}
 		if s.stopping || expired {
 			break
+		}
+		if canCarry() {
+			in.Carried = &Carried{Sandbox: sbx.Carry(), Created: created}
+			return workflow.NewContinueAsNewError(ctx, Sandbox, in)
 		}
 	}
 	// Let the updates in flight (the stop among them) finish first.

@@ -13,6 +13,9 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
+
+	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/workflows"
 )
 
 // eventually polls cond until it holds or a deadline passes.
@@ -160,4 +163,56 @@ func TestSandboxCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "orphan reaped", 60*time.Second, func() bool { return len(sandboxDirs(t, data)) == 0 })
+}
+
+// TestSandboxContinuesAsNew: a standalone sandbox's workflow continues
+// as new to keep its history short, and its sandbox, files and
+// background processes go on across runs.
+func TestSandboxContinuesAsNew(t *testing.T) {
+	berth, data := build(t), dataDir(t)
+	var devLog syncBuffer
+	dev, port := startDev(t, berth, data, 0, &devLog)
+	t.Cleanup(func() {
+		dev.Process.Signal(os.Interrupt)
+		dev.Wait()
+		if t.Failed() {
+			t.Logf("berth dev:\n%s", devLog.String())
+		}
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	c, err := client.Dial(client.Options{HostPort: addr, Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const id = "sbx-can"
+	run, err := c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
+		workflows.Sandbox, workflows.SandboxInput{Provider: "linux", ContinueAfter: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := run.GetRunID()
+	for i := range 8 {
+		out, errOut, code := runBerth(t, berth, "sandbox", "exec", "--address", addr, "--data-dir", data, id, "--",
+			"sh", "-c", fmt.Sprintf("echo %d >> log; wc -l < log", i))
+		if code != 0 || strings.TrimSpace(out) != fmt.Sprint(i+1) {
+			t.Fatalf("exec %d: exit %d, stdout %q, stderr %q", i, code, out, errOut)
+		}
+	}
+	desc, err := c.DescribeWorkflowExecution(t.Context(), id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if desc.WorkflowExecutionInfo.Execution.RunId == first {
+		t.Errorf("after 8 commands with ContinueAfter 40 events, still the first run")
+	}
+	if dirs := sandboxDirs(t, data); len(dirs) != 1 {
+		t.Errorf("want the one sandbox carried across runs, have %v", dirs)
+	}
+	if _, errOut, code := runBerth(t, berth, "sandbox", "rm", "--address", addr, "--data-dir", data, id); code != 0 {
+		t.Fatalf("rm: %s", errOut)
+	}
+	if dirs := sandboxDirs(t, data); len(dirs) != 0 {
+		t.Errorf("after rm: %v", dirs)
+	}
 }
