@@ -66,7 +66,9 @@ func (s *Store) GC(ctx context.Context, opts GCOptions) (GCStats, error) {
 			break
 		}
 		if err != nil {
-			_ = g.Wait()
+			if werr := g.Wait(); werr != nil {
+				return stats, werr // why the listing stopped
+			}
 			return stats, fmt.Errorf("snapshot: gc: list chunks: %w", err)
 		}
 		h, ok := chunkFromKey(obj.Key)
