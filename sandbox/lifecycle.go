@@ -260,7 +260,7 @@ func (s *Sandbox) snapshotFor(ctx workflow.Context, kind, owner string) (activit
 	}
 	s.st.Snapshots++
 	id := fmt.Sprintf("%s-s%d", s.st.Base, s.st.Snapshots)
-	return call[activities.SnapshotInfo](ctx, activityOptions(s.st.Ref.Queue, transferTimeout), acts.Snapshot,
+	return call[activities.SnapshotInfo](ctx, transferOptions(s.st.Ref.Queue), acts.Snapshot,
 		activities.SnapshotInput{Sandbox: s.st.Ref, ID: id, Kind: kind, Parent: parent, Labels: labels})
 }
 

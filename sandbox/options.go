@@ -176,8 +176,11 @@ const DefaultExecTimeout = 10 * time.Minute
 const (
 	// opTimeout bounds short operations (files, create, destroy).
 	opTimeout = 2 * time.Minute
-	// transferTimeout bounds snapshots and restores.
-	transferTimeout = 30 * time.Minute
+	// transferTimeout bounds snapshots and restores, and
+	// transferHeartbeat is their heartbeat timeout: short, because their
+	// heartbeats carry the progress front ends show.
+	transferTimeout   = 30 * time.Minute
+	transferHeartbeat = 5 * time.Second
 	// scheduleTimeout bounds how long an operation may wait for a worker:
 	// a host-bound sandbox whose host is gone is lost after this.
 	scheduleTimeout = time.Minute
@@ -205,5 +208,12 @@ func activityOptions(queue string, runFor time.Duration) workflow.ActivityOption
 		opts.StartToCloseTimeout = runFor + opTimeout
 		opts.HeartbeatTimeout = heartbeatTimeout
 	}
+	return opts
+}
+
+// transferOptions are those of snapshots and restores.
+func transferOptions(queue string) workflow.ActivityOptions {
+	opts := activityOptions(queue, transferTimeout)
+	opts.HeartbeatTimeout = transferHeartbeat
 	return opts
 }

@@ -152,7 +152,7 @@ func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.R
 		return ref, err
 	}
 	if s.st.Checkpoint != "" {
-		_, err = call[struct{}](ctx, activityOptions(ref.Queue, transferTimeout), acts.Restore,
+		_, err = call[struct{}](ctx, transferOptions(ref.Queue), acts.Restore,
 			activities.RestoreInput{Sandbox: ref, Snapshot: s.st.Checkpoint})
 		if err != nil {
 			s.destroy(ctx, ref)

@@ -23,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -109,7 +110,10 @@ func newSandboxCreate() *cobra.Command {
 			}
 			// Wait until it exists, so that a failure to create it (an
 			// unknown provider, a bad limit) is reported here.
-			if err := waitReady(ctx, c, name); err != nil {
+			stop := showProgress(ctx, c, name)
+			err = waitReady(ctx, c, name)
+			stop()
+			if err != nil {
 				return err
 			}
 			fmt.Println(name)
@@ -179,8 +183,10 @@ func cause(err error) error {
 	}
 }
 
-// update runs one update on a sandbox and waits for its result.
+// update runs one update on a sandbox and waits for its result, showing
+// the progress of the snapshots and restores it waits for.
 func update(ctx context.Context, c client.Client, id, name string, out any, args ...any) error {
+	defer showProgress(ctx, c, id)()
 	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: id, UpdateName: name, Args: args,
 		WaitForStage: client.WorkflowUpdateStageCompleted,
@@ -205,6 +211,41 @@ func updateErr(id string, err error) error {
 		return fmt.Errorf("sandbox %s: %s", id, app.Message())
 	}
 	return fmt.Errorf("sandbox %s: %w", id, err)
+}
+
+// showProgress reports on stderr, once a second after the first, how far
+// the snapshots and restores of a sandbox's workflow have gone, until
+// the function it returns is called.
+func showProgress(ctx context.Context, c client.Client, id string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+			if err != nil {
+				continue
+			}
+			for _, a := range desc.GetPendingActivities() {
+				kind := a.GetActivityType().GetName()
+				if kind != "Snapshot" && kind != "Restore" || a.GetHeartbeatDetails() == nil {
+					continue
+				}
+				var p snapshot.Progress
+				if converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &p) == nil {
+					fmt.Fprintf(os.Stderr, "berth: %s of %s: %d files, %s\n", strings.ToLower(kind), id, p.Files, humanBytes(p.Bytes))
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 func newSandboxExec() *cobra.Command {
