@@ -154,3 +154,49 @@ func waitWarm(b *testing.B, p *Provider) {
 	}
 	b.Fatal("no warm daemon after 5s")
 }
+
+// BenchmarkResume measures bringing a natively paused (frozen) sandbox
+// back: Resume alone, and Resume then a command's result (/bin/true), as
+// the next operation on an idle sandbox sees it. Pausing is not timed.
+func BenchmarkResume(b *testing.B) {
+	for _, withExec := range []bool{false, true} {
+		name := "resume"
+		if withExec {
+			name = "resume-exec"
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := b.Context()
+			p := newTestProvider(b)
+			sb, err := p.Create(ctx, provider.Spec{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Destroy(ctx)
+			// Something running, as in a real workspace.
+			if _, err := sb.Exec(ctx, provider.ExecRequest{Shell: "sleep 1000 > /dev/null 2>&1 &"}); err != nil {
+				b.Fatal(err)
+			}
+			pauser := sb.(provider.Pauser)
+			var samples []time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				if err := pauser.Pause(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				if err := pauser.Resume(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if withExec {
+					res, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"/bin/true"}})
+					if err != nil || res.ExitCode != 0 {
+						b.Fatalf("exec: %+v, %v", res, err)
+					}
+				}
+				samples = append(samples, time.Since(start))
+			}
+			reportMedian(b, samples)
+		})
+	}
+}
