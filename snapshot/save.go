@@ -72,10 +72,11 @@ type SaveOptions struct {
 	Parent string
 	// Source names the workspace the Source reads, e.g. the provider and
 	// the sandbox id. When it is not empty and equal to the parent's, Save
-	// asks the source only for what changed since the parent started. It
-	// must therefore change whenever the files could have been replaced
-	// without their status changing by this clock: name the host too for
-	// a host-bound sandbox, and a new sandbox a new name.
+	// asks the source only for what changed since the parent started,
+	// trusting the source's ctimes against this process's clock (give or
+	// take WithClockMargin). So it must name one filesystem on one clock:
+	// include the host for a host-bound sandbox, and give a sandbox that
+	// was re-created a new name.
 	Source string
 	// Progress, if not nil, is called from a goroutine of Save's every
 	// half second and once at the end, never twice at once.
@@ -86,20 +87,9 @@ type SaveOptions struct {
 // Nothing is saved when it fails: the chunks it wrote are removed by a
 // later GC.
 func (s *Store) Save(ctx context.Context, src Source, opts SaveOptions) (Info, error) {
-	kind := opts.Kind
-	if kind == "" {
-		kind = KindUser
-	}
-	if kind != KindUser && kind != KindCheckpoint {
-		return Info{}, fmt.Errorf("%w: snapshot kind %q: want %q or %q", ErrBadInput, truncate(string(kind)), KindUser, KindCheckpoint)
-	}
-	if err := provider.ValidateLabels(opts.Labels); err != nil {
-		return Info{}, fmt.Errorf("snapshot labels: %w", err)
-	}
-	if opts.Parent != "" {
-		if err := checkID(opts.Parent); err != nil {
-			return Info{}, fmt.Errorf("parent: %w", err)
-		}
+	kind, err := opts.check()
+	if err != nil {
+		return Info{}, err
 	}
 	id := opts.ID
 	if id == "" {
@@ -167,6 +157,31 @@ func (s *Store) Save(ctx context.Context, src Source, opts SaveOptions) (Info, e
 		return Info{}, fmt.Errorf("snapshot: write manifest %s: %w", id, err)
 	}
 	return m.info(), nil
+}
+
+// check checks the options and returns the kind of snapshot to save.
+func (opts *SaveOptions) check() (Kind, error) {
+	kind := opts.Kind
+	if kind == "" {
+		kind = KindUser
+	}
+	if kind != KindUser && kind != KindCheckpoint {
+		return "", fmt.Errorf("%w: snapshot kind %q: want %q or %q", ErrBadInput, truncate(string(kind)), KindUser, KindCheckpoint)
+	}
+	if err := provider.ValidateLabels(opts.Labels); err != nil {
+		return "", fmt.Errorf("snapshot labels: %w", err)
+	}
+	if opts.ID != "" {
+		if err := checkID(opts.ID); err != nil {
+			return "", err
+		}
+	}
+	if opts.Parent != "" {
+		if err := checkID(opts.Parent); err != nil {
+			return "", fmt.Errorf("parent: %w", err)
+		}
+	}
+	return kind, nil
 }
 
 // newID returns a random snapshot id. Ids are random, not derived from

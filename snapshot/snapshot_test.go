@@ -244,3 +244,23 @@ func TestOpenCloseEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestSaveBadOptions(t *testing.T) {
+	s, _ := newStore(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		opts SaveOptions
+	}{
+		{"kind", SaveOptions{Kind: "forever"}},
+		{"label", SaveOptions{Labels: map[string]string{"a=b": "c"}}},
+		{"id", SaveOptions{ID: "../x"}},
+		{"parent", SaveOptions{Parent: "a/b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &dirSource{dir: dir}
+			_, err := s.Save(t.Context(), src, tc.opts)
+			wantErr(t, err, ErrBadInput)
+		})
+	}
+}
