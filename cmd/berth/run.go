@@ -4,16 +4,20 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob"
 	"golang.org/x/sys/unix"
 
@@ -40,7 +44,12 @@ func newRun() *cobra.Command {
 		Long: `berth run runs a one-shot job as a workflow on the Temporal server: files
 in, one command, output out, the sandbox destroyed afterwards. It exits
 with the command's exit code; when the command could not run to its end
-(timeout, out of memory, not found) it says so in one line.`,
+(timeout, out of memory, not found) it says so in one line.
+
+Interrupted (Ctrl-C, SIGTERM), berth run cancels the run: it waits for
+the run to end and its sandbox to be destroyed, then exits 130. A second
+interrupt stops waiting. A run started with --detach is cancelled by
+nothing of the sort: berth logs only follows it.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -63,7 +72,8 @@ with the command's exit code; when the command could not run to its end
 			}
 			defer c.Close()
 			id := "run-" + randomHex(6)
-			wr, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue}, workflows.Run, in)
+			// Not abandoned on an interrupt: followOrCancel cancels it.
+			wr, err := c.ExecuteWorkflow(context.WithoutCancel(ctx), client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue}, workflows.Run, in)
 			if err != nil {
 				return fmt.Errorf("start the run: %w", err)
 			}
@@ -71,11 +81,7 @@ with the command's exit code; when the command could not run to its end
 				fmt.Println(wr.GetID())
 				return nil
 			}
-			out, err := follow(ctx, c, wr, dataDir)
-			if err != nil {
-				return fmt.Errorf("run %s: %w", id, err)
-			}
-			return runExit(out)
+			return followOrCancel(ctx, c, wr, dataDir)
 		},
 	}
 	f := cmd.Flags()
@@ -90,6 +96,82 @@ with the command's exit code; when the command could not run to its end
 	f.StringVar(&namespace, "namespace", "", "Temporal namespace (default $TEMPORAL_NAMESPACE or default)")
 	f.StringVar(&dataDir, "data-dir", defaultDataDir(), "berth dev's data directory, to read outputs too large to travel inline")
 	return cmd
+}
+
+// cancelWait bounds how long an interrupted berth run waits for its
+// run to end once it has asked for its cancellation.
+const cancelWait = 30 * time.Second
+
+// followOrCancel follows a run to its end, like berth logs, except that
+// an interrupt (ctx done) cancels the run: the workflow destroys its
+// sandbox on the way out, and berth follows it until it is closed, at
+// most cancelWait, printing what is left of the output.
+func followOrCancel(ctx context.Context, c client.Client, wr client.WorkflowRun, dataDir string) error {
+	id := wr.GetID()
+	followCtx, stopFollowing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopFollowing()
+	var (
+		interrupted = make(chan struct{})
+		cancelErr   error // set before interrupted is closed
+		waited      bool  // set before stopFollowing when the wait ends unfinished
+		watching    = make(chan struct{})
+	)
+	go func() {
+		defer close(watching)
+		select {
+		case <-ctx.Done():
+		case <-followCtx.Done():
+			return
+		}
+		// Listen for a second interrupt before asking, not to miss it.
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(again)
+		rctx, cancel := context.WithTimeout(followCtx, 10*time.Second)
+		cancelErr = c.CancelWorkflow(rctx, id, wr.GetRunID())
+		cancel()
+		close(interrupted)
+		wait := cancelWait
+		if cancelErr != nil {
+			wait = time.Second // it may have just ended; otherwise nothing to wait for
+		}
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-followCtx.Done():
+			return // the run ended
+		case <-timer.C:
+		case <-again:
+		}
+		waited = true
+		stopFollowing()
+	}()
+	out, err := follow(followCtx, c, wr, dataDir)
+	stopFollowing()
+	<-watching
+	select {
+	case <-interrupted:
+	default:
+		if err != nil {
+			return fmt.Errorf("run %s: %w", id, err)
+		}
+		return runExit(out)
+	}
+	var canceled *temporal.CanceledError
+	switch {
+	case err == nil:
+		// It ended before the cancellation reached it: its own end.
+		return runExit(out)
+	case errors.As(err, &canceled):
+		fmt.Fprintf(os.Stderr, "berth: run %s cancelled; its sandbox is destroyed\n", id)
+	case waited && cancelErr == nil:
+		fmt.Fprintf(os.Stderr, "berth: run %s: cancellation requested, the run has not ended yet (berth logs %s)\n", id, id)
+	case cancelErr != nil:
+		fmt.Fprintf(os.Stderr, "berth: run %s: could not cancel it: %v\n", id, cancelErr)
+	default:
+		fmt.Fprintf(os.Stderr, "berth: run %s: %v\n", id, err)
+	}
+	return exitError{130}
 }
 
 // dial connects to the Temporal server, saying plainly when it is not
