@@ -9,13 +9,13 @@
 //
 // # Layout in the bucket
 //
-//	manifests/<id>          one per snapshot: zstd-compressed JSON lines
+//	manifests/<id>          one per snapshot, zstd-compressed
 //	chunks/<hh>/<sha256>    file contents, zstd-compressed
 //
-// A manifest's first line is its header (kind, labels, times, totals), so
-// Stat and List read only that; every further line is one tree entry in
-// tar order: path, type, mode, mtime, size, link target, and for regular
-// files the chunk references holding their bytes.
+// A manifest's first line is its header in JSON (kind, labels, times,
+// totals), so Stat and List read only that. The tree entries follow in
+// tar order, in a compact binary form: path, type, mode, mtime, size, link
+// target, and for regular files the chunk references holding their bytes.
 //
 // A chunk is named by the SHA-256 of its uncompressed bytes. Files of
 // 256 KiB and more are cut into fixed 4 MiB chunks; smaller files are

@@ -3,7 +3,10 @@ package snapshot
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"io"
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -110,7 +113,7 @@ func TestHostileManifest(t *testing.T) {
 		{"hard link outside", []*entry{ent("h", typeHardlink, "../etc/passwd")}, nil},
 		{"empty link target", []*entry{ent("l", typeSymlink, "")}, nil},
 		{"unknown type", []*entry{ent("c", "chardev", "")}, nil},
-		{"directory with contents", []*entry{{Path: "d", Type: typeDir, Size: 3, Chunks: []*ref{{Hash: h, Len: 3}}}}, nil},
+		{"not UTF-8", []*entry{file("a\xffb")}, nil},
 		{"bad mode", []*entry{{Path: "a", Type: typeDir, Mode: 0o170755}}, nil},
 		{"size not the chunks'", []*entry{{Path: "a", Type: typeFile, Size: 4, Chunks: []*ref{{Hash: h, Len: 3}}}}, nil},
 		{"empty chunk", []*entry{{Path: "a", Type: typeFile, Chunks: []*ref{{Hash: h}}}}, nil},
@@ -149,6 +152,44 @@ func TestHostileManifest(t *testing.T) {
 		writeManifest(t, s, "good", m)
 		if _, err := s.loadManifest(t.Context(), "good"); err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("binary", func(t *testing.T) {
+		// Entries as bytes, each case one entry after the header.
+		good := appendEntry(nil, "", file("a"))
+		for _, tc := range []struct {
+			name string
+			body []byte
+		}{
+			{"good", good}, // the frame around the others is right
+			{"unknown type", []byte{0, 1, 'a', 'x', 0, 0}},
+			{"shares more than the previous path", []byte{5, 1, 'a', 'd', 0, 0}},
+			{"path too long", binary.AppendUvarint([]byte{0}, maxPathLen+1)},
+			{"bad sum flag", []byte{0, 1, 'a', 'f', 0, 0, 3, 7}},
+			{"chunk count that lies", binary.AppendUvarint([]byte{0, 1, 'a', 'f', 0, 0, 3, 0}, math.MaxInt32)},
+			{"value too large", []byte{0, 1, 'a', 'd', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0}},
+			{"truncated", good[:len(good)-3]},
+			{"trailing bytes", append(good, 0)},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				s, _ := newStore(t)
+				hdr, err := json.Marshal(header{Version: formatVersion, ID: "raw", Kind: KindUser, Entries: 1, Files: 1, Size: 3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				data := compress(t, append(append(hdr, '\n'), tc.body...))
+				if err := s.bucket.WriteAll(t.Context(), manifestKey("raw"), data, nil); err != nil {
+					t.Fatal(err)
+				}
+				_, err = s.loadManifest(t.Context(), "raw")
+				if tc.name == "good" {
+					if err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				wantErr(t, err, ErrCorrupt)
+			})
 		}
 	})
 	t.Run("not zstd", func(t *testing.T) {

@@ -34,26 +34,11 @@ const (
 	maxPathLen      = provider.MaxPathLen
 )
 
-// hash is the SHA-256 of a chunk's or a file's uncompressed bytes. It is
-// written in manifests as 64 lowercase hex digits.
+// hash is the SHA-256 of a chunk's or a file's uncompressed bytes. Chunk
+// keys name it in 64 lowercase hex digits.
 type hash [sha256.Size]byte
 
 func (h hash) String() string { return hex.EncodeToString(h[:]) }
-
-func (h hash) MarshalText() ([]byte, error) {
-	b := make([]byte, hex.EncodedLen(len(h)))
-	hex.Encode(b, h[:])
-	return b, nil
-}
-
-func (h *hash) UnmarshalText(b []byte) error {
-	parsed, err := parseHash(string(b))
-	if err != nil {
-		return err
-	}
-	*h = parsed
-	return nil
-}
 
 // parseHash accepts exactly the form String writes, so that one hash has
 // one name in the bucket.
@@ -82,30 +67,30 @@ const (
 // A large file is a list of whole chunks; a small one is a slice of a
 // chunk packed with other small files.
 type ref struct {
-	Hash hash  `json:"h"`
-	Off  int64 `json:"o,omitempty"`
-	Len  int64 `json:"n"`
+	Hash hash
+	Off  int64
+	Len  int64
 }
 
 // entry is one path of the tree.
 type entry struct {
-	Path  string    `json:"path"`
-	Type  entryType `json:"type"`
-	Mode  int64     `json:"mode"`  // permission bits, setuid, setgid and sticky
-	MTime int64     `json:"mtime"` // nanoseconds since the Unix epoch
+	Path  string
+	Type  entryType
+	Mode  int64 // permission bits, setuid, setgid and sticky
+	MTime int64 // nanoseconds since the Unix epoch
 	// Size is the length of a regular file's contents.
-	Size int64 `json:"size,omitempty"`
+	Size int64
 	// Target is where a symbolic link points, or the path of the earlier
 	// regular file a hard link shares its contents with.
-	Target string `json:"target,omitempty"`
+	Target string
 	// Sum is the hash of a packed small file's contents, so that a later
 	// save finds the file again without knowing which pack holds it.
-	Sum *hash `json:"sum,omitempty"`
+	Sum *hash
 	// Chunks hold a regular file's contents, in order.
-	Chunks []*ref `json:"chunks,omitempty"`
+	Chunks []*ref
 }
 
-// header is a manifest's first line.
+// header is a manifest's first line, in JSON.
 type header struct {
 	Version int               `json:"version"`
 	ID      string            `json:"id"`
@@ -117,8 +102,8 @@ type header struct {
 	Source  string            `json:"source,omitempty"`
 	Entries int               `json:"entries"`
 	Files   int               `json:"files"`
-	Size    int64             `json:"size"`
-	Stored  int64             `json:"stored"`
+	Size    int64
+	Stored  int64 `json:"stored"`
 }
 
 func (h *header) info() Info {
@@ -143,26 +128,35 @@ type manifest struct {
 
 func manifestKey(id string) string { return "manifests/" + id }
 
-// encodeManifest writes m as zstd-compressed JSON lines: the header, then
-// one entry per line.
+// headerLimit bounds a manifest's header line: labels are at most 64 of
+// 384 bytes, which JSON escaping may make six times longer.
+const headerLimit = 256 << 10
+
+// encodeManifest writes m zstd-compressed: the header as a line of JSON,
+// then the entries (see entries.go).
 func encodeManifest(m *manifest) ([]byte, error) {
+	hdr, err := json.Marshal(&m.header)
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	zw, err := zstd.NewWriter(&buf, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 	if err != nil {
 		return nil, err
 	}
-	bw := bufio.NewWriterSize(zw, 64<<10)
-	enc := json.NewEncoder(bw)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(&m.header); err != nil {
-		return nil, err
-	}
+	b := append(hdr, '\n')
+	prev := ""
 	for _, e := range m.entries {
-		if err := enc.Encode(e); err != nil {
-			return nil, err
+		b = appendEntry(b, prev, e)
+		prev = e.Path
+		if len(b) >= 64<<10 {
+			if _, err := zw.Write(b); err != nil {
+				return nil, err
+			}
+			b = b[:0]
 		}
 	}
-	if err := bw.Flush(); err != nil {
+	if _, err := zw.Write(b); err != nil {
 		return nil, err
 	}
 	if err := zw.Close(); err != nil {
@@ -177,7 +171,7 @@ type manifestReader struct {
 	id    string
 	zr    *zstd.Decoder
 	lim   *io.LimitedReader
-	dec   *json.Decoder
+	dec   entryDecoder
 	check checker
 	hdr   header
 	n     int // entries read
@@ -189,8 +183,12 @@ func newManifestReader(id string, r io.Reader) (*manifestReader, error) {
 		return nil, err
 	}
 	mr := &manifestReader{id: id, zr: zr, lim: &io.LimitedReader{R: zr, N: maxManifestSize + 1}}
-	mr.dec = json.NewDecoder(mr.lim)
-	if err := mr.dec.Decode(&mr.hdr); err != nil {
+	mr.dec.r = bufio.NewReaderSize(mr.lim, headerLimit)
+	line, err := mr.dec.r.ReadSlice('\n')
+	if err == nil {
+		err = json.Unmarshal(line, &mr.hdr)
+	}
+	if err != nil {
 		zr.Close()
 		return nil, mr.corrupt("header: %v", mr.limitErr(err))
 	}
@@ -239,16 +237,16 @@ func (mr *manifestReader) checkHeader() error {
 // announced.
 func (mr *manifestReader) next() (*entry, error) {
 	if mr.n == mr.hdr.Entries {
-		if mr.dec.More() {
-			return nil, mr.corrupt("more entries than the %d announced", mr.hdr.Entries)
+		if _, err := mr.dec.r.Peek(1); err != io.EOF {
+			return nil, mr.corrupt("more than the %d entries announced", mr.hdr.Entries)
 		}
 		return nil, io.EOF
 	}
-	e := new(entry)
-	if err := mr.dec.Decode(e); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = fmt.Errorf("%d entries, %d announced", mr.n, mr.hdr.Entries)
-		}
+	e, err := mr.dec.decode()
+	if err == errNoEntry {
+		err = fmt.Errorf("%d entries, %d announced", mr.n, mr.hdr.Entries)
+	}
+	if err != nil {
 		return nil, mr.corrupt("entry %d: %v", mr.n, mr.limitErr(err))
 	}
 	mr.n++
