@@ -15,12 +15,12 @@ import (
 )
 
 // savedChunk saves a small tree and returns the store, the snapshot and
-// the key of the chunk holding big's first MiB.
+// the key of the one chunk holding file big, of bigSize bytes.
 func savedChunk(t *testing.T) (*Store, Info, string) {
 	t.Helper()
 	s, _ := newStore(t)
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "big"), randomBytes(3, 2<<20), 0o644, time.Now())
+	writeFile(t, filepath.Join(dir, "big"), randomBytes(3, bigSize), 0o644, time.Now())
 	info := mustSave(t, s, &dirSource{dir: dir}, SaveOptions{})
 	m, err := s.loadManifest(t.Context(), info.ID)
 	if err != nil {
@@ -28,6 +28,8 @@ func savedChunk(t *testing.T) (*Store, Info, string) {
 	}
 	return s, info, chunkKey(m.entries[0].Chunks[0].Hash)
 }
+
+const bigSize = 2 << 20
 
 func compress(t *testing.T, data []byte) []byte {
 	t.Helper()
@@ -43,9 +45,10 @@ func TestCorruptChunk(t *testing.T) {
 		name    string
 		replace func(t *testing.T) []byte // nil: remove the chunk
 	}{
-		{"other contents", func(t *testing.T) []byte { return compress(t, randomBytes(4, 1<<20)) }},
+		// Of the right length: only the hash tells.
+		{"other contents", func(t *testing.T) []byte { return compress(t, randomBytes(4, bigSize)) }},
 		{"not zstd", func(*testing.T) []byte { return []byte("garbage") }},
-		{"truncated", func(t *testing.T) []byte { return compress(t, randomBytes(3, 1<<20))[:1000] }},
+		{"truncated", func(t *testing.T) []byte { return compress(t, randomBytes(3, bigSize))[:1000] }},
 		{"too large once decompressed", func(t *testing.T) []byte { return compress(t, make([]byte, 2*maxChunkSize)) }},
 		{"missing", nil},
 	} {
