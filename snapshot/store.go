@@ -270,3 +270,32 @@ func (s *Store) putBuf(b *[]byte) {
 	*b = (*b)[:0]
 	s.bufs.Put(b)
 }
+
+// reportEvery calls report(get()) every progressInterval until the
+// returned function is called, which reports once more and returns after
+// the last call.
+func reportEvery(report func(Progress), get func() Progress) (stop func()) {
+	if report == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(progressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				report(get())
+			case <-done:
+				report(get())
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}

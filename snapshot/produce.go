@@ -1,0 +1,245 @@
+package snapshot
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// produce reads the source's tar stream into entries and jobs.
+func (sv *saver) produce(ctx context.Context, since time.Time) error {
+	rc, err := sv.src.Export(ctx, since)
+	if err != nil {
+		return fmt.Errorf("snapshot: export: %w", err)
+	}
+	defer rc.Close()
+	// The tar reader reads 512-byte blocks; a buffer makes those memory
+	// copies rather than reads of the stream (a pipe, an HTTP body).
+	tr := tar.NewReader(bufio.NewReaderSize(rc, 256<<10))
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if errors.Is(err, tar.ErrHeader) {
+				err = fmt.Errorf("%w: %v", ErrBadInput, err)
+			}
+			return fmt.Errorf("snapshot: reading the source's archive: %w", err)
+		}
+		e, err := entryFromHeader(hdr)
+		if err != nil {
+			return err
+		}
+		if e == nil {
+			continue
+		}
+		// Paths are checked before any content is read. The checker
+		// sees files without their contents, which come later, so its
+		// totals are not used here.
+		if err := sv.check.add(e); err != nil {
+			return fmt.Errorf("%w: snapshot: source archive: %v", ErrBadInput, err)
+		}
+		if e.Type == typeFile {
+			if hdr.PAXRecords[UnchangedRecord] == "1" {
+				err = sv.addUnchanged(ctx, e, hdr)
+			} else {
+				err = sv.addContents(ctx, e, tr, hdr.Size)
+			}
+			if errors.Is(err, errVanished) {
+				delete(sv.check.seen, e.Path)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			sv.files++
+			sv.size += e.Size
+			sv.doneFiles.Add(1)
+		}
+		sv.entries = append(sv.entries, e)
+	}
+	return sv.sealPack(ctx)
+}
+
+// Bounds on mtimes, so that they fit in int64 nanoseconds.
+var (
+	minTime = time.Unix(0, -1<<63)
+	maxTime = time.Unix(0, 1<<63-1)
+)
+
+// entryFromHeader makes an entry from a tar header, or returns nil for
+// entries that carry nothing to keep: the root and PAX global headers.
+func entryFromHeader(hdr *tar.Header) (*entry, error) {
+	name := hdr.Name
+	switch hdr.Typeflag {
+	case tar.TypeXGlobalHeader:
+		return nil, nil
+	case tar.TypeDir:
+		name = strings.TrimSuffix(name, "/")
+		if name == "" || name == "." {
+			return nil, nil
+		}
+	}
+	name = strings.TrimPrefix(name, "./") // as tar -C dir . writes them
+	if hdr.ModTime.Before(minTime) || hdr.ModTime.After(maxTime) {
+		return nil, fmt.Errorf("%w: snapshot: source archive: %q: mtime out of range", ErrBadInput, truncate(name))
+	}
+	e := &entry{Path: name, Mode: hdr.Mode & 0o7777, MTime: hdr.ModTime.UnixNano()}
+	switch hdr.Typeflag {
+	case tar.TypeReg:
+		e.Type = typeFile
+	case tar.TypeDir:
+		e.Type = typeDir
+	case tar.TypeSymlink:
+		e.Type, e.Target = typeSymlink, hdr.Linkname
+	case tar.TypeLink:
+		e.Type, e.Target = typeHardlink, strings.TrimPrefix(hdr.Linkname, "./")
+	default:
+		return nil, fmt.Errorf("%w: snapshot: source archive: %q: entries of type %q are not allowed", ErrBadInput, truncate(name), hdr.Typeflag)
+	}
+	return e, nil
+}
+
+// errVanished: a file the archive listed was gone when Save asked for it.
+var errVanished = errors.New("file vanished")
+
+// addUnchanged takes a file the source sent without contents from the
+// parent, or else asks the source for it.
+func (sv *saver) addUnchanged(ctx context.Context, e *entry, hdr *tar.Header) error {
+	size, err := strconv.ParseInt(hdr.PAXRecords[SizeRecord], 10, 64)
+	if p := sv.parentFile(e.Path); err == nil && p != nil && p.Size == size && p.Mode == e.Mode && p.MTime == e.MTime {
+		e.Size, e.Sum, e.Chunks = p.Size, p.Sum, p.Chunks
+		sv.doneBytes.Add(e.Size)
+		return nil
+	}
+	rc, err := sv.src.ReadFile(ctx, e.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return errVanished // like a file removed while the source walked
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot: read %q from the source: %w", e.Path, err)
+	}
+	defer rc.Close()
+	return sv.addContents(ctx, e, rc, -1)
+}
+
+// parentFile returns the parent's regular file at path, following a hard
+// link to the file it shares contents with.
+func (sv *saver) parentFile(path string) *entry {
+	p := sv.parentByPath[path]
+	if p != nil && p.Type == typeHardlink {
+		p = sv.parentByPath[p.Target]
+	}
+	if p == nil || p.Type != typeFile {
+		return nil
+	}
+	return p
+}
+
+// addContents reads a file's contents from r, size bytes or, when size is
+// negative, up to the end: a small file into the current pack, a large
+// one into chunks.
+func (sv *saver) addContents(ctx context.Context, e *entry, r io.Reader, size int64) error {
+	if size >= 0 && size < packLimit {
+		return sv.addSmall(ctx, e, r, size)
+	}
+	for first := true; ; first = false {
+		buf, err := sv.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := readFull(r, (*buf)[:chunkSize])
+		if err != nil && err != io.EOF {
+			sv.release(buf)
+			return readErr(ctx, fmt.Errorf("snapshot: read %q from the source: %w", e.Path, err))
+		}
+		if first && err == io.EOF && n < packLimit {
+			// A file of unknown size turned out small.
+			err = sv.addSmall(ctx, e, bytes.NewReader((*buf)[:n]), int64(n))
+			sv.release(buf)
+			return err
+		}
+		if n > 0 {
+			*buf = (*buf)[:n]
+			r := &ref{Len: int64(n)}
+			e.Chunks = append(e.Chunks, r)
+			e.Size += int64(n)
+			sv.doneBytes.Add(int64(n))
+			if err := sv.send(ctx, &job{buf: buf, ref: r}); err != nil {
+				return err
+			}
+		} else {
+			sv.release(buf)
+		}
+		if err == io.EOF {
+			return nil
+		}
+	}
+}
+
+// addSmall appends a small file to the current pack.
+func (sv *saver) addSmall(ctx context.Context, e *entry, r io.Reader, size int64) error {
+	e.Size = size
+	if size == 0 {
+		return nil
+	}
+	if sv.pack != nil && int64(len(*sv.pack.buf))+size > packSize {
+		if err := sv.sealPack(ctx); err != nil {
+			return err
+		}
+	}
+	if sv.pack == nil {
+		buf, err := sv.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		sv.pack = &job{buf: buf}
+	}
+	b := *sv.pack.buf
+	off := int64(len(b))
+	n, err := readFull(r, b[off:off+size])
+	if err == nil || (err == io.EOF && int64(n) == size) {
+		*sv.pack.buf = b[:off+size]
+		sv.pack.files = append(sv.pack.files, packedFile{e: e, off: off, len: size})
+		sv.doneBytes.Add(size)
+		return nil
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return readErr(ctx, fmt.Errorf("snapshot: read %q from the source: %w", e.Path, err))
+}
+
+// sealPack hands the current pack, if any, to the workers.
+func (sv *saver) sealPack(ctx context.Context) error {
+	p := sv.pack
+	if p == nil {
+		return nil
+	}
+	sv.pack = nil
+	return sv.send(ctx, p)
+}
+
+// readFull reads into b until it is full or r ends. Unlike io.ReadFull it
+// returns io.EOF for an end after some bytes, which is how a file that is
+// not a multiple of the buffer ends.
+func readFull(r io.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		k, err := r.Read(b[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
