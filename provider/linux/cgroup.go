@@ -2,9 +2,11 @@ package linux
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -254,4 +256,70 @@ func (c *cgroup) update(res provider.Resources) error {
 		return c.v2.Update(v2Resources(res))
 	}
 	return c.v1.Update(v1Resources(res))
+}
+
+// sweepStaleCgroups removes the sandbox cgroups below berth's own that
+// hold no process: those of sandboxes whose daemon died while no provider
+// looked after their state directory (a process SIGKILLed with its warm
+// pool, a state directory deleted). They are shared by every state
+// directory on the host, and a cgroup being set up is empty for a few
+// milliseconds, so only those empty both now and after settle go. (Their
+// timestamps cannot tell: cgroupfs moves them when they are read.)
+func sweepStaleCgroups(ctx context.Context, log *slog.Logger, settle time.Duration) {
+	paths, err := pathsFor("x")
+	if err != nil {
+		return
+	}
+	var parents []string
+	if paths.V2 != "" {
+		parents = append(parents, filepath.Dir(filepath.Join(cgroupRoot, paths.V2)))
+	}
+	for name, p := range paths.V1 {
+		parents = append(parents, filepath.Dir(filepath.Join(cgroupRoot, string(name), p)))
+	}
+	var empty []string
+	for _, parent := range parents {
+		entries, _ := os.ReadDir(parent)
+		for _, e := range entries {
+			if dir := filepath.Join(parent, e.Name()); e.IsDir() && emptyCgroup(dir) {
+				empty = append(empty, dir)
+			}
+		}
+	}
+	if len(empty) == 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(settle):
+	}
+	removed := 0
+	for _, dir := range empty {
+		if emptyCgroup(dir) && os.Remove(dir) == nil {
+			removed++
+		}
+	}
+	if removed > 0 {
+		log.Info("removed stale sandbox cgroups", "count", removed)
+	}
+}
+
+// emptyCgroup reports whether a cgroup directory holds no process and
+// has no child.
+func emptyCgroup(dir string) bool {
+	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil || len(bytes.TrimSpace(procs)) > 0 {
+		return false
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			return false
+		}
+	}
+	return true
 }

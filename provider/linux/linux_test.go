@@ -424,3 +424,33 @@ func buildDaemon(t *testing.T) string {
 	}
 	return bin
 }
+
+// TestStaleCgroupsSwept: empty sandbox cgroups left by daemons nobody
+// looked after are removed; those of live sandboxes are not.
+func TestStaleCgroupsSwept(t *testing.T) {
+	p := newTestProvider(t)
+	sb, err := p.Create(t.Context(), provider.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := sb.(*sandbox).rec.Cgroup
+	stale, err := pathsFor("stale-" + randomHex(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := newCgroup(stale, provider.Resources{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.destroy(t.Context())
+	sweepStaleCgroups(t.Context(), p.log, 200*time.Millisecond)
+	if _, err := loadCgroup(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the empty cgroup is still there (%v)", err)
+	}
+	if _, err := loadCgroup(live); err != nil {
+		t.Errorf("the live sandbox's cgroup: %v", err)
+	}
+	if res, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"/bin/true"}}); err != nil || res.ExitCode != 0 {
+		t.Errorf("the live sandbox after the sweep: %+v, %v", res, err)
+	}
+}

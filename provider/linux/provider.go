@@ -36,6 +36,7 @@ type Provider struct {
 	log      *slog.Logger
 	pool     *pool
 	cleanups sync.WaitGroup // removals of destroyed sandboxes' cgroups and files
+	closing  context.CancelFunc
 
 	mu      sync.Mutex
 	clients map[string]*sandboxd.Client // by sandbox id, to reuse connections
@@ -79,12 +80,20 @@ func New(cfg Config) (*Provider, error) {
 	p.pool = &pool{p: p, size: cfg.Pool}
 	p.sweepWarm()
 	p.sweepTrash()
+	var ctx context.Context
+	ctx, p.closing = context.WithCancel(context.Background())
+	p.cleanups.Go(func() { sweepStaleCgroups(ctx, p.log, staleCgroupSettle) })
 	return p, nil
 }
+
+// staleCgroupSettle is how long an empty cgroup must stay empty to be
+// taken for stale.
+const staleCgroupSettle = 10 * time.Second
 
 // Close stops the provider's warm daemons and waits for the cleanup of
 // destroyed sandboxes to finish. Sandboxes are not affected.
 func (p *Provider) Close() error {
+	p.closing()
 	p.pool.close()
 	p.cleanups.Wait()
 	return nil
