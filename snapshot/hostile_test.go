@@ -31,6 +31,8 @@ func savedChunk(t *testing.T) (*Store, Info, string) {
 
 const bigSize = 2 << 20
 
+func line(b []byte) []byte { return append(b, '\n') }
+
 func compress(t *testing.T, data []byte) []byte {
 	t.Helper()
 	enc, err := zstd.NewWriter(nil)
@@ -180,7 +182,7 @@ func TestHostileManifest(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				data := compress(t, append(append(hdr, '\n'), tc.body...))
+				data := compress(t, append(line(hdr), tc.body...))
 				if err := s.bucket.WriteAll(t.Context(), manifestKey("raw"), data, nil); err != nil {
 					t.Fatal(err)
 				}
@@ -194,6 +196,26 @@ func TestHostileManifest(t *testing.T) {
 				wantErr(t, err, ErrCorrupt)
 			})
 		}
+	})
+	t.Run("window too large", func(t *testing.T) {
+		// A frame that asks the decoder for a 256 MiB window.
+		s, _ := newStore(t)
+		hdr, err := json.Marshal(header{Version: formatVersion, ID: "wide", Kind: KindUser})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A zstd frame made by hand: magic, a header with only a window
+		// descriptor (2^(10+18) bytes), then one raw last block.
+		data := line(hdr)
+		frame := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 18 << 3}
+		bh := 1 | len(data)<<3
+		frame = append(frame, byte(bh), byte(bh>>8), byte(bh>>16))
+		frame = append(frame, data...)
+		if err := s.bucket.WriteAll(t.Context(), manifestKey("wide"), frame, nil); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Stat(t.Context(), "wide")
+		wantErr(t, err, ErrCorrupt)
 	})
 	t.Run("not zstd", func(t *testing.T) {
 		s, _ := newStore(t)

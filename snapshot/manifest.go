@@ -178,7 +178,10 @@ type manifestReader struct {
 }
 
 func newManifestReader(id string, r io.Reader) (*manifestReader, error) {
-	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxManifestSize))
+	// The window bound keeps a hostile frame from making the decoder
+	// allocate much; what it decodes is bounded by lim. Manifests are
+	// written with zstd's default 8 MiB window.
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(16<<20))
 	if err != nil {
 		return nil, err
 	}
