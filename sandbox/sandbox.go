@@ -146,16 +146,23 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.Ref, error) {
 	spec := s.st.Config.Spec
 	spec.ID = id
-	ref, err := call[activities.Ref](ctx, activityOptions(s.st.Config.Queue, 0), acts.Create,
+	// Creation runs to its end even when the workflow is cancelled
+	// meanwhile, so that what it made is known, and destroyed.
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	ref, err := call[activities.Ref](dctx, activityOptions(s.st.Config.Queue, 0), acts.Create,
 		activities.CreateInput{Provider: prov, Spec: spec})
 	if err != nil {
 		return ref, err
+	}
+	if ctx.Err() != nil {
+		s.destroy(dctx, ref)
+		return ref, temporal.NewCanceledError("cancelled while the sandbox was being created")
 	}
 	if s.st.Checkpoint != "" {
 		_, err = call[struct{}](ctx, transferOptions(ref.Queue), acts.Restore,
 			activities.RestoreInput{Sandbox: ref, Snapshot: s.st.Checkpoint})
 		if err != nil {
-			s.destroy(ctx, ref)
+			s.destroy(dctx, ref)
 			return ref, fmt.Errorf("restore snapshot %s: %w", s.st.Checkpoint, err)
 		}
 	}
