@@ -3,6 +3,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -52,7 +53,7 @@ type RunStatus struct {
 
 // Run runs a one-shot job. What the command did, and why it stopped, is
 // its result; only a failure to run it at all fails the workflow.
-func Run(ctx workflow.Context, in RunInput) (RunOutput, error) {
+func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	if len(in.Argv) == 0 {
 		return RunOutput{}, fmt.Errorf("%w: no command", provider.ErrBadInput)
 	}
@@ -67,7 +68,13 @@ func Run(ctx workflow.Context, in RunInput) (RunOutput, error) {
 	if err != nil {
 		return RunOutput{}, err
 	}
-	defer sbx.Stop(ctx)
+	defer func() {
+		// A sandbox that could not be destroyed fails the run: nobody
+		// must think it gone.
+		if serr := sbx.Stop(ctx); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}()
 	if len(in.Files) > 0 {
 		if err := sbx.WriteFiles(ctx, in.Files...); err != nil {
 			return RunOutput{}, err

@@ -132,7 +132,7 @@ type CommandStatus struct {
 // Sandbox keeps a sandbox alive until it is stopped (UpdateStop, or the
 // workflow cancelled) or its lifetime ends, serving its operations as
 // updates.
-func Sandbox(ctx workflow.Context, in SandboxInput) error {
+func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 	opts := []sandbox.Option{
 		sandbox.WithEnv(in.Env), sandbox.WithResources(in.Resources), sandbox.WithLabels(in.Labels),
 		sandbox.WithMaxLifetime(in.MaxLifetime),
@@ -149,12 +149,17 @@ func Sandbox(ctx workflow.Context, in SandboxInput) error {
 	if in.Carried != nil {
 		sbx, created = sandbox.Reattach(ctx, in.Carried.Sandbox), in.Carried.Created
 	} else {
-		var err error
 		if sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider}, opts...); err != nil {
 			return err
 		}
 	}
-	defer sbx.Stop(ctx) // does nothing once the sandbox is carried to the next run
+	defer func() {
+		// Does nothing once the sandbox is carried to the next run. A
+		// sandbox that could not be destroyed fails the workflow.
+		if serr := sbx.Stop(ctx); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}()
 
 	s := &standalone{sbx: sbx, provider: in.Provider, created: created, running: map[string]CommandStatus{}}
 	if err := s.register(ctx); err != nil {
