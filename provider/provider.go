@@ -255,9 +255,9 @@ type ExecResult struct {
 
 // File is a small file for WriteFiles.
 type File struct {
-	Path string
-	Data []byte
-	Mode fs.FileMode // permission bits; zero means 0644
+	Path string      `json:"path"`
+	Data []byte      `json:"data"`           // base64 in JSON
+	Mode fs.FileMode `json:"mode,omitempty"` // permission bits; zero means 0644
 }
 
 // FileInfo describes a directory entry.
