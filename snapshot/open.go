@@ -95,6 +95,11 @@ func (rs *restore) write(ctx context.Context, w io.Writer) error {
 	cache := &lru{}
 	defer cache.drain(rs.store)
 	for _, e := range rs.m.entries {
+		// Chunks fetched ahead may hold the rest of the stream: look at
+		// ctx here too, so that cancelling always stops it.
+		if ctx.Err() != nil {
+			return rs.writeErr(ctx, ctx.Err())
+		}
 		hdr := &tar.Header{Name: e.Path, Mode: e.Mode, ModTime: time.Unix(0, e.MTime), Format: tar.FormatPAX}
 		switch e.Type {
 		case typeDir:

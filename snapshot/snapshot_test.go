@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -263,4 +264,23 @@ func TestSaveBadOptions(t *testing.T) {
 			wantErr(t, err, ErrBadInput)
 		})
 	}
+}
+
+func TestCancelStopsOpen(t *testing.T) {
+	s, _ := newStore(t)
+	dir := t.TempDir()
+	trickyTree(t, dir)
+	info := mustSave(t, s, &dirSource{dir: dir}, SaveOptions{})
+	ctx, cancel := context.WithCancel(t.Context())
+	rc, err := s.Open(ctx, info.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := rc.Read(make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	_, err = io.Copy(io.Discard, rc)
+	wantErr(t, err, context.Canceled)
 }
