@@ -29,7 +29,7 @@ func Example() {
 		Kind:   snapshot.KindCheckpoint,
 		Labels: map[string]string{"sandbox": sb.ID()},
 		Parent: last,               // reuse what it stored
-		Source: "linux/" + sb.ID(), // as the parent's: a source that can sends only changes
+		Source: "linux/" + sb.ID(), // as the parent's: only changes are read
 	})
 	if err != nil {
 		panic(err)

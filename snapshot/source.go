@@ -26,19 +26,23 @@ type Source interface {
 	ReadFile(ctx context.Context, path string) (io.ReadCloser, error)
 }
 
-// The PAX records of a file sent without its contents; see Source.
+// The PAX records of a file sent without its contents ("BERTH.unchanged"
+// and "BERTH.size"); see Source. They are provider.ChangedExporter's.
 const (
-	UnchangedRecord = "BERTH.unchanged"
-	SizeRecord      = "BERTH.size"
+	UnchangedRecord = provider.PAXUnchanged
+	SizeRecord      = provider.PAXSize
 )
 
-// SandboxSource reads a sandbox's workspace. It always sends every file
-// whole: provider.Sandbox has no way yet to export only what changed.
+// SandboxSource reads a sandbox's workspace: only what changed when the
+// sandbox is a provider.ChangedExporter, every file whole otherwise.
 func SandboxSource(sb provider.Sandbox) Source { return sandboxSource{sb} }
 
 type sandboxSource struct{ sb provider.Sandbox }
 
-func (s sandboxSource) Export(ctx context.Context, _ time.Time) (io.ReadCloser, error) {
+func (s sandboxSource) Export(ctx context.Context, since time.Time) (io.ReadCloser, error) {
+	if ce, ok := s.sb.(provider.ChangedExporter); ok && !since.IsZero() {
+		return ce.ExportChanged(ctx, since)
+	}
 	return s.sb.Export(ctx)
 }
 
