@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,18 +15,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/provider/linux"
 )
 
-// build compiles berth and berth-sandboxd side by side, as installed.
-func build(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/berth-dev/berth/cmd/berth", "github.com/berth-dev/berth/cmd/berth-sandboxd")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "berth")
-}
+// build compiles berth and berth-sandboxd side by side, as installed,
+// once for all the package's tests.
+func build(t *testing.T) string { return berthBinary(t) }
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -115,7 +111,10 @@ func dataDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(data) })
+	t.Cleanup(func() {
+		destroyLeftovers(t, data)
+		os.RemoveAll(data)
+	})
 	return data
 }
 
@@ -245,5 +244,27 @@ func TestDevKilledMidCommand(t *testing.T) {
 	stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
 	if code != 4 || stdout != "ran\n" {
 		t.Errorf("after the restart: exit %d, stdout %q, stderr %q; want exit 4 and one run", code, stdout, stderr)
+	}
+}
+
+// destroyLeftovers destroys the sandboxes a failed test left in a data
+// directory: sandboxes outlive berth dev by design, and would outlive the
+// test.
+func destroyLeftovers(t *testing.T, data string) {
+	state := filepath.Join(data, "linux")
+	if _, err := os.Stat(state); err != nil {
+		return
+	}
+	p, err := linux.New(linux.Config{StateDir: state, Pool: -1})
+	if err != nil {
+		t.Logf("clean up %s: %v", state, err)
+		return
+	}
+	defer p.Close()
+	infos, _ := p.List(context.Background(), nil)
+	for _, info := range infos {
+		if sb, err := p.Get(context.Background(), info.ID); err == nil {
+			sb.Destroy(context.Background())
+		}
 	}
 }
