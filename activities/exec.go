@@ -122,6 +122,5 @@ func (a *Activities) Exec(ctx context.Context, in ExecInput) (ExecOutput, error)
 	if out.Stderr, err = streams[1].finish(res.Truncated); err != nil {
 		return ExecOutput{}, toTemporal(err)
 	}
-	activity.RecordHeartbeat(ctx, progress())
 	return out, nil
 }
