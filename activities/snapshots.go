@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -60,7 +59,7 @@ func (a *Activities) Snapshot(ctx context.Context, in SnapshotInput) (SnapshotIn
 	if err != nil {
 		return SnapshotInfo{}, toTemporal(err)
 	}
-	info, err := a.Snapshots.Save(ctx, source{sb}, snapshot.SaveOptions{
+	info, err := a.Snapshots.Save(ctx, snapshot.SandboxSource(sb), snapshot.SaveOptions{
 		ID: in.ID, Kind: snapshot.Kind(in.Kind), Labels: in.Labels, Parent: in.Parent,
 		// The queue names the host of a host-bound sandbox.
 		Source:   in.Sandbox.Queue + "/" + in.Sandbox.Provider + "/" + in.Sandbox.ID,
@@ -114,18 +113,4 @@ func snapshotError(err error) error {
 		return fmt.Errorf("%w: %w", provider.ErrBadInput, err)
 	}
 	return err
-}
-
-// source reads a sandbox's workspace for the snapshot store.
-type source struct{ sb provider.Sandbox }
-
-func (s source) Export(ctx context.Context, since time.Time) (io.ReadCloser, error) {
-	if ce, ok := s.sb.(provider.ChangedExporter); ok && !since.IsZero() {
-		return ce.ExportChanged(ctx, since)
-	}
-	return s.sb.Export(ctx)
-}
-
-func (s source) ReadFile(ctx context.Context, path string) (io.ReadCloser, error) {
-	return s.sb.ReadFile(ctx, path)
 }
