@@ -110,3 +110,52 @@ func daemonTar(t *testing.T, c *sandboxd.Client) []tarEntry {
 	defer rc.Close()
 	return readTar(t, rc)
 }
+
+// TestSaveAfterRestore: a workspace restored from a snapshot, then
+// changed a little, is saved with the restore's end as RestoredAt: only
+// what changed since moves, and the result is the changed workspace.
+func TestSaveAfterRestore(t *testing.T) {
+	from, wsFrom := serveDaemon(t)
+	to, wsTo := serveDaemon(t)
+	trickyTree(t, wsFrom)
+	s, _ := newStore(t)
+	first := mustSave(t, s, &daemonSource{c: from}, SaveOptions{Source: "daemon/from"})
+
+	rc, err := s.Open(t.Context(), first.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := to.Import(t.Context(), rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	restoredAt := time.Now()
+	time.Sleep(10 * time.Millisecond) // past the filesystem's timestamp granularity
+	if err := os.WriteFile(filepath.Join(wsTo, "after-restore.txt"), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	src := &daemonSource{c: to}
+	second := mustSave(t, s, src, SaveOptions{Source: "daemon/to", Parent: first.ID, RestoredAt: restoredAt})
+	if src.sent.Load() > 64<<10 || second.Size != first.Size+3 {
+		t.Errorf("save after restore: %d bytes of tar sent, size %d (restored %d); want headers and the new file only", src.sent.Load(), second.Size, first.Size)
+	}
+	rc, err = s.Open(t.Context(), second.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	third, _ := serveDaemon(t)
+	if err := third.Import(t.Context(), rc); err != nil {
+		t.Fatal(err)
+	}
+	want, got := daemonTar(t, to), daemonTar(t, third)
+	for _, entries := range [][]tarEntry{want, got} {
+		for i := range entries {
+			if entries[i].Type == '2' {
+				entries[i].MTime = 0
+			}
+		}
+	}
+	diffEntries(t, want, got)
+}

@@ -67,6 +67,13 @@ type SaveOptions struct {
 	// include the host for a host-bound sandbox, and give a sandbox that
 	// was re-created a new name.
 	Source string
+	// RestoredAt, when not zero, says that Parent was restored into this
+	// workspace, the restore ending at RestoredAt by the source's clock:
+	// files whose status has not changed since are Parent's, and Save asks
+	// the source only for the others. This is what makes the snapshot of
+	// a sandbox woken from a checkpoint cheap. No margin applies: give it
+	// only when the source's clock is this process's.
+	RestoredAt time.Time
 	// Progress, if not nil, is called from a goroutine of Save's every
 	// half second and once at the end, never twice at once.
 	Progress func(Progress)
@@ -106,7 +113,11 @@ func (s *Store) Save(ctx context.Context, src Source, opts SaveOptions) (Info, e
 		}
 	}
 	var since time.Time
-	if sv.parent != nil && opts.Source != "" && sv.parent.Source == opts.Source {
+	switch {
+	case sv.parent == nil:
+	case !opts.RestoredAt.IsZero():
+		since = opts.RestoredAt
+	case opts.Source != "" && sv.parent.Source == opts.Source:
 		since = sv.parent.Started.Add(-s.clockMargin)
 	}
 	if err := sv.run(ctx, since, opts.Progress); err != nil {
