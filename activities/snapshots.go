@@ -30,6 +30,9 @@ type SnapshotInput struct {
 	// is neither read nor stored again.
 	Parent string            `json:"parent,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// RestoredAt, when not zero, is when Parent was restored into the
+	// sandbox (Restore's result): what did not change since is not read.
+	RestoredAt time.Time `json:"restored_at,omitzero"`
 }
 
 // SnapshotInfo describes a snapshot taken.
@@ -60,7 +63,7 @@ func (a *Activities) Snapshot(ctx context.Context, in SnapshotInput) (SnapshotIn
 		return SnapshotInfo{}, toTemporal(err)
 	}
 	info, err := a.Snapshots.Save(ctx, snapshot.SandboxSource(sb), snapshot.SaveOptions{
-		ID: in.ID, Kind: snapshot.Kind(in.Kind), Labels: in.Labels, Parent: in.Parent,
+		ID: in.ID, Kind: snapshot.Kind(in.Kind), Labels: in.Labels, Parent: in.Parent, RestoredAt: in.RestoredAt,
 		// The queue names the host of a host-bound sandbox.
 		Source:   in.Sandbox.Queue + "/" + in.Sandbox.Provider + "/" + in.Sandbox.ID,
 		Progress: func(p snapshot.Progress) { activity.RecordHeartbeat(ctx, p) },
@@ -71,22 +74,40 @@ func (a *Activities) Snapshot(ctx context.Context, in SnapshotInput) (SnapshotIn
 	return SnapshotInfo{ID: info.ID, Files: info.Files, Size: info.Size, Stored: info.Stored, Created: info.Created}, nil
 }
 
+// RestoreOutput says when a restore ended, by the sandbox host's clock
+// for a host-bound sandbox (SnapshotInput.RestoredAt).
+type RestoreOutput struct {
+	At time.Time `json:"at,omitzero"`
+}
+
 // Restore unpacks a snapshot into a sandbox's workspace. Restoring it
 // again writes the same files again.
-func (a *Activities) Restore(ctx context.Context, in RestoreInput) error {
+func (a *Activities) Restore(ctx context.Context, in RestoreInput) (RestoreOutput, error) {
 	if a.Snapshots == nil {
-		return toTemporal(fmt.Errorf("%w: this worker has no snapshot store", provider.ErrUnsupported))
+		return RestoreOutput{}, toTemporal(fmt.Errorf("%w: this worker has no snapshot store", provider.ErrUnsupported))
 	}
-	sb, err := a.sandbox(ctx, in.Sandbox)
+	p, err := a.provider(in.Sandbox.Provider)
 	if err != nil {
-		return toTemporal(err)
+		return RestoreOutput{}, toTemporal(err)
+	}
+	sb, err := p.Get(ctx, in.Sandbox.ID)
+	if err != nil {
+		return RestoreOutput{}, toTemporal(err)
 	}
 	rc, err := a.Snapshots.Open(ctx, in.Snapshot, func(p snapshot.Progress) { activity.RecordHeartbeat(ctx, p) })
 	if err != nil {
-		return toTemporal(snapshotError(err))
+		return RestoreOutput{}, toTemporal(snapshotError(err))
 	}
 	defer rc.Close()
-	return toTemporal(snapshotError(sb.Import(ctx, rc)))
+	if err := sb.Import(ctx, rc); err != nil {
+		return RestoreOutput{}, toTemporal(snapshotError(err))
+	}
+	var out RestoreOutput
+	// Only this host's clock is the sandbox's: elsewhere, no shortcut.
+	if p.Capabilities().HostBound {
+		out.At = time.Now()
+	}
+	return out, nil
 }
 
 // DeleteSnapshot deletes a snapshot; one already gone is not an error.

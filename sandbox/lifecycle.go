@@ -254,14 +254,18 @@ func (s *Sandbox) snapshotFor(ctx workflow.Context, kind, owner string) (activit
 	} else {
 		labels[LabelWorkflowID] = owner
 	}
-	parent := ""
-	if s.st.OwnCheckpoint {
-		parent = s.st.Checkpoint
+	// The checkpoint holds most of what the workspace holds: its chunks
+	// are not stored again, and when the sandbox was restored from it,
+	// what did not change since is not even read.
+	parent := s.st.Checkpoint
+	var restoredAt time.Time
+	if parent != "" && parent == s.st.RestoredFrom {
+		restoredAt = s.st.RestoredAt
 	}
 	s.st.Snapshots++
 	id := fmt.Sprintf("%s-s%d", s.st.Base, s.st.Snapshots)
 	return call[activities.SnapshotInfo](ctx, transferOptions(s.st.Ref.Queue), acts.Snapshot,
-		activities.SnapshotInput{Sandbox: s.st.Ref, ID: id, Kind: kind, Parent: parent, Labels: labels})
+		activities.SnapshotInput{Sandbox: s.st.Ref, ID: id, Kind: kind, Parent: parent, Labels: labels, RestoredAt: restoredAt})
 }
 
 // dropCheckpoint deletes the handle's own checkpoint, if it has one; a

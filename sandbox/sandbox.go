@@ -56,6 +56,11 @@ type state struct {
 	// newer one replaces it.
 	Checkpoint    string `json:"checkpoint,omitempty"`
 	OwnCheckpoint bool   `json:"own_checkpoint,omitempty"`
+	// RestoredFrom and RestoredAt say which snapshot the sandbox's
+	// workspace was restored from, and when: its next snapshot reads
+	// only what changed since.
+	RestoredFrom string    `json:"restored_from,omitempty"`
+	RestoredAt   time.Time `json:"restored_at,omitzero"`
 	// Since lists the mutating operations since the checkpoint: what a
 	// recovery loses.
 	Since []string `json:"since,omitempty"`
@@ -159,12 +164,13 @@ func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.R
 		return ref, temporal.NewCanceledError("cancelled while the sandbox was being created")
 	}
 	if s.st.Checkpoint != "" {
-		_, err = call[struct{}](ctx, transferOptions(ref.Queue), acts.Restore,
+		restored, err := call[activities.RestoreOutput](ctx, transferOptions(ref.Queue), acts.Restore,
 			activities.RestoreInput{Sandbox: ref, Snapshot: s.st.Checkpoint})
 		if err != nil {
 			s.destroy(dctx, ref)
 			return ref, fmt.Errorf("restore snapshot %s: %w", s.st.Checkpoint, err)
 		}
+		s.st.RestoredFrom, s.st.RestoredAt = s.st.Checkpoint, restored.At
 	}
 	return ref, nil
 }

@@ -159,6 +159,29 @@ func (s *Server) importTar(r io.Reader) error {
 	}
 	var links []deferred // symbolic links, made after everything else
 	var dirs []deferred  // directory modes and times, set after their contents
+	// Files are made relative to their directory, opened once: resolving
+	// every path from the workspace's root, component by component,
+	// cost more than writing the files.
+	opened := map[string]*os.Root{}
+	defer func() {
+		for _, r := range opened {
+			r.Close()
+		}
+	}()
+	dirOf := func(dir string) (*os.Root, error) {
+		if r, ok := opened[dir]; ok {
+			return r, nil
+		}
+		if err := s.root.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		r, err := s.root.OpenRoot(dir)
+		if err != nil {
+			return nil, err
+		}
+		opened[dir] = r
+		return r, nil
+	}
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -184,7 +207,11 @@ func (s *Server) importTar(r io.Reader) error {
 			}
 			dirs = append(dirs, deferred{name: dst, mode: mode, mtime: hdr.ModTime})
 		case tar.TypeReg:
-			if err := s.unpackFile(dst, hdr, tr, mode); err != nil {
+			dir, err := dirOf(path.Dir(dst))
+			if err != nil {
+				return s.fileError("import", hdr.Name, err)
+			}
+			if err := s.unpackFile(dir, path.Base(dst), hdr, tr, mode); err != nil {
 				return err
 			}
 		case tar.TypeSymlink:
@@ -240,11 +267,8 @@ func archivePath(name string) (string, error) {
 	return rel, nil
 }
 
-func (s *Server) unpackFile(dst string, hdr *tar.Header, r io.Reader, mode fs.FileMode) error {
-	if err := s.root.MkdirAll(path.Dir(dst), 0o755); err != nil {
-		return s.fileError("import", hdr.Name, err)
-	}
-	f, err := s.root.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
+func (s *Server) unpackFile(dir *os.Root, name string, hdr *tar.Header, r io.Reader, mode fs.FileMode) error {
+	f, err := dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
 	if err != nil {
 		return s.fileError("import", hdr.Name, err)
 	}
@@ -258,7 +282,7 @@ func (s *Server) unpackFile(dst string, hdr *tar.Header, r io.Reader, mode fs.Fi
 	if err != nil {
 		return s.fileError("import", hdr.Name, err)
 	}
-	_ = s.root.Chtimes(dst, hdr.ModTime, hdr.ModTime)
+	_ = dir.Chtimes(name, hdr.ModTime, hdr.ModTime)
 	return nil
 }
 
