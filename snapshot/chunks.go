@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 
@@ -60,23 +61,28 @@ func (s *Store) getChunk(ctx context.Context, h hash, buf []byte) ([]byte, int64
 	if r.Size() > maxCompressedSize {
 		return nil, 0, fmt.Errorf("%w: chunk %s is %d bytes, more than %d", ErrCorrupt, h, r.Size(), maxCompressedSize)
 	}
+	// Read into a buffer of exactly the object's size: growing one as
+	// bytes.Buffer does doubled it, and clearing and copying 4 MiB
+	// buffers was a third of a restore's time.
 	cbuf := s.getBuf()
 	defer s.putBuf(cbuf)
-	comp := bytes.NewBuffer((*cbuf)[:0])
-	comp.Grow(int(r.Size()))
-	if _, err := comp.ReadFrom(io.LimitReader(r, maxCompressedSize+1)); err != nil {
+	size := int(r.Size())
+	if cap(*cbuf) < size {
+		*cbuf = make([]byte, size)
+	}
+	comp := (*cbuf)[:size]
+	if _, err := io.ReadFull(r, comp); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = fmt.Errorf("%w: chunk %s is shorter than its %d bytes", ErrCorrupt, h, size)
+		}
 		return nil, 0, readErr(ctx, fmt.Errorf("snapshot: read chunk %s: %w", h, err))
 	}
-	*cbuf = comp.Bytes()
-	if comp.Len() > maxCompressedSize {
-		return nil, 0, fmt.Errorf("%w: chunk %s is more than %d bytes", ErrCorrupt, h, maxCompressedSize)
-	}
-	data, err := s.dec.DecodeAll(comp.Bytes(), buf[:0])
+	data, err := s.dec.DecodeAll(comp, buf[:0])
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: chunk %s: %v", ErrCorrupt, h, err)
 	}
 	if sha256.Sum256(data) != h {
 		return nil, 0, fmt.Errorf("%w: chunk %s: contents do not match their hash", ErrCorrupt, h)
 	}
-	return data, int64(comp.Len()), nil
+	return data, int64(len(comp)), nil
 }
