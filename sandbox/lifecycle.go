@@ -133,7 +133,7 @@ func (s *Sandbox) Hibernate(ctx workflow.Context) error {
 }
 
 func (s *Sandbox) pause(ctx workflow.Context) error {
-	_, err := call[struct{}](ctx, activityOptions(s.st.Ref.Queue, 0), acts.Pause, s.st.Ref)
+	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Pause, s.st.Ref)
 	if errors.Is(err, provider.ErrUnsupported) {
 		return s.hibernate(ctx)
 	}
@@ -148,7 +148,7 @@ func (s *Sandbox) resume(ctx workflow.Context) error {
 	if s.st.State == StateHibernated {
 		return s.wake(ctx)
 	}
-	_, err := call[struct{}](ctx, activityOptions(s.st.Ref.Queue, 0), acts.Resume, s.st.Ref)
+	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Resume, s.st.Ref)
 	if err != nil {
 		return s.markLost(err)
 	}
@@ -264,7 +264,7 @@ func (s *Sandbox) snapshotFor(ctx workflow.Context, kind, owner string) (activit
 	}
 	s.st.Snapshots++
 	id := fmt.Sprintf("%s-s%d", s.st.Base, s.st.Snapshots)
-	return call[activities.SnapshotInfo](ctx, transferOptions(s.st.Ref.Queue), acts.Snapshot,
+	return call[activities.SnapshotInfo](ctx, s.transfer(s.st.Ref.Queue), acts.Snapshot,
 		activities.SnapshotInput{Sandbox: s.st.Ref, ID: id, Kind: kind, Parent: parent, Labels: labels, RestoredAt: restoredAt})
 }
 
@@ -274,7 +274,7 @@ func (s *Sandbox) dropCheckpoint(ctx workflow.Context) {
 	if !s.st.OwnCheckpoint || s.st.Checkpoint == "" {
 		return
 	}
-	_, err := call[struct{}](ctx, activityOptions(s.st.Config.Queue, 0), acts.DeleteSnapshot, s.st.Checkpoint)
+	_, err := call[struct{}](ctx, s.opts(s.st.Config.Queue, 0), acts.DeleteSnapshot, s.st.Checkpoint)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("delete checkpoint", "snapshot", s.st.Checkpoint, "error", err)
 	}
@@ -284,7 +284,7 @@ func (s *Sandbox) dropCheckpoint(ctx workflow.Context) {
 // destroy destroys a sandbox the handle is done with; a failure leaves it
 // to the reaper.
 func (s *Sandbox) destroy(ctx workflow.Context, ref activities.Ref) {
-	_, err := call[struct{}](ctx, activityOptions(ref.Queue, 0), acts.Destroy, ref)
+	_, err := call[struct{}](ctx, s.opts(ref.Queue, 0), acts.Destroy, ref)
 	if err != nil && !errors.Is(err, provider.ErrLost) {
 		workflow.GetLogger(ctx).Warn("destroy sandbox", "sandbox", ref.ID, "error", err)
 	}

@@ -60,6 +60,7 @@ type config struct {
 	CheckpointEvery int           `json:"checkpoint_every,omitempty"`
 	FromSnapshot    string        `json:"from_snapshot,omitempty"`
 	OwnSnapshot     bool          `json:"own_snapshot,omitempty"`
+	HostTimeout     time.Duration `json:"host_timeout,omitempty"`
 }
 
 func newConfig(p Provider, opts []Option) config {
@@ -127,6 +128,16 @@ func WithRecovery(r Recovery) Option { return func(c *config) { c.Recovery = r }
 // only before hibernating.
 func WithCheckpointEvery(n int) Option { return func(c *config) { c.CheckpointEvery = n } }
 
+// WithHostTimeout sets how long an operation on a host-bound sandbox
+// waits for a worker of the sandbox's host before the sandbox is taken
+// for lost (and, under Reprovision, re-created on another host from its
+// checkpoint). Zero means DefaultHostTimeout.
+func WithHostTimeout(d time.Duration) Option { return func(c *config) { c.HostTimeout = d } }
+
+// DefaultHostTimeout is how long an operation waits for the sandbox's
+// host by default.
+const DefaultHostTimeout = time.Minute
+
 // FromSnapshot makes the new sandbox's workspace a copy of a snapshot's.
 // The snapshot stays the caller's.
 func FromSnapshot(id string) Option { return func(c *config) { c.FromSnapshot = id } }
@@ -181,9 +192,6 @@ const (
 	// heartbeats carry the progress front ends show.
 	transferTimeout   = 30 * time.Minute
 	transferHeartbeat = 5 * time.Second
-	// scheduleTimeout bounds how long an operation may wait for a worker:
-	// a host-bound sandbox whose host is gone is lost after this.
-	scheduleTimeout = time.Minute
 	// heartbeatTimeout: a command's activity heartbeats every few seconds;
 	// missing this long, its worker is taken for dead and it is retried,
 	// attaching to the command.
@@ -195,7 +203,7 @@ const (
 func activityOptions(queue string, runFor time.Duration) workflow.ActivityOptions {
 	opts := workflow.ActivityOptions{
 		TaskQueue:              queue,
-		ScheduleToStartTimeout: scheduleTimeout,
+		ScheduleToStartTimeout: DefaultHostTimeout,
 		StartToCloseTimeout:    opTimeout,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval:    100 * time.Millisecond,
@@ -216,4 +224,22 @@ func transferOptions(queue string) workflow.ActivityOptions {
 	opts := activityOptions(queue, transferTimeout)
 	opts.HeartbeatTimeout = transferHeartbeat
 	return opts
+}
+
+// opts are activityOptions with the sandbox's host timeout.
+func (s *Sandbox) opts(queue string, runFor time.Duration) workflow.ActivityOptions {
+	o := activityOptions(queue, runFor)
+	if d := s.st.Config.HostTimeout; d > 0 {
+		o.ScheduleToStartTimeout = d
+	}
+	return o
+}
+
+// transfer are transferOptions with the sandbox's host timeout.
+func (s *Sandbox) transfer(queue string) workflow.ActivityOptions {
+	o := transferOptions(queue)
+	if d := s.st.Config.HostTimeout; d > 0 {
+		o.ScheduleToStartTimeout = d
+	}
+	return o
 }

@@ -154,7 +154,7 @@ func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.R
 	// Creation runs to its end even when the workflow is cancelled
 	// meanwhile, so that what it made is known, and destroyed.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	ref, err := call[activities.Ref](dctx, activityOptions(s.st.Config.Queue, 0), acts.Create,
+	ref, err := call[activities.Ref](dctx, s.opts(s.st.Config.Queue, 0), acts.Create,
 		activities.CreateInput{Provider: prov, Spec: spec})
 	if err != nil {
 		return ref, err
@@ -164,7 +164,7 @@ func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.R
 		return ref, temporal.NewCanceledError("cancelled while the sandbox was being created")
 	}
 	if s.st.Checkpoint != "" {
-		restored, err := call[activities.RestoreOutput](ctx, transferOptions(ref.Queue), acts.Restore,
+		restored, err := call[activities.RestoreOutput](ctx, s.transfer(ref.Queue), acts.Restore,
 			activities.RestoreInput{Sandbox: ref, Snapshot: s.st.Checkpoint})
 		if err != nil {
 			s.destroy(dctx, ref)
@@ -247,7 +247,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 		if cfg.started != nil {
 			cfg.started(in.ID)
 		}
-		out, err := call[activities.ExecOutput](ctx, activityOptions(ref.Queue, cfg.timeout), acts.Exec, in)
+		out, err := call[activities.ExecOutput](ctx, s.opts(ref.Queue, cfg.timeout), acts.Exec, in)
 		if err != nil {
 			return err
 		}
@@ -277,7 +277,7 @@ func (s *Sandbox) WriteFiles(ctx workflow.Context, files ...provider.File) error
 		names[i] = f.Path
 	}
 	return s.do(ctx, "write "+shorten(strings.Join(names, ", ")), func(ref activities.Ref) error {
-		_, err := call[struct{}](ctx, activityOptions(ref.Queue, 0), acts.WriteFiles,
+		_, err := call[struct{}](ctx, s.opts(ref.Queue, 0), acts.WriteFiles,
 			activities.WriteFilesInput{Sandbox: ref, Files: files})
 		return err
 	})
@@ -306,7 +306,7 @@ func (s *Sandbox) ReadFile(ctx workflow.Context, path string) ([]byte, error) {
 func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (activities.Output, error) {
 	var out activities.Output
 	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
-		out, err = call[activities.Output](ctx, activityOptions(ref.Queue, 0), acts.ReadFile,
+		out, err = call[activities.Output](ctx, s.opts(ref.Queue, 0), acts.ReadFile,
 			activities.ReadFileInput{Sandbox: ref, Path: path})
 		return err
 	})
@@ -317,7 +317,7 @@ func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (activities.
 func (s *Sandbox) ListFiles(ctx workflow.Context, path string) ([]provider.FileInfo, error) {
 	var infos []provider.FileInfo
 	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
-		infos, err = call[[]provider.FileInfo](ctx, activityOptions(ref.Queue, 0), acts.ListDir,
+		infos, err = call[[]provider.FileInfo](ctx, s.opts(ref.Queue, 0), acts.ListDir,
 			activities.PathInput{Sandbox: ref, Path: path})
 		return err
 	})
@@ -327,7 +327,7 @@ func (s *Sandbox) ListFiles(ctx workflow.Context, path string) ([]provider.FileI
 // Remove removes a file or a directory tree of the workspace.
 func (s *Sandbox) Remove(ctx workflow.Context, path string) error {
 	return s.do(ctx, "remove "+shorten(path), func(ref activities.Ref) error {
-		_, err := call[struct{}](ctx, activityOptions(ref.Queue, 0), acts.Remove,
+		_, err := call[struct{}](ctx, s.opts(ref.Queue, 0), acts.Remove,
 			activities.PathInput{Sandbox: ref, Path: path})
 		return err
 	})
@@ -348,7 +348,7 @@ func (s *Sandbox) Stop(ctx workflow.Context) error {
 		return nil
 	}
 	if s.st.State != StateHibernated {
-		_, err := call[struct{}](ctx, activityOptions(s.st.Ref.Queue, 0), acts.Destroy, s.st.Ref)
+		_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Destroy, s.st.Ref)
 		if err != nil && !errors.Is(err, provider.ErrLost) {
 			return fmt.Errorf("stop sandbox %s: %w", s.st.Ref.ID, err)
 		}

@@ -90,7 +90,7 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 }
 
 func (s *Sandbox) deleteSnapshot(ctx workflow.Context, id string) {
-	_, err := call[struct{}](ctx, activityOptions(s.st.Config.Queue, 0), acts.DeleteSnapshot, id)
+	_, err := call[struct{}](ctx, s.opts(s.st.Config.Queue, 0), acts.DeleteSnapshot, id)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("delete snapshot", "snapshot", id, "error", err)
 	}
