@@ -14,7 +14,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/fileblob" // file:// URLs
+	_ "gocloud.dev/blob/azureblob" // azblob:// URLs
+	_ "gocloud.dev/blob/fileblob"  // file:// URLs
+	_ "gocloud.dev/blob/gcsblob"   // gs:// URLs
+	_ "gocloud.dev/blob/s3blob"    // s3:// URLs
 
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/provider"
