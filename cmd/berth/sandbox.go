@@ -489,7 +489,7 @@ func newSandboxLs() *cobra.Command {
 				query += " AND ExecutionStatus = 'Running'"
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tPROVIDER\tSTATE\tAGE")
+			fmt.Fprintln(w, "ID\tPROVIDER\tSTATE\tAGE\tOWNER")
 			var token []byte
 			dc := converter.GetDefaultDataConverter()
 			for {
@@ -509,7 +509,13 @@ func newSandboxLs() *cobra.Command {
 						state = strings.ToLower(e.Status.String())
 					}
 					age := time.Since(e.GetStartTime().AsTime()).Round(time.Second)
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", e.Execution.GetWorkflowId(), prov, state, age)
+					// A standalone sandbox owns itself; a fork started by
+					// another sandbox's workflow names it.
+					owner := "-"
+					if p := e.GetParentExecution().GetWorkflowId(); p != "" {
+						owner = p
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.Execution.GetWorkflowId(), prov, state, age, owner)
 				}
 				if token = resp.NextPageToken; len(token) == 0 {
 					break

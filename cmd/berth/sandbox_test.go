@@ -120,6 +120,11 @@ func TestSandboxCLI(t *testing.T) {
 		t.Errorf("berth snapshot ls does not show %s:\n%s", snap, ls)
 	}
 	fork := strings.TrimSpace(ok("fork", id))
+	for _, line := range strings.Split(ok("ls"), "\n") {
+		if f := strings.Fields(line); len(f) == 5 && f[0] == fork && f[4] != id {
+			t.Errorf("ls shows the fork owned by %q, want %q:\n%s", f[4], id, line)
+		}
+	}
 	ok("exec", fork, "--", "sh", "-c", "echo forked > only-in-fork")
 	if out := ok("exec", fork, "--", "cat", "dir/in.txt"); out != "from the host\n" {
 		t.Errorf("fork: %q", out)
