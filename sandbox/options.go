@@ -228,17 +228,23 @@ func transferOptions(queue string) workflow.ActivityOptions {
 
 // opts are activityOptions with the sandbox's host timeout.
 func (s *Sandbox) opts(queue string, runFor time.Duration) workflow.ActivityOptions {
-	o := activityOptions(queue, runFor)
-	if d := s.st.Config.HostTimeout; d > 0 {
-		o.ScheduleToStartTimeout = d
-	}
-	return o
+	return s.hostTimeout(activityOptions(queue, runFor))
 }
 
 // transfer are transferOptions with the sandbox's host timeout.
 func (s *Sandbox) transfer(queue string) workflow.ActivityOptions {
-	o := transferOptions(queue)
-	if d := s.st.Config.HostTimeout; d > 0 {
+	return s.hostTimeout(transferOptions(queue))
+}
+
+// hostTimeout sets how long an operation waits for the sandbox's host.
+// Operations on the queue every worker polls wait as long as it takes:
+// no host of theirs can be lost, and the server then has no timer to keep
+// for each of them.
+func (s *Sandbox) hostTimeout(o workflow.ActivityOptions) workflow.ActivityOptions {
+	switch d := s.st.Config.HostTimeout; {
+	case o.TaskQueue == s.st.Config.Queue:
+		o.ScheduleToStartTimeout = 0
+	case d > 0:
 		o.ScheduleToStartTimeout = d
 	}
 	return o
