@@ -1,27 +1,18 @@
 package hostworker_test
 
 import (
-	"log/slog"
-	"os"
 	"slices"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
-	"gocloud.dev/blob/fileblob"
 
-	"github.com/berth-dev/berth/devserver"
 	"github.com/berth-dev/berth/hostworker"
+	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 )
-
-func TestMain(m *testing.M) {
-	linux.Main()
-	os.Exit(m.Run())
-}
 
 // execLoop runs n commands in one sandbox and measures, from inside the
 // workflow, how long each took to come back.
@@ -55,35 +46,9 @@ func median(d []time.Duration) float64 {
 // the same command through the provider directly.
 func BenchmarkDurableExec(b *testing.B) {
 	ctx := b.Context()
-	logger := slog.New(slog.DiscardHandler)
-	srv, err := devserver.Start(ctx, devserver.Options{DataDir: b.TempDir(), Address: "127.0.0.1:0", Logger: logger})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Stop()
-	opts := srv.ClientOptions()
-	opts.Logger = hostworker.Logger(logger)
-	c, err := client.Dial(opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	dir, err := os.MkdirTemp("", "berth")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o711)
-	p, err := linux.New(linux.Config{StateDir: dir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	bucket, err := fileblob.OpenBucket(b.TempDir(), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bucket.Close()
+	c := server(b)
+	p := berthtest.Provider(b)
+	bucket := berthtest.Bucket(b)
 	w, err := hostworker.Start(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,

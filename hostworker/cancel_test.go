@@ -3,20 +3,16 @@ package hostworker_test
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
-	"gocloud.dev/blob/fileblob"
 
-	"github.com/berth-dev/berth/devserver"
 	"github.com/berth-dev/berth/hostworker"
+	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 )
 
@@ -36,35 +32,9 @@ func holdSandbox(ctx workflow.Context) error {
 // of the cancellation and finishes its work.)
 func TestCancelDuringCreate(t *testing.T) {
 	ctx := t.Context()
-	logger := slog.New(slog.DiscardHandler)
-	srv, err := devserver.Start(ctx, devserver.Options{DataDir: t.TempDir(), Address: "127.0.0.1:0", Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	opts := srv.ClientOptions()
-	opts.Logger = hostworker.Logger(logger)
-	c, err := client.Dial(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	dir, err := os.MkdirTemp("", "berth")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	os.Chmod(dir, 0o711)
-	p, err := linux.New(linux.Config{StateDir: dir, Pool: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	bucket, err := fileblob.OpenBucket(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bucket.Close()
+	c := server(t)
+	p := berthtest.Provider(t)
+	bucket := berthtest.Bucket(t)
 	w, err := hostworker.Start(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,

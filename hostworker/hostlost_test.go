@@ -2,19 +2,15 @@ package hostworker_test
 
 import (
 	"errors"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
-	"gocloud.dev/blob/fileblob"
 
-	"github.com/berth-dev/berth/devserver"
 	"github.com/berth-dev/berth/hostworker"
+	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/snapshot"
 )
@@ -63,46 +59,14 @@ func moveOnHostLoss(ctx workflow.Context) (hostLostReport, error) {
 // other host from its checkpoint.
 func TestHostLost(t *testing.T) {
 	ctx := t.Context()
-	logger := slog.New(slog.DiscardHandler)
-	srv, err := devserver.Start(ctx, devserver.Options{DataDir: t.TempDir(), Address: "127.0.0.1:0", Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	opts := srv.ClientOptions()
-	opts.Logger = hostworker.Logger(logger)
-	c, err := client.Dial(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := server(t)
 	// One blob store for both hosts, as an s3:// bucket would be.
-	bucket, err := fileblob.OpenBucket(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bucket.Close()
-	snaps, err := fileblob.OpenBucket(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snaps.Close()
-	store := snapshot.New(snaps)
+	bucket := berthtest.Bucket(t)
+	store := snapshot.New(berthtest.Bucket(t))
 
 	hosts := map[string]*hostworker.Worker{}
-	providers := map[string]*linux.Provider{}
 	for _, name := range []string{"a", "b"} {
-		dir, err := os.MkdirTemp("", "berth")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(dir)
-		os.Chmod(dir, 0o711)
-		p, err := linux.New(linux.Config{StateDir: dir, Pool: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer destroyAll(t, p)
+		p := berthtest.Provider(t)
 		w, err := hostworker.Start(c, hostworker.Options{
 			Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket, Snapshots: store,
 			Queue: sandbox.DefaultQueue, HostQueue: "berth@" + name,
@@ -111,7 +75,7 @@ func TestHostLost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hosts["berth@"+name], providers["berth@"+name] = w, p
+		hosts["berth@"+name] = w
 	}
 	defer func() {
 		for _, w := range hosts {
@@ -156,14 +120,4 @@ func errString(err error) string {
 		return "nil"
 	}
 	return err.Error()
-}
-
-func destroyAll(t *testing.T, p *linux.Provider) {
-	infos, _ := p.List(t.Context(), nil)
-	for _, info := range infos {
-		if sb, err := p.Get(t.Context(), info.ID); err == nil {
-			sb.Destroy(t.Context())
-		}
-	}
-	p.Close()
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -18,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-	"gocloud.dev/blob"
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/activities"
@@ -247,93 +245,22 @@ func parseBytes(s string) (int64, error) {
 	return n * mult, nil
 }
 
-// follow prints a run's output as it is produced, read from the blob
-// store where the worker puts it, and then whatever of it is left when
-// the run ends. Without the blob store (a worker elsewhere), the output
-// comes at the end.
+// follow prints a run's output as it is produced (see followOutput),
+// and returns the run's result.
 func follow(ctx context.Context, c client.Client, wr client.WorkflowRun, dataDir string) (workflows.RunOutput, error) {
-	type result struct {
-		out workflows.RunOutput
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		var r result
-		r.err = wr.Get(ctx, &r.out)
-		done <- r
-	}()
-	bucket, err := openBucket(ctx, blobURL(dataDir))
-	if err != nil {
-		bucket = nil
-	} else {
-		defer bucket.Close()
-	}
-	var streams [2]*activities.Follower
-	writers := [2]io.Writer{os.Stdout, os.Stderr}
-	tick := time.NewTicker(activities.LiveEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case r := <-done:
-			if r.err != nil {
-				return r.out, r.err
-			}
-			for i, o := range []activities.Output{r.out.Stdout, r.out.Stderr} {
-				var off int64
-				if streams[i] != nil {
-					off = streams[i].Offset()
-				}
-				printFrom(ctx, writers[i], o, off, bucket)
-			}
-			return r.out, nil
-		case <-tick.C:
+	keys := func(ctx context.Context) (string, string, bool) {
+		var st workflows.RunStatus
+		v, err := c.QueryWorkflow(ctx, wr.GetID(), wr.GetRunID(), workflows.RunQuery)
+		if err != nil || v.Get(&st) != nil || st.Stdout == "" {
+			return "", "", false // not started yet
 		}
-		if bucket == nil {
-			continue
-		}
-		if streams[0] == nil {
-			var st workflows.RunStatus
-			v, err := c.QueryWorkflow(ctx, wr.GetID(), wr.GetRunID(), workflows.RunQuery)
-			if err != nil || v.Get(&st) != nil || st.Stdout == "" {
-				continue // not started yet
-			}
-			streams[0] = &activities.Follower{Bucket: bucket, Key: st.Stdout}
-			streams[1] = &activities.Follower{Bucket: bucket, Key: st.Stderr}
-		}
-		for i, f := range streams {
-			// Bytes come with an error too; the error means only that
-			// the rest comes later.
-			b, _ := f.Next(ctx)
-			writers[i].Write(b)
-		}
+		return st.Stdout, st.Stderr, true
 	}
-}
-
-// printFrom writes a stream from offset off: whole from the blob store
-// when it did not fit inline and the store is there, else what the
-// result carries.
-func printFrom(ctx context.Context, w io.Writer, o activities.Output, off int64, bucket *blob.Bucket) {
-	if !o.Truncated {
-		if off < int64(len(o.Inline)) {
-			w.Write(o.Inline[off:])
-		}
-		return
-	}
-	if bucket != nil {
-		if r, err := activities.Open(ctx, bucket, o); err == nil {
-			defer r.Close()
-			if _, err := io.CopyN(io.Discard, r, off); err == nil {
-				if _, err := io.Copy(w, r); err == nil {
-					return
-				}
-			}
-		}
-	}
-	if off == 0 {
-		w.Write(o.Head())
-		fmt.Fprintf(w, "\n[berth: %d bytes not shown]\n", o.Size-int64(len(o.Inline)))
-		w.Write(o.Tail())
-	}
+	return followOutput(ctx, dataDir, keys, func(ctx context.Context) (workflows.RunOutput, error) {
+		var out workflows.RunOutput
+		err := wr.Get(ctx, &out)
+		return out, err
+	})
 }
 
 // runExit turns a run's outcome into berth's exit: the command's own
