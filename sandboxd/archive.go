@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -160,28 +162,31 @@ func (s *Server) importTar(r io.Reader) error {
 	var links []deferred // symbolic links, made after everything else
 	var dirs []deferred  // directory modes and times, set after their contents
 	// Files are made relative to their directory, opened once: resolving
-	// every path from the workspace's root, component by component,
-	// cost more than writing the files.
-	opened := map[string]*os.Root{}
+	// every path from the workspace's root, component by component, cost
+	// more than writing the files. In a sandbox every system call is dear
+	// (seccomp takes the slow path in and out of the kernel), so files
+	// are written with the few calls they need.
+	opened := map[string]*os.File{}
 	defer func() {
-		for _, r := range opened {
-			r.Close()
+		for _, d := range opened {
+			d.Close()
 		}
 	}()
-	dirOf := func(dir string) (*os.Root, error) {
-		if r, ok := opened[dir]; ok {
-			return r, nil
+	dirOf := func(dir string) (int, error) {
+		if d, ok := opened[dir]; ok {
+			return int(d.Fd()), nil
 		}
 		if err := s.root.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
+			return -1, err
 		}
-		r, err := s.root.OpenRoot(dir)
+		d, err := s.root.Open(dir)
 		if err != nil {
-			return nil, err
+			return -1, err
 		}
-		opened[dir] = r
-		return r, nil
+		opened[dir] = d
+		return int(d.Fd()), nil
 	}
+	buf := make([]byte, 256<<10)
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
@@ -211,7 +216,7 @@ func (s *Server) importTar(r io.Reader) error {
 			if err != nil {
 				return s.fileError("import", hdr.Name, err)
 			}
-			if err := s.unpackFile(dir, path.Base(dst), hdr, tr, mode); err != nil {
+			if err := s.unpackFile(dir, path.Base(dst), hdr, tr, mode, buf); err != nil {
 				return err
 			}
 		case tar.TypeSymlink:
@@ -267,23 +272,52 @@ func archivePath(name string) (string, error) {
 	return rel, nil
 }
 
-func (s *Server) unpackFile(dir *os.Root, name string, hdr *tar.Header, r io.Reader, mode fs.FileMode) error {
-	f, err := dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, mode)
+// unpackFile writes one file of an archive as name in the directory
+// open as dirfd. name is one path component, and O_NOFOLLOW refuses a
+// symbolic link in its place, so the file cannot land elsewhere.
+func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r io.Reader, mode fs.FileMode, buf []byte) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode))
 	if err != nil {
 		return s.fileError("import", hdr.Name, err)
 	}
-	_, err = io.Copy(f, r)
+	err = writeAll(fd, r, buf)
 	if err == nil {
-		err = f.Chmod(mode)
+		err = unix.Fchmod(fd, uint32(mode))
 	}
-	if cerr := f.Close(); err == nil {
+	if err == nil {
+		ts := []unix.Timespec{unix.NsecToTimespec(hdr.ModTime.UnixNano()), unix.NsecToTimespec(hdr.ModTime.UnixNano())}
+		_ = unix.UtimesNanoAt(dirfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return s.fileError("import", hdr.Name, err)
 	}
-	_ = dir.Chtimes(name, hdr.ModTime, hdr.ModTime)
 	return nil
+}
+
+// writeAll copies r to the file fd through buf.
+func writeAll(fd int, r io.Reader, buf []byte) error {
+	for {
+		n, err := io.ReadFull(r, buf)
+		for b := buf[:n]; len(b) > 0; {
+			m, werr := unix.Write(fd, b)
+			if werr == unix.EINTR {
+				continue
+			}
+			if werr != nil {
+				return werr
+			}
+			b = b[m:]
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // merge moves the contents of staging directory src over dst. Where both
