@@ -2,7 +2,8 @@
 # The first thing to run on a fresh machine (as root, Go 1.26 installed):
 # builds berth, starts `berth dev` (an embedded Temporal server and a
 # worker), runs a Python program in a durable sandbox with `berth run`,
-# and stops the server.
+# then drives a standalone sandbox (idle pause, wake, snapshot, rm) and
+# stops the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o bin/ ./cmd/berth ./cmd/berth-sandboxd
@@ -31,3 +32,18 @@ else # no Python on this machine: the same in sh
   bin/berth run --address 127.0.0.1:$port --data-dir "$data" --memory 256Mi -- /bin/sh -c 'echo "hello from $(hostname) as uid $(id -u) in $PWD"; exit 3'
 fi
 echo "berth run exited with $? (the program's own exit code)"
+set -e
+
+# A standalone sandbox: it lives in its own workflow, pauses when idle
+# (here after 2 s) and wakes on the next command, processes and all.
+b() { bin/berth "$1" "$2" --address 127.0.0.1:$port --data-dir "$data" "${@:3}"; }
+id=$(b sandbox create --idle-timeout 2s)
+echo "created standalone sandbox $id"
+b sandbox exec "$id" -- sh -c 'echo "state kept across pauses" > note.txt; sleep 1000 > /dev/null 2>&1 &'
+sleep 4
+b sandbox ls
+b sandbox exec "$id" -- sh -c 'cat note.txt; pgrep -x sleep > /dev/null && echo "background process still alive"'
+snap=$(b sandbox snapshot "$id")
+echo "snapshot $snap"
+b sandbox rm "$id"
+echo "removed $id"
