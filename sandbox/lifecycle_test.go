@@ -94,7 +94,7 @@ func TestHibernateAndWake(t *testing.T) {
 		}
 		defer sbx.Stop(ctx)
 		ids = append(ids, sbx.ID())
-		if _, err := sbx.Exec(ctx, "mkdir -p d && echo kept > d/f && ln -s d/f link && sleep 1000 > /dev/null 2>&1 &"); err != nil {
+		if _, err := sbx.Exec(ctx, "mkdir -p d && echo kept > d/f && ln -s d/f link; sleep 1000 > /dev/null 2>&1 &"); err != nil {
 			return "", err
 		}
 		if err := workflow.Sleep(ctx, 5*time.Minute); err != nil {
