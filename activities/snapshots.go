@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"gocloud.dev/gcerrors"
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/snapshot"
@@ -135,3 +137,35 @@ func snapshotError(err error) error {
 	}
 	return err
 }
+
+// ImportInput names a tar stream in the output blob store to unpack into
+// a sandbox's workspace: how files too large for history get in.
+type ImportInput struct {
+	Sandbox Ref    `json:"sandbox"`
+	Blob    string `json:"blob"`
+}
+
+// Import unpacks a tar stream from the blob store into a sandbox's
+// workspace, over what is there; whoever put it there deletes it.
+// Importing it again writes the same files again.
+func (a *Activities) Import(ctx context.Context, in ImportInput) error {
+	if !strings.HasPrefix(in.Blob, UploadPrefix) || strings.Contains(in.Blob, "..") {
+		return toTemporal(fmt.Errorf("%w: %q is not an upload", provider.ErrBadInput, in.Blob))
+	}
+	sb, err := a.sandbox(ctx, in.Sandbox)
+	if err != nil {
+		return toTemporal(err)
+	}
+	r, err := a.Outputs.NewReader(ctx, in.Blob, nil)
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return toTemporal(fmt.Errorf("%w: no upload %q in this worker's blob store", provider.ErrBadInput, in.Blob))
+	}
+	if err != nil {
+		return toTemporal(err)
+	}
+	defer r.Close()
+	return toTemporal(sb.Import(ctx, r))
+}
+
+// UploadPrefix is where front ends put what they import into sandboxes.
+const UploadPrefix = "uploads/"

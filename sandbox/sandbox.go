@@ -283,6 +283,17 @@ func (s *Sandbox) WriteFiles(ctx workflow.Context, files ...provider.File) error
 	})
 }
 
+// Import unpacks a tar stream that a front end stored in the output blob
+// store (under activities.UploadPrefix) into the workspace: how files too
+// large for history get in.
+func (s *Sandbox) Import(ctx workflow.Context, blob string) error {
+	return s.do(ctx, "import "+shorten(blob), func(ref activities.Ref) error {
+		_, err := call[struct{}](ctx, s.transfer(ref.Queue), acts.Import,
+			activities.ImportInput{Sandbox: ref, Blob: blob})
+		return err
+	})
+}
+
 // ErrTooLarge is returned with the head of a file too large to carry
 // through workflow history whole.
 var ErrTooLarge = errors.New("file too large to read inline")

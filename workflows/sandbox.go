@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -55,6 +56,7 @@ type Carried struct {
 const (
 	UpdateExec       = "berth.exec"        // ExecRequest -> RunOutput
 	UpdateWriteFiles = "berth.write_files" // WriteFilesRequest -> nothing
+	UpdateImport     = "berth.import"      // ImportRequest -> nothing
 	UpdateReadFile   = "berth.read_file"   // PathRequest -> activities.Output
 	UpdateListFiles  = "berth.list_files"  // PathRequest -> []provider.FileInfo
 	UpdateRemove     = "berth.remove"      // PathRequest -> nothing
@@ -87,6 +89,12 @@ type ExecRequest struct {
 // activities.MaxInlineFiles bytes in all.
 type WriteFilesRequest struct {
 	Files []provider.File `json:"files"`
+}
+
+// ImportRequest names a tar stream a front end stored in the output blob
+// store, under activities.UploadPrefix, to unpack into the workspace.
+type ImportRequest struct {
+	Blob string `json:"blob"`
 }
 
 // PathRequest names a workspace path.
@@ -236,6 +244,7 @@ func (s *standalone) register(ctx workflow.Context) error {
 	}{
 		{UpdateExec, s.exec, s.validateExec},
 		{UpdateWriteFiles, s.writeFiles, s.validateWriteFiles},
+		{UpdateImport, s.importBlob, s.validateImport},
 		{UpdateReadFile, s.readFile, s.validatePath},
 		{UpdateListFiles, s.listFiles, s.validatePath},
 		{UpdateRemove, s.remove, s.validatePath},
@@ -313,6 +322,16 @@ func (s *standalone) validateWriteFiles(ctx workflow.Context, req WriteFilesRequ
 	return nil
 }
 
+func (s *standalone) validateImport(ctx workflow.Context, req ImportRequest) error {
+	if err := s.validateOpen(ctx); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(req.Blob, activities.UploadPrefix) || strings.Contains(req.Blob, "..") {
+		return updateError(fmt.Errorf("%w: %q is not an upload", provider.ErrBadInput, req.Blob))
+	}
+	return nil
+}
+
 func (s *standalone) validatePath(ctx workflow.Context, req PathRequest) error {
 	if err := s.validateOpen(ctx); err != nil {
 		return err
@@ -370,6 +389,10 @@ func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (RunOutput, err
 
 func (s *standalone) writeFiles(ctx workflow.Context, req WriteFilesRequest) error {
 	return updateError(s.sbx.WriteFiles(ctx, req.Files...))
+}
+
+func (s *standalone) importBlob(ctx workflow.Context, req ImportRequest) error {
+	return updateError(s.sbx.Import(ctx, req.Blob))
 }
 
 func (s *standalone) readFile(ctx workflow.Context, req PathRequest) (activities.Output, error) {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -314,8 +317,13 @@ func newSandboxCp() *cobra.Command {
 	var cn conn
 	cmd := &cobra.Command{
 		Use:   "cp SRC DST",
-		Short: "Copy a file into a sandbox (cp FILE ID:PATH) or out of it (cp ID:PATH FILE, - for stdout)",
-		Args:  cobra.ExactArgs(2),
+		Short: "Copy a file or a directory into a sandbox (cp SRC ID:PATH), or a file out of it (cp ID:PATH FILE, - for stdout)",
+		Long: `berth sandbox cp copies a local file or directory to PATH in the
+sandbox's workspace, or to PATH/NAME when PATH ends with a slash; and a
+file of the workspace out. Small files travel inline; directories and
+large files go through the blob store that berth dev shares with its
+worker (--data-dir).`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			srcID, srcPath, srcIn := splitRemote(args[0])
@@ -329,19 +337,19 @@ func newSandboxCp() *cobra.Command {
 			}
 			defer c.Close()
 			if dstIn {
-				data, err := os.ReadFile(args[0])
-				if err != nil {
-					return err
-				}
-				if len(data) > activities.MaxInlineFiles {
-					return fmt.Errorf("cp: %s has %d bytes; berth sandbox cp copies files of at most %d", args[0], len(data), activities.MaxInlineFiles)
-				}
 				fi, err := os.Stat(args[0])
 				if err != nil {
 					return err
 				}
 				if strings.HasSuffix(dstPath, "/") || dstPath == "" || dstPath == "." {
 					dstPath = path.Join(dstPath, fileBase(args[0]))
+				}
+				if fi.IsDir() || fi.Size() > activities.MaxInlineFiles {
+					return copyIn(ctx, c, cn.dataDir, dstID, args[0], dstPath)
+				}
+				data, err := os.ReadFile(args[0])
+				if err != nil {
+					return err
 				}
 				files := []provider.File{{Path: dstPath, Data: data, Mode: fi.Mode().Perm()}}
 				return update(ctx, c, dstID, workflows.UpdateWriteFiles, nil, workflows.WriteFilesRequest{Files: files})
@@ -355,6 +363,82 @@ func newSandboxCp() *cobra.Command {
 	}
 	cn.flags(cmd)
 	return cmd
+}
+
+// copyIn copies a local file or directory tree to dst in a sandbox: as a
+// tar stream written to the blob store, which the sandbox's workflow then
+// imports. Symbolic links are copied as links; other special files are
+// left out.
+func copyIn(ctx context.Context, c client.Client, dataDir, id, src, dst string) error {
+	bucket, err := openBucket(ctx, blobURL(dataDir))
+	if err != nil {
+		return fmt.Errorf("cp: %w", err)
+	}
+	defer bucket.Close()
+	key := activities.UploadPrefix + id + "-" + randomHex(8) + ".tar"
+	w, err := bucket.NewWriter(ctx, key, nil)
+	if err != nil {
+		return fmt.Errorf("cp: %w", err)
+	}
+	err = writeTar(w, src, dst)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	defer bucket.Delete(context.WithoutCancel(ctx), key)
+	if err != nil {
+		return fmt.Errorf("cp: %w", err)
+	}
+	return update(ctx, c, id, workflows.UpdateImport, nil, workflows.ImportRequest{Blob: key})
+}
+
+// writeTar writes the tree at src as a tar stream whose names start with
+// dst.
+func writeTar(w io.Writer, src, dst string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		name := path.Join(dst, filepath.ToSlash(rel))
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
+		switch {
+		case fi.IsDir():
+			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+			return tw.WriteHeader(hdr)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+			return tw.WriteHeader(hdr)
+		case fi.Mode().IsRegular():
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			_, err = io.CopyN(tw, f, fi.Size())
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
 }
 
 // splitRemote splits ID:PATH; a local path has no colon before its first

@@ -103,6 +103,21 @@ func TestSandboxCLI(t *testing.T) {
 	if b, _ := os.ReadFile(back); !bytes.Equal(b, big[:1<<20>>1]) {
 		t.Errorf("cp out of a %d-byte file gave %d bytes, or other bytes", 1<<20>>1, len(b))
 	}
+	// A directory, with a file too large to travel inline, goes through
+	// the blob store.
+	tree := t.TempDir()
+	os.MkdirAll(filepath.Join(tree, "pkg", "sub"), 0o755)
+	os.WriteFile(filepath.Join(tree, "pkg", "sub", "a.py"), []byte("print('a')\n"), 0o644)
+	os.WriteFile(filepath.Join(tree, "run.sh"), []byte("#!/bin/sh\necho ran\n"), 0o755)
+	os.Symlink("pkg/sub/a.py", filepath.Join(tree, "link.py"))
+	os.WriteFile(filepath.Join(tree, "big.bin"), bytes.Repeat(big[:1<<19], 6), 0o644)
+	ok("cp", tree, id+":proj")
+	if out := ok("exec", id, "--", "sh", "-c", "cat proj/link.py; proj/run.sh; wc -c < proj/big.bin"); out != "print('a')\nran\n3145728\n" {
+		t.Errorf("cp of a directory: %q", out)
+	}
+	if left, _ := filepath.Glob(filepath.Join(data, "blobs", "uploads", "*")); len(left) != 0 {
+		t.Errorf("uploads left in the blob store: %v", left)
+	}
 	if _, errOut, code := sb("cp", local, id+":../escape"); code == 0 || !strings.Contains(errOut, "bad input") {
 		t.Errorf("cp to a path leaving the workspace: exit %d, %q", code, errOut)
 	}
