@@ -10,6 +10,18 @@
 //	res, err := sbx.Exec(ctx, "pytest tests/")
 //	// res.Stdout, res.Stderr, res.ExitCode
 //
+// # Lifecycle
+//
+// A handle is a state machine kept in workflow state. An idle sandbox is
+// paused (WithIdleTimeout), then checkpointed and destroyed
+// (WithHibernateAfter); the next operation resumes it. A sandbox found
+// lost is re-created from its last checkpoint (WithRecovery,
+// WithCheckpointEvery) and the operation that found it returns a
+// *LostError saying what was lost. Snapshot, Fork and Switch copy and
+// move workspaces between sandboxes and providers; Carry and Reattach
+// take a handle across continue-as-new; Reap destroys the sandboxes whose
+// owner is gone.
+//
 // # Determinism
 //
 // Everything here is workflow code: no I/O, only activities. Sandbox and

@@ -1,5 +1,6 @@
 // Package workflows holds berth's ready-made workflows, layer 4 of
-// berth, built only from package sandbox: the one-shot run for now.
+// berth, built only from package sandbox: the one-shot Run, the
+// standalone Sandbox driven by Workflow Updates, and the Reaper.
 package workflows
 
 import (
