@@ -152,15 +152,23 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 	case in.FromSnapshot != "":
 		opts = append(opts, sandbox.FromSnapshot(in.FromSnapshot))
 	}
-	var sbx *sandbox.Sandbox
 	created := workflow.Now(ctx)
 	if in.Carried != nil {
-		sbx, created = sandbox.Reattach(ctx, in.Carried.Sandbox), in.Carried.Created
-	} else {
-		if sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider}, opts...); err != nil {
-			return err
-		}
+		created = in.Carried.Created
 	}
+	// Handlers first: an update that comes while the sandbox is being
+	// created waits for it, instead of being refused as unknown.
+	s := &standalone{provider: in.Provider, created: created, running: map[string]CommandStatus{}}
+	if err := s.register(ctx); err != nil {
+		return err
+	}
+	var sbx *sandbox.Sandbox
+	if in.Carried != nil {
+		sbx = sandbox.Reattach(ctx, in.Carried.Sandbox)
+	} else if sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider}, opts...); err != nil {
+		return err
+	}
+	s.sbx = sbx
 	defer func() {
 		// Does nothing once the sandbox is carried to the next run. A
 		// sandbox that could not be destroyed fails the workflow.
@@ -169,10 +177,6 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 		}
 	}()
 
-	s := &standalone{sbx: sbx, provider: in.Provider, created: created, running: map[string]CommandStatus{}}
-	if err := s.register(ctx); err != nil {
-		return err
-	}
 	lifetime := in.MaxLifetime
 	if lifetime <= 0 {
 		lifetime = provider.DefaultLifetime
@@ -227,7 +231,11 @@ type standalone struct {
 
 func (s *standalone) register(ctx workflow.Context) error {
 	err := workflow.SetQueryHandler(ctx, QuerySandbox, func() (SandboxStatus, error) {
-		st := SandboxStatus{Status: s.sbx.Status(), Created: s.created}
+		st := SandboxStatus{Created: s.created}
+		if s.sbx == nil {
+			return st, nil // being created
+		}
+		st.Status = s.sbx.Status()
 		for _, c := range s.running {
 			st.Running = append(st.Running, c)
 		}
@@ -278,7 +286,7 @@ func cmpString(a, b string) int {
 // Validators reject what would fail anyway before it enters history.
 
 func (s *standalone) validateOpen(workflow.Context) error {
-	if s.stopping || s.sbx.State() == sandbox.StateStopped {
+	if s.stopping || s.sbx != nil && s.sbx.State() == sandbox.StateStopped {
 		return updateError(fmt.Errorf("%w: the sandbox is stopping", provider.ErrNotFound))
 	}
 	return nil
@@ -355,6 +363,9 @@ func (s *standalone) validateFork(ctx workflow.Context, req ForkRequest) error {
 // Handlers.
 
 func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (RunOutput, error) {
+	if err := s.ready(ctx); err != nil {
+		return RunOutput{}, err
+	}
 	update := workflow.GetCurrentUpdateInfo(ctx).ID
 	opts := []sandbox.ExecOption{
 		sandbox.WithExecEnv(req.Env), sandbox.WithDir(req.Dir), sandbox.WithStdin(req.Stdin),
@@ -388,33 +399,54 @@ func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (RunOutput, err
 }
 
 func (s *standalone) writeFiles(ctx workflow.Context, req WriteFilesRequest) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
 	return updateError(s.sbx.WriteFiles(ctx, req.Files...))
 }
 
 func (s *standalone) importBlob(ctx workflow.Context, req ImportRequest) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
 	return updateError(s.sbx.Import(ctx, req.Blob))
 }
 
 func (s *standalone) readFile(ctx workflow.Context, req PathRequest) (activities.Output, error) {
+	if err := s.ready(ctx); err != nil {
+		return activities.Output{}, err
+	}
 	out, err := s.sbx.ReadFileOutput(ctx, req.Path)
 	return out, updateError(err)
 }
 
 func (s *standalone) listFiles(ctx workflow.Context, req PathRequest) ([]provider.FileInfo, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
 	infos, err := s.sbx.ListFiles(ctx, req.Path)
 	return infos, updateError(err)
 }
 
 func (s *standalone) remove(ctx workflow.Context, req PathRequest) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
 	return updateError(s.sbx.Remove(ctx, req.Path))
 }
 
 func (s *standalone) snapshot(ctx workflow.Context) (SnapshotResponse, error) {
+	if err := s.ready(ctx); err != nil {
+		return SnapshotResponse{}, err
+	}
 	id, err := s.sbx.Snapshot(ctx)
 	return SnapshotResponse{Snapshot: id}, updateError(err)
 }
 
 func (s *standalone) fork(ctx workflow.Context, req ForkRequest) (ForkResponse, error) {
+	if err := s.ready(ctx); err != nil {
+		return ForkResponse{}, err
+	}
 	snap, err := s.sbx.ForkSnapshot(ctx, req.ID)
 	if err != nil {
 		return ForkResponse{}, updateError(err)
@@ -439,13 +471,37 @@ func (s *standalone) fork(ctx workflow.Context, req ForkRequest) (ForkResponse, 
 	return ForkResponse{ID: started.ID}, nil
 }
 
-func (s *standalone) pause(ctx workflow.Context) error { return updateError(s.sbx.Pause(ctx)) }
+func (s *standalone) pause(ctx workflow.Context) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	return updateError(s.sbx.Pause(ctx))
+}
 
-func (s *standalone) resume(ctx workflow.Context) error { return updateError(s.sbx.Resume(ctx)) }
+func (s *standalone) resume(ctx workflow.Context) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	return updateError(s.sbx.Resume(ctx))
+}
 
-func (s *standalone) hibernate(ctx workflow.Context) error { return updateError(s.sbx.Hibernate(ctx)) }
+func (s *standalone) hibernate(ctx workflow.Context) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	return updateError(s.sbx.Hibernate(ctx))
+}
+
+// ready waits until the sandbox exists: updates may come while it is
+// being created.
+func (s *standalone) ready(ctx workflow.Context) error {
+	return workflow.Await(ctx, func() bool { return s.sbx != nil })
+}
 
 func (s *standalone) stop(ctx workflow.Context) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
 	s.stopping = true
 	return updateError(s.sbx.Stop(ctx))
 }
