@@ -149,8 +149,8 @@ type ImportInput struct {
 // workspace, over what is there; whoever put it there deletes it.
 // Importing it again writes the same files again.
 func (a *Activities) Import(ctx context.Context, in ImportInput) error {
-	if !strings.HasPrefix(in.Blob, UploadPrefix) || strings.Contains(in.Blob, "..") {
-		return toTemporal(fmt.Errorf("%w: %q is not an upload", provider.ErrBadInput, in.Blob))
+	if err := CheckUpload(in.Blob); err != nil {
+		return toTemporal(err)
 	}
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
@@ -169,3 +169,12 @@ func (a *Activities) Import(ctx context.Context, in ImportInput) error {
 
 // UploadPrefix is where front ends put what they import into sandboxes.
 const UploadPrefix = "uploads/"
+
+// CheckUpload refuses a blob key that does not name an upload: Import
+// must not read outputs or snapshots into a sandbox.
+func CheckUpload(key string) error {
+	if !strings.HasPrefix(key, UploadPrefix) || strings.Contains(key, "..") {
+		return fmt.Errorf("%w: %q is not an upload", provider.ErrBadInput, key)
+	}
+	return nil
+}

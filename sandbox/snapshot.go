@@ -65,6 +65,8 @@ func (s *Sandbox) Fork(ctx workflow.Context, p ...Provider) (*Sandbox, error) {
 // new sandbox there and the old one is destroyed. The handle stays the
 // same; running processes do not survive the move.
 func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
+	// Brought back to running first (resumed, woken or recovered), then
+	// moved as a transition of its own, not as an operation in flight.
 	if err := s.begin(ctx); err != nil {
 		return err
 	}

@@ -239,7 +239,7 @@ func (s *standalone) register(ctx workflow.Context) error {
 		for _, c := range s.running {
 			st.Running = append(st.Running, c)
 		}
-		slices.SortFunc(st.Running, func(a, b CommandStatus) int { return cmpString(a.Command, b.Command) })
+		slices.SortFunc(st.Running, func(a, b CommandStatus) int { return strings.Compare(a.Command, b.Command) })
 		return st, nil
 	})
 	if err != nil {
@@ -271,16 +271,6 @@ func (s *standalone) register(ctx workflow.Context) error {
 		}
 	}
 	return nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Validators reject what would fail anyway before it enters history.
@@ -334,10 +324,7 @@ func (s *standalone) validateImport(ctx workflow.Context, req ImportRequest) err
 	if err := s.validateOpen(ctx); err != nil {
 		return err
 	}
-	if !strings.HasPrefix(req.Blob, activities.UploadPrefix) || strings.Contains(req.Blob, "..") {
-		return updateError(fmt.Errorf("%w: %q is not an upload", provider.ErrBadInput, req.Blob))
-	}
-	return nil
+	return updateError(activities.CheckUpload(req.Blob))
 }
 
 func (s *standalone) validatePath(ctx workflow.Context, req PathRequest) error {
