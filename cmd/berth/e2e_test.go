@@ -86,21 +86,41 @@ start:
 	}
 }
 
+// commandTimeout bounds every berth command a test runs to the end, so
+// that a command that hangs fails its test, saying which command it was,
+// instead of the whole package at its timeout.
+const commandTimeout = 3 * time.Minute
+
 // runBerth runs the berth binary and returns what it printed and its
 // exit code.
 func runBerth(t *testing.T, berth string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	var o, e bytes.Buffer
-	cmd := exec.Command(berth, args...)
-	cmd.Stdout, cmd.Stderr, cmd.Dir = &o, &e, t.TempDir()
+	var o, e syncBuffer
+	code = runCommand(t, berth, args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+// runCommand runs berth with args, its output going to stdout and
+// stderr, and returns its exit code; it fails the test if berth runs
+// longer than commandTimeout.
+func runCommand(t *testing.T, berth string, args []string, stdout io.Writer, stderr *syncBuffer) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, berth, args...)
+	cmd.Stdout, cmd.Stderr, cmd.Dir = stdout, stderr, t.TempDir()
+	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("berth %s: still running after %v, killed; stderr %q", strings.Join(args, " "), commandTimeout, stderr.String())
+	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
-		code = exit.ExitCode()
+		return exit.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	return o.String(), e.String(), code
+	return 0
 }
 
 // dataDir makes a data directory for berth dev, short enough to keep
@@ -162,7 +182,9 @@ func TestDevAndRun(t *testing.T) {
 		})
 	}
 	t.Run("live output", func(t *testing.T) {
-		cmd := exec.Command(berth, "run", "--address", addr, "--data-dir", data, "--", "sh", "-c", "echo first; sleep 2; echo second")
+		ctx, cancel := context.WithTimeout(t.Context(), commandTimeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, berth, "run", "--address", addr, "--data-dir", data, "--", "sh", "-c", "echo first; sleep 2; echo second")
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -190,13 +212,9 @@ func TestDevAndRun(t *testing.T) {
 		if code != 0 || !strings.HasPrefix(id, "run-") {
 			t.Fatalf("detach: exit %d, id %q", code, id)
 		}
-		var o, e bytes.Buffer
-		logs := exec.Command(berth, "logs", "--address", addr, "--data-dir", data, id)
-		logs.Stdout, logs.Stderr = &o, &e
-		err := logs.Run()
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 9 || o.String() != "early\n" || e.String() != "late\n" {
-			t.Errorf("logs: %v, stdout %q, stderr %q; want exit 9, early, late", err, o.String(), e.String())
+		o, e, code := runBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
+		if code != 9 || o != "early\n" || e != "late\n" {
+			t.Errorf("logs: exit %d, stdout %q, stderr %q; want exit 9, early, late", code, o, e)
 		}
 	})
 	t.Run("large output", func(t *testing.T) {
@@ -206,10 +224,9 @@ func TestDevAndRun(t *testing.T) {
 		}
 	})
 	t.Run("server unreachable", func(t *testing.T) {
-		cmd := exec.Command(berth, "run", "--address", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--", "true")
-		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "cannot reach the Temporal server") {
-			t.Errorf("got %v, %q", err, out)
+		_, stderr, code := runBerth(t, berth, "run", "--address", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--", "true")
+		if code == 0 || !strings.Contains(stderr, "cannot reach the Temporal server") {
+			t.Errorf("got exit %d, %q", code, stderr)
 		}
 	})
 }
