@@ -146,13 +146,7 @@ func TestDevAndRun(t *testing.T) {
 	var devLog syncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	t.Cleanup(func() {
-		dev.Process.Signal(os.Interrupt)
-		time.Sleep(time.Second) // let it stop; Wait belongs to startDev
-		if t.Failed() {
-			t.Logf("berth dev:\n%s", devLog.String())
-		}
-	})
+	t.Cleanup(func() { stopDev(t, dev, &devLog) })
 	run := func(args ...string) (stdout, stderr string, code int) {
 		t.Helper()
 		return runBerth(t, berth, append([]string{"run", "--address", addr, "--data-dir", data}, args...)...)
@@ -252,11 +246,10 @@ func TestDevKilledMidCommand(t *testing.T) {
 	var again syncBuffer
 	dev, _ = startDev(t, berth, data, port, &again)
 	t.Cleanup(func() {
-		dev.Process.Signal(os.Interrupt)
-		time.Sleep(time.Second)
 		if t.Failed() {
-			t.Logf("berth dev, first:\n%s\nberth dev, after the restart:\n%s", devLog.String(), again.String())
+			t.Logf("berth dev, before the kill:\n%s", devLog.String())
 		}
+		stopDev(t, dev, &again)
 	})
 	stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
 	if code != 4 || stdout != "ran\n" {

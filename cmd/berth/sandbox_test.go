@@ -37,13 +37,7 @@ func TestSandboxCLI(t *testing.T) {
 	berth, data := build(t), dataDir(t)
 	var devLog syncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog, "--reap-every", "1s")
-	t.Cleanup(func() {
-		dev.Process.Signal(os.Interrupt)
-		dev.Wait()
-		if t.Failed() {
-			t.Logf("berth dev:\n%s", devLog.String())
-		}
-	})
+	t.Cleanup(func() { stopDev(t, dev, &devLog) })
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	sb := func(args ...string) (string, string, int) {
 		t.Helper()
@@ -192,13 +186,7 @@ func TestSandboxContinuesAsNew(t *testing.T) {
 	berth, data := build(t), dataDir(t)
 	var devLog syncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
-	t.Cleanup(func() {
-		dev.Process.Signal(os.Interrupt)
-		dev.Wait()
-		if t.Failed() {
-			t.Logf("berth dev:\n%s", devLog.String())
-		}
-	})
+	t.Cleanup(func() { stopDev(t, dev, &devLog) })
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	c, err := client.Dial(client.Options{HostPort: addr, Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
