@@ -58,6 +58,8 @@ type Activities struct {
 	// PartSize is the size of stored output parts; zero means
 	// DefaultPartSize.
 	PartSize int
+
+	handoffs handoffs // commands ExecLocal handed to Exec
 }
 
 func (a *Activities) provider(name string) (provider.Provider, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -242,5 +243,80 @@ func TestFollowLive(t *testing.T) {
 	}
 	if !bytes.Equal(want[:len(got)], got) {
 		t.Errorf("followed output (%d bytes) is not a prefix of the output", len(got))
+	}
+}
+
+func (f *fixture) execLocal(t *testing.T, in ExecInput) LocalExecOutput {
+	t.Helper()
+	v, err := f.env.ExecuteLocalActivity(f.acts.ExecLocal, in)
+	if err != nil {
+		t.Fatalf("exec locally %+v: %v", in, err)
+	}
+	var out LocalExecOutput
+	if err := v.Get(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestExecLocal: a short command's result comes back from ExecLocal; a
+// longer one is handed, running, to Exec, which returns its whole output
+// without running it again or attaching to it anew.
+func TestExecLocal(t *testing.T) {
+	f := newFixture(t)
+	short := f.execLocal(t, ExecInput{Sandbox: f.ref, ID: "short", Shell: "echo hi; exit 3"})
+	if short.Handed || short.Elsewhere || short.ExitCode != 3 || string(short.Stdout.Inline) != "hi\n" {
+		t.Errorf("short command: %+v", short)
+	}
+
+	// Output before the hand-over, during it and after it: several
+	// parts, more than the sandbox's journal keeps.
+	const n = 120000
+	long := ExecInput{Sandbox: f.ref, ID: "long", Shell: fmt.Sprintf("seq 1 %d; sleep 1; seq %d %d", n/2, n/2+1, n)}
+	if out := f.execLocal(t, long); !out.Handed {
+		t.Fatalf("a command longer than the window was not handed over: %+v", out)
+	}
+	out := f.exec(t, long)
+	if out.Attached || out.ExitCode != 0 {
+		t.Errorf("taken over: attached %v (want a run handed over, not found again), exit %d", out.Attached, out.ExitCode)
+	}
+	if got, want := readAll(t, f.acts.Outputs, out.Stdout), seqOutput(n); !bytes.Equal(got, want) || out.Stdout.Incomplete {
+		t.Errorf("output across the hand-over: %d bytes (incomplete %v), want %d", len(got), out.Stdout.Incomplete, len(want))
+	}
+
+	for name, in := range map[string]ExecInput{
+		"another host's sandbox": {Sandbox: Ref{Provider: "linux", ID: f.ref.ID, Queue: "berth@elsewhere"}, ID: "x"},
+		"a provider not served":  {Sandbox: Ref{Provider: "docker", ID: f.ref.ID, Queue: "berth-host"}, ID: "y"},
+	} {
+		if out := f.execLocal(t, in); !out.Elsewhere {
+			t.Errorf("%s: %+v, want Elsewhere", name, out)
+		}
+	}
+	var unregistered *Activities
+	if out, err := unregistered.ExecLocal(t.Context(), long); err != nil || !out.Elsewhere {
+		t.Errorf("on a worker without the activities: %+v, %v; want Elsewhere", out, err)
+	}
+}
+
+// TestExecLocalAbandoned: a command handed over that no Exec comes for
+// is let go after the grace; a later Exec attaches to it through the
+// sandbox's journal.
+func TestExecLocalAbandoned(t *testing.T) {
+	f := newFixture(t)
+	f.acts.handoffs.grace = 50 * time.Millisecond
+	in := ExecInput{Sandbox: f.ref, ID: "abandoned", Shell: "echo start; sleep 1; echo end"}
+	if out := f.execLocal(t, in); !out.Handed {
+		t.Fatalf("not handed over: %+v", out)
+	}
+	time.Sleep(200 * time.Millisecond)
+	f.acts.handoffs.mu.Lock()
+	left := len(f.acts.handoffs.runs)
+	f.acts.handoffs.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d runs still held past their grace", left)
+	}
+	out := f.exec(t, in)
+	if !out.Attached || string(out.Stdout.Inline) != "start\nend\n" {
+		t.Errorf("Exec after the grace: attached %v, stdout %q; want attached, the whole output", out.Attached, out.Stdout.Inline)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -41,6 +42,19 @@ type ExecOutput struct {
 	Attached bool `json:"attached,omitempty"`
 }
 
+// LocalExecOutput is what ExecLocal made of a command: its result, or
+// why the Exec activity must take over.
+type LocalExecOutput struct {
+	ExecOutput
+	// Handed: the command was still running after LocalWindow; this
+	// worker keeps it for the Exec activity, which takes it over with
+	// its output so far.
+	Handed bool `json:"handed,omitempty"`
+	// Elsewhere: this worker is not the sandbox's host; only the Exec
+	// activity, on the host's queue, can run the command.
+	Elsewhere bool `json:"elsewhere,omitempty"`
+}
+
 // execProgress is an Exec's heartbeat: the output parts stored so far.
 type execProgress struct {
 	Parts [2]int `json:"parts"`
@@ -54,60 +68,142 @@ const LiveEvery = 100 * time.Millisecond
 // the SDK sends at most one per heartbeat timeout's fraction anyway.
 const heartbeatEvery = 2 * time.Second
 
-// Exec runs a command, or attaches to it when an earlier attempt started
-// it, streaming its output into the blob store and heartbeating the
-// progress a retry resumes from.
+// LocalWindow is how long ExecLocal waits for a command before handing
+// it to the Exec activity. Most tool calls (cat, ls, a file write, git
+// status) end well within it; the workflow task stays open meanwhile,
+// so it must stay far below the workflow task timeout.
+const LocalWindow = 500 * time.Millisecond
+
+// handoffGrace is how long a command handed over by ExecLocal waits for
+// the Exec activity to take it. Past it, the worker stops following the
+// command, which goes on in the sandbox: an Exec activity arriving later,
+// on this worker or another, attaches to it through the sandbox's
+// journal like any retry.
+const handoffGrace = time.Minute
+
+// Exec runs a command, or takes it over from ExecLocal, or attaches to
+// it when an earlier attempt started it, streaming its output into the
+// blob store and heartbeating the progress a retry resumes from.
 func (a *Activities) Exec(ctx context.Context, in ExecInput) (ExecOutput, error) {
 	if in.ID == "" {
 		return ExecOutput{}, toTemporal(errors.New("exec without a command id cannot be made exactly-once"))
 	}
+	run := a.handoffs.take(in)
+	if run == nil {
+		var prog execProgress
+		if activity.HasHeartbeatDetails(ctx) {
+			_ = activity.GetHeartbeatDetails(ctx, &prog)
+		}
+		var err error
+		if run, err = a.startExec(ctx, in, prog); err != nil {
+			return ExecOutput{}, toTemporal(err)
+		}
+	}
+	return run.wait(ctx, func() { activity.RecordHeartbeat(ctx, run.progress()) })
+}
+
+// ExecLocal is Exec as a local activity, run by the worker of the
+// workflow that asks for it, without a round trip through the server:
+// it runs the command when this worker is the sandbox's host, and waits
+// for it at most LocalWindow. A longer command is handed, still running
+// and with its output so far, to the Exec activity, which the workflow
+// then schedules on the same worker: nothing is run twice, and nothing
+// is lost. If this worker dies meanwhile, the workflow task is retried
+// elsewhere and ExecLocal or Exec attaches to the command through the
+// sandbox's journal.
+//
+// A worker that did not register Activities calls ExecLocal on a nil
+// receiver: it answers Elsewhere.
+func (a *Activities) ExecLocal(ctx context.Context, in ExecInput) (LocalExecOutput, error) {
+	if a == nil || in.Sandbox.Queue != a.HostQueue || a.Providers[in.Sandbox.Provider] == nil {
+		return LocalExecOutput{Elsewhere: true}, nil
+	}
+	if in.ID == "" {
+		return LocalExecOutput{}, toTemporal(errors.New("exec without a command id cannot be made exactly-once"))
+	}
+	// A workflow task retried on this worker finds its command here.
+	run := a.handoffs.take(in)
+	if run == nil {
+		var err error
+		// The run outlives this activity when it is handed over.
+		if run, err = a.startExec(context.WithoutCancel(ctx), in, execProgress{}); err != nil {
+			return LocalExecOutput{}, toTemporal(err)
+		}
+	}
+	window := time.NewTimer(LocalWindow)
+	defer window.Stop()
+	select {
+	case <-run.done:
+		return LocalExecOutput{ExecOutput: run.out}, run.err
+	case <-window.C:
+		a.handoffs.put(in, run)
+		return LocalExecOutput{Handed: true}, nil
+	case <-ctx.Done():
+		run.stop()
+		return LocalExecOutput{}, ctx.Err()
+	}
+}
+
+// execRun is a command running in a sandbox, its output streaming into
+// the blob store; the activity that waits for it can change, from
+// ExecLocal to Exec.
+type execRun struct {
+	streams [2]*capture
+	cancel  context.CancelFunc
+	done    chan struct{}
+	out     ExecOutput // set when done closes
+	err     error      // likewise, already a Temporal error
+}
+
+// startExec starts running (or attaching to) a command, resuming its
+// stored output after prog.
+func (a *Activities) startExec(ctx context.Context, in ExecInput, prog execProgress) (*execRun, error) {
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
-		return ExecOutput{}, toTemporal(err)
+		return nil, err
 	}
-	var prog execProgress
-	if activity.HasHeartbeatDetails(ctx) {
-		_ = activity.GetHeartbeatDetails(ctx, &prog)
-	}
-	streams := [2]*capture{
+	ctx, cancel := context.WithCancel(ctx)
+	r := &execRun{cancel: cancel, done: make(chan struct{})}
+	r.streams = [2]*capture{
 		newCapture(ctx, a, OutputKey(in.Sandbox.ID, in.ID, "stdout"), prog.Parts[0]),
 		newCapture(ctx, a, OutputKey(in.Sandbox.ID, in.ID, "stderr"), prog.Parts[1]),
 	}
-	progress := func() execProgress {
-		return execProgress{Parts: [2]int{streams[0].progress(), streams[1].progress()}}
-	}
+	go r.run(ctx, sb, in)
+	return r, nil
+}
 
+func (r *execRun) run(ctx context.Context, sb provider.Sandbox, in ExecInput) {
+	defer close(r.done)
+	defer r.cancel()
 	stop := make(chan struct{})
-	defer close(stop)
 	go func() {
-		beat := time.NewTicker(heartbeatEvery)
-		defer beat.Stop()
 		live := time.NewTicker(LiveEvery)
 		defer live.Stop()
 		for {
 			select {
 			case <-stop:
 				return
-			case <-ctx.Done():
-				return
-			case <-beat.C:
-				activity.RecordHeartbeat(ctx, progress())
 			case <-live.C:
-				streams[0].flushLive()
-				streams[1].flushLive()
+				r.streams[0].flushLive()
+				r.streams[1].flushLive()
 			}
 		}
 	}()
-
 	req := provider.ExecRequest{
 		ID: in.ID, Argv: in.Argv, Shell: in.Shell, Env: in.Env, Dir: in.Dir, Timeout: in.Timeout,
-		Stdout: streams[0], Stderr: streams[1],
-		StdoutOffset: streams[0].committed(), StderrOffset: streams[1].committed(),
+		Stdout: r.streams[0], Stderr: r.streams[1],
+		StdoutOffset: r.streams[0].committed(), StderrOffset: r.streams[1].committed(),
 	}
 	if len(in.Stdin) > 0 {
 		req.Stdin = bytes.NewReader(in.Stdin)
 	}
 	res, err := sb.Exec(ctx, req)
+	close(stop)
+	r.out, r.err = r.result(res, err)
+}
+
+// result turns what the provider returned into the activity's result.
+func (r *execRun) result(res provider.ExecResult, err error) (ExecOutput, error) {
 	switch {
 	case errors.Is(err, provider.ErrTimeout), errors.Is(err, provider.ErrOutOfMemory):
 		// Results, not failures: see ExecOutput.
@@ -116,11 +212,83 @@ func (a *Activities) Exec(ctx context.Context, in ExecInput) (ExecOutput, error)
 	}
 	out := ExecOutput{ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut,
 		OOMKilled: res.OOMKilled, Duration: res.Duration, Attached: res.Attached}
-	if out.Stdout, err = streams[0].finish(res.Truncated); err != nil {
+	if out.Stdout, err = r.streams[0].finish(res.Truncated); err != nil {
 		return ExecOutput{}, toTemporal(err)
 	}
-	if out.Stderr, err = streams[1].finish(res.Truncated); err != nil {
+	if out.Stderr, err = r.streams[1].finish(res.Truncated); err != nil {
 		return ExecOutput{}, toTemporal(err)
 	}
 	return out, nil
+}
+
+func (r *execRun) progress() execProgress {
+	return execProgress{Parts: [2]int{r.streams[0].progress(), r.streams[1].progress()}}
+}
+
+// wait waits for the command's end, calling beat every heartbeatEvery.
+// When ctx ends first it stops following the command.
+func (r *execRun) wait(ctx context.Context, beat func()) (ExecOutput, error) {
+	tick := time.NewTicker(heartbeatEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.done:
+			return r.out, r.err
+		case <-tick.C:
+			beat()
+		case <-ctx.Done():
+			r.stop()
+			return ExecOutput{}, ctx.Err()
+		}
+	}
+}
+
+// stop stops following the command and waits until the run has let go.
+func (r *execRun) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// handoffs holds the commands ExecLocal handed over, until the Exec
+// activity takes them or their grace runs out. The zero value is ready.
+type handoffs struct {
+	grace time.Duration // zero means handoffGrace
+	mu    sync.Mutex
+	runs  map[string]*execRun
+}
+
+func handoffKey(in ExecInput) string { return in.Sandbox.ID + "/" + in.ID }
+
+func (h *handoffs) put(in ExecInput, r *execRun) {
+	key := handoffKey(in)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.runs == nil {
+		h.runs = make(map[string]*execRun)
+	}
+	h.runs[key] = r
+	grace := h.grace
+	if grace == 0 {
+		grace = handoffGrace
+	}
+	time.AfterFunc(grace, func() {
+		h.mu.Lock()
+		abandoned := h.runs[key] == r
+		if abandoned {
+			delete(h.runs, key)
+		}
+		h.mu.Unlock()
+		if abandoned {
+			r.stop()
+		}
+	})
+}
+
+// take removes and returns the run handed over for in, if any.
+func (h *handoffs) take(in ExecInput) *execRun {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.runs[handoffKey(in)]
+	delete(h.runs, handoffKey(in))
+	return r
 }

@@ -24,9 +24,11 @@ func BenchmarkActivityRoundTrip(b *testing.B) {
 	cases := []struct {
 		name          string
 		dynamicConfig map[string]any
+		local         bool
 	}{
 		{name: "tuned"},
 		{name: "stock-transfer-poll-rps", dynamicConfig: map[string]any{"history.transferProcessorMaxPollRPS": 20}},
+		{name: "local-activity", local: true},
 	}
 	for _, bc := range cases {
 		// One server per case, shared by the runs the testing package makes
@@ -37,7 +39,7 @@ func BenchmarkActivityRoundTrip(b *testing.B) {
 			if c == nil {
 				c, tq = benchServer(b, sub, bc.dynamicConfig)
 			}
-			runSequence(sub, c, tq)
+			runSequence(sub, c, tq, bc.local)
 		})
 	}
 }
@@ -76,14 +78,14 @@ func (o ownedBy) TempDir() string  { return o.parent.TempDir() }
 // event count limits whatever b.N is.
 const maxPerWorkflow = 1000
 
-func runSequence(b *testing.B, c client.Client, tq string) {
+func runSequence(b *testing.B, c client.Client, tq string, local bool) {
 	ctx := b.Context()
 	var intervals []time.Duration
 	b.ResetTimer()
 	for left := b.N; left > 0; {
 		n := min(left, maxPerWorkflow)
 		left -= n
-		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: tq}, sequenceWorkflow, n)
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: tq}, sequenceWorkflow, n, local)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -103,14 +105,19 @@ func runSequence(b *testing.B, c client.Client, tq string) {
 	}
 }
 
-// sequenceWorkflow runs n activities one after the other and returns when
-// each started, by the worker's clock.
-func sequenceWorkflow(ctx workflow.Context, n int) ([]int64, error) {
+// sequenceWorkflow runs n activities one after the other, local ones or
+// not, and returns when each started, by the worker's clock.
+func sequenceWorkflow(ctx workflow.Context, n int, local bool) ([]int64, error) {
 	ctx = activityOptions(ctx)
+	ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 10 * time.Second})
 	starts := make([]int64, 0, n)
 	for range n {
 		var t int64
-		if err := workflow.ExecuteActivity(ctx, now).Get(ctx, &t); err != nil {
+		f := workflow.ExecuteActivity(ctx, now)
+		if local {
+			f = workflow.ExecuteLocalActivity(ctx, now)
+		}
+		if err := f.Get(ctx, &t); err != nil {
 			return nil, err
 		}
 		starts = append(starts, t)

@@ -1,6 +1,7 @@
 package hostworker_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/workflows"
 )
 
 // execLoop runs n commands in one sandbox and measures, from inside the
@@ -42,8 +44,13 @@ func median(d []time.Duration) float64 {
 }
 
 // BenchmarkDurableExec measures an Exec of /bin/true from inside a
-// workflow on the embedded server, the result back in the workflow; and
-// the same command through the provider directly.
+// workflow on the embedded server, the result back in the workflow
+// ("temporal": commands one after another, each a local activity run
+// within the same workflow task); the same as a Workflow Update on a
+// standalone sandbox's workflow, which is what berth sandbox exec and
+// SDK clients do ("update": client to server to workflow task and back,
+// each command its own workflow task); and the same command through the
+// provider directly.
 func BenchmarkDurableExec(b *testing.B) {
 	ctx := b.Context()
 	c := server(b)
@@ -52,7 +59,7 @@ func BenchmarkDurableExec(b *testing.B) {
 	w, err := hostworker.Start(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
-		Workflows: []any{execLoop},
+		Workflows: []any{execLoop, workflows.Sandbox},
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -67,6 +74,45 @@ func BenchmarkDurableExec(b *testing.B) {
 		var took []time.Duration
 		if err := run.Get(ctx, &took); err != nil {
 			b.Fatal(err)
+		}
+		b.ReportMetric(median(took), "median-ms")
+	})
+	b.Run("update", func(b *testing.B) {
+		id := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
+			workflows.Sandbox, workflows.SandboxInput{Provider: "linux"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: workflows.UpdateStop,
+				WaitForStage: client.WorkflowUpdateStageCompleted})
+			if err == nil {
+				err = h.Get(ctx, nil)
+			}
+			if err != nil {
+				b.Errorf("stop the sandbox: %v", err)
+			}
+		}()
+		exec := func() {
+			h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+				WorkflowID: id, RunID: run.GetRunID(), UpdateName: workflows.UpdateExec,
+				Args: []any{workflows.ExecRequest{Argv: []string{"/bin/true"}}}, WaitForStage: client.WorkflowUpdateStageCompleted,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var out workflows.RunOutput
+			if err := h.Get(ctx, &out); err != nil {
+				b.Fatal(err)
+			}
+		}
+		exec() // the sandbox is ready
+		var took []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			exec()
+			took = append(took, time.Since(start))
 		}
 		b.ReportMetric(median(took), "median-ms")
 	})

@@ -65,9 +65,10 @@ type state struct {
 	// recovery loses.
 	Since []string `json:"since,omitempty"`
 
-	busy     bool // a transition is in flight
-	inflight int  // operations in flight
-	epoch    int  // bumped on every change the idle watcher cares about
+	busy     bool   // a transition is in flight
+	notLocal string // a queue whose sandboxes this workflow's worker does not host
+	inflight int    // operations in flight
+	epoch    int    // bumped on every change the idle watcher cares about
 }
 
 // State is where a sandbox is in its lifecycle.
@@ -247,7 +248,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 		if cfg.started != nil {
 			cfg.started(in.ID)
 		}
-		out, err := call[activities.ExecOutput](ctx, s.opts(ref.Queue, cfg.timeout), acts.Exec, in)
+		out, err := s.runExec(ctx, in)
 		if err != nil {
 			return err
 		}
@@ -267,6 +268,38 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 		return nil
 	})
 	return res, err
+}
+
+// localExecVersion marks workflows that run commands through ExecLocal
+// first; histories from before it replay without.
+const localExecVersion = "berth.local-exec"
+
+// runExec runs a command. When this workflow's worker may be the
+// sandbox's host, it tries the command as a local activity first: a
+// short command's result then comes back without a round trip through
+// the server, and a longer one is handed over, still running, to the
+// Exec activity on the same worker.
+func (s *Sandbox) runExec(ctx workflow.Context, in activities.ExecInput) (activities.ExecOutput, error) {
+	if in.Sandbox.Queue != s.st.notLocal && workflow.GetVersion(ctx, localExecVersion, workflow.DefaultVersion, 1) == 1 {
+		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			StartToCloseTimeout: activities.LocalWindow + opTimeout,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		})
+		var out activities.LocalExecOutput
+		err := workflow.ExecuteLocalActivity(lctx, acts.ExecLocal, in).Get(ctx, &out)
+		switch {
+		case err == nil && out.Elsewhere:
+			s.st.notLocal = in.Sandbox.Queue
+		case err == nil && !out.Handed:
+			return out.ExecOutput, nil
+		case err != nil && (ctx.Err() != nil || provider.KindOf(activities.FromTemporal(err)) != provider.KindInternal):
+			// Cancelled, or a provider error the activity would get too.
+			return out.ExecOutput, activities.FromTemporal(err)
+		}
+		// Otherwise the Exec activity takes over, or attaches to what
+		// the local activity started.
+	}
+	return call[activities.ExecOutput](ctx, s.opts(in.Sandbox.Queue, in.Timeout), acts.Exec, in)
 }
 
 // WriteFiles writes files into the workspace. Their contents enter

@@ -5,9 +5,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
+	"hash"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -38,32 +37,43 @@ import (
 const waitGo = "while [ ! -e go ]; do sleep 0.05; done"
 
 // TestWorkerKilledMidCommand kills the only worker with SIGKILL while a
-// command runs, and starts another on the same host: the Exec activity,
-// retried once its heartbeat times out, attaches to the command still
-// running in the sandbox, so the command runs once, its output is whole
-// and its result arrives.
+// command runs, and starts another on the same host: the command runs
+// once, its output is whole and its result arrives. The worker dies
+// either while it runs the command as a local activity, in its first
+// moments (the workflow task is then retried on the new worker, whose
+// local activity attaches to the command), or later, in the Exec
+// activity it was handed to (the activity is retried once its heartbeat
+// times out, and attaches to it).
 func TestWorkerKilledMidCommand(t *testing.T) {
-	berth, data := berthBinary(t), dataDir(t)
-	srv := startServer(t, data, "127.0.0.1:0")
-	addr := srv.Address()
-	c := dial1(t, addr)
-	w1 := startWorker(t, berth, addr, data, "first worker")
-	id := detach(t, berth, addr, data, "sh", "-c", "echo before; echo ran >> log; "+waitGo+"; echo after; cat log; exit 4")
-	waitSandboxFile(t, data, "log")
+	for _, when := range []string{"local activity", "activity"} {
+		t.Run(when, func(t *testing.T) {
+			berth, data := berthBinary(t), dataDir(t)
+			srv := startServer(t, data, "127.0.0.1:0")
+			addr := srv.Address()
+			c := dial1(t, addr)
+			w1 := startWorker(t, berth, addr, data, "first worker")
+			id := detach(t, berth, addr, data, "sh", "-c", "echo before; echo ran >> log; "+waitGo+"; echo after; cat log; exit 4")
+			waitSandboxFile(t, data, "log")
+			if when == "activity" {
+				waitFor(t, "the Exec activity on the first worker", func() bool { return execRunningOn(t, c, id, w1) })
+			}
 
-	w1.kill(t)
-	startWorker(t, berth, addr, data, "second worker")
-	// The retry is slow to come: the server waits for the heartbeat
-	// timeout (sandbox's 20s) to take the first worker for dead.
-	waitFor(t, "the Exec activity's second attempt", func() bool { return execRetried(t, c, id) })
-	touchSandboxFile(t, data, "go")
+			w1.kill(t)
+			w2 := startWorker(t, berth, addr, data, "second worker")
+			// The new worker is slow to take over: the server waits for
+			// the workflow task's timeout, or the heartbeat's (20s), to
+			// take the first worker for dead.
+			waitFor(t, "the Exec activity on the second worker", func() bool { return execRunningOn(t, c, id, w2) })
+			touchSandboxFile(t, data, "go")
 
-	stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
-	if code != 4 || stdout != "before\nafter\nran\n" {
-		t.Errorf("after the worker was killed: exit %d, stdout %q, stderr %q; want exit 4, the whole output and one run", code, stdout, stderr)
-	}
-	if left := sandboxDirs(t, data); len(left) > 0 {
-		t.Errorf("sandboxes left after the run: %v", left)
+			stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
+			if code != 4 || stdout != "before\nafter\nran\n" {
+				t.Errorf("after the worker was killed: exit %d, stdout %q, stderr %q; want exit 4, the whole output and one run", code, stdout, stderr)
+			}
+			if left := sandboxDirs(t, data); len(left) > 0 {
+				t.Errorf("sandboxes left after the run: %v", left)
+			}
+		})
 	}
 }
 
@@ -273,28 +283,20 @@ func TestMain(m *testing.M) {
 func hashBerth(t *testing.T, berth string, args ...string) (n int64, sum, stderr string, code int) {
 	t.Helper()
 	var e syncBuffer
-	cmd := exec.Command(berth, args...)
-	cmd.Stderr, cmd.Dir = &e, t.TempDir()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.New()
-	n, err = io.Copy(h, stdout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = cmd.Wait()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		code = exit.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return n, hex.EncodeToString(h.Sum(nil)), e.String(), code
+	h := &countingHash{Hash: sha256.New()}
+	code = runCommand(t, berth, args, h, &e)
+	return h.n, hex.EncodeToString(h.Sum(nil)), e.String(), code
+}
+
+// countingHash is a hash that counts what it was given.
+type countingHash struct {
+	hash.Hash
+	n int64
+}
+
+func (h *countingHash) Write(p []byte) (int, error) {
+	h.n += int64(len(p))
+	return h.Hash.Write(p)
 }
 
 // startServer starts an embedded Temporal server on data's database, in
@@ -310,7 +312,15 @@ func startServer(t *testing.T, data, addr string) *devserver.Server {
 	if err != nil {
 		t.Fatalf("start the server: %v", err)
 	}
-	t.Cleanup(func() { srv.Stop() })
+	t.Cleanup(func() {
+		stopped := make(chan struct{})
+		go func() { srv.Stop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(time.Minute):
+			t.Errorf("the server at %s did not stop within a minute", srv.Address())
+		}
+	})
 	dumpOnFailure(t, "server "+srv.Address(), &log)
 	return srv
 }
@@ -468,17 +478,16 @@ func sandboxDirs(t *testing.T, data string) []string {
 	return dirs
 }
 
-// execRetried says whether a run's Exec activity is running again, on a
-// later attempt than its first.
-func execRetried(t *testing.T, c client.Client, id string) bool {
+// execRunningOn says whether a run's Exec activity is running on w.
+func execRunningOn(t *testing.T, c client.Client, id string, w *worker) bool {
 	t.Helper()
 	desc, err := c.DescribeWorkflowExecution(t.Context(), id, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range desc.PendingActivities {
-		if a.GetActivityType().GetName() == "Exec" && a.GetAttempt() > 1 &&
-			a.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED {
+		if a.GetActivityType().GetName() == "Exec" && a.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED &&
+			strings.HasPrefix(a.GetLastWorkerIdentity(), fmt.Sprintf("%d@", w.cmd.Process.Pid)) {
 			return true
 		}
 	}
