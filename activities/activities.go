@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"gocloud.dev/blob"
 
@@ -236,4 +237,38 @@ func (a *Activities) providerNames() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// ExportPrefix is where ExportPath leaves the archives front ends fetch;
+// the front end deletes an archive once it has it.
+const ExportPrefix = "exports/"
+
+// ExportPath writes a file or directory of a sandbox's workspace as a
+// tar stream into the blob store (see provider.PathExporter for its
+// names), and says where. Retries write to the same place.
+func (a *Activities) ExportPath(ctx context.Context, in PathInput) (Output, error) {
+	sb, err := a.sandbox(ctx, in.Sandbox)
+	if err != nil {
+		return Output{}, toTemporal(err)
+	}
+	pe, ok := sb.(provider.PathExporter)
+	if !ok {
+		return Output{}, toTemporal(fmt.Errorf("%w: provider %q cannot export part of a workspace", provider.ErrUnsupported, in.Sandbox.Provider))
+	}
+	rc, err := pe.ExportPath(ctx, in.Path)
+	if err != nil {
+		return Output{}, toTemporal(err)
+	}
+	defer rc.Close()
+	info := activity.GetInfo(ctx)
+	key := ExportPrefix + in.Sandbox.ID + "/" + info.WorkflowExecution.RunID + "-" + info.ActivityID + ".tar"
+	w := newPartWriter(ctx, a.Outputs, key, a.partSize(), 0)
+	size, err := io.Copy(w, rc)
+	if err == nil {
+		err = w.Close()
+	}
+	if err != nil {
+		return Output{}, toTemporal(fmt.Errorf("export %q: %w", in.Path, err))
+	}
+	return Output{Size: size, Truncated: true, Blob: key, Parts: w.parts}, nil
 }

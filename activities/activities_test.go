@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -318,5 +319,44 @@ func TestExecLocalAbandoned(t *testing.T) {
 	out := f.exec(t, in)
 	if !out.Attached || string(out.Stdout.Inline) != "start\nend\n" {
 		t.Errorf("Exec after the grace: attached %v, stdout %q; want attached, the whole output", out.Attached, out.Stdout.Inline)
+	}
+}
+
+// TestSweepTransfers: uploads and exports older than the age given go,
+// newer ones and other objects stay.
+func TestSweepTransfers(t *testing.T) {
+	dir := t.TempDir()
+	bucket, err := fileblob.OpenBucket(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bucket.Close()
+	acts := &Activities{Outputs: bucket}
+	old := time.Now().Add(-2 * time.Hour)
+	keys := map[string]bool{ // key: old?
+		UploadPrefix + "sb-1-aa.tar":           true,
+		ExportPrefix + "sb-1/run-1.tar/000000": true,
+		UploadPrefix + "sb-1-bb.tar":           false,
+		"outputs/sb-1/sb-1-c1/stdout/000000":   true,
+	}
+	for key, isOld := range keys {
+		if err := bucket.WriteAll(t.Context(), key, []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+		if isOld {
+			if err := os.Chtimes(filepath.Join(dir, filepath.FromSlash(key)), old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n, err := acts.SweepTransfers(t.Context(), time.Hour)
+	if err != nil || n != 2 {
+		t.Errorf("swept %d, %v; want 2", n, err)
+	}
+	for key, isOld := range keys {
+		exists, _ := bucket.Exists(t.Context(), key)
+		if gone := isOld && !strings.HasPrefix(key, "outputs/"); exists == gone {
+			t.Errorf("%s: exists %v after the sweep", key, exists)
+		}
 	}
 }

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/snapshot"
@@ -90,4 +94,39 @@ func (a *Activities) ReapSnapshots(ctx context.Context, in ReapSnapshotsInput) (
 		return ReapSnapshotsOutput{}, toTemporal(snapshotError(err))
 	}
 	return ReapSnapshotsOutput{Checkpoints: stats.Dropped, Chunks: stats.Deleted}, nil
+}
+
+// TransferMaxAge is how long uploads and exports may stay in the blob
+// store: front ends delete theirs when done, so what is older was left
+// by one that died.
+const TransferMaxAge = time.Hour
+
+// SweepTransfers deletes the uploads and exports older than maxAge
+// (TransferMaxAge when zero), and says how many it deleted.
+func (a *Activities) SweepTransfers(ctx context.Context, maxAge time.Duration) (int, error) {
+	if maxAge <= 0 {
+		maxAge = TransferMaxAge
+	}
+	cutoff := time.Now().Add(-maxAge)
+	deleted := 0
+	for _, prefix := range []string{UploadPrefix, ExportPrefix} {
+		it := a.Outputs.List(&blob.ListOptions{Prefix: prefix})
+		for {
+			obj, err := it.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return deleted, toTemporal(fmt.Errorf("list %s: %w", prefix, err))
+			}
+			if obj.IsDir || !obj.ModTime.Before(cutoff) {
+				continue
+			}
+			if err := a.Outputs.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+				return deleted, toTemporal(fmt.Errorf("delete %s: %w", obj.Key, err))
+			}
+			deleted++
+		}
+	}
+	return deleted, nil
 }

@@ -87,6 +87,16 @@ type ChangedExporter interface {
 	ExportChanged(ctx context.Context, since time.Time) (io.ReadCloser, error)
 }
 
+// PathExporter is implemented by sandboxes that can export part of their
+// workspace.
+type PathExporter interface {
+	// ExportPath is Export of the file or directory at path alone. Its
+	// entries' names start with path's base name, as tar -C would write
+	// them: exporting "src/pkg" gives "pkg/", "pkg/a.go"... A path that
+	// does not exist is an error wrapping ErrNotFound.
+	ExportPath(ctx context.Context, path string) (io.ReadCloser, error)
+}
+
 // PAX records of ExportChanged.
 const (
 	PAXUnchanged = "BERTH.unchanged"

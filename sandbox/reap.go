@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -14,12 +15,14 @@ type ReapReport struct {
 	Sandboxes   []string `json:"sandboxes,omitempty"` // destroyed
 	Checkpoints int      `json:"checkpoints"`         // deleted
 	Chunks      int      `json:"chunks"`              // snapshot chunks no longer referred to, removed
+	Transfers   int      `json:"transfers"`           // uploads and exports left by front ends, removed
 }
 
 // Reap destroys the sandboxes of the workers polling queue (a host's
 // queue, for host-bound providers) whose owner workflow has closed or
 // whose hard lifetime has passed, then the checkpoints of closed owners
-// and the snapshot chunks nothing refers to. It is what the reaper's
+// and the snapshot chunks nothing refers to, and the uploads and exports
+// that front ends left in the blob store. It is what the reaper's
 // schedule runs; a sandbox without owner labels is only reaped at the
 // end of its lifetime.
 func Reap(ctx workflow.Context, queue string) (ReapReport, error) {
@@ -64,5 +67,8 @@ func Reap(ctx workflow.Context, queue string) (ReapReport, error) {
 		return report, fmt.Errorf("reap checkpoints: %w", err)
 	}
 	report.Checkpoints, report.Chunks = snaps.Checkpoints, snaps.Chunks
+	if report.Transfers, err = call[int](ctx, activityOptions(queue, 0), acts.SweepTransfers, time.Duration(0)); err != nil {
+		return report, fmt.Errorf("sweep transfers: %w", err)
+	}
 	return report, nil
 }

@@ -357,6 +357,20 @@ func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (activities.
 	return out, err
 }
 
+// Export writes the file or directory at path as a tar stream into the
+// worker's blob store, for a front end to fetch: the result locates it
+// (see provider.PathExporter for its names). Whoever fetches it deletes
+// it.
+func (s *Sandbox) Export(ctx workflow.Context, path string) (activities.Output, error) {
+	var out activities.Output
+	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
+		out, err = call[activities.Output](ctx, s.transfer(ref.Queue), acts.ExportPath,
+			activities.PathInput{Sandbox: ref, Path: path})
+		return err
+	})
+	return out, err
+}
+
 // ListFiles lists a directory of the workspace.
 func (s *Sandbox) ListFiles(ctx workflow.Context, path string) ([]provider.FileInfo, error) {
 	var infos []provider.FileInfo

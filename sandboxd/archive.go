@@ -30,8 +30,22 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
 		}
 		since = time.Unix(0, ns)
 	}
+	top := "."
+	if r.URL.Query().Has("path") {
+		name, rel, err := relPath(r)
+		if err == nil {
+			if _, err = s.root.Stat(rel); err != nil {
+				err = s.fileError("export", name, err)
+			}
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		top = rel
+	}
 	w.Header().Set("Content-Type", "application/x-tar")
-	if err := s.export(w, since); err != nil {
+	if err := s.export(w, top, since); err != nil {
 		// The status is sent; breaking the stream is how the client
 		// learns that the archive is incomplete.
 		s.log.Warn("export workspace", "err", err)
@@ -39,16 +53,18 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// export writes the workspace as a tar stream, without ownership, so it
-// unpacks the same on any provider. Files that change while it runs are
-// written as they were when opened: grown files are cut at the size seen
-// then, shrunk ones padded with zeros. When since is not zero, files
-// whose status has not changed since then come without their content
-// (see provider.ChangedExporter).
-func (s *Server) export(w io.Writer, since time.Time) error {
+// export writes the workspace, or the file or directory top in it, as a
+// tar stream, without ownership, so it unpacks the same on any provider.
+// The names of the whole workspace's entries are their paths; those of
+// top's start with top's base name, as tar -C would write them. Files
+// that change while it runs are written as they were when opened: grown
+// files are cut at the size seen then, shrunk ones padded with zeros.
+// When since is not zero, files whose status has not changed since then
+// come without their content (see provider.ChangedExporter).
+func (s *Server) export(w io.Writer, top string, since time.Time) error {
 	tw := tar.NewWriter(w)
 	fsys := s.root.FS()
-	err := fs.WalkDir(fsys, ".", func(name string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(fsys, top, func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil // removed while we walked
@@ -62,10 +78,15 @@ func (s *Server) export(w io.Writer, since time.Time) error {
 		if err != nil {
 			return nil
 		}
-		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
+		tarName := name
+		if top != "." {
+			// WalkDir names entries top, top/a, top/a/b...
+			tarName = path.Join(path.Base(top), strings.TrimPrefix(name, top))
+		}
+		hdr := &tar.Header{Name: tarName, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
 		switch {
 		case fi.IsDir():
-			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+			hdr.Typeflag, hdr.Name = tar.TypeDir, tarName+"/"
 			return tw.WriteHeader(hdr)
 		case fi.Mode()&fs.ModeSymlink != 0:
 			target, err := s.root.Readlink(name)

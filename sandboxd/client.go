@@ -236,6 +236,16 @@ func (c *Client) Export(ctx context.Context) (io.ReadCloser, error) {
 	return resp.Body, nil
 }
 
+// ExportPath streams a file or directory of the workspace as tar; see
+// provider.PathExporter.
+func (c *Client) ExportPath(ctx context.Context, p string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, http.MethodGet, routeWorkspace, pathQuery(p), nil)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
 // ExportChanged streams the workspace as tar, without the content of the
 // files unchanged since since; see provider.ChangedExporter.
 func (c *Client) ExportChanged(ctx context.Context, since time.Time) (io.ReadCloser, error) {

@@ -59,6 +59,7 @@ const (
 	UpdateImport     = "berth.import"      // ImportRequest -> nothing
 	UpdateReadFile   = "berth.read_file"   // PathRequest -> activities.Output
 	UpdateListFiles  = "berth.list_files"  // PathRequest -> []provider.FileInfo
+	UpdateExport     = "berth.export"      // PathRequest -> activities.Output (a tar in the blob store)
 	UpdateRemove     = "berth.remove"      // PathRequest -> nothing
 	UpdateSnapshot   = "berth.snapshot"    // nothing -> SnapshotResponse
 	UpdateFork       = "berth.fork"        // ForkRequest -> ForkResponse
@@ -255,6 +256,7 @@ func (s *standalone) register(ctx workflow.Context) error {
 		{UpdateImport, s.importBlob, s.validateImport},
 		{UpdateReadFile, s.readFile, s.validatePath},
 		{UpdateListFiles, s.listFiles, s.validatePath},
+		{UpdateExport, s.export, s.validatePath},
 		{UpdateRemove, s.remove, s.validatePath},
 		{UpdateSnapshot, s.snapshot, s.validateOpen},
 		{UpdateFork, s.fork, s.validateFork},
@@ -404,6 +406,14 @@ func (s *standalone) readFile(ctx workflow.Context, req PathRequest) (activities
 		return activities.Output{}, err
 	}
 	out, err := s.sbx.ReadFileOutput(ctx, req.Path)
+	return out, updateError(err)
+}
+
+func (s *standalone) export(ctx workflow.Context, req PathRequest) (activities.Output, error) {
+	if err := s.ready(ctx); err != nil {
+		return activities.Output{}, err
+	}
+	out, err := s.sbx.Export(ctx, req.Path)
 	return out, updateError(err)
 }
 

@@ -317,12 +317,13 @@ func newSandboxCp() *cobra.Command {
 	var cn conn
 	cmd := &cobra.Command{
 		Use:   "cp SRC DST",
-		Short: "Copy a file or a directory into a sandbox (cp SRC ID:PATH), or a file out of it (cp ID:PATH FILE, - for stdout)",
+		Short: "Copy a file or a directory into a sandbox (cp SRC ID:PATH), or out of it (cp ID:PATH DST, - for a file to stdout)",
 		Long: `berth sandbox cp copies a local file or directory to PATH in the
 sandbox's workspace, or to PATH/NAME when PATH ends with a slash; and a
-file of the workspace out. Small files travel inline; directories and
-large files go through the blob store that berth dev shares with its
-worker (--data-dir).`,
+file or directory of the workspace out, to DST, or into DST when DST is
+a directory (as cp -r does). Small files travel in inline; directories,
+large files and everything copied out go through the blob store that
+berth dev shares with its worker (--data-dir).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -354,15 +355,53 @@ worker (--data-dir).`,
 				files := []provider.File{{Path: dstPath, Data: data, Mode: fi.Mode().Perm()}}
 				return update(ctx, c, dstID, workflows.UpdateWriteFiles, nil, workflows.WriteFilesRequest{Files: files})
 			}
-			var out activities.Output
-			if err := update(ctx, c, srcID, workflows.UpdateReadFile, &out, workflows.PathRequest{Path: srcPath}); err != nil {
-				return err
+			if args[1] == "-" {
+				var out activities.Output
+				if err := update(ctx, c, srcID, workflows.UpdateReadFile, &out, workflows.PathRequest{Path: srcPath}); err != nil {
+					return err
+				}
+				return saveOutput(ctx, out, args[1], cn.dataDir)
 			}
-			return saveOutput(ctx, out, args[1], cn.dataDir)
+			return copyOut(ctx, c, cn.dataDir, srcID, srcPath, args[1])
 		},
 	}
 	cn.flags(cmd)
 	return cmd
+}
+
+// copyOut copies a file or directory of a sandbox out to dst: the
+// sandbox's workflow exports it as a tar stream into the blob store, and
+// berth unpacks it here and deletes it there.
+func copyOut(ctx context.Context, c client.Client, dataDir, id, src, dst string) error {
+	clean := path.Clean(src)
+	root := src == "" || clean == "." || clean == provider.Workspace
+	target := dst
+	if fi, err := os.Stat(dst); err == nil && fi.IsDir() && !root {
+		target = filepath.Join(dst, path.Base(clean))
+	}
+	var out activities.Output
+	if err := update(ctx, c, id, workflows.UpdateExport, &out, workflows.PathRequest{Path: src}); err != nil {
+		return err
+	}
+	bucket, err := openBucket(ctx, blobURL(dataDir))
+	if err != nil {
+		return fmt.Errorf("cp: the copy is in the blob store, which is not reachable here: %w", err)
+	}
+	defer bucket.Close()
+	defer func() {
+		for i := range out.Parts {
+			bucket.Delete(context.WithoutCancel(ctx), activities.PartKey(out.Blob, i))
+		}
+	}()
+	rc, err := activities.Open(ctx, bucket, out)
+	if err != nil {
+		return fmt.Errorf("cp: %w", err)
+	}
+	defer rc.Close()
+	if err := extractTar(rc, target, root); err != nil {
+		return fmt.Errorf("cp: %w", err)
+	}
+	return nil
 }
 
 // copyIn copies a local file or directory tree to dst in a sandbox: as a

@@ -112,6 +112,35 @@ func TestSandboxCLI(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(data, "blobs", "uploads", "*")); len(left) != 0 {
 		t.Errorf("uploads left in the blob store: %v", left)
 	}
+	// And out again: to a new path, and into an existing directory.
+	outs := t.TempDir()
+	ok("cp", id+":proj", filepath.Join(outs, "copy"))
+	ok("cp", id+":proj", outs)
+	for _, dir := range []string{"copy", "proj"} {
+		got := filepath.Join(outs, dir)
+		if b, err := os.ReadFile(filepath.Join(got, "link.py")); err != nil || string(b) != "print('a')\n" {
+			t.Errorf("cp out of a directory, %s/link.py: %q, %v", dir, b, err)
+		}
+		if fi, err := os.Stat(filepath.Join(got, "run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("cp out of a directory, %s/run.sh: %v, %v", dir, fi, err)
+		}
+		if fi, err := os.Stat(filepath.Join(got, "big.bin")); err != nil || fi.Size() != 3<<20 {
+			t.Errorf("cp out of a directory, %s/big.bin: %v, %v", dir, fi, err)
+		}
+	}
+	var left []string
+	filepath.WalkDir(filepath.Join(data, "blobs", "exports"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			left = append(left, p)
+		}
+		return nil
+	})
+	if len(left) != 0 {
+		t.Errorf("exports left in the blob store: %v", left)
+	}
+	if _, errOut, code := sb("cp", id+":no-such-dir", outs); code == 0 || !strings.Contains(errOut, "not exist") {
+		t.Errorf("cp out of a missing path: exit %d, %q", code, errOut)
+	}
 	if _, errOut, code := sb("cp", local, id+":../escape"); code == 0 || !strings.Contains(errOut, "bad input") {
 		t.Errorf("cp to a path leaving the workspace: exit %d, %q", code, errOut)
 	}

@@ -157,6 +157,15 @@ func (s *sandbox) Export(ctx context.Context) (io.ReadCloser, error) {
 	return rc, s.check(err)
 }
 
+// ExportPath implements provider.PathExporter.
+func (s *sandbox) ExportPath(ctx context.Context, path string) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.ExportPath(ctx, path)
+	return rc, s.check(err)
+}
+
 // ExportChanged implements provider.ChangedExporter.
 func (s *sandbox) ExportChanged(ctx context.Context, since time.Time) (io.ReadCloser, error) {
 	if err := s.ready(); err != nil {

@@ -79,6 +79,8 @@ ln -s src/main.go link && ln -s missing dangling && head -c 100000 /dev/urandom 
 		}
 	})
 
+	t.Run("ExportPath", func(t *testing.T) { testExportPath(t, src) })
+
 	t.Run("Import", func(t *testing.T) {
 		dst := s.mustCreate(t, p, s.newSpec(t))
 		// Import unpacks over what is there: unrelated files stay, named
@@ -108,6 +110,57 @@ ln -s src/main.go link && ln -s missing dangling && head -c 100000 /dev/urandom 
 		// Imported files belong to the sandbox user.
 		mustSh(t, dst, "echo more >> proj/private && touch proj/emptydir/new && rm proj/a/b/c/deep.txt")
 	})
+}
+
+// testExportPath exports parts of testArchiveRoundTrip's tree.
+func testExportPath(t *testing.T, sb provider.Sandbox) {
+	pe, ok := sb.(provider.PathExporter)
+	if !ok {
+		t.Skipf("skipped: the sandbox does not implement provider.PathExporter")
+	}
+	export := func(p string) (map[string]*tar.Header, error) {
+		rc, err := pe.ExportPath(timeout(t, opTimeout), p)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		data, err := io.ReadAll(io.LimitReader(rc, maxTestTar))
+		if err != nil {
+			t.Fatalf("reading the export of %s: %v", p, err)
+		}
+		return readTar(t, data), nil
+	}
+	for _, tt := range []struct {
+		path string
+		want []string
+	}{
+		{"proj/a", []string{"a", "a/b", "a/b/c", "a/b/c/deep.txt", "a/random.bin"}},
+		{"/workspace/proj/a/b/", []string{"b", "b/c", "b/c/deep.txt"}},
+		{"proj/run.sh", []string{"run.sh"}},
+		{"proj/emptydir", []string{"emptydir"}},
+	} {
+		hdrs, err := export(tt.path)
+		if err != nil {
+			t.Errorf("ExportPath(%q): %v", tt.path, err)
+			continue
+		}
+		if got := sortedKeys(hdrs); !slices.Equal(got, tt.want) {
+			t.Errorf("ExportPath(%q) has entries %q, want %q", tt.path, got, tt.want)
+		}
+	}
+	if h, _ := export("proj/run.sh"); h["run.sh"] == nil || h["run.sh"].Mode&0o777 != 0o755 || h["run.sh"].Size != int64(len("#!/bin/sh\necho run\n")) {
+		t.Errorf("ExportPath of a file: %+v", h["run.sh"])
+	}
+	_, err := export("proj/missing")
+	checkErrIs(t, err, fs.ErrNotExist, "ExportPath of a missing path")
+	_, err = export("../etc")
+	checkErrIs(t, err, provider.ErrBadInput, "ExportPath of a path leaving the workspace")
+	// A link out of the workspace is not followed out of it.
+	mustSh(t, sb, "ln -sfn / out")
+	defer mustSh(t, sb, "rm out")
+	if hdrs, err := export("out"); err == nil && len(hdrs) > 0 {
+		t.Errorf("ExportPath through a link to / exported %d entries, e.g. %q", len(hdrs), sortedKeys(hdrs)[0])
+	}
 }
 
 func testArchiveHostile(t *testing.T, s *suite) {
@@ -238,7 +291,7 @@ func tree(t *testing.T, sb provider.Sandbox, root string) map[string]string {
 	return out
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
