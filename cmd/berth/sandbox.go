@@ -360,7 +360,7 @@ berth dev shares with its worker (--data-dir).`,
 				if err := update(ctx, c, srcID, workflows.UpdateReadFile, &out, workflows.PathRequest{Path: srcPath}); err != nil {
 					return err
 				}
-				return saveOutput(ctx, out, args[1], cn.dataDir)
+				return printOutput(ctx, out, cn.dataDir)
 			}
 			return copyOut(ctx, c, cn.dataDir, srcID, srcPath, args[1])
 		},
@@ -498,9 +498,9 @@ func fileBase(p string) string {
 	return p
 }
 
-// saveOutput writes a file read from a sandbox to dst ("-" for stdout),
-// whole from the blob store when it did not fit inline.
-func saveOutput(ctx context.Context, o activities.Output, dst, dataDir string) error {
+// printOutput writes a file read from a sandbox to stdout, from the blob
+// store when it is large.
+func printOutput(ctx context.Context, o activities.Output, dataDir string) error {
 	var r io.Reader = strings.NewReader(string(o.Inline))
 	if o.Truncated {
 		bucket, err := openBucket(ctx, blobURL(dataDir))
@@ -515,19 +515,8 @@ func saveOutput(ctx context.Context, o activities.Output, dst, dataDir string) e
 		defer rc.Close()
 		r = rc
 	}
-	if dst == "-" {
-		_, err := io.Copy(os.Stdout, r)
-		return err
-	}
-	f, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	_, err := io.Copy(os.Stdout, r)
+	return err
 }
 
 func newSandboxLs() *cobra.Command {
