@@ -2,7 +2,7 @@
 # The first thing to run on a fresh machine (as root, Go 1.26 installed):
 # builds berth, starts `berth dev` (an embedded Temporal server and a
 # worker), runs a Python program in a durable sandbox with `berth run`,
-# then drives a standalone sandbox (idle pause, wake, snapshot, rm) and
+# then drives a standalone sandbox (idle pause, wake, snapshot, cp out, rm) and
 # stops the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,5 +45,7 @@ b sandbox ls
 b sandbox exec "$id" -- sh -c 'cat note.txt; pgrep -x sleep > /dev/null && echo "background process still alive"'
 snap=$(b sandbox snapshot "$id")
 echo "snapshot $snap"
+b sandbox cp "$id:." "$data/copied-out"
+echo "copied the workspace out: $(ls "$data/copied-out")"
 b sandbox rm "$id"
 echo "removed $id"
