@@ -122,19 +122,9 @@ func (s *Store) sweep(ctx context.Context, key string, cutoff time.Time) (bool, 
 // mark reads every manifest, dropping the checkpoints opts names, and
 // returns the set of chunks the others reference.
 func (s *Store) mark(ctx context.Context, opts GCOptions, stats *GCStats) (map[hash]struct{}, error) {
-	var ids []string
-	it := s.bucket.List(&blob.ListOptions{Prefix: "manifests/"})
-	for {
-		obj, err := it.Next(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("snapshot: gc: list manifests: %w", err)
-		}
-		if id := strings.TrimPrefix(obj.Key, "manifests/"); !obj.IsDir && checkID(id) == nil {
-			ids = append(ids, id)
-		}
+	ids, err := s.ids(ctx)
+	if err != nil {
+		return nil, err
 	}
 
 	marked := make(map[hash]struct{})

@@ -147,14 +147,14 @@ func (s *Store) Stat(ctx context.Context, id string) (Info, error) {
 	return mr.hdr.info(), nil
 }
 
-// List describes every snapshot in the store, oldest first.
-func (s *Store) List(ctx context.Context) ([]Info, error) {
+// ids lists the ids of the snapshots whose manifests are in the store.
+func (s *Store) ids(ctx context.Context) ([]string, error) {
 	var ids []string
 	it := s.bucket.List(&blob.ListOptions{Prefix: "manifests/"})
 	for {
 		obj, err := it.Next(ctx)
 		if err == io.EOF {
-			break
+			return ids, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: list manifests: %w", err)
@@ -165,7 +165,14 @@ func (s *Store) List(ctx context.Context) ([]Info, error) {
 		}
 		ids = append(ids, id)
 	}
+}
 
+// List describes every snapshot in the store, oldest first.
+func (s *Store) List(ctx context.Context) ([]Info, error) {
+	ids, err := s.ids(ctx)
+	if err != nil {
+		return nil, err
+	}
 	infos := make([]Info, len(ids))
 	found := make([]bool, len(ids))
 	g, ctx := errgroup.WithContext(ctx)
