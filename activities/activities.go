@@ -14,6 +14,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/snapshot"
+	"github.com/berth-dev/berth/transfer"
 )
 
 // Ref names a sandbox in workflow state: its provider, its id, and the
@@ -184,16 +185,17 @@ func (a *Activities) ReadFile(ctx context.Context, in ReadFileInput) (Output, er
 	if n <= max {
 		return Output{Inline: head[:n], Size: int64(n), HeadLen: n}, nil
 	}
-	key := fmt.Sprintf("files/%s/%d", in.Sandbox.ID, time.Now().UnixNano())
-	w := newPartWriter(ctx, a.Outputs, key, a.partSize(), 0)
-	size, err := io.Copy(w, io.MultiReader(bytes.NewReader(head[:n]), rc))
+	// The same key on every attempt: a retry overwrites, leaves nothing.
+	key := transfer.Files + in.Sandbox.ID + "/" + attemptKey(ctx)
+	w := transfer.NewPartWriter(ctx, a.Outputs, key, a.partSize(), 0)
+	size, err := copyBeating(ctx, w, io.MultiReader(bytes.NewReader(head[:n]), rc))
 	if err == nil {
 		err = w.Close()
 	}
 	if err != nil {
 		return Output{}, toTemporal(err)
 	}
-	return Output{Inline: head[:max], HeadLen: max, Size: size, Truncated: true, Blob: key, Parts: w.parts}, nil
+	return Output{Inline: head[:max], HeadLen: max, Size: size, Truncated: true, Blob: key, Parts: w.Parts()}, nil
 }
 
 // ListDir lists a directory.
@@ -239,10 +241,6 @@ func (a *Activities) providerNames() []string {
 	return names
 }
 
-// ExportPrefix is where ExportPath leaves the archives front ends fetch;
-// the front end deletes an archive once it has it.
-const ExportPrefix = "exports/"
-
 // ExportPath writes a file or directory of a sandbox's workspace as a
 // tar stream into the blob store (see provider.PathExporter for its
 // names), and says where. Retries write to the same place.
@@ -260,15 +258,51 @@ func (a *Activities) ExportPath(ctx context.Context, in PathInput) (Output, erro
 		return Output{}, toTemporal(err)
 	}
 	defer rc.Close()
-	info := activity.GetInfo(ctx)
-	key := ExportPrefix + in.Sandbox.ID + "/" + info.WorkflowExecution.RunID + "-" + info.ActivityID + ".tar"
-	w := newPartWriter(ctx, a.Outputs, key, a.partSize(), 0)
-	size, err := io.Copy(w, rc)
+	key := transfer.Exports + in.Sandbox.ID + "/" + attemptKey(ctx)
+	w := transfer.NewPartWriter(ctx, a.Outputs, key, a.partSize(), 0)
+	size, err := copyBeating(ctx, w, rc)
 	if err == nil {
 		err = w.Close()
 	}
 	if err != nil {
 		return Output{}, toTemporal(fmt.Errorf("export %q: %w", in.Path, err))
 	}
-	return Output{Size: size, Truncated: true, Blob: key, Parts: w.parts}, nil
+	return Output{Size: size, Truncated: true, Blob: key, Parts: w.Parts()}, nil
+}
+
+// attemptKey names what an activity stores, the same on every attempt
+// of it: a retry overwrites what the attempt before it stored.
+func attemptKey(ctx context.Context) string {
+	info := activity.GetInfo(ctx)
+	return info.WorkflowExecution.RunID + "-" + info.ActivityID
+}
+
+// copyBeating copies src to dst, heartbeating as the bytes go: a copy of
+// many gigabytes takes longer than a heartbeat timeout.
+func copyBeating(ctx context.Context, dst io.Writer, src io.Reader) (int64, error) {
+	var total int64
+	buf := make([]byte, 256<<10)
+	last := time.Now()
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+			if time.Since(last) > heartbeatEvery {
+				activity.RecordHeartbeat(ctx, total)
+				last = time.Now()
+			}
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		if ctx.Err() != nil {
+			return total, ctx.Err()
+		}
+	}
 }

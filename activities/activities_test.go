@@ -22,6 +22,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/transfer"
 )
 
 func TestMain(m *testing.M) {
@@ -216,7 +217,7 @@ func TestFollowLive(t *testing.T) {
 		}
 		done <- out
 	}()
-	fl := &Follower{Bucket: f.acts.Outputs, Key: OutputKey(f.ref.ID, "live", "stdout"), PartSize: f.acts.PartSize}
+	key := OutputKey(f.ref.ID, "live", "stdout")
 	var got []byte
 	sawMarkerEarly := false
 	var out ExecOutput
@@ -226,7 +227,7 @@ func TestFollowLive(t *testing.T) {
 			finished = true
 		case <-time.After(50 * time.Millisecond):
 		}
-		b, err := fl.Next(t.Context())
+		b, err := transfer.ReadAt(t.Context(), f.acts.Outputs, key, f.acts.PartSize, int64(len(got)), 8<<20)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"io"
 	"time"
 
 	"go.temporal.io/sdk/activity"
-	"gocloud.dev/gcerrors"
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/snapshot"
+	"github.com/berth-dev/berth/transfer"
 )
 
 // Snapshot kinds: a user's snapshot is kept until deleted; a checkpoint
@@ -139,10 +139,13 @@ func snapshotError(err error) error {
 }
 
 // ImportInput names a tar stream in the output blob store to unpack into
-// a sandbox's workspace: how files too large for history get in.
+// a sandbox's workspace: how files too large for history get in. A
+// stream stored in parts (transfer's relay writes uploads so) gives
+// their number; zero means one object.
 type ImportInput struct {
 	Sandbox Ref    `json:"sandbox"`
 	Blob    string `json:"blob"`
+	Parts   int    `json:"parts,omitempty"`
 }
 
 // Import unpacks a tar stream from the blob store into a sandbox's
@@ -156,25 +159,59 @@ func (a *Activities) Import(ctx context.Context, in ImportInput) error {
 	if err != nil {
 		return toTemporal(err)
 	}
-	r, err := a.Outputs.NewReader(ctx, in.Blob, nil)
-	if gcerrors.Code(err) == gcerrors.NotFound {
+	first := in.Blob
+	if in.Parts > 0 {
+		first = transfer.PartKey(in.Blob, 0)
+	}
+	if ok, err := a.Outputs.Exists(ctx, first); err != nil {
+		return toTemporal(err)
+	} else if !ok {
 		return toTemporal(fmt.Errorf("%w: no upload %q in this worker's blob store", provider.ErrBadInput, in.Blob))
+	}
+	var r io.ReadCloser
+	if in.Parts > 0 {
+		r, err = transfer.Open(ctx, a.Outputs, transfer.Output{Blob: in.Blob, Parts: in.Parts})
+	} else {
+		r, err = a.Outputs.NewReader(ctx, in.Blob, nil)
 	}
 	if err != nil {
 		return toTemporal(err)
 	}
 	defer r.Close()
-	return toTemporal(sb.Import(ctx, r))
+	return toTemporal(sb.Import(ctx, &beatingReader{ctx: ctx, r: r}))
 }
 
-// UploadPrefix is where front ends put what they import into sandboxes.
-const UploadPrefix = "uploads/"
+// beatingReader heartbeats as it is read: an import of gigabytes takes
+// longer than a heartbeat timeout.
+type beatingReader struct {
+	ctx   context.Context
+	r     io.Reader
+	total int64
+	last  time.Time
+}
+
+func (b *beatingReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.total += int64(n)
+	if time.Since(b.last) > heartbeatEvery {
+		activity.RecordHeartbeat(b.ctx, b.total)
+		b.last = time.Now()
+	}
+	return n, err
+}
+
+// Where front ends put what they import into sandboxes, and where
+// ExportPath leaves the archives they fetch.
+const (
+	UploadPrefix = transfer.Uploads
+	ExportPrefix = transfer.Exports
+)
 
 // CheckUpload refuses a blob key that does not name an upload: Import
 // must not read outputs or snapshots into a sandbox.
 func CheckUpload(key string) error {
-	if !strings.HasPrefix(key, UploadPrefix) || strings.Contains(key, "..") {
-		return fmt.Errorf("%w: %q is not an upload", provider.ErrBadInput, key)
+	if err := transfer.CheckUpload(key); err != nil {
+		return fmt.Errorf("%w: %v", provider.ErrBadInput, err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"gocloud.dev/blob"
@@ -19,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/snapshot"
+	"github.com/berth-dev/berth/transfer"
 )
 
 // Options configures the workers. Providers and Outputs are required.
@@ -67,7 +69,11 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 		GenericQueue: opts.Queue, HostQueue: opts.HostQueue,
 	}
 	w := &Worker{HostQueue: opts.HostQueue}
-	w.generic = worker.New(c, opts.Queue, worker.Options{})
+	// Every workflow answers the relay's queries: front ends read
+	// outputs and write uploads through the server, never the disk.
+	w.generic = worker.New(c, opts.Queue, worker.Options{
+		Interceptors: []interceptor.WorkerInterceptor{transfer.Interceptor(opts.Outputs, 0)},
+	})
 	w.generic.RegisterActivity(acts)
 	for _, wf := range opts.Workflows {
 		w.generic.RegisterWorkflow(wf)

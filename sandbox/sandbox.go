@@ -317,12 +317,12 @@ func (s *Sandbox) WriteFiles(ctx workflow.Context, files ...provider.File) error
 }
 
 // Import unpacks a tar stream that a front end stored in the output blob
-// store (under activities.UploadPrefix) into the workspace: how files too
-// large for history get in.
-func (s *Sandbox) Import(ctx workflow.Context, blob string) error {
+// store (under activities.UploadPrefix), in parts (zero: one object),
+// into the workspace: how files too large for history get in.
+func (s *Sandbox) Import(ctx workflow.Context, blob string, parts int) error {
 	return s.do(ctx, "import "+shorten(blob), func(ref activities.Ref) error {
 		_, err := call[struct{}](ctx, s.transfer(ref.Queue), acts.Import,
-			activities.ImportInput{Sandbox: ref, Blob: blob})
+			activities.ImportInput{Sandbox: ref, Blob: blob, Parts: parts})
 		return err
 	})
 }

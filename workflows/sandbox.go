@@ -93,9 +93,12 @@ type WriteFilesRequest struct {
 }
 
 // ImportRequest names a tar stream a front end stored in the output blob
-// store, under activities.UploadPrefix, to unpack into the workspace.
+// store, under transfer.Uploads (through the relay: see package client),
+// to unpack into the workspace. Parts is the number of parts it is
+// stored in; zero means one object.
 type ImportRequest struct {
-	Blob string `json:"blob"`
+	Blob  string `json:"blob"`
+	Parts int    `json:"parts,omitempty"`
 }
 
 // PathRequest names a workspace path.
@@ -398,7 +401,7 @@ func (s *standalone) importBlob(ctx workflow.Context, req ImportRequest) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	return updateError(s.sbx.Import(ctx, req.Blob))
+	return updateError(s.sbx.Import(ctx, req.Blob, req.Parts))
 }
 
 func (s *standalone) readFile(ctx workflow.Context, req PathRequest) (activities.Output, error) {

@@ -66,7 +66,7 @@ func TestWorkerKilledMidCommand(t *testing.T) {
 			waitFor(t, "the Exec activity on the second worker", func() bool { return execRunningOn(t, c, id, w2) })
 			touchSandboxFile(t, data, "go")
 
-			stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
+			stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, id)
 			if code != 4 || stdout != "before\nafter\nran\n" {
 				t.Errorf("after the worker was killed: exit %d, stdout %q, stderr %q; want exit 4, the whole output and one run", code, stdout, stderr)
 			}
@@ -88,7 +88,7 @@ func TestServerRestartedMidRun(t *testing.T) {
 	addr := srv.Address()
 	startWorker(t, berth, addr, data, "worker")
 
-	run := startBerth(t, berth, "run", "--address", addr, "--data-dir", data, "--",
+	run := startBerth(t, berth, "run", "--address", addr, "--",
 		"sh", "-c", "echo ran >> log; "+waitGo+"; cat log; touch end; exit 4")
 	waitSandboxFile(t, data, "log")
 	if err := srv.Stop(); err != nil {
@@ -121,7 +121,7 @@ func TestRunCancelled(t *testing.T) {
 	c := dial1(t, addr)
 
 	t.Run("berth run", func(t *testing.T) {
-		run := startBerth(t, berth, "run", "--address", addr, "--data-dir", data, "--", "sh", "-c", "touch started; exec sleep 60")
+		run := startBerth(t, berth, "run", "--address", addr, "--", "sh", "-c", "touch started; exec sleep 60")
 		waitSandboxFile(t, data, "started")
 		if err := run.cmd.Process.Signal(os.Interrupt); err != nil {
 			t.Fatal(err)
@@ -154,7 +154,7 @@ func TestRunCancelled(t *testing.T) {
 	})
 	t.Run("berth logs", func(t *testing.T) {
 		id := detach(t, berth, addr, data, "sh", "-c", "echo begun; sleep 2; echo done")
-		logs := startBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
+		logs := startBerth(t, berth, "logs", "--address", addr, id)
 		// berth logs follows the run once it has printed its start.
 		waitFor(t, "berth logs to print the run's output", func() bool { return logs.stdout.String() != "" })
 		if err := logs.cmd.Process.Signal(os.Interrupt); err != nil {
@@ -163,7 +163,7 @@ func TestRunCancelled(t *testing.T) {
 		if code := logs.wait(t, time.Minute); code != 130 || !strings.Contains(logs.stderr.String(), "it goes on") {
 			t.Errorf("interrupted berth logs: exit %d, stderr %q; want exit 130 and a line saying the run goes on", code, logs.stderr.String())
 		}
-		stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
+		stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, id)
 		if code != 0 || stdout != "begun\ndone\n" {
 			t.Errorf("berth logs again: exit %d, stdout %q, stderr %q; want the run's own end", code, stdout, stderr)
 		}
@@ -188,7 +188,7 @@ func TestLargeOutputHistorySmall(t *testing.T) {
 	want := seqHash(size)
 	for _, when := range []string{"live", "after the run"} {
 		start := time.Now()
-		n, sum, stderr, code := hashBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
+		n, sum, stderr, code := hashBerth(t, berth, "logs", "--address", addr, id)
 		if code != 0 || n != size || sum != want {
 			t.Fatalf("berth logs, %s: exit %d, %d bytes, sha256 %s, stderr %q; want exit 0, %d bytes, sha256 %s",
 				when, code, n, sum, stderr, size, want)
@@ -418,7 +418,7 @@ func (p *process) wait(t *testing.T, timeout time.Duration) int {
 // detach starts a run with berth run --detach and returns its id.
 func detach(t *testing.T, berth, addr, data string, argv ...string) string {
 	t.Helper()
-	args := append([]string{"run", "--address", addr, "--data-dir", data, "--detach", "--"}, argv...)
+	args := append([]string{"run", "--address", addr, "--detach", "--"}, argv...)
 	stdout, stderr, code := runBerth(t, berth, args...)
 	id := strings.TrimSpace(stdout)
 	if code != 0 || !strings.HasPrefix(id, "run-") {

@@ -149,7 +149,7 @@ func TestDevAndRun(t *testing.T) {
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
 	run := func(args ...string) (stdout, stderr string, code int) {
 		t.Helper()
-		return runBerth(t, berth, append([]string{"run", "--address", addr, "--data-dir", data}, args...)...)
+		return runBerth(t, berth, append([]string{"run", "--address", addr}, args...)...)
 	}
 
 	src := filepath.Join(t.TempDir(), "job.py")
@@ -178,7 +178,7 @@ func TestDevAndRun(t *testing.T) {
 	t.Run("live output", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), commandTimeout)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, berth, "run", "--address", addr, "--data-dir", data, "--", "sh", "-c", "echo first; sleep 2; echo second")
+		cmd := exec.CommandContext(ctx, berth, "run", "--address", addr, "--", "sh", "-c", "echo first; sleep 2; echo second")
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -206,7 +206,7 @@ func TestDevAndRun(t *testing.T) {
 		if code != 0 || !strings.HasPrefix(id, "run-") {
 			t.Fatalf("detach: exit %d, id %q", code, id)
 		}
-		o, e, code := runBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
+		o, e, code := runBerth(t, berth, "logs", "--address", addr, id)
 		if code != 9 || o != "early\n" || e != "late\n" {
 			t.Errorf("logs: exit %d, stdout %q, stderr %q; want exit 9, early, late", code, o, e)
 		}
@@ -234,7 +234,7 @@ func TestDevKilledMidCommand(t *testing.T) {
 	var devLog syncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	id, _, _ := runBerth(t, berth, "run", "--address", addr, "--data-dir", data, "--detach", "--",
+	id, _, _ := runBerth(t, berth, "run", "--address", addr, "--detach", "--",
 		"sh", "-c", "echo ran >> log; sleep 6; cat log; exit 4")
 	id = strings.TrimSpace(id)
 	time.Sleep(2 * time.Second) // the command is running
@@ -251,7 +251,7 @@ func TestDevKilledMidCommand(t *testing.T) {
 		}
 		stopDev(t, dev, &again)
 	})
-	stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, "--data-dir", data, id)
+	stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, id)
 	if code != 4 || stdout != "ran\n" {
 		t.Errorf("after the restart: exit %d, stdout %q, stderr %q; want exit 4 and one run", code, stdout, stderr)
 	}

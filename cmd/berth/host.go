@@ -124,7 +124,7 @@ func startHost(ctx context.Context, c client.Client, log *slog.Logger, cfg hostC
 	h.worker, err = hostworker.Start(c, hostworker.Options{
 		Providers: ps, Outputs: h.bucket, Snapshots: snapshots,
 		Queue: cfg.queue, HostQueue: cfg.hostQueue,
-		Workflows: []any{workflows.Run, workflows.Sandbox, workflows.Reaper},
+		Workflows: []any{workflows.Run, workflows.Sandbox, workflows.Reaper, workflows.Snapshots},
 	})
 	if err != nil {
 		h.close()

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -21,22 +22,35 @@ func main() {
 	linux.Main() // when started as a sandbox's daemon, this never returns
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := newRoot().ExecuteContext(ctx)
-	var exit exitError
-	switch {
-	case errors.As(err, &exit):
-		os.Exit(exit.code)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "berth:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(ctx, os.Args[1:]))
 }
 
-// exitError ends berth with a code and nothing more to say: the command
-// it ran said it already.
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+// run runs berth with arguments and says how it should exit: the
+// command's own code for run and exec, exitBerth (125) when berth itself
+// failed, 0 otherwise.
+func run(ctx context.Context, args []string) int {
+	root := newRoot()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	var (
+		exit  exitError
+		usage usageError
+	)
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return exit.code
+	case errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command"):
+		if !errors.As(err, &usage) {
+			usage.err = err
+		}
+		fmt.Fprintf(os.Stderr, "berth: %v\nRun 'berth --help' for usage.\n", usage.err)
+		return 2
+	}
+	fmt.Fprintln(os.Stderr, "berth:", oneLine(err))
+	return exitBerth
+}
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
@@ -45,7 +59,11 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDev(), newWorker(), newRun(), newLogs(), newSandbox(), newSnapshot())
+	// Mistakes on the command line are usage errors: a hint, exit 2.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	var cf connFlags
+	cf.register(root)
+	root.AddCommand(newDev(), newWorker(), newRun(&cf), newLogs(&cf), newSandbox(&cf), newSnapshot(&cf))
 	return root
 }
 
@@ -64,4 +82,14 @@ func newLogger(verbose bool) *slog.Logger {
 			return a
 		},
 	}))
+}
+
+// usageArgs makes an argument check's failure a usage error.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
+		}
+		return nil
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -14,27 +13,26 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/berth-dev/berth/client"
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
+	enumspb "go.temporal.io/api/enums/v1"
+	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/activities"
-	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
 
-func newRun() *cobra.Command {
+func newRun(cf *connFlags) *cobra.Command {
 	var (
-		in                 workflows.RunInput
-		files, env         []string
-		memory             string
-		address, namespace string
-		dataDir            string
-		detach             bool
+		in         workflows.RunInput
+		files, env []string
+		memory     string
+		detach     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
@@ -48,51 +46,56 @@ Interrupted (Ctrl-C, SIGTERM), berth run cancels the run: it waits for
 the run to end and its sandbox to be destroyed, then exits 130. A second
 interrupt stops waiting. A run started with --detach is cancelled by
 nothing of the sort: berth logs only follows it.`,
-		Args: cobra.MinimumNArgs(1),
+		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			in.Argv = args
 			var err error
 			if in.Files, err = readFiles(files); err != nil {
-				return err
+				return usageError{err}
 			}
 			if in.Env, err = parseEnv(env); err != nil {
-				return err
+				return usageError{err}
 			}
 			if memory != "" {
 				if in.Resources.Memory, err = parseBytes(memory); err != nil {
-					return fmt.Errorf("--memory: %w", err)
+					return usageError{fmt.Errorf("--memory: %w", err)}
 				}
 			}
-			c, err := dial(address, namespace)
+			c, err := cf.dial(ctx)
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			id := "run-" + randomHex(6)
+			defer c.Temporal().Close()
+			id := client.NewID("run-")
 			// Not abandoned on an interrupt: followOrCancel cancels it.
-			wr, err := c.ExecuteWorkflow(context.WithoutCancel(ctx), client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue}, workflows.Run, in)
+			// The same id on every try: a server restart under the start
+			// starts it once.
+			err = c.Retry(context.WithoutCancel(ctx), func(ctx context.Context) error {
+				_, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{
+					ID: id, TaskQueue: sandbox.DefaultQueue,
+					WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+				}, workflows.Run, in)
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("start the run: %w", err)
 			}
 			if detach {
-				fmt.Println(wr.GetID())
+				fmt.Println(id)
 				return nil
 			}
-			return followOrCancel(ctx, c, wr, dataDir)
+			return followOrCancel(ctx, c, id)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&in.Provider, "provider", linux.Name, "where the sandbox lives")
-	f.StringArrayVar(&files, "file", nil, "DEST=SRC: copy local file SRC to workspace path DEST (repeatable)")
+	f.StringArrayVar(&files, "file", nil, "DEST=SRC: copy local file SRC to workspace path DEST (repeatable; 2 MiB in all: use berth sandbox cp beyond)")
 	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable (repeatable)")
 	f.DurationVar(&in.Timeout, "timeout", 0, "end the command after this long (e.g. 30s)")
 	f.Float64Var(&in.Resources.CPU, "cpu", 0, "CPU cores")
 	f.StringVar(&memory, "memory", "", "memory limit (e.g. 512Mi, 2Gi)")
 	f.BoolVar(&detach, "detach", false, "print the run's workflow id and return at once")
-	f.StringVar(&address, "address", "", "Temporal frontend host:port (default $TEMPORAL_ADDRESS or 127.0.0.1:7233)")
-	f.StringVar(&namespace, "namespace", "", "Temporal namespace (default $TEMPORAL_NAMESPACE or default)")
-	f.StringVar(&dataDir, "data-dir", defaultDataDir(), "berth dev's data directory, to read outputs too large to travel inline")
 	return cmd
 }
 
@@ -104,8 +107,7 @@ const cancelWait = 30 * time.Second
 // an interrupt (ctx done) cancels the run: the workflow destroys its
 // sandbox on the way out, and berth follows it until it is closed, at
 // most cancelWait, printing what is left of the output.
-func followOrCancel(ctx context.Context, c client.Client, wr client.WorkflowRun, dataDir string) error {
-	id := wr.GetID()
+func followOrCancel(ctx context.Context, c *client.Client, id string) error {
 	followCtx, stopFollowing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFollowing()
 	var (
@@ -126,7 +128,7 @@ func followOrCancel(ctx context.Context, c client.Client, wr client.WorkflowRun,
 		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
 		defer signal.Stop(again)
 		rctx, cancel := context.WithTimeout(followCtx, 10*time.Second)
-		cancelErr = c.CancelWorkflow(rctx, id, wr.GetRunID())
+		cancelErr = c.Temporal().CancelWorkflow(rctx, id, "")
 		cancel()
 		close(interrupted)
 		wait := cancelWait
@@ -144,22 +146,19 @@ func followOrCancel(ctx context.Context, c client.Client, wr client.WorkflowRun,
 		waited = true
 		stopFollowing()
 	}()
-	out, err := follow(followCtx, c, wr, dataDir)
+	out, err := c.FollowRun(followCtx, id, os.Stdout, os.Stderr)
 	stopFollowing()
 	<-watching
 	select {
 	case <-interrupted:
 	default:
-		if err != nil {
-			return fmt.Errorf("run %s: %w", id, err)
-		}
-		return runExit(out)
+		return runResult(id, out, err)
 	}
 	var canceled *temporal.CanceledError
 	switch {
 	case err == nil:
 		// It ended before the cancellation reached it: its own end.
-		return runExit(out)
+		return runResult(id, out, nil)
 	case errors.As(err, &canceled):
 		fmt.Fprintf(os.Stderr, "berth: run %s cancelled; its sandbox is destroyed\n", id)
 	case waited && cancelErr == nil:
@@ -170,26 +169,6 @@ func followOrCancel(ctx context.Context, c client.Client, wr client.WorkflowRun,
 		fmt.Fprintf(os.Stderr, "berth: run %s: %v\n", id, err)
 	}
 	return exitError{130}
-}
-
-// dial connects to the Temporal server, saying plainly when it is not
-// there.
-func dial(address, namespace string) (client.Client, error) {
-	if address == "" {
-		address = os.Getenv("TEMPORAL_ADDRESS")
-	}
-	if address == "" {
-		address = "127.0.0.1:7233"
-	}
-	if namespace == "" {
-		namespace = os.Getenv("TEMPORAL_NAMESPACE")
-	}
-	quiet := hostworker.Logger(slog.New(slog.DiscardHandler))
-	c, err := client.Dial(client.Options{HostPort: address, Namespace: namespace, Logger: quiet})
-	if err != nil {
-		return nil, fmt.Errorf("cannot reach the Temporal server at %s (is berth dev running?): %w", address, err)
-	}
-	return c, nil
 }
 
 func readFiles(specs []string) ([]provider.File, error) {
@@ -245,22 +224,18 @@ func parseBytes(s string) (int64, error) {
 	return n * mult, nil
 }
 
-// follow prints a run's output as it is produced (see followOutput),
-// and returns the run's result.
-func follow(ctx context.Context, c client.Client, wr client.WorkflowRun, dataDir string) (workflows.RunOutput, error) {
-	keys := func(ctx context.Context) (string, string, bool) {
-		var st workflows.RunStatus
-		v, err := c.QueryWorkflow(ctx, wr.GetID(), wr.GetRunID(), workflows.RunQuery)
-		if err != nil || v.Get(&st) != nil || st.Stdout == "" {
-			return "", "", false // not started yet
-		}
-		return st.Stdout, st.Stderr, true
+// runResult turns what became of a command, and the error of following
+// it, into berth's exit: the command's own (runExit) when its output
+// arrived whole; exitBerth, with a line on stderr, when it did not.
+func runResult(what string, out workflows.RunOutput, err error) error {
+	if errors.Is(err, client.ErrIncomplete) {
+		fmt.Fprintf(os.Stderr, "berth: %s: %v\n", what, err)
+		return exitError{exitBerth}
 	}
-	return followOutput(ctx, dataDir, keys, func(ctx context.Context) (workflows.RunOutput, error) {
-		var out workflows.RunOutput
-		err := wr.Get(ctx, &out)
-		return out, err
-	})
+	if err != nil {
+		return fmt.Errorf("%s: %s", what, oneLine(err))
+	}
+	return runExit(out)
 }
 
 // runExit turns a run's outcome into berth's exit: the command's own
@@ -277,7 +252,7 @@ func runExit(out workflows.RunOutput) error {
 		case provider.KindOutOfMemory:
 			return exitError{137}
 		}
-		return exitError{125}
+		return exitError{exitBerth}
 	}
 	if out.Signal != "" {
 		return exitError{128 + int(unix.SignalNum(out.Signal))}

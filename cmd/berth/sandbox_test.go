@@ -42,7 +42,7 @@ func TestSandboxCLI(t *testing.T) {
 	sb := func(args ...string) (string, string, int) {
 		t.Helper()
 		// Flags before the arguments: exec's command follows a "--".
-		full := append([]string{"sandbox", args[0], "--address", addr, "--data-dir", data}, args[1:]...)
+		full := append([]string{"sandbox", args[0], "--address", addr}, args[1:]...)
 		return runBerth(t, berth, full...)
 	}
 	ok := func(args ...string) string {
@@ -154,7 +154,7 @@ func TestSandboxCLI(t *testing.T) {
 
 	// Snapshot and fork: the fork has the files, and diverges.
 	snap := strings.TrimSpace(ok("snapshot", id))
-	if ls, _, _ := runBerth(t, berth, "snapshot", "ls", "--data-dir", data); !strings.Contains(ls, snap) {
+	if ls, _, _ := runBerth(t, berth, "snapshot", "ls", "--address", addr); !strings.Contains(ls, snap) {
 		t.Errorf("berth snapshot ls does not show %s:\n%s", snap, ls)
 	}
 	fork := strings.TrimSpace(ok("fork", id))
@@ -230,7 +230,7 @@ func TestSandboxContinuesAsNew(t *testing.T) {
 	}
 	first := run.GetRunID()
 	for i := range 8 {
-		out, errOut, code := runBerth(t, berth, "sandbox", "exec", "--address", addr, "--data-dir", data, id, "--",
+		out, errOut, code := runBerth(t, berth, "sandbox", "exec", "--address", addr, id, "--",
 			"sh", "-c", fmt.Sprintf("echo %d >> log; wc -l < log", i))
 		if code != 0 || strings.TrimSpace(out) != fmt.Sprint(i+1) {
 			t.Fatalf("exec %d: exit %d, stdout %q, stderr %q", i, code, out, errOut)
@@ -246,7 +246,7 @@ func TestSandboxContinuesAsNew(t *testing.T) {
 	if dirs := sandboxDirs(t, data); len(dirs) != 1 {
 		t.Errorf("want the one sandbox carried across runs, have %v", dirs)
 	}
-	if _, errOut, code := runBerth(t, berth, "sandbox", "rm", "--address", addr, "--data-dir", data, id); code != 0 {
+	if _, errOut, code := runBerth(t, berth, "sandbox", "rm", "--address", addr, id); code != 0 {
 		t.Fatalf("rm: %s", errOut)
 	}
 	if dirs := sandboxDirs(t, data); len(dirs) != 0 {

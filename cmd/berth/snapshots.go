@@ -1,111 +1,114 @@
 package main
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"gocloud.dev/blob"
+	tclient "go.temporal.io/sdk/client"
 
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/sandbox"
-	"github.com/berth-dev/berth/snapshot"
+	"github.com/berth-dev/berth/workflows"
 )
 
-func newSnapshot() *cobra.Command {
+func newSnapshot(cf *connFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "snapshot",
 		Short: "List and delete workspace snapshots",
-		Long: `Snapshots live in the blob store (by default a directory in the data
-directory). Users' snapshots (berth sandbox snapshot) are kept until
-deleted; berth's own checkpoints are deleted with their sandbox.`,
+		Long: `Snapshots live in the workers' blob store; berth reaches them through the
+server. Users' snapshots (berth sandbox snapshot) are kept until deleted;
+berth's own checkpoints are deleted with their sandbox.`,
 	}
-	cmd.AddCommand(newSnapshotLs(), newSnapshotRm())
+	cmd.AddCommand(newSnapshotLs(cf), newSnapshotRm(cf))
 	return cmd
 }
 
-// snapshotFlags are the flags that say where snapshots are.
-type snapshotFlags struct{ dataDir, blob string }
-
-func (f *snapshotFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.dataDir, "data-dir", defaultDataDir(), "berth's data directory")
-	cmd.Flags().StringVar(&f.blob, "blob", "", "blob store URL (default a directory in --data-dir)")
+// snapshots runs the Snapshots workflow: only workers reach the store.
+func snapshots(ctx context.Context, c *client.Client, in workflows.SnapshotsInput) (workflows.SnapshotsOutput, error) {
+	id := client.NewID("snapshots-")
+	var out workflows.SnapshotsOutput
+	err := c.Retry(ctx, func(ctx context.Context) error {
+		run, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
+			workflows.Snapshots, in)
+		if err != nil {
+			return err
+		}
+		return run.Get(ctx, &out)
+	})
+	return out, err
 }
 
-func (f *snapshotFlags) open(cmd *cobra.Command) (*snapshot.Store, func(), error) {
-	url := f.blob
-	if url == "" {
-		url = blobURL(f.dataDir)
-	}
-	b, err := openBucket(cmd.Context(), url)
-	if err != nil {
-		return nil, nil, err
-	}
-	b = blob.PrefixedBucket(b, snapshotPrefix) // closing it closes the one it wraps
-	return snapshot.New(b), func() { b.Close() }, nil
-}
-
-func newSnapshotLs() *cobra.Command {
-	var (
-		f   snapshotFlags
-		all bool
-	)
+func newSnapshotLs(cf *connFlags) *cobra.Command {
+	var all bool
 	cmd := &cobra.Command{
 		Use:   "ls",
-		Short: "List snapshots",
-		Args:  cobra.NoArgs,
+		Short: "List snapshots: id, kind, the sandbox they were taken of, files, size, age",
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, closeStore, err := f.open(cmd)
+			ctx := cmd.Context()
+			c, err := cf.dial(ctx)
 			if err != nil {
 				return err
 			}
-			defer closeStore()
-			infos, err := store.List(cmd.Context())
+			defer c.Temporal().Close()
+			out, err := snapshots(ctx, c, workflows.SnapshotsInput{})
 			if err != nil {
-				return err
+				return fmt.Errorf("list snapshots: %s", oneLine(err))
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tKIND\tSANDBOX\tFILES\tSIZE\tAGE")
-			for _, info := range infos {
-				if info.Kind != snapshot.KindUser && !all {
+			for _, s := range out.Snapshots {
+				if s.Kind != activities.SnapshotUser && !all {
 					continue
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", info.ID, info.Kind, info.Labels[sandbox.LabelSandbox],
-					info.Files, humanBytes(info.Size), time.Since(info.Created).Round(time.Second))
+				// The sandbox as its user knows it: its workflow's id.
+				owner := s.Labels[sandbox.LabelWorkflowID]
+				if owner == "" {
+					owner = s.Labels[sandbox.LabelSandbox]
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, owner,
+					s.Files, humanBytes(s.Size), time.Since(s.Created).Round(time.Second))
 			}
 			return w.Flush()
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include berth's own checkpoints")
-	f.register(cmd)
 	return cmd
 }
 
-func newSnapshotRm() *cobra.Command {
-	var f snapshotFlags
-	cmd := &cobra.Command{
+func newSnapshotRm(cf *connFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "rm ID...",
-		Short: "Delete snapshots (their data goes at the next reaping)",
-		Args:  cobra.MinimumNArgs(1),
+		Short: "Delete snapshots (their data goes at the next reaping); prints the ids deleted",
+		Args:  usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, closeStore, err := f.open(cmd)
+			ctx := cmd.Context()
+			c, err := cf.dial(ctx)
 			if err != nil {
 				return err
 			}
-			defer closeStore()
-			var errs []error
-			for _, id := range args {
-				if err := store.Delete(cmd.Context(), id); err != nil {
-					errs = append(errs, fmt.Errorf("snapshot %s: %w", id, err))
-				}
+			defer c.Temporal().Close()
+			out, err := snapshots(ctx, c, workflows.SnapshotsInput{Delete: args})
+			if err != nil {
+				return fmt.Errorf("snapshot rm: %s", oneLine(err))
 			}
-			return errors.Join(errs...)
+			for _, id := range out.Deleted {
+				fmt.Println(id)
+			}
+			for _, f := range out.Failed {
+				fmt.Fprintf(os.Stderr, "berth: snapshot %s: %s: %s\n", f.ID, f.Kind, f.Message)
+			}
+			if len(out.Failed) > 0 {
+				return exitError{exitBerth}
+			}
+			return nil
 		},
 	}
-	f.register(cmd)
-	return cmd
 }
 
 func humanBytes(n int64) string {

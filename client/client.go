@@ -1,0 +1,168 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	tclient "go.temporal.io/sdk/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// DefaultRetryFor is how long an operation waits for an unavailable
+// server by default.
+const DefaultRetryFor = 2 * time.Minute
+
+// Client drives berth's workflows through a Temporal client.
+type Client struct {
+	temporal tclient.Client
+	retryFor time.Duration
+	onWait   func(error)
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithRetryFor bounds how long an operation waits for an unavailable
+// server before it fails; zero means DefaultRetryFor, a negative value
+// not at all.
+func WithRetryFor(d time.Duration) Option { return func(c *Client) { c.retryFor = d } }
+
+// OnWait is called, once per outage, when an operation starts waiting
+// for an unavailable server (to tell a user why nothing happens).
+func OnWait(f func(err error)) Option { return func(c *Client) { c.onWait = f } }
+
+// New makes a Client over a Temporal client, which the caller closes.
+func New(c tclient.Client, opts ...Option) *Client {
+	cl := &Client{temporal: c, retryFor: DefaultRetryFor}
+	for _, o := range opts {
+		o(cl)
+	}
+	if cl.retryFor == 0 {
+		cl.retryFor = DefaultRetryFor
+	}
+	return cl
+}
+
+// Temporal is the Temporal client underneath.
+func (c *Client) Temporal() tclient.Client { return c.temporal }
+
+// UnavailableError is an operation given up on because the server was
+// unavailable for longer than the client's RetryFor.
+type UnavailableError struct {
+	// Op is what was being done ("exec on sbx-1").
+	Op string
+	// MayHaveRun says the operation may have run, or be running: it was
+	// sent before the server went away. Its result can then be had with
+	// ResultHint.
+	MayHaveRun bool
+	// ResultHint says how to see the operation's result, or is empty.
+	ResultHint string
+	Err        error
+}
+
+func (e *UnavailableError) Error() string {
+	msg := fmt.Sprintf("%s: the Temporal server has been unavailable too long", e.Op)
+	if e.MayHaveRun {
+		msg += "; the operation may have run"
+		if e.ResultHint != "" {
+			msg += " (" + e.ResultHint + ")"
+		}
+	} else {
+		msg += "; the operation did not run"
+	}
+	return msg + ": " + e.Err.Error()
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable says whether err means the server could not be reached
+// or could not answer for now: what a restart of the server looks like
+// to a client.
+func Unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var (
+		unavail *serviceerror.Unavailable
+		dead    *serviceerror.DeadlineExceeded
+		busy    *serviceerror.ResourceExhausted
+		aborted *serviceerror.Aborted
+		notRdy  *serviceerror.NamespaceUnavailable
+		wfRdy   *serviceerror.WorkflowNotReady
+	)
+	if errors.As(err, &unavail) || errors.As(err, &dead) || errors.As(err, &busy) ||
+		errors.As(err, &aborted) || errors.As(err, &notRdy) || errors.As(err, &wfRdy) {
+		return true
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true // a call's own deadline; the caller's is checked apart
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if s, ok := status.FromError(e); ok {
+			switch s.Code() {
+			case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// retry runs call until it succeeds, fails for another reason than an
+// unavailable server, or the server has been unavailable for longer than
+// retryFor. The clock starts at the first failure, not at the start: a
+// command may legitimately run for hours.
+func (c *Client) retry(ctx context.Context, call func(ctx context.Context) error) error {
+	var (
+		since time.Time
+		wait  = 100 * time.Millisecond
+		told  bool
+	)
+	for {
+		start := time.Now()
+		err := call(ctx)
+		if err == nil || !Unavailable(err) || ctx.Err() != nil || c.retryFor < 0 {
+			if ctx.Err() != nil && err != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		// A call that failed after a long while had reached the server:
+		// this is a new outage, with a clock of its own.
+		if since.IsZero() || time.Since(start) > 5*time.Second {
+			since = time.Now()
+		}
+		if time.Since(since) > c.retryFor {
+			return err
+		}
+		if !told && c.onWait != nil {
+			c.onWait(err)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 2*time.Second)
+	}
+}
+
+// Retry runs call as every operation of the client does: again while the
+// server is unavailable, for at most the client's RetryFor.
+func (c *Client) Retry(ctx context.Context, call func(ctx context.Context) error) error {
+	return c.unavailable(c.retry(ctx, call), "request", true, "")
+}
+
+// NewID returns a fresh id with a prefix, for Updates and workflows.
+func NewID(prefix string) string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}

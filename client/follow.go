@@ -1,0 +1,162 @@
+package client
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/berth-dev/berth/transfer"
+	"github.com/berth-dev/berth/workflows"
+)
+
+// LiveEvery is how often a follower asks for new output: the worker
+// stores it about as often (activities.LiveEvery).
+const LiveEvery = 100 * time.Millisecond
+
+// follower prints a running command's two streams as they are stored,
+// then the rest from its result.
+type follower struct {
+	c        *Client
+	workflow string // whose workers relay the streams
+	keys     func(ctx context.Context) (stdout, stderr string, ok bool)
+	w        [2]io.Writer
+	key      [2]string
+	off      [2]int64
+}
+
+// poll prints what is new. Errors only mean the rest comes later.
+func (f *follower) poll(ctx context.Context) {
+	if f.key[0] == "" {
+		stdout, stderr, ok := f.keys(ctx)
+		if !ok {
+			return // not started yet
+		}
+		f.key = [2]string{stdout, stderr}
+	}
+	for i := range f.key {
+		for {
+			b, err := f.c.readChunkOnce(ctx, f.workflow, f.key[i], f.off[i], transfer.MaxChunk)
+			if err != nil || len(b) == 0 {
+				break
+			}
+			if _, err := f.w[i].Write(b); err != nil {
+				return
+			}
+			f.off[i] += int64(len(b))
+			if len(b) < transfer.MaxChunk {
+				break
+			}
+		}
+	}
+}
+
+// finish prints the rest of each stream from its result.
+func (f *follower) finish(ctx context.Context, out workflows.RunOutput) error {
+	var first error
+	for i, o := range []transfer.Output{out.Stdout, out.Stderr} {
+		if err := f.c.WriteOutput(ctx, f.workflow, o, f.off[i], f.w[i]); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// follow polls until result returns, then prints the rest.
+func (f *follower) follow(ctx context.Context, result func(context.Context) (workflows.RunOutput, error)) (workflows.RunOutput, error) {
+	type res struct {
+		out workflows.RunOutput
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		out, err := result(ctx)
+		done <- res{out, err}
+	}()
+	tick := time.NewTicker(LiveEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-done:
+			if r.err != nil {
+				return r.out, r.err
+			}
+			return r.out, f.finish(ctx, r.out)
+		case <-tick.C:
+			f.poll(ctx)
+		}
+	}
+}
+
+// readChunkOnce is readChunk without waiting for an unavailable server:
+// live output can wait for the next tick.
+func (c *Client) readChunkOnce(ctx context.Context, workflowID, key string, off int64, max int) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v, err := c.temporal.QueryWorkflow(ctx, workflowID, "", transfer.QueryRead,
+		transfer.ReadRequest{Key: key, Offset: off, Max: max})
+	if err != nil {
+		return nil, err
+	}
+	var b []byte
+	err = v.Get(&b)
+	return b, err
+}
+
+// Exec runs a command in the standalone sandbox sandboxID, writing its
+// output to stdout and stderr as it is produced, and returns what became
+// of it. Its output is whole, or the error wraps ErrIncomplete.
+func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecRequest, stdout, stderr io.Writer) (workflows.RunOutput, error) {
+	updateID := NewID("exec-")
+	if err := c.StartUpdate(ctx, sandboxID, updateID, workflows.UpdateExec, req); err != nil {
+		return workflows.RunOutput{}, err
+	}
+	f := &follower{c: c, workflow: sandboxID, w: [2]io.Writer{stdout, stderr}}
+	f.keys = func(ctx context.Context) (string, string, bool) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var st workflows.SandboxStatus
+		v, err := c.temporal.QueryWorkflow(ctx, sandboxID, "", workflows.QuerySandbox)
+		if err != nil || v.Get(&st) != nil {
+			return "", "", false
+		}
+		for _, r := range st.Running {
+			if r.Update == updateID {
+				return r.Stdout, r.Stderr, true
+			}
+		}
+		return "", "", false
+	}
+	out, err := f.follow(ctx, func(ctx context.Context) (workflows.RunOutput, error) {
+		var out workflows.RunOutput
+		err := c.WaitUpdate(ctx, sandboxID, updateID, workflows.UpdateExec, &out, req)
+		if u, ok := err.(*UnavailableError); ok {
+			u.MayHaveRun = true
+			u.ResultHint = "its output is kept with the sandbox; berth sandbox inspect " + sandboxID
+		}
+		return out, err
+	})
+	return out, err
+}
+
+// FollowRun follows the one-shot run runID (a Run workflow), writing its
+// command's output as it is produced, and returns the run's result.
+func (c *Client) FollowRun(ctx context.Context, runID string, stdout, stderr io.Writer) (workflows.RunOutput, error) {
+	f := &follower{c: c, workflow: runID, w: [2]io.Writer{stdout, stderr}}
+	f.keys = func(ctx context.Context) (string, string, bool) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var st workflows.RunStatus
+		v, err := c.temporal.QueryWorkflow(ctx, runID, "", workflows.RunQuery)
+		if err != nil || v.Get(&st) != nil || st.Stdout == "" {
+			return "", "", false
+		}
+		return st.Stdout, st.Stderr, true
+	}
+	return f.follow(ctx, func(ctx context.Context) (workflows.RunOutput, error) {
+		var out workflows.RunOutput
+		err := c.retry(ctx, func(ctx context.Context) error {
+			return c.temporal.GetWorkflow(ctx, runID, "").Get(ctx, &out)
+		})
+		return out, c.unavailable(err, "run "+runID, true, "berth logs "+runID)
+	})
+}

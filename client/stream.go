@@ -1,0 +1,174 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/berth-dev/berth/transfer"
+)
+
+// ErrIncomplete means an output could not be had whole: the sandbox did
+// not keep all of it, or it was cut at its cap.
+var ErrIncomplete = errors.New("output incomplete")
+
+// inFlight is how many relay queries a transfer keeps going at once: a
+// query's round trip is mostly waiting, and the worker serves them one
+// after another per workflow.
+const inFlight = 4
+
+// readChunk reads what is stored of a stream at off, at most max bytes,
+// through the relay of workflow workflowID's workers.
+func (c *Client) readChunk(ctx context.Context, workflowID, key string, off int64, max int) ([]byte, error) {
+	var b []byte
+	err := c.retry(ctx, func(ctx context.Context) error {
+		v, err := c.temporal.QueryWorkflow(ctx, workflowID, "", transfer.QueryRead,
+			transfer.ReadRequest{Key: key, Offset: off, Max: max})
+		if err != nil {
+			return err
+		}
+		return v.Get(&b)
+	})
+	return b, c.unavailable(err, "read "+key, false, "")
+}
+
+// ReadStream writes bytes [from, size) of the stored stream key to w,
+// through the relay of workflow workflowID's workers.
+func (c *Client) ReadStream(ctx context.Context, workflowID, key string, from, size int64, w io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		b   []byte
+		err error
+	}
+	var (
+		pending []chan result
+		off     = from
+	)
+	start := func() {
+		ch := make(chan result, 1)
+		o, n := off, int(min(int64(transfer.MaxChunk), size-off))
+		off += int64(n)
+		pending = append(pending, ch)
+		go func() {
+			b, err := c.readChunk(ctx, workflowID, key, o, n)
+			if err == nil && len(b) != n {
+				err = fmt.Errorf("%s: %d bytes at offset %d, want %d: the stored stream is short", key, len(b), o, n)
+			}
+			ch <- result{b, err}
+		}()
+	}
+	for len(pending) < inFlight && off < size {
+		start()
+	}
+	for len(pending) > 0 {
+		r := <-pending[0]
+		pending = pending[1:]
+		if r.err != nil {
+			return r.err
+		}
+		if _, err := w.Write(r.b); err != nil {
+			return err
+		}
+		if off < size {
+			start()
+		}
+	}
+	return nil
+}
+
+// WriteOutput writes an output from offset from on to w: from what the
+// result carries when it is whole there, else from the blob store through
+// the relay of workflow workflowID's workers. An output that cannot be had
+// whole is written as far as it can be and fails with ErrIncomplete.
+func (c *Client) WriteOutput(ctx context.Context, workflowID string, o transfer.Output, from int64, w io.Writer) error {
+	switch {
+	case !o.Truncated:
+		if from < int64(len(o.Inline)) {
+			if _, err := w.Write(o.Inline[from:]); err != nil {
+				return err
+			}
+		}
+	case o.Blob != "":
+		if err := c.ReadStream(ctx, workflowID, o.Blob, from, o.Size, w); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: %d of %d bytes are not stored anywhere", ErrIncomplete, o.Size-int64(len(o.Inline)), o.Size)
+	}
+	if o.Incomplete || o.Dropped > 0 {
+		return fmt.Errorf("%w: %d bytes were dropped by the sandbox", ErrIncomplete, o.Dropped)
+	}
+	return nil
+}
+
+// Upload stores what r reads as an upload for sandbox sandboxID (a tar
+// stream to import), through the relay of its workflow's workers, and
+// says where: the key and the number of parts.
+func (c *Client) Upload(ctx context.Context, sandboxID string, r io.Reader) (key string, parts int, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	key = transfer.Uploads + sandboxID + "/" + NewID("")
+	errs := make(chan error, inFlight)
+	running := 0
+	wait := func() error {
+		running--
+		return <-errs
+	}
+	for {
+		buf := make([]byte, transfer.MaxChunk)
+		n, rerr := io.ReadFull(r, buf)
+		if n > 0 || parts == 0 {
+			if running == inFlight {
+				if err := wait(); err != nil {
+					return "", 0, err
+				}
+			}
+			part := parts
+			parts++
+			running++
+			go func() {
+				errs <- c.writeChunk(ctx, sandboxID, key, part, buf[:n])
+			}()
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			for running > 0 {
+				wait()
+			}
+			return "", 0, rerr
+		}
+	}
+	var first error
+	for running > 0 {
+		if err := wait(); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return "", 0, first
+	}
+	return key, parts, nil
+}
+
+func (c *Client) writeChunk(ctx context.Context, workflowID, key string, part int, data []byte) error {
+	err := c.retry(ctx, func(ctx context.Context) error {
+		_, err := c.temporal.QueryWorkflow(ctx, workflowID, "", transfer.QueryWrite, key, part, data)
+		return err
+	})
+	return c.unavailable(err, "upload to "+workflowID, false, "")
+}
+
+// DeleteStream removes an export or an upload once it is no longer
+// needed (what is left behind, the reaper removes after an hour).
+func (c *Client) DeleteStream(ctx context.Context, workflowID, key string, parts int) error {
+	err := c.retry(ctx, func(ctx context.Context) error {
+		_, err := c.temporal.QueryWorkflow(ctx, workflowID, "", transfer.QueryDelete,
+			transfer.DeleteRequest{Key: key, Parts: parts})
+		return err
+	})
+	return c.unavailable(err, "delete "+key, false, "")
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/workflows"
+)
+
+func newSandboxCp(cf *connFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy a file or a directory into a sandbox (cp SRC ID:PATH), or out of it (cp ID:PATH DST, - for a file to stdout)",
+		Long: `berth sandbox cp copies a local file or directory to PATH in the
+sandbox's workspace, or to PATH/NAME when PATH ends with a slash; and a
+file or directory of the workspace out, to DST, or into DST when DST is
+a directory (as cp -r does). PATH is relative to the workspace, or
+absolute under /workspace.
+
+Small files travel inline in the update; directories and large files, in
+and out, as tar streams through the Temporal server to the sandbox's
+worker, in parts of 1 MiB: nothing but the server's address is needed,
+whatever their size. What comes out of a sandbox is untrusted: nothing is
+written outside DST (see README, "Copying out").`,
+		Args: usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			srcID, srcPath, srcIn := splitRemote(args[0])
+			dstID, dstPath, dstIn := splitRemote(args[1])
+			if srcIn == dstIn {
+				return usageError{errors.New("cp: exactly one of SRC and DST must be ID:PATH")}
+			}
+			c, err := cf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Temporal().Close()
+			if dstIn {
+				fi, err := os.Stat(args[0])
+				if err != nil {
+					return err
+				}
+				dstPath = workspaceRel(dstPath)
+				if strings.HasSuffix(dstPath, "/") || dstPath == "" || dstPath == "." {
+					dstPath = path.Join(dstPath, fileBase(args[0]))
+				}
+				if fi.IsDir() || fi.Size() > activities.MaxInlineFiles {
+					return copyIn(ctx, c, dstID, args[0], dstPath)
+				}
+				data, err := os.ReadFile(args[0])
+				if err != nil {
+					return err
+				}
+				files := []provider.File{{Path: dstPath, Data: data, Mode: fi.Mode().Perm()}}
+				return update(ctx, c, dstID, workflows.UpdateWriteFiles, nil, workflows.WriteFilesRequest{Files: files})
+			}
+			srcPath = workspaceRel(srcPath)
+			if args[1] == "-" {
+				if err := c.ReadFile(ctx, srcID, srcPath, os.Stdout); err != nil {
+					return updateErr(srcID, err)
+				}
+				return nil
+			}
+			return copyOut(ctx, c, srcID, srcPath, args[1])
+		},
+	}
+}
+
+// workspaceRel makes a path given as /workspace/... relative to the
+// workspace, as the sandbox's operations take it.
+func workspaceRel(p string) string {
+	if p == provider.Workspace || p == provider.Workspace+"/" {
+		return "."
+	}
+	if rest, ok := strings.CutPrefix(p, provider.Workspace+"/"); ok {
+		return rest
+	}
+	return p
+}
+
+// copyOut copies a file or directory of a sandbox out to dst: the
+// sandbox's workflow exports it as a tar stream, which comes through the
+// server and is unpacked here as it arrives.
+func copyOut(ctx context.Context, c *client.Client, id, src, dst string) error {
+	clean := path.Clean(src)
+	root := src == "" || clean == "."
+	target := dst
+	if fi, err := os.Stat(dst); err == nil && fi.IsDir() && !root {
+		target = filepath.Join(dst, path.Base(clean))
+	}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := extractTar(pr, target, root)
+		pr.CloseWithError(err) // unblocks the export if extraction stopped first
+		done <- err
+	}()
+	err := c.Export(ctx, id, src, pw)
+	pw.CloseWithError(err)
+	xerr := <-done
+	if err != nil {
+		return updateErr(id, err)
+	}
+	if xerr != nil {
+		return fmt.Errorf("cp: %w", xerr)
+	}
+	return nil
+}
+
+// copyIn copies a local file or directory tree to dst in a sandbox, as a
+// tar stream written through the server to the sandbox's worker, which
+// the sandbox's workflow then imports. Symbolic links are copied as
+// links; other special files are left out.
+func copyIn(ctx context.Context, c *client.Client, id, src, dst string) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeTar(pw, src, dst)) }()
+	err := c.Import(ctx, id, pr)
+	pr.Close()
+	if err != nil {
+		return updateErr(id, err)
+	}
+	return nil
+}
+
+// writeTar writes the tree at src as a tar stream whose names start with
+// dst.
+func writeTar(w io.Writer, src, dst string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		name := path.Join(dst, filepath.ToSlash(rel))
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
+		switch {
+		case fi.IsDir():
+			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+			return tw.WriteHeader(hdr)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+			return tw.WriteHeader(hdr)
+		case fi.Mode().IsRegular():
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			_, err = io.CopyN(tw, f, fi.Size())
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// splitRemote splits ID:PATH; a local path has no colon before its first
+// slash.
+func splitRemote(s string) (id, p string, remote bool) {
+	i := strings.IndexByte(s, ':')
+	if i <= 0 || strings.Contains(s[:i], "/") {
+		return "", s, false
+	}
+	return s[:i], s[i+1:], true
+}
+
+func fileBase(p string) string {
+	p = strings.TrimRight(p, "/")
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}

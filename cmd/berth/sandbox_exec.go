@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/workflows"
+)
+
+func newSandboxExec(cf *connFlags) *cobra.Command {
+	var (
+		req   workflows.ExecRequest
+		env   []string
+		stdin bool
+	)
+	cmd := &cobra.Command{
+		Use:   "exec ID [flags] -- CMD [ARGS...]",
+		Short: "Run a command in a sandbox, print its output live, and exit with its exit code",
+		Long: `berth sandbox exec runs a command in a sandbox, prints its output as it
+is produced, and exits with its exit code (128+n for a signal; 124, 127
+and 137 when berth ended it: timeout, not found, out of memory; 125 when
+berth itself failed).
+
+A server restart under it is a pause: it waits for the server (--retry-for)
+and the command runs once.`,
+		Args: usageArgs(cobra.MinimumNArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			id := args[0]
+			req.Argv = args[1:]
+			var err error
+			if req.Env, err = parseEnv(env); err != nil {
+				return usageError{err}
+			}
+			if stdin {
+				if req.Stdin, err = readStdin(os.Stdin); err != nil {
+					return err
+				}
+			}
+			c, err := cf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Temporal().Close()
+			out, err := c.Exec(ctx, id, req, os.Stdout, os.Stderr)
+			if client.NotFound(err) {
+				return updateErr(id, err)
+			}
+			return runResult("sandbox "+id, out, err)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable (repeatable)")
+	f.StringVar(&req.Dir, "dir", "", "working directory, a workspace path")
+	f.DurationVar(&req.Timeout, "timeout", 0, "end the command after this long (default 10m)")
+	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
+	return cmd
+}
+
+// maxStdin bounds the standard input a command gets: it travels through
+// workflow history.
+const maxStdin = 2 << 20
+
+func readStdin(r io.Reader) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxStdin+1))
+	if err != nil {
+		return nil, fmt.Errorf("read standard input: %w", err)
+	}
+	if len(b) > maxStdin {
+		return nil, usageError{fmt.Errorf("-i: more than %d bytes of standard input; copy a file in with berth sandbox cp instead", maxStdin)}
+	}
+	return b, nil
+}

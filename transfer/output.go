@@ -1,0 +1,152 @@
+package transfer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"gocloud.dev/blob"
+)
+
+// Sizes of what travels, and how streams are cut.
+const (
+	// DefaultPartSize is the size of the parts streams are stored in.
+	DefaultPartSize = 1 << 20
+	// MaxChunk is the most one relay query carries: below the server's
+	// default limit on a payload (2 MB), with room for the envelope.
+	MaxChunk = 1 << 20
+)
+
+// Key prefixes in the blob store.
+const (
+	Outputs = "outputs/" // commands' output streams
+	Files   = "files/"   // files read from sandboxes, too big to travel inline
+	Exports = "exports/" // archives of workspace paths, fetched by front ends
+	Uploads = "uploads/" // archives front ends store for a sandbox to import
+)
+
+// Output is a stream of bytes as a result carries it: inline when small,
+// otherwise its head and tail inline and the whole in the blob store.
+type Output struct {
+	// Inline holds the whole stream, or when Truncated its head
+	// (Inline[:HeadLen]) followed by its tail.
+	Inline  []byte `json:"inline,omitempty"`
+	HeadLen int    `json:"head_len"`
+	// Size is the length of the whole stream.
+	Size      int64 `json:"size"`
+	Truncated bool  `json:"truncated,omitempty"`
+	// Blob and Parts locate the whole in the blob store; see Open.
+	Blob  string `json:"blob,omitempty"`
+	Parts int    `json:"parts,omitempty"`
+	// Incomplete: bytes the sandbox produced and did not keep are
+	// missing from the stored whole (see Dropped).
+	Incomplete bool `json:"incomplete,omitempty"`
+	// Dropped counts the bytes missing from the stored whole, between
+	// its head and its tail: what the sandbox did not keep while no
+	// worker was attached, or what went past a command's output cap.
+	Dropped int64 `json:"dropped,omitempty"`
+}
+
+// Head is the start of the stream as carried inline.
+func (o Output) Head() []byte { return o.Inline[:o.HeadLen] }
+
+// Tail is the end of the stream as carried inline (empty unless
+// Truncated).
+func (o Output) Tail() []byte { return o.Inline[o.HeadLen:] }
+
+// Whole says whether the stream can be had whole: inline, or stored.
+func (o Output) Whole() bool { return !o.Incomplete && (!o.Truncated || o.Blob != "") }
+
+// Open reads the whole of an output, from the blob store when needed.
+func Open(ctx context.Context, bucket *blob.Bucket, o Output) (io.ReadCloser, error) {
+	if o.Blob == "" {
+		return io.NopCloser(bytes.NewReader(o.Inline)), nil
+	}
+	return &partReader{ctx: ctx, bucket: bucket, key: o.Blob, parts: o.Parts}, nil
+}
+
+// PartKey names part i of a stored stream.
+func PartKey(key string, i int) string { return fmt.Sprintf("%s/%06d", key, i) }
+
+// PartialKey names the object holding what a writer has written of part
+// i so far. It is rewritten as the part grows, and removed when the part
+// is complete.
+func PartialKey(key string, i int) string { return PartKey(key, i) + ".partial" }
+
+// OutputKey is where the output stream ("stdout" or "stderr") of command
+// execID in sandbox sandboxID is stored.
+func OutputKey(sandboxID, execID, stream string) string {
+	return Outputs + sandboxID + "/" + execID + "/" + stream
+}
+
+// SandboxPrefixes are the prefixes of what belongs to one sandbox in the
+// blob store, outside its snapshots: deleted with it, or after it.
+func SandboxPrefixes(sandboxID string) []string {
+	var ps []string
+	for _, p := range []string{Outputs, Files, Exports, Uploads} {
+		ps = append(ps, p+sandboxID+"/")
+	}
+	return ps
+}
+
+// validKey refuses keys that could name something else than a stream
+// under one of prefixes.
+func validKey(key string, prefixes ...string) error {
+	if strings.Contains(key, "..") || strings.Contains(key, "//") || strings.HasSuffix(key, "/") || strings.ContainsAny(key, "\\\x00") {
+		return fmt.Errorf("transfer: bad key %q", key)
+	}
+	for _, p := range prefixes {
+		if strings.HasPrefix(key, p) && len(key) > len(p) {
+			return nil
+		}
+	}
+	return fmt.Errorf("transfer: key %q is not under %s", key, strings.Join(prefixes, ", "))
+}
+
+// CheckUpload refuses a key that does not name an upload: an import must
+// not read outputs or snapshots into a sandbox.
+func CheckUpload(key string) error { return validKey(key, Uploads) }
+
+// partReader reads the parts of a stored stream one after another.
+type partReader struct {
+	ctx    context.Context
+	bucket *blob.Bucket
+	key    string
+	parts  int
+	next   int
+	cur    *blob.Reader
+}
+
+func (r *partReader) Read(p []byte) (int, error) {
+	for {
+		if r.cur == nil {
+			if r.next == r.parts {
+				return 0, io.EOF
+			}
+			cur, err := r.bucket.NewReader(r.ctx, PartKey(r.key, r.next), nil)
+			if err != nil {
+				return 0, err
+			}
+			r.cur, r.next = cur, r.next+1
+		}
+		n, err := r.cur.Read(p)
+		if err == io.EOF {
+			r.cur.Close()
+			r.cur = nil
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		return n, err
+	}
+}
+
+func (r *partReader) Close() error {
+	if r.cur != nil {
+		return r.cur.Close()
+	}
+	return nil
+}

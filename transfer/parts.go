@@ -1,0 +1,138 @@
+package transfer
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"gocloud.dev/blob"
+	"gocloud.dev/gcerrors"
+)
+
+// PartWriter stores a stream as parts of a fixed size, so that what was
+// stored survives the writer: a retry starts at the next part.
+type PartWriter struct {
+	ctx     context.Context
+	bucket  *blob.Bucket
+	key     string
+	size    int
+	buf     []byte
+	parts   int // stored so far
+	partial int // bytes of the current part in its partial object
+}
+
+// NewPartWriter writes the stream key in parts of size bytes, starting
+// at part parts (those before are stored already).
+func NewPartWriter(ctx context.Context, bucket *blob.Bucket, key string, size, parts int) *PartWriter {
+	return &PartWriter{ctx: ctx, bucket: bucket, key: key, size: size, parts: parts}
+}
+
+// Parts is the number of parts stored so far.
+func (w *PartWriter) Parts() int { return w.parts }
+
+// PartSize is the size of the parts.
+func (w *PartWriter) PartSize() int { return w.size }
+
+func (w *PartWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if w.buf == nil {
+			w.buf = make([]byte, 0, w.size)
+		}
+		k := min(len(p), w.size-len(w.buf))
+		w.buf = append(w.buf, p[:k]...)
+		p = p[k:]
+		if len(w.buf) == w.size {
+			if err := w.flush(); err != nil {
+				return n - len(p), err
+			}
+		}
+	}
+	return n, nil
+}
+
+func (w *PartWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	if err := w.bucket.WriteAll(w.ctx, PartKey(w.key, w.parts), w.buf, nil); err != nil {
+		return fmt.Errorf("store part %d of %s: %w", w.parts, w.key, err)
+	}
+	if w.partial > 0 {
+		_ = w.bucket.Delete(w.ctx, PartialKey(w.key, w.parts))
+		w.partial = 0
+	}
+	w.parts++
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// FlushPartial stores what there is of the current part, for readers
+// that follow the stream live, when it grew since the last time.
+func (w *PartWriter) FlushPartial() error {
+	if len(w.buf) == w.partial {
+		return nil
+	}
+	if err := w.bucket.WriteAll(w.ctx, PartialKey(w.key, w.parts), w.buf, nil); err != nil {
+		return err
+	}
+	w.partial = len(w.buf)
+	return nil
+}
+
+// DropPartial removes the current part's partial object.
+func (w *PartWriter) DropPartial() {
+	if w.partial > 0 {
+		_ = w.bucket.Delete(w.ctx, PartialKey(w.key, w.parts))
+		w.partial = 0
+	}
+}
+
+// Close stores the last, partial part.
+func (w *PartWriter) Close() error { return w.flush() }
+
+// ReadAt reads at most max bytes of the stream key from offset off:
+// from complete parts, and from the partial object of the part under
+// way. It returns nothing, and no error, where nothing is stored yet.
+func ReadAt(ctx context.Context, bucket *blob.Bucket, key string, partSize int, off int64, max int) ([]byte, error) {
+	size := int64(partSize)
+	if size <= 0 {
+		size = DefaultPartSize
+	}
+	var out []byte
+	for len(out) < max {
+		i, within := int(off/size), off%size
+		b, full, err := readPart(ctx, bucket, key, i, within, int64(max-len(out)))
+		if err != nil {
+			return out, err
+		}
+		out = append(out, b...)
+		off += int64(len(b))
+		// A whole part read to its end: the next may be there too.
+		if !full || off%size != 0 || len(b) == 0 {
+			break
+		}
+	}
+	return out, nil
+}
+
+// readPart reads at most n bytes of part i from offset within: from the
+// part when it is complete (full), from its partial object otherwise.
+func readPart(ctx context.Context, bucket *blob.Bucket, key string, i int, within, n int64) (b []byte, full bool, err error) {
+	for _, k := range []struct {
+		key  string
+		full bool
+	}{{PartKey(key, i), true}, {PartialKey(key, i), false}} {
+		r, err := bucket.NewRangeReader(ctx, k.key, within, n, nil)
+		if gcerrors.Code(err) == gcerrors.NotFound {
+			continue // not there, or a partial object removed as its part completed
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		b, err := io.ReadAll(r)
+		r.Close()
+		return b, k.full, err
+	}
+	return nil, false, nil
+}
