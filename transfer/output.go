@@ -14,9 +14,10 @@ import (
 const (
 	// DefaultPartSize is the size of the parts streams are stored in.
 	DefaultPartSize = 1 << 20
-	// MaxChunk is the most one relay query carries: below the server's
-	// default limit on a payload (2 MB), with room for the envelope.
-	MaxChunk = 1 << 20
+	// MaxChunk is the most one relay query carries: below the size
+	// (512 KiB) past which the SDK and the server log a warning for each
+	// payload, with room for the envelope.
+	MaxChunk = 500 << 10
 )
 
 // Key prefixes in the blob store.

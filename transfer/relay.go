@@ -105,28 +105,29 @@ func (r *relay) read(req ReadRequest) ([]byte, error) {
 	return b, nil
 }
 
-func (r *relay) write(key string, part int, data []byte) error {
+// write and delete answer true: a query handler must return a value.
+func (r *relay) write(key string, part int, data []byte) (bool, error) {
 	if err := CheckUpload(key); err != nil {
-		return err
+		return false, err
 	}
 	if part < 0 || len(data) > MaxChunk {
-		return fmt.Errorf("transfer: part %d of %d bytes: parts are numbered from 0 and at most %d bytes", part, len(data), MaxChunk)
+		return false, fmt.Errorf("transfer: part %d of %d bytes: parts are numbered from 0 and at most %d bytes", part, len(data), MaxChunk)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
 	defer cancel()
 	if err := r.bucket.WriteAll(ctx, PartKey(key, part), data, nil); err != nil {
-		return fmt.Errorf("transfer: write part %d of %s: %w", part, key, err)
+		return false, fmt.Errorf("transfer: write part %d of %s: %w", part, key, err)
 	}
-	return nil
+	return true, nil
 }
 
-func (r *relay) delete(req DeleteRequest) error {
+func (r *relay) delete(req DeleteRequest) (bool, error) {
 	if err := validKey(req.Key, Exports, Uploads); err != nil {
-		return err
+		return false, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
 	defer cancel()
-	return DeleteParts(ctx, r.bucket, req.Key, req.Parts)
+	return true, DeleteParts(ctx, r.bucket, req.Key, req.Parts)
 }
 
 // DeleteParts removes the parts of a stream, and their partial objects.

@@ -105,7 +105,12 @@ func copyOut(ctx context.Context, c *client.Client, id, src, dst string) error {
 	done := make(chan error, 1)
 	go func() {
 		err := extractTar(pr, target, root)
-		pr.CloseWithError(err) // unblocks the export if extraction stopped first
+		if err == nil {
+			// What follows the archive's end (its padding) is read too,
+			// or the export would block on it.
+			_, err = io.Copy(io.Discard, pr)
+		}
+		pr.CloseWithError(err) // unblocks the export if extraction failed
 		done <- err
 	}()
 	err := c.Export(ctx, id, src, pw)

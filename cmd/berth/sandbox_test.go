@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -109,7 +110,7 @@ func TestSandboxCLI(t *testing.T) {
 	if out := ok("exec", id, "--", "sh", "-c", "cat proj/link.py; proj/run.sh; wc -c < proj/big.bin"); out != "print('a')\nran\n3145728\n" {
 		t.Errorf("cp of a directory: %q", out)
 	}
-	if left, _ := filepath.Glob(filepath.Join(data, "blobs", "uploads", "*")); len(left) != 0 {
+	if left := filesUnder(filepath.Join(data, "blobs", "uploads")); len(left) != 0 {
 		t.Errorf("uploads left in the blob store: %v", left)
 	}
 	// And out again: to a new path, and into an existing directory.
@@ -252,4 +253,16 @@ func TestSandboxContinuesAsNew(t *testing.T) {
 	if dirs := sandboxDirs(t, data); len(dirs) != 0 {
 		t.Errorf("after rm: %v", dirs)
 	}
+}
+
+// filesUnder lists the files (not directories) in a tree.
+func filesUnder(dir string) []string {
+	var files []string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			files = append(files, p)
+		}
+		return nil
+	})
+	return files
 }
