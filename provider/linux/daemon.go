@@ -24,6 +24,10 @@ func Main() {
 		return
 	}
 	unix.Close(fdExe) // only needed to start
+	// The control socket and the out-of-memory counter are the daemon's
+	// alone: no command may inherit them.
+	unix.CloseOnExec(fdControl)
+	unix.CloseOnExec(fdOOM)
 	closeInherited()
 	ctl := os.NewFile(fdControl, "control")
 	if err := runDaemon(ctl); err != nil {
