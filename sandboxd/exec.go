@@ -255,6 +255,9 @@ func (s *Server) startCommand(path string, argv, env []string, dir string, withS
 		files[i+1] = w.Fd()
 	}
 	sys := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if s.cfg.CgroupNamespace {
+		sys.Unshareflags = syscall.CLONE_NEWCGROUP
+	}
 	if s.switchUser {
 		sys.Credential = &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID)}
 	}

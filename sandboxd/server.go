@@ -30,6 +30,16 @@ type Config struct {
 	Env map[string]string
 	// Dir is the default working directory, a workspace path.
 	Dir string
+	// CommandOOMScoreAdj, if not zero, is the oom_score_adj commands
+	// start with, so that the kernel kills them before the daemon when
+	// memory runs out. The daemon takes the value for the moment it
+	// forks each command, then returns to its own, which it may only do
+	// if its own was set by a process with CAP_SYS_RESOURCE.
+	CommandOOMScoreAdj int
+	// CgroupNamespace gives each command a cgroup namespace of its own,
+	// rooted at the daemon's cgroups, so that it does not see their
+	// path. The daemon needs CAP_SYS_ADMIN in its user namespace.
+	CgroupNamespace bool
 	// OOMKills, if set, counts the kernel's out-of-memory kills in the
 	// sandbox so far; a command during which it grows ran out of memory.
 	OOMKills func() (int64, error)
@@ -95,7 +105,7 @@ func New(cfg Config) (*Server, error) {
 		root:       root,
 		escape:     escapeError(root),
 		journal:    newJournal(cfg.OutputCap, cfg.JournalBudget),
-		procs:      newProcs(),
+		procs:      newProcs(cfg.CommandOOMScoreAdj),
 		started:    time.Now(),
 		switchUser: cfg.UID != os.Geteuid() || cfg.GID != os.Getegid(),
 		configured: make(chan struct{}),

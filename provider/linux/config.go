@@ -30,8 +30,74 @@ type Config struct {
 	// created a sandbox, so that the next creation does not wait for one
 	// to start. Zero means 2; a negative number keeps none.
 	Pool int
+	// Limits bound what one sandbox may take of the kernel's counters
+	// that no cgroup holds. Zero fields mean the defaults documented on
+	// KernelLimits.
+	Limits KernelLimits
 	// Logger receives the provider's own events. Nil discards them.
 	Logger *slog.Logger
+}
+
+// KernelLimits bound a sandbox's share of kernel resources counted per
+// user rather than per cgroup. A sandbox's user namespace is created by
+// the host's root, so what its users take is also counted against the
+// host's root: unbounded, one sandbox could take all of it.
+type KernelLimits struct {
+	// OpenFiles is RLIMIT_NOFILE (soft and hard) of every process in a
+	// sandbox, the daemon's included. A sandbox holds at most OpenFiles
+	// times its sandbox user's processes (Resources.Pids less
+	// DaemonReserve) open files, and each costs memory charged to it.
+	// Zero means 1024.
+	OpenFiles int64 `json:"open_files"`
+	// PendingSignals is RLIMIT_SIGPENDING of every process: the signals
+	// queued to the sandbox user's processes. Zero means 1024.
+	PendingSignals int64 `json:"pending_signals"`
+	// InotifyInstances and InotifyWatches are the sandbox's user
+	// namespace's max_inotify_instances and max_inotify_watches. Zero
+	// means 16 and 8192.
+	InotifyInstances int64 `json:"inotify_instances"`
+	InotifyWatches   int64 `json:"inotify_watches"`
+	// DaemonReserve is how many of a sandbox's processes and threads
+	// (Resources.Pids) are kept for its daemon: the sandbox user's
+	// RLIMIT_NPROC is the rest, so that a fork bomb leaves the daemon
+	// room to start threads and commands. Zero means 32, or a quarter of
+	// Pids when that is less.
+	DaemonReserve int64 `json:"daemon_reserve"`
+	// TmpFraction is the share of a sandbox's memory limit that its /tmp
+	// and its /dev/shm may each hold: their pages belong to no process,
+	// so nothing the kernel kills when memory runs out frees them. Zero
+	// means 0.25.
+	TmpFraction float64 `json:"tmp_fraction"`
+}
+
+func (l *KernelLimits) setDefaults() {
+	for _, f := range []struct {
+		v   *int64
+		def int64
+	}{
+		{&l.OpenFiles, 1024}, {&l.PendingSignals, 1024},
+		{&l.InotifyInstances, 16}, {&l.InotifyWatches, 8192},
+		{&l.DaemonReserve, 32},
+	} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if l.TmpFraction == 0 {
+		l.TmpFraction = 0.25
+	}
+}
+
+// userProcesses is the sandbox user's RLIMIT_NPROC in a sandbox limited
+// to pids processes and threads.
+func (l KernelLimits) userProcesses(pids int64) int64 {
+	return pids - min(l.DaemonReserve, pids/4)
+}
+
+// tmpSize is the size of /tmp and /dev/shm in a sandbox limited to
+// memory bytes.
+func (l KernelLimits) tmpSize(memory int64) int64 {
+	return int64(float64(memory) * l.TmpFraction)
 }
 
 // Identities inside a sandbox.
@@ -72,6 +138,7 @@ func (c *Config) setDefaults() error {
 	if c.Pool == 0 {
 		c.Pool = 2
 	}
+	c.Limits.setDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -31,6 +31,11 @@ type warmMsg struct {
 	// renames the directory holding it when it claims the daemon; the
 	// daemon, having bound it already, is not affected.
 	Workspace string `json:"workspace"`
+	// Limits are the kernel limits the daemon sets before anything of
+	// the sandbox runs.
+	Limits KernelLimits `json:"limits"`
+	// TmpSize is the size of /tmp and of /dev/shm, in bytes.
+	TmpSize int64 `json:"tmp_size"`
 }
 
 // claimMsg turns a warm daemon into one sandbox's daemon.
@@ -39,6 +44,8 @@ type claimMsg struct {
 	Env       map[string]string `json:"env"`
 	Dir       string            `json:"dir,omitempty"`
 	ExpiresAt time.Time         `json:"expires_at"`
+	// UserProcesses is the sandbox user's RLIMIT_NPROC.
+	UserProcesses int64 `json:"user_processes"`
 }
 
 // The daemon's answers.

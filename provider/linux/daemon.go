@@ -24,6 +24,10 @@ func Main() {
 		return
 	}
 	unix.Close(fdExe) // only needed to start
+	// The control socket and the out-of-memory counter are the daemon's
+	// alone: no command may inherit them.
+	unix.CloseOnExec(fdControl)
+	unix.CloseOnExec(fdOOM)
 	closeInherited()
 	ctl := os.NewFile(fdControl, "control")
 	if err := runDaemon(ctl); err != nil {
@@ -73,7 +77,10 @@ func runDaemon(ctl *os.File) error {
 	if lnFile == nil {
 		return fmt.Errorf("no listening socket")
 	}
-	if err := prepareRoot(wm.NewRoot, wm.RootFS); err != nil {
+	if err := setKernelLimits(wm.Limits); err != nil {
+		return fmt.Errorf("kernel limits: %w", err)
+	}
+	if err := prepareRoot(wm.NewRoot, wm.RootFS, wm.TmpSize); err != nil {
 		return fmt.Errorf("set up root filesystem: %w", err)
 	}
 	if err := enterRoot(wm.NewRoot, wm.Workspace); err != nil {
@@ -100,6 +107,14 @@ func runDaemon(ctl *os.File) error {
 		UID:       sandboxUID,
 		GID:       sandboxGID,
 		Deferred:  true, // configured when claimed
+		// The kernel kills commands before the daemon when the sandbox
+		// runs out of memory.
+		CommandOOMScoreAdj: 1000,
+		// The cgroup namespace made with the daemon's other namespaces
+		// is rooted at its creator's cgroups (the host moves the daemon
+		// into the sandbox's only after): each command gets one rooted
+		// at the sandbox's.
+		CgroupNamespace: true,
 		OOMKills: func() (int64, error) {
 			oomMu.Lock()
 			defer oomMu.Unlock()
@@ -127,6 +142,9 @@ func runDaemon(ctl *os.File) error {
 			os.Exit(0) // the host went away before it needed us
 		}
 		return fmt.Errorf("read claim: %w", err)
+	}
+	if err := setUserProcesses(cm.UserProcesses); err != nil {
+		return fmt.Errorf("process limit: %w", err)
 	}
 	srv.Configure(cm.Env, cm.Dir)
 	// The hard lifetime: when it ends the daemon exits, and being the

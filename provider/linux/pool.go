@@ -57,7 +57,7 @@ func (pl *pool) refill() {
 	for !pl.closed && len(pl.ready)+pl.filling < pl.size {
 		pl.filling++
 		pl.wg.Go(func() {
-			w, err := pl.p.startWarm(context.Background(), "")
+			w, err := pl.p.startWarm(context.Background(), "", pl.p.cfg.Defaults.Memory)
 			pl.mu.Lock()
 			pl.filling--
 			closed := pl.closed

@@ -26,7 +26,8 @@ var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 // workspace: read-only binds of the host's or rootfs's entries, /tmp,
 // /proc and /dev. newRoot is a directory shared by every sandbox; the
 // tmpfs mounted on it is this daemon's alone, in its own mount namespace.
-func prepareRoot(newRoot, rootfs string) error {
+// /tmp and /dev/shm hold tmpSize bytes each.
+func prepareRoot(newRoot, rootfs string, tmpSize int64) error {
 	// Nothing mounted from here on may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
@@ -41,18 +42,22 @@ func prepareRoot(newRoot, rootfs string) error {
 		}
 	} else if err := bindHost(at); err != nil {
 		return err
+	} else if err := overlayEtc(at); err != nil {
+		return fmt.Errorf("/etc: %w", err)
 	}
 	if err := os.Mkdir(at("workspace"), 0o755); err != nil {
 		return err
 	}
-	// The sandbox's memory limit bounds its tmpfs: pages are charged to it.
-	if err := mountNew("tmpfs", at("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	// Pages of a tmpfs are charged to the sandbox's memory but belong to
+	// no process: a size keeps them from taking all of it.
+	tmpOpts := "mode=1777,size=" + strconv.FormatInt(tmpSize, 10)
+	if err := mountNew("tmpfs", at("tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
 		return err
 	}
 	if err := mountNew("proc", at("proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
-	if err := setupDev(at("dev")); err != nil {
+	if err := setupDev(at("dev"), tmpOpts); err != nil {
 		return fmt.Errorf("/dev: %w", err)
 	}
 	return os.Mkdir(at(".oldroot"), 0o700)
@@ -203,7 +208,7 @@ func mountNew(source, target, fstype string, flags uintptr, data string) error {
 
 // setupDev makes a minimal /dev: the harmless character devices, a
 // private pseudo-terminal instance, shared memory, and the usual links.
-func setupDev(dev string) error {
+func setupDev(dev, shmOpts string) error {
 	if err := mountNew("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 		return err
 	}
@@ -215,7 +220,7 @@ func setupDev(dev string) error {
 	if err := mountNew("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return err
 	}
-	if err := mountNew("tmpfs", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size=64m"); err != nil {
+	if err := mountNew("tmpfs", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, shmOpts); err != nil {
 		return err
 	}
 	for name, target := range map[string]string{
@@ -237,4 +242,45 @@ func copyDevice(src, dst string) error {
 		return fmt.Errorf("bind %s: %w", src, err)
 	}
 	return nil
+}
+
+// sandboxEtc are the files of the host's /etc that would tell a sandbox
+// who the host's users are and what the host is called; the sandbox sees
+// these instead.
+var sandboxEtc = map[string]string{
+	"passwd": "root:x:0:0:root:/root:/bin/sh\n" +
+		"sandbox:x:1000:1000:sandbox:/workspace:/bin/sh\n" +
+		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+	"group":    "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n",
+	"hostname": "sandbox\n",
+	"hosts":    "127.0.0.1\tlocalhost\n127.0.1.1\tsandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+}
+
+// overlayEtc binds sandboxEtc over the host's /etc bound at at("etc").
+// The files are written in a tmpfs of their own, detached once they are
+// bound, so that the sandbox sees them only where they belong.
+func overlayEtc(at func(string) string) error {
+	dir := at(".etc")
+	if err := mountNew("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return err
+	}
+	for name, content := range sandboxEtc {
+		src, dst := filepath.Join(dir, name), filepath.Join(at("etc"), name)
+		if _, err := os.Stat(dst); err != nil {
+			continue // a bind needs a file to cover
+		}
+		if err := os.WriteFile(src, []byte(content), 0o644); err != nil {
+			return err
+		}
+		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", dst, err)
+		}
+		if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("remount %s: %w", dst, err)
+		}
+	}
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+		return err
+	}
+	return os.Remove(dir)
 }

@@ -13,12 +13,31 @@ const (
 	seccompNR      = 0
 	seccompArchOff = 4
 	seccompArg0Lo  = 16 // the low half on little-endian machines
+	seccompArg2Lo  = 32
 )
+
+// allowedFamilies are the socket address families a sandbox may use: a
+// network namespace isolates these, and they are all a command needs
+// (netlink for tools that list interfaces and routes). The others reach
+// shared kernel surface (AF_VSOCK the hypervisor, AF_ALG the kernel's
+// crypto, AF_PACKET, AF_BLUETOOTH, AF_CAN, ...) and fail with
+// EAFNOSUPPORT, as on a kernel built without them.
+var allowedFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+
+// inotifyReadEvents are the inotify events that report reads. The host's
+// /usr and /etc are bound into every sandbox, so a watch for them there
+// would see what the host and the other sandboxes open; watches for
+// changes see only what the sandbox itself can change, or the host's
+// package updates.
+const inotifyReadEvents = unix.IN_ACCESS | unix.IN_OPEN | unix.IN_CLOSE_NOWRITE
 
 // seccompFilter assembles the sandbox's filter: syscalls in denied fail
 // with EPERM, clone3 with ENOSYS (its flags live in memory a filter cannot
 // read, and ENOSYS makes libc and Go fall back to clone, which it can),
-// unshare and clone with CLONE_NEWUSER with EPERM, anything else runs. A
+// unshare and clone with CLONE_NEWUSER with EPERM, socket and socketpair
+// for a family not in allowedFamilies with EAFNOSUPPORT,
+// inotify_add_watch for any of inotifyReadEvents with EPERM, anything
+// else runs. A
 // call from another architecture's ABI is killed: it would bypass the
 // numbers checked here.
 func seccompFilter(arch uint32, denied []uint32) ([]bpf.RawInstruction, error) {
@@ -27,6 +46,7 @@ func seccompFilter(arch uint32, denied []uint32) ([]bpf.RawInstruction, error) {
 		kill   = unix.SECCOMP_RET_KILL_PROCESS
 		eperm  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 		enosys = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+		eafno  = unix.SECCOMP_RET_ERRNO | uint32(unix.EAFNOSUPPORT)
 	)
 	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: seccompArchOff, Size: 4},
@@ -58,6 +78,27 @@ func seccompFilter(arch uint32, denied []uint32) ([]bpf.RawInstruction, error) {
 			bpf.LoadAbsolute{Off: seccompNR, Size: 4},
 		)
 	}
+	// Each block below starts and ends with the syscall number loaded.
+	for _, nr := range []uint32{unix.SYS_SOCKET, unix.SYS_SOCKETPAIR} {
+		n := uint8(len(allowedFamilies))
+		prog = append(prog,
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: nr, SkipTrue: n + 3},
+			bpf.LoadAbsolute{Off: seccompArg0Lo, Size: 4})
+		for i, fam := range allowedFamilies {
+			// On a match, skip to the reload past the refusal.
+			prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: fam, SkipTrue: n - uint8(i)})
+		}
+		prog = append(prog,
+			bpf.RetConstant{Val: eafno},
+			bpf.LoadAbsolute{Off: seccompNR, Size: 4})
+	}
+	prog = append(prog,
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_INOTIFY_ADD_WATCH, SkipTrue: 4},
+		bpf.LoadAbsolute{Off: seccompArg2Lo, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: inotifyReadEvents, SkipFalse: 1},
+		bpf.RetConstant{Val: eperm},
+		bpf.LoadAbsolute{Off: seccompNR, Size: 4},
+	)
 	prog = append(prog, bpf.RetConstant{Val: allow})
 	return bpf.Assemble(prog)
 }

@@ -60,8 +60,9 @@ func (w *warm) kill() {
 }
 
 // startWarm starts a daemon and waits until it is warm. rootfs, if not
-// empty, is the root filesystem it builds its root from.
-func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err error) {
+// empty, is the root filesystem it builds its root from; memory is the
+// memory limit its /tmp and /dev/shm are sized for.
+func (p *Provider) startWarm(ctx context.Context, rootfs string, memory int64) (w *warm, err error) {
 	var undo cleanup
 	defer func() {
 		if err != nil {
@@ -123,8 +124,16 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 	if err := cg.add(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("put daemon in its cgroups: %w", err)
 	}
+	// The kernel must not pick the daemon when the sandbox runs out of
+	// memory: the sandbox would be lost. Its commands start at 1000, so
+	// it is picked last at 0 already; -1000, which needs the host's
+	// CAP_SYS_RESOURCE, makes it never.
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("-1000"), 0); err != nil {
+		p.log.Debug("protect daemon from the out-of-memory killer", "err", err)
+	}
 	ws := filepath.Join(dir, workspaceDir)
-	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs, Workspace: ws}, lnFile)
+	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs, Workspace: ws,
+		Limits: p.cfg.Limits, TmpSize: p.cfg.Limits.tmpSize(memory)}, lnFile)
 	// The daemon holds the listening socket now, and alone: should it
 	// die, connecting fails at once instead of waiting in the backlog.
 	lnFile.Close()
@@ -269,7 +278,8 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 	w.dir = dir
 	sock := filepath.Join(dir, socketFile)
 	w.socket.Store(&sock)
-	msg := claimMsg{ID: spec.ID, Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt}
+	msg := claimMsg{ID: spec.ID, Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt,
+		UserProcesses: p.cfg.Limits.userProcesses(rec.Resources.Pids)}
 	if err := sendJSON(w.ctl, msg, nil); err != nil {
 		return nil, fmt.Errorf("claim daemon: %w", err)
 	}
@@ -286,10 +296,15 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 
 // create makes a sandbox, from a warm daemon of the pool if there is one.
 func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, error) {
-	w := p.pool.take(spec.RootFS)
+	memory := p.resources(spec.Resources).Memory
+	var w *warm
+	// Warm daemons have /tmp sized for the default memory limit.
+	if memory == p.cfg.Defaults.Memory {
+		w = p.pool.take(spec.RootFS)
+	}
 	if w == nil {
 		var err error
-		if w, err = p.startWarm(ctx, spec.RootFS); err != nil {
+		if w, err = p.startWarm(ctx, spec.RootFS, memory); err != nil {
 			return nil, err
 		}
 	}

@@ -55,6 +55,7 @@ func Run(t *testing.T, h Harness) {
 		{"Archive", archiveTests()},
 		{"Pause", pauseTests()},
 		{"Limits", limitTests()},
+		{"Attack", attackTests()},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			for _, tc := range g.tests {

@@ -1,0 +1,532 @@
+package providertest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// The attack tests are what sandboxed code did to a provider from the
+// inside: exhaust kernel counters the host shares, open sockets to the
+// hypervisor, watch the host's files, crash its own daemon, and look for
+// what leaked in. Those that exhaust host-wide counters run alone: a
+// failing provider starves the test process for a moment.
+func attackTests() []test {
+	return []test{
+		{name: "InotifyInstances", serial: true, fn: testInotifyInstances},
+		{name: "InotifyWatches", serial: true, fn: testInotifyWatches},
+		{name: "FanotifyGroups", serial: true, fn: testFanotifyGroups},
+		{name: "PendingSignals", serial: true, fn: testPendingSignals},
+		{name: "OpenFiles", serial: true, fn: testOpenFiles},
+		{name: "SocketFamilies", fn: testSocketFamilies},
+		{name: "WatchHostFiles", fn: testWatchHostFiles},
+		{name: "InheritedFiles", fn: testInheritedFiles},
+		{name: "Identity", fn: testIdentity},
+		{name: "CgroupView", fn: testCgroupView},
+		{name: "MountFlags", fn: testMountFlags},
+		{name: "FillTmp", serial: true, fn: testFillTmp},
+		{name: "ManySmallProcesses", serial: true, fn: testManySmallProcesses},
+		{name: "ForkBombDaemonSurvives", serial: true, fn: testForkBombDaemon},
+	}
+}
+
+// maxOpenFilesPerProcess bounds how many files one process in a sandbox
+// may hold open: the host's own limit is shared by every sandbox.
+const maxOpenFilesPerProcess = 1 << 14
+
+// pythonPrelude gives the programs below libc and the errno of its
+// last call.
+const pythonPrelude = `
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def err():
+    return os.strerror(ctypes.get_errno())
+`
+
+// hold runs a python program that takes some kernel resource, prints one
+// line starting with "held" when it has taken all it can, and keeps it
+// until its standard input closes. While the program holds it, check
+// runs on the host with that line. It returns all the program printed.
+func hold(t *testing.T, sb provider.Sandbox, program string, check func(held string)) string {
+	t.Helper()
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	out := newSignalWriter()
+	done := make(chan struct{})
+	var r result
+	var err error
+	go func() {
+		defer close(done)
+		r, err = execute(t, sb, provider.ExecRequest{
+			Argv: []string{python, "-c", pythonPrelude + program}, Stdin: stdinR, Stdout: out,
+		})
+	}()
+	select {
+	case <-out.first:
+	case <-done:
+	}
+	// The first write may hold part of the line: wait for all of it.
+	eventually(t, opTimeout, "the program reports what it holds", func() (bool, string) {
+		select {
+		case <-done:
+			return true, ""
+		default:
+		}
+		return strings.Contains(out.String(), "\n"), out.String()
+	})
+	line, _, _ := strings.Cut(out.String(), "\n")
+	if strings.HasPrefix(line, "held") {
+		check(line)
+	}
+	stdinW.Close()
+	<-done
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if r.ExitCode != 0 || !strings.HasPrefix(line, "held") {
+		t.Fatalf("the program failed: exit code %d, stdout %q, stderr %s", r.ExitCode, out.String(), tail(r.stderr))
+	}
+	t.Logf("in the sandbox: %s", line)
+	return out.String()
+}
+
+func testInotifyInstances(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	hold(t, sb, `
+fds = []
+why = "no limit met"
+while len(fds) < 100000:
+    fd = libc.inotify_init1(os.O_CLOEXEC)
+    if fd < 0:
+        why = err()
+        break
+    fds.append(fd)
+print("held", len(fds), "inotify instances:", why, flush=True)
+sys.stdin.read()
+`, func(string) {
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+		if err != nil {
+			t.Errorf("the host cannot create an inotify instance while a sandbox holds all it can: %v", err)
+			return
+		}
+		unix.Close(fd)
+	})
+}
+
+func testInotifyWatches(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	hostFile := filepath.Join(t.TempDir(), "watched")
+	if err := os.WriteFile(hostFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Watches count per instance and inode: a few thousand files in a
+	// few instances reach any limit.
+	hold(t, sb, `
+IN_MODIFY = 2
+d = "/tmp/watched"
+os.makedirs(d, exist_ok=True)
+paths = []
+for i in range(4000):
+    p = d + "/" + str(i)
+    open(p, "w").close()
+    paths.append(p.encode())
+n, why = 0, ""
+while not why and n < 1000000:
+    fd = libc.inotify_init1(os.O_CLOEXEC)
+    if fd < 0:
+        why = "inotify_init1: " + err()
+        break
+    for p in paths:
+        if libc.inotify_add_watch(fd, p, IN_MODIFY) < 0:
+            why = "inotify_add_watch: " + err()
+            break
+        n += 1
+print("held", n, "inotify watches:", why, flush=True)
+sys.stdin.read()
+`, func(string) {
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+		if err != nil {
+			t.Errorf("the host cannot create an inotify instance while a sandbox holds all the watches it can: %v", err)
+			return
+		}
+		defer unix.Close(fd)
+		if _, err := unix.InotifyAddWatch(fd, hostFile, unix.IN_MODIFY); err != nil {
+			t.Errorf("the host cannot add an inotify watch while a sandbox holds all it can: %v", err)
+		}
+	})
+}
+
+func testFanotifyGroups(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	// Unprivileged fanotify (Linux 5.13 on) needs FAN_REPORT_FID.
+	hold(t, sb, `
+FAN_CLOEXEC, FAN_REPORT_FID = 0x1, 0x200
+fds = []
+why = "no limit met"
+while len(fds) < 100000:
+    fd = libc.fanotify_init(FAN_CLOEXEC | FAN_REPORT_FID, os.O_RDONLY)
+    if fd < 0:
+        why = err()
+        break
+    fds.append(fd)
+print("held", len(fds), "fanotify groups:", why, flush=True)
+sys.stdin.read()
+`, func(string) {
+		fd, err := unix.FanotifyInit(unix.FAN_CLOEXEC|unix.FAN_CLASS_NOTIF, unix.O_RDONLY)
+		if errors.Is(err, unix.EPERM) && os.Geteuid() != 0 {
+			return // the test process may not use fanotify at all
+		}
+		if err != nil {
+			t.Errorf("the host cannot create a fanotify group while a sandbox holds all it can: %v", err)
+			return
+		}
+		unix.Close(fd)
+	})
+}
+
+// queueSignal is a python program that blocks a real-time signal and
+// queues it to itself until the kernel refuses, printing how many it
+// queued.
+const queueSignal = `
+import signal
+sig = signal.SIGRTMIN
+signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
+limit = int(sys.argv[1]) if len(sys.argv) > 1 else 10000000
+n, why = 0, "no limit met"
+while n < limit:
+    if libc.sigqueue(os.getpid(), sig, ctypes.c_void_p(0)) < 0:
+        why = err()
+        break
+    n += 1
+`
+
+func testPendingSignals(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	hold(t, sb, queueSignal+`
+print("held", n, "queued signals:", why, flush=True)
+sys.stdin.read()
+`, func(string) {
+		// A few signals, as a busy host process might have pending.
+		prog := pythonPrelude + queueSignal + `print(n, why)`
+		out, err := exec.CommandContext(t.Context(), python, "-c", prog, "100").CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), "100 ") {
+			t.Errorf("the host cannot queue 100 signals while a sandbox holds all it can: %s %v", out, err)
+		}
+	})
+}
+
+func testOpenFiles(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	out := mustPython(t, sb, `
+import os, resource
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+except (OSError, ValueError):
+    pass
+fds, why = [], "no limit met"
+while len(fds) < 2000000:
+    try:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError as e:
+        why = e.strerror
+        break
+print(len(fds), why)
+`)
+	t.Logf("one process in the sandbox opened: %s", out)
+	var n int
+	var why string
+	if _, err := fmt.Sscanf(out, "%d %s", &n, &why); err != nil {
+		t.Fatalf("unexpected output %q", out)
+	}
+	if n > maxOpenFilesPerProcess {
+		t.Errorf("one process in a sandbox opened %d files, want at most %d", n, maxOpenFilesPerProcess)
+	}
+}
+
+func testSocketFamilies(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	out := mustPython(t, sb, `
+import socket
+families = [("AF_UNIX", 1), ("AF_INET", 2), ("AF_INET6", 10), ("AF_PACKET", 17), ("AF_ALG", 38), ("AF_VSOCK", 40), ("AF_BLUETOOTH", 31), ("AF_CAN", 29), ("AF_XDP", 44)]
+for name, fam in families:
+    try:
+        socket.socket(fam, socket.SOCK_DGRAM if fam in (1, 2, 10, 17, 29) else socket.SOCK_STREAM if fam != 38 else socket.SOCK_SEQPACKET).close()
+        print(name, "ok")
+    except OSError as e:
+        print(name, "refused", e.errno)
+`)
+	got := map[string]string{}
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		got[f[0]] = f[1]
+	}
+	for _, fam := range []string{"AF_UNIX", "AF_INET", "AF_INET6"} {
+		if got[fam] != "ok" {
+			t.Errorf("socket(%s) is refused in a sandbox; commands need it", fam)
+		}
+	}
+	// None of these is isolated by a network namespace, or of use to a
+	// sandbox; AF_VSOCK reaches the hypervisor.
+	for _, fam := range []string{"AF_VSOCK", "AF_ALG", "AF_PACKET", "AF_BLUETOOTH", "AF_CAN", "AF_XDP"} {
+		if got[fam] != "refused" {
+			t.Errorf("socket(%s) works in a sandbox: %s", fam, got[fam])
+		}
+	}
+}
+
+// testWatchHostFiles watches /usr/bin from a sandbox while the host reads
+// a file there: the sandbox must not see it, nor anything another
+// sandbox does.
+func testWatchHostFiles(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	var target string
+	for _, name := range []string{"env", "sh", "true"} {
+		if _, err := os.Stat("/usr/bin/" + name); err == nil {
+			target = "/usr/bin/" + name
+			break
+		}
+	}
+	if target == "" {
+		t.Fatal("the host has none of /usr/bin/env, sh, true to read")
+	}
+	out := hold(t, sb, `
+IN_ACCESS, IN_OPEN, IN_CLOSE_NOWRITE, IN_NONBLOCK = 0x1, 0x20, 0x10, 0o4000
+fd = libc.inotify_init1(IN_NONBLOCK)
+if fd < 0:
+    print("held nothing: inotify_init1:", err(), flush=True)
+    sys.stdin.read()
+    sys.exit(0)
+wds = libc.inotify_add_watch(fd, b"/usr/bin", IN_ACCESS | IN_OPEN | IN_CLOSE_NOWRITE)
+if wds < 0:
+    wds = err()
+print("held watches", wds, flush=True)
+sys.stdin.read()
+try:
+    events = os.read(fd, 65536)
+except BlockingIOError:
+    events = b""
+print("events", len(events))
+`, func(string) {
+		f, err := os.Open(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = f.Read(make([]byte, 16))
+		f.Close()
+	})
+	t.Logf("in the sandbox: %s", out)
+	if !strings.Contains(out, "events 0\n") {
+		t.Errorf("a sandbox watching /usr/bin saw the host read %s: %s", target, out)
+	}
+}
+
+func testInheritedFiles(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	// ls's own descriptor on the directory is the only one past stderr.
+	out := mustSh(t, sb, "ls /proc/self/fd")
+	fds := strings.Fields(out)
+	if len(fds) != 4 || !slices.Equal(fds[:3], []string{"0", "1", "2"}) {
+		links := mustSh(t, sb, "ls -l /proc/self/fd")
+		t.Errorf("a command starts with descriptors %v, want 0, 1, 2 only (and ls's own):\n%s", fds, links)
+	}
+}
+
+func testIdentity(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	out := mustSh(t, sb, `id -u; id -un; uname -n; cat /etc/hostname 2>/dev/null || echo -`)
+	f := strings.Fields(out)
+	if len(f) != 4 {
+		t.Fatalf("unexpected output %q", out)
+	}
+	uid, name, uts, etcHostname := f[0], f[1], f[2], f[3]
+	host, _ := os.Hostname()
+	hostEtc, _ := os.ReadFile("/etc/hostname")
+	if uts == host {
+		t.Errorf("the sandbox's host name is the host's, %q", host)
+	}
+	if etcHostname == strings.TrimSpace(string(hostEtc)) {
+		t.Errorf("the sandbox's /etc/hostname is the host's, %q", etcHostname)
+	}
+	if name == uid {
+		t.Errorf("the sandbox user (uid %s) has no name", uid)
+	}
+	if hostName, err := exec.Command("id", "-un", uid).Output(); err == nil && strings.TrimSpace(string(hostName)) == name {
+		t.Errorf("the sandbox user is the host's user %q", name)
+	}
+}
+
+func testCgroupView(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	out := string(mustSh(t, sb, "cat /proc/self/cgroup"))
+	for line := range strings.Lines(out) {
+		// hierarchy-id:controllers:path
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) == 3 && parts[2] != "/" {
+			t.Errorf("/proc/self/cgroup in a sandbox shows the host's cgroup path %q; want / (a cgroup namespace rooted at the sandbox's cgroup):\n%s", parts[2], out)
+			break
+		}
+	}
+	if strings.Contains(out, sb.ID()) {
+		t.Errorf("/proc/self/cgroup names the sandbox's id:\n%s", out)
+	}
+}
+
+// testMountFlags checks that nothing a sandbox writes can be a setuid
+// program or a device node, in the sandbox or on the host's disk.
+func testMountFlags(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	mustSh(t, sb, "cp /bin/true suid && chmod 4755 suid")
+	mountinfo := mustSh(t, sb, "cat /proc/self/mountinfo")
+	for _, dir := range []string{"/workspace", "/tmp", "/dev/shm"} {
+		var opts string
+		for line := range strings.Lines(mountinfo) {
+			f := strings.Fields(line)
+			if len(f) > 5 && f[4] == dir {
+				opts = f[5] // the last mount on dir is the one seen
+			}
+		}
+		if opts == "" {
+			t.Errorf("no mount on %s in /proc/self/mountinfo:\n%s", dir, mountinfo)
+			continue
+		}
+		for _, want := range []string{"nosuid", "nodev"} {
+			if !slices.Contains(strings.Split(opts, ","), want) {
+				t.Errorf("%s is mounted %s, without %s", dir, opts, want)
+			}
+		}
+	}
+}
+
+// testFillTmp fills /tmp and /dev/shm, whose pages belong to no process
+// and so cannot be freed by killing one: the sandbox must refuse the
+// writes, or kill the writer, and keep serving.
+func testFillTmp(t *testing.T, s *suite) {
+	p := s.open(t)
+	if !p.Capabilities().Memory {
+		t.Skipf("skipped: provider %q does not enforce memory limits (Capabilities.Memory is false)", p.Name())
+	}
+	spec := s.newSpec(t)
+	spec.Resources.Memory = 128 << 20
+	sb := s.mustCreate(t, p, spec)
+	for _, dir := range []string{"/tmp", "/dev/shm"} {
+		r, err := execute(t, sb, provider.ExecRequest{Shell: "head -c 1000000000 /dev/zero > " + dir + "/fill"})
+		t.Logf("filling %s: exit code %d, signal %q, err %v, stderr %s", dir, r.ExitCode, r.Signal, err, tail(r.stderr))
+		if err != nil && !errors.Is(err, provider.ErrOutOfMemory) {
+			t.Errorf("filling %s: %v; want a failing command or ErrOutOfMemory", dir, err)
+		}
+		if err == nil && r.ExitCode == 0 {
+			t.Errorf("writing 1 GB to %s in a 128 MiB sandbox succeeded", dir)
+		}
+		checkServing(t, sb)
+	}
+	// Both full at once, and a command that needs memory on top.
+	r, err := execute(t, sb, provider.ExecRequest{Argv: []string{python, "-c", `
+b = bytearray(256 << 20)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+`}})
+	t.Logf("allocating with /tmp and /dev/shm full: exit code %d, signal %q, err %v", r.ExitCode, r.Signal, err)
+	checkServing(t, sb)
+	mustSh(t, sb, "rm /tmp/fill /dev/shm/fill")
+	checkServing(t, sb)
+}
+
+// testManySmallProcesses runs the sandbox out of memory with processes
+// each smaller than the daemon: the kernel must not pick the daemon.
+func testManySmallProcesses(t *testing.T, s *suite) {
+	p := s.open(t)
+	if !p.Capabilities().Memory {
+		t.Skipf("skipped: provider %q does not enforce memory limits (Capabilities.Memory is false)", p.Name())
+	}
+	spec := s.newSpec(t)
+	spec.Resources.Memory = 96 << 20
+	sb := s.mustCreate(t, p, spec)
+	// Each child holds 2 MiB and waits; the parent forks until one dies.
+	r, err := execute(t, sb, provider.ExecRequest{Argv: []string{python, "-c", `
+import os, signal, sys, time
+kids = []
+r, w = os.pipe()
+for i in range(200):
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        b = bytearray(2 << 20)
+        for j in range(0, len(b), 4096):
+            b[j] = 1
+        os.read(r, 1)
+        os._exit(0)
+    kids.append(pid)
+os.close(w)
+for k in kids:
+    os.waitpid(k, 0)
+`}, Timeout: time.Minute})
+	t.Logf("200 processes of 2 MiB in 96 MiB: exit code %d, signal %q, err %v", r.ExitCode, r.Signal, err)
+	checkServing(t, sb)
+	ctx := timeout(t, opTimeout)
+	if info, err := sb.Info(ctx); err != nil || info.State != provider.StateRunning {
+		t.Errorf("Info after memory ran out: state %q, %v; want running", info.State, err)
+	}
+}
+
+// testForkBombDaemon fills the process limit and keeps it full while the
+// daemon is asked for work: it must keep a reserve of its own.
+func testForkBombDaemon(t *testing.T, s *suite) {
+	p := s.open(t)
+	if !p.Capabilities().Pids {
+		t.Skipf("skipped: provider %q does not enforce process limits (Capabilities.Pids is false)", p.Name())
+	}
+	spec := s.newSpec(t)
+	spec.Resources.Pids = 128
+	sb := s.mustCreate(t, p, spec)
+	// The bomb's processes wait instead of exiting, so the limit stays
+	// full; it reports when fork fails.
+	hold(t, sb, `
+import time
+r, w = os.pipe()
+n, why = 0, "no limit met"
+while n < 100000:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        why = e.strerror
+        break
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    n += 1
+print("held", n, "processes:", why, flush=True)
+sys.stdin.read()
+`, func(string) {
+		// Concurrent requests make the daemon want threads.
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() {
+				_, err := execute(t, sb, provider.ExecRequest{Argv: []string{"/bin/true"}})
+				errs <- err
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Logf("a command while the process limit is full: %v", err)
+			}
+		}
+	})
+	checkServing(t, sb)
+	ctx := timeout(t, opTimeout)
+	if info, err := sb.Info(ctx); err != nil || info.State != provider.StateRunning {
+		t.Errorf("Info after a fork bomb: state %q, %v; want running", info.State, err)
+	}
+}
