@@ -106,7 +106,7 @@ func (p *Provider) Name() string { return Name }
 
 // Capabilities implements provider.Provider.
 func (p *Provider) Capabilities() provider.Capabilities {
-	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, RootFS: true}
+	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true, RootFS: true}
 }
 
 // Create implements provider.Provider.
@@ -146,8 +146,8 @@ func (p *Provider) checkSpec(spec provider.Spec) error {
 	if spec.Network != provider.NetworkNone {
 		return fmt.Errorf("%w: the linux provider offers no network beyond loopback", provider.ErrUnsupported)
 	}
-	if spec.Resources.Disk != 0 {
-		return fmt.Errorf("%w: the linux provider does not limit disk", provider.ErrUnsupported)
+	if d := spec.Resources.Disk; d != 0 && d < MinDisk {
+		return fmt.Errorf("%w: a workspace of %d bytes is below the minimum of %d (16 MiB)", provider.ErrBadInput, d, int64(MinDisk))
 	}
 	if spec.RootFS != "" {
 		fi, err := os.Stat(spec.RootFS)

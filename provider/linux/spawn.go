@@ -60,8 +60,9 @@ func (w *warm) kill() {
 }
 
 // startWarm starts a daemon and waits until it is warm. rootfs, if not
-// empty, is the root filesystem it builds its root from.
-func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err error) {
+// empty, is the root filesystem it builds its root from; disk is the size
+// of its workspace.
+func (p *Provider) startWarm(ctx context.Context, rootfs string, disk int64) (w *warm, err error) {
 	var undo cleanup
 	defer func() {
 		if err != nil {
@@ -80,6 +81,12 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 		return nil, err
 	}
 	undo.add(func() { lnFile.Close() })
+	workspace := p.formatWorkspace(dir, disk)
+	undo.add(func() {
+		if mnt, err := workspace(); err == nil {
+			mnt.Close()
+		}
+	})
 	cg, err := newCgroup(paths, p.cfg.Defaults)
 	if err != nil {
 		return nil, err
@@ -123,11 +130,19 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string) (w *warm, err e
 	if err := cg.add(cmd.Process.Pid); err != nil {
 		return nil, fmt.Errorf("put daemon in its cgroups: %w", err)
 	}
-	ws := filepath.Join(dir, workspaceDir)
-	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs, Workspace: ws}, lnFile)
+	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs}, lnFile)
 	// The daemon holds the listening socket now, and alone: should it
 	// die, connecting fails at once instead of waiting in the backlog.
 	lnFile.Close()
+	if err != nil {
+		return nil, fmt.Errorf("configure daemon: %w", err)
+	}
+	mnt, err := workspace()
+	if err != nil {
+		return nil, err
+	}
+	err = send(ctl, []byte(msgWorkspace), mnt)
+	mnt.Close() // the daemon's copy is the only one now
 	if err != nil {
 		return nil, fmt.Errorf("configure daemon: %w", err)
 	}
@@ -165,18 +180,11 @@ func dialUnix(ctx context.Context, path string) (net.Conn, error) {
 	return d.DialContext(ctx, "unix", name)
 }
 
-// makeStateDir makes a daemon's state directory, with its workspace, and
-// its socket, listening. The directory is made for a warm daemon and
-// renamed after its sandbox when the daemon is claimed.
+// makeStateDir makes a daemon's state directory, and its socket,
+// listening. The directory is made for a warm daemon and renamed after
+// its sandbox when the daemon is claimed.
 func (p *Provider) makeStateDir(dir string) (listener *os.File, err error) {
 	if err := os.Mkdir(dir, 0o711); err != nil {
-		return nil, err
-	}
-	ws := filepath.Join(dir, workspaceDir)
-	if err := os.Mkdir(ws, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.Chown(ws, p.cfg.UIDBase+sandboxUID, p.cfg.UIDBase+sandboxGID); err != nil {
 		return nil, err
 	}
 	name, done, err := shortSocketPath(filepath.Join(dir, socketFile))
@@ -286,10 +294,11 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 
 // create makes a sandbox, from a warm daemon of the pool if there is one.
 func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, error) {
-	w := p.pool.take(spec.RootFS)
+	disk := p.resources(spec.Resources).Disk
+	w := p.pool.take(spec.RootFS, disk)
 	if w == nil {
 		var err error
-		if w, err = p.startWarm(ctx, spec.RootFS); err != nil {
+		if w, err = p.startWarm(ctx, spec.RootFS, disk); err != nil {
 			return nil, err
 		}
 	}
@@ -310,6 +319,9 @@ func (p *Provider) resources(r provider.Resources) provider.Resources {
 	}
 	if r.CPU == 0 {
 		r.CPU = p.cfg.Defaults.CPU
+	}
+	if r.Disk == 0 {
+		r.Disk = p.cfg.Defaults.Disk
 	}
 	return r
 }
