@@ -40,6 +40,7 @@ type Provider struct {
 
 	mu      sync.Mutex
 	clients map[string]*sandboxd.Client // by sandbox id, to reuse connections
+	held    map[string]*os.File         // by sandbox id: see holdWorkspace
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -76,7 +77,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
 	f.Close()
-	p := &Provider{cfg: cfg, log: cfg.Logger, clients: map[string]*sandboxd.Client{}}
+	p := &Provider{cfg: cfg, log: cfg.Logger, clients: map[string]*sandboxd.Client{}, held: map[string]*os.File{}}
 	p.pool = &pool{p: p, size: cfg.Pool}
 	p.sweepWarm()
 	p.sweepTrash()
@@ -96,6 +97,7 @@ func (p *Provider) Close() error {
 	p.closing()
 	p.pool.close()
 	p.cleanups.Wait()
+	p.releaseWorkspaces()
 	return nil
 }
 
@@ -283,7 +285,9 @@ func (p *Provider) remove(ctx context.Context, id string, rec *record) error {
 			return fmt.Errorf("destroy %s: %w", id, err)
 		}
 	}
+	held := p.releaseWorkspace(id)
 	p.cleanups.Go(func() {
+		held.Close() // the workspace's file system and loop device go now
 		if cg != nil {
 			if err := cg.destroy(context.Background()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				p.log.Warn("remove cgroups of a destroyed sandbox", "id", id, "err", err)

@@ -41,6 +41,8 @@ type warm struct {
 	cg       *cgroup
 	pidStart uint64
 	dir      string // its state directory, to be renamed after its sandbox
+	// workspace is a reference to the workspace's mount; see holdWorkspace.
+	workspace *os.File
 	// client has a connection to the daemon open already; it dials the
 	// socket at socket, which a claim changes.
 	client *sandboxd.Client
@@ -56,6 +58,7 @@ func (w *warm) kill() {
 	_ = w.cmd.Process.Kill()
 	_ = w.cmd.Wait()
 	_ = w.cg.destroy(context.Background())
+	w.workspace.Close()
 	_ = os.RemoveAll(w.dir)
 }
 
@@ -141,9 +144,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, disk int64) (w 
 	if err != nil {
 		return nil, err
 	}
-	err = send(ctl, []byte(msgWorkspace), mnt)
-	mnt.Close() // the daemon's copy is the only one now
-	if err != nil {
+	if err := send(ctl, []byte(msgWorkspace), mnt); err != nil {
 		return nil, fmt.Errorf("configure daemon: %w", err)
 	}
 	if err := recvReply(ctl, replyWarm, deadline(ctx)); err != nil {
@@ -153,7 +154,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, disk int64) (w 
 	if err != nil {
 		return nil, fmt.Errorf("daemon exited: %w", err)
 	}
-	w = &warm{cmd: cmd, ctl: ctl, cg: cg, pidStart: start, dir: dir}
+	w = &warm{cmd: cmd, ctl: ctl, cg: cg, pidStart: start, dir: dir, workspace: mnt}
 	sock := filepath.Join(dir, socketFile)
 	w.socket.Store(&sock)
 	w.client = sandboxd.NewClient(func(ctx context.Context) (net.Conn, error) {
@@ -289,6 +290,7 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 	w.ctl.Close()
 	go w.cmd.Wait()
 	p.adopt(spec.ID, w.client)
+	p.holdWorkspace(spec.ID, w.workspace)
 	return rec, nil
 }
 
