@@ -106,6 +106,12 @@ func TestWorkspace(t *testing.T) {
 		}
 		return n
 	}
+	for _, l := range loopsUnder(t, p.cfg.StateDir) {
+		if dev, _, _ := strings.Cut(l, " "); strings.Contains(l, "/"+sb.ID()+"/") {
+			dio, _ := os.ReadFile("/sys/block/" + dev + "/loop/dio")
+			t.Logf("the workspace's loop device: %s, direct I/O %s", dev, strings.TrimSpace(string(dio)))
+		}
+	}
 	if n := own(); n != 1 {
 		t.Errorf("%d loop devices hold the sandbox's image, want 1 (all: %q)", n, loopsUnder(t, p.cfg.StateDir))
 	}
