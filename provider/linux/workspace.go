@@ -22,12 +22,17 @@ import (
 // attached nowhere: the mount is a descriptor, which it passes to the
 // daemon, which attaches it in its own mount namespace. The host's mount
 // table never holds it, and the loop device is set to detach itself when
-// its last user closes it. So the image's mount lives exactly as long as
-// the sandbox's mount namespace (its processes), and the loop device as
-// long as the mount: killing the sandbox frees both, whether or not the
-// process that made it is still there, and a process killed half way
-// through making one leaves only the image file in a state directory,
-// which the existing sweeps of warm and destroyed directories remove.
+// its last user closes it. So the image's mount lives as long as the
+// sandbox's mount namespace (its processes) and the creating process's
+// reference (see holdWorkspace), and the loop device as long as the
+// mount: killing the sandbox frees both, whether or not the process that
+// made it is still there, and a process killed half way through making
+// one leaves only the image file in a state directory, which the
+// existing sweeps of warm and destroyed directories remove.
+//
+// Deleted files' blocks stay allocated in the image (it is not mounted
+// with discard, which would slow every removal): a sandbox takes at most
+// its size of host disk, until it is destroyed.
 const (
 	imageFile = "workspace.img"
 	// bytesPerInode sets how many files a workspace holds: one per 16
