@@ -174,7 +174,8 @@ func TestWorkspaceCrash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := p.Create(t.Context(), provider.Spec{ID: "crashed"}); err != nil {
+		// A lifetime, should the test fail before it destroys the sandbox.
+		if _, err := p.Create(t.Context(), provider.Spec{ID: "crashed", Lifetime: 10 * time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "warm daemons", 10*time.Second, func() bool {
@@ -189,6 +190,11 @@ func TestWorkspaceCrash(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestWorkspaceCrash$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "BERTH_TEST_CRASH_DIR="+dir)
 	out, err := cmd.CombinedOutput()
+	t.Cleanup(func() { // whatever happens below, before the state goes
+		if q, err := New(Config{StateDir: dir, Pool: -1}); err == nil {
+			destroyAll(t, q)
+		}
+	})
 	if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("the creator did not die of SIGKILL: %v\n%s", err, out)
 	}
