@@ -123,7 +123,7 @@ type Capabilities struct {
 	CPU    bool `json:"cpu"`
 	Memory bool `json:"memory"`
 	Pids   bool `json:"pids"`
-	Disk   bool `json:"disk"`
+	Disk   bool `json:"disk"` // Resources.Disk: the workspace's bytes and files
 	// Network policies other than NetworkNone.
 	Network bool `json:"network"`
 	// RootFS: Spec.RootFS is honoured; Image: Spec.Image is.
@@ -169,7 +169,12 @@ type Resources struct {
 	CPU    float64 `json:"cpu,omitempty"`    // cores, e.g. 0.5
 	Memory int64   `json:"memory,omitempty"` // bytes, including page cache
 	Pids   int64   `json:"pids,omitempty"`   // processes and threads
-	Disk   int64   `json:"disk,omitempty"`   // bytes of workspace
+	// Disk bounds the workspace: its bytes, and the number of its files
+	// and directories, to no more than one per KiB of Disk (the linux
+	// provider: one per 16 KiB). Past either bound, writing or creating
+	// in the workspace fails inside the sandbox (ENOSPC, or EDQUOT where
+	// a provider uses quotas), and nothing outside it is affected.
+	Disk int64 `json:"disk,omitempty"`
 }
 
 // Network is a sandbox's network policy.

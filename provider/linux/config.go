@@ -24,7 +24,12 @@ type Config struct {
 	// to; the sandbox gets 65536 ids from there. Zero means 100000.
 	UIDBase int
 	// Defaults are the limits of a sandbox whose spec names none. Zero
-	// fields mean 2 GiB of memory, 4096 processes, CPU unlimited.
+	// fields mean 2 GiB of memory, 4096 processes, CPU unlimited, and a
+	// workspace of 10 GiB (DefaultDisk) holding one file per 16 KiB.
+	// Workspaces are sparse: they take host disk as they fill, so their
+	// sizes may add up to more than the host has. Warm daemons have
+	// workspaces of Defaults.Disk; a sandbox asking for another size
+	// waits for a daemon to start.
 	Defaults provider.Resources
 	// Pool is how many warm daemons the provider keeps ready once it has
 	// created a sandbox, so that the next creation does not wait for one
@@ -135,6 +140,12 @@ func (c *Config) setDefaults() error {
 	if c.Defaults.Pids == 0 {
 		c.Defaults.Pids = 4096
 	}
+	if c.Defaults.Disk == 0 {
+		c.Defaults.Disk = DefaultDisk
+	}
+	if c.Defaults.Disk < MinDisk {
+		return fmt.Errorf("%w: default disk of %d bytes is below the minimum of %d", provider.ErrBadInput, c.Defaults.Disk, MinDisk)
+	}
 	if c.Pool == 0 {
 		c.Pool = 2
 	}
@@ -171,6 +182,8 @@ func fromProviderConfig(pc provider.Config) (Config, error) {
 			c.Defaults.Pids, err = strconv.ParseInt(v, 10, 64)
 		case "cpu":
 			c.Defaults.CPU, err = strconv.ParseFloat(v, 64)
+		case "disk":
+			c.Defaults.Disk, err = strconv.ParseInt(v, 10, 64)
 		case "pool":
 			c.Pool, err = strconv.Atoi(v)
 		default:

@@ -13,6 +13,7 @@ import (
 // pair, so each message arrives whole). The conversation is:
 //
 //	host:   warmMsg + socket   how to build the root, and its listener
+//	host:   "workspace" + fd   the workspace's mount (see makeWorkspace)
 //	daemon: "warm"             namespaces, cgroups, root, confinement ready
 //	host:   claimMsg           whose sandbox it now is
 //	daemon: "ready"            it serves; or, instead, why it cannot
@@ -27,16 +28,17 @@ type warmMsg struct {
 	NewRoot string `json:"new_root"`
 	// RootFS is a root filesystem directory; empty means the host's.
 	RootFS string `json:"rootfs,omitempty"`
-	// Workspace is the host path of the workspace directory. The host
-	// renames the directory holding it when it claims the daemon; the
-	// daemon, having bound it already, is not affected.
-	Workspace string `json:"workspace"`
 	// Limits are the kernel limits the daemon sets before anything of
 	// the sandbox runs.
 	Limits KernelLimits `json:"limits"`
 	// TmpSize is the size of /tmp and of /dev/shm, in bytes.
 	TmpSize int64 `json:"tmp_size"`
 }
+
+// msgWorkspace comes with the workspace's mount. It follows warmMsg on
+// its own because the host formats the workspace while the daemon
+// builds the rest of its root.
+const msgWorkspace = "workspace"
 
 // claimMsg turns a warm daemon into one sandbox's daemon.
 type claimMsg struct {

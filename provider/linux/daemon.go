@@ -83,7 +83,13 @@ func runDaemon(ctl *os.File) error {
 	if err := prepareRoot(wm.NewRoot, wm.RootFS, wm.TmpSize); err != nil {
 		return fmt.Errorf("set up root filesystem: %w", err)
 	}
-	if err := enterRoot(wm.NewRoot, wm.Workspace); err != nil {
+	ws, err := recvWorkspace(ctl)
+	if err != nil {
+		return fmt.Errorf("read workspace: %w", err)
+	}
+	err = enterRoot(wm.NewRoot, ws)
+	ws.Close()
+	if err != nil {
 		return fmt.Errorf("enter root filesystem: %w", err)
 	}
 	if err := unix.Sethostname([]byte("sandbox")); err != nil {
@@ -174,6 +180,21 @@ func recvJSON(ctl *os.File, v any, f **os.File) error {
 		return errClosed
 	}
 	return json.Unmarshal(msg, v)
+}
+
+// recvWorkspace reads the message that carries the workspace's mount.
+func recvWorkspace(ctl *os.File) (*os.File, error) {
+	msg, f, err := recv(ctl)
+	switch {
+	case err != nil:
+		return nil, err
+	case string(msg) != msgWorkspace || f == nil:
+		if f != nil {
+			f.Close()
+		}
+		return nil, fmt.Errorf("got %q, want the workspace's mount", msg)
+	}
+	return f, nil
 }
 
 // loopbackUp brings up the sandbox's own loopback interface, its only

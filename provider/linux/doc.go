@@ -4,8 +4,10 @@
 // A sandbox is the berth binary re-executed as the sandbox's first
 // process, in new user, mount, PID, network, IPC, UTS and cgroup
 // namespaces. It mounts a root of read-only binds of the host's /usr and
-// /etc (or of a root filesystem directory), a writable /workspace, a
-// private /tmp, /proc and a minimal /dev; brings up a loopback interface
+// /etc (or of a root filesystem directory), a writable /workspace of
+// bounded size and file count (a sparse ext4 image of its own, on a loop
+// device: 10 GiB by default, see [Config]), a private /tmp, /proc and a
+// minimal /dev; brings up a loopback interface
 // and nothing else; locks itself down with no_new_privs, a seccomp filter
 // and Landlock; and then serves [sandboxd] on a unix socket in the
 // sandbox's state directory. Commands run as an unprivileged user with
@@ -29,5 +31,6 @@
 // # Requirements
 //
 // The provider runs as root. It uses cgroup v1 controllers where the
-// host has them (hybrid hosts) and cgroup v2 otherwise.
+// host has them (hybrid hosts) and cgroup v2 otherwise. It needs loop
+// devices (/dev/loop-control), ext4 and mke2fs (Debian: e2fsprogs).
 package linux

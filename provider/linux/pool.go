@@ -9,10 +9,11 @@ import (
 )
 
 // pool keeps warm daemons ready, so that creating a sandbox does not wait
-// for a process to start, enter its namespaces, move into its cgroups
-// and build its root. It fills itself in the background from the first
-// take on; a sandbox with a root filesystem of its own is always started
-// fresh.
+// for a process to start, enter its namespaces, move into its cgroups,
+// format its workspace and build its root. It fills itself in the
+// background from the first take on; a sandbox with a root filesystem of
+// its own, or a workspace of other than the default size, is always
+// started fresh.
 type pool struct {
 	p    *Provider
 	size int
@@ -25,8 +26,8 @@ type pool struct {
 }
 
 // take returns a warm daemon, or nil when none is ready.
-func (pl *pool) take(rootfs string) *warm {
-	if rootfs != "" || pl.size <= 0 {
+func (pl *pool) take(rootfs string, disk int64) *warm {
+	if rootfs != "" || disk != pl.p.cfg.Defaults.Disk || pl.size <= 0 {
 		return nil
 	}
 	pl.mu.Lock()
@@ -57,7 +58,7 @@ func (pl *pool) refill() {
 	for !pl.closed && len(pl.ready)+pl.filling < pl.size {
 		pl.filling++
 		pl.wg.Go(func() {
-			w, err := pl.p.startWarm(context.Background(), "", pl.p.cfg.Defaults.Memory)
+			w, err := pl.p.startWarm(context.Background(), "", pl.p.cfg.Defaults.Memory, pl.p.cfg.Defaults.Disk)
 			pl.mu.Lock()
 			pl.filling--
 			closed := pl.closed

@@ -40,6 +40,7 @@ type Provider struct {
 
 	mu      sync.Mutex
 	clients map[string]*sandboxd.Client // by sandbox id, to reuse connections
+	held    map[string]*os.File         // by sandbox id: see holdWorkspace
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -76,7 +77,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
 	f.Close()
-	p := &Provider{cfg: cfg, log: cfg.Logger, clients: map[string]*sandboxd.Client{}}
+	p := &Provider{cfg: cfg, log: cfg.Logger, clients: map[string]*sandboxd.Client{}, held: map[string]*os.File{}}
 	p.pool = &pool{p: p, size: cfg.Pool}
 	p.sweepWarm()
 	p.sweepTrash()
@@ -96,6 +97,7 @@ func (p *Provider) Close() error {
 	p.closing()
 	p.pool.close()
 	p.cleanups.Wait()
+	p.releaseWorkspaces()
 	return nil
 }
 
@@ -106,7 +108,7 @@ func (p *Provider) Name() string { return Name }
 
 // Capabilities implements provider.Provider.
 func (p *Provider) Capabilities() provider.Capabilities {
-	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, RootFS: true}
+	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true, RootFS: true}
 }
 
 // Create implements provider.Provider.
@@ -146,8 +148,8 @@ func (p *Provider) checkSpec(spec provider.Spec) error {
 	if spec.Network != provider.NetworkNone {
 		return fmt.Errorf("%w: the linux provider offers no network beyond loopback", provider.ErrUnsupported)
 	}
-	if spec.Resources.Disk != 0 {
-		return fmt.Errorf("%w: the linux provider does not limit disk", provider.ErrUnsupported)
+	if d := spec.Resources.Disk; d != 0 && d < MinDisk {
+		return fmt.Errorf("%w: a workspace of %d bytes is below the minimum of %d (16 MiB)", provider.ErrBadInput, d, int64(MinDisk))
 	}
 	if spec.RootFS != "" {
 		fi, err := os.Stat(spec.RootFS)
@@ -283,7 +285,9 @@ func (p *Provider) remove(ctx context.Context, id string, rec *record) error {
 			return fmt.Errorf("destroy %s: %w", id, err)
 		}
 	}
+	held := p.releaseWorkspace(id)
 	p.cleanups.Go(func() {
+		held.Close() // the workspace's file system and loop device go now
 		if cg != nil {
 			if err := cg.destroy(context.Background()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				p.log.Warn("remove cgroups of a destroyed sandbox", "id", id, "err", err)

@@ -63,17 +63,12 @@ func prepareRoot(newRoot, rootfs string, tmpSize int64) error {
 	return os.Mkdir(at(".oldroot"), 0o700)
 }
 
-// enterRoot binds the workspace into the root prepareRoot built, and
-// makes it the process's root: the host's file system is gone from the
-// sandbox's view afterwards.
-func enterRoot(newRoot, workspace string) error {
-	ws, err := os.OpenFile(workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("workspace: %w", err)
-	}
-	defer ws.Close()
-	if err := bindMount(fdPath(int(ws.Fd())), filepath.Join(newRoot, "workspace"), false); err != nil {
-		return fmt.Errorf("workspace: %w", err)
+// enterRoot attaches the workspace's mount in the root prepareRoot
+// built, and makes it the process's root: the host's file system is gone
+// from the sandbox's view afterwards.
+func enterRoot(newRoot string, workspace *os.File) error {
+	if err := attachWorkspace(workspace, filepath.Join(newRoot, "workspace")); err != nil {
+		return err
 	}
 	if err := unix.PivotRoot(newRoot, filepath.Join(newRoot, ".oldroot")); err != nil {
 		return fmt.Errorf("pivot_root: %w", err)

@@ -41,6 +41,8 @@ type warm struct {
 	cg       *cgroup
 	pidStart uint64
 	dir      string // its state directory, to be renamed after its sandbox
+	// workspace is a reference to the workspace's mount; see holdWorkspace.
+	workspace *os.File
 	// client has a connection to the daemon open already; it dials the
 	// socket at socket, which a claim changes.
 	client *sandboxd.Client
@@ -56,13 +58,15 @@ func (w *warm) kill() {
 	_ = w.cmd.Process.Kill()
 	_ = w.cmd.Wait()
 	_ = w.cg.destroy(context.Background())
+	w.workspace.Close()
 	_ = os.RemoveAll(w.dir)
 }
 
 // startWarm starts a daemon and waits until it is warm. rootfs, if not
 // empty, is the root filesystem it builds its root from; memory is the
-// memory limit its /tmp and /dev/shm are sized for.
-func (p *Provider) startWarm(ctx context.Context, rootfs string, memory int64) (w *warm, err error) {
+// memory limit its /tmp and /dev/shm are sized for, disk the size of its
+// workspace.
+func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk int64) (w *warm, err error) {
 	var undo cleanup
 	defer func() {
 		if err != nil {
@@ -81,6 +85,12 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory int64) (
 		return nil, err
 	}
 	undo.add(func() { lnFile.Close() })
+	workspace := p.formatWorkspace(dir, disk)
+	undo.add(func() {
+		if mnt, err := workspace(); err == nil {
+			mnt.Close()
+		}
+	})
 	cg, err := newCgroup(paths, p.cfg.Defaults)
 	if err != nil {
 		return nil, err
@@ -131,13 +141,19 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory int64) (
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("-1000"), 0); err != nil {
 		p.log.Debug("protect daemon from the out-of-memory killer", "err", err)
 	}
-	ws := filepath.Join(dir, workspaceDir)
-	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs, Workspace: ws,
+	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs,
 		Limits: p.cfg.Limits, TmpSize: p.cfg.Limits.tmpSize(memory)}, lnFile)
 	// The daemon holds the listening socket now, and alone: should it
 	// die, connecting fails at once instead of waiting in the backlog.
 	lnFile.Close()
 	if err != nil {
+		return nil, fmt.Errorf("configure daemon: %w", err)
+	}
+	mnt, err := workspace()
+	if err != nil {
+		return nil, err
+	}
+	if err := send(ctl, []byte(msgWorkspace), mnt); err != nil {
 		return nil, fmt.Errorf("configure daemon: %w", err)
 	}
 	if err := recvReply(ctl, replyWarm, deadline(ctx)); err != nil {
@@ -147,7 +163,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory int64) (
 	if err != nil {
 		return nil, fmt.Errorf("daemon exited: %w", err)
 	}
-	w = &warm{cmd: cmd, ctl: ctl, cg: cg, pidStart: start, dir: dir}
+	w = &warm{cmd: cmd, ctl: ctl, cg: cg, pidStart: start, dir: dir, workspace: mnt}
 	sock := filepath.Join(dir, socketFile)
 	w.socket.Store(&sock)
 	w.client = sandboxd.NewClient(func(ctx context.Context) (net.Conn, error) {
@@ -174,18 +190,11 @@ func dialUnix(ctx context.Context, path string) (net.Conn, error) {
 	return d.DialContext(ctx, "unix", name)
 }
 
-// makeStateDir makes a daemon's state directory, with its workspace, and
-// its socket, listening. The directory is made for a warm daemon and
-// renamed after its sandbox when the daemon is claimed.
+// makeStateDir makes a daemon's state directory, and its socket,
+// listening. The directory is made for a warm daemon and renamed after
+// its sandbox when the daemon is claimed.
 func (p *Provider) makeStateDir(dir string) (listener *os.File, err error) {
 	if err := os.Mkdir(dir, 0o711); err != nil {
-		return nil, err
-	}
-	ws := filepath.Join(dir, workspaceDir)
-	if err := os.Mkdir(ws, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.Chown(ws, p.cfg.UIDBase+sandboxUID, p.cfg.UIDBase+sandboxGID); err != nil {
 		return nil, err
 	}
 	name, done, err := shortSocketPath(filepath.Join(dir, socketFile))
@@ -291,20 +300,22 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 	w.ctl.Close()
 	go w.cmd.Wait()
 	p.adopt(spec.ID, w.client)
+	p.holdWorkspace(spec.ID, w.workspace)
 	return rec, nil
 }
 
 // create makes a sandbox, from a warm daemon of the pool if there is one.
 func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, error) {
-	memory := p.resources(spec.Resources).Memory
+	res := p.resources(spec.Resources)
 	var w *warm
-	// Warm daemons have /tmp sized for the default memory limit.
-	if memory == p.cfg.Defaults.Memory {
-		w = p.pool.take(spec.RootFS)
+	// Warm daemons have /tmp sized for the default memory limit, and a
+	// workspace of the default size.
+	if res.Memory == p.cfg.Defaults.Memory {
+		w = p.pool.take(spec.RootFS, res.Disk)
 	}
 	if w == nil {
 		var err error
-		if w, err = p.startWarm(ctx, spec.RootFS, memory); err != nil {
+		if w, err = p.startWarm(ctx, spec.RootFS, res.Memory, res.Disk); err != nil {
 			return nil, err
 		}
 	}
@@ -325,6 +336,9 @@ func (p *Provider) resources(r provider.Resources) provider.Resources {
 	}
 	if r.CPU == 0 {
 		r.CPU = p.cfg.Defaults.CPU
+	}
+	if r.Disk == 0 {
+		r.Disk = p.cfg.Defaults.Disk
 	}
 	return r
 }

@@ -23,7 +23,7 @@ import (
 //	sandbox.json   its record, written just before its daemon is claimed
 //	sandboxd.sock  the daemon's socket
 //	daemon.log     what the daemon printed
-//	workspace/     the workspace
+//	workspace.img  the workspace's file system (see makeWorkspace)
 //
 // Beside the sandboxes: .lock, whose byte-range locks serialise each
 // sandbox's creation and destruction; .warm, the directories of warm
@@ -33,7 +33,6 @@ const (
 	recordFile    = "sandbox.json"
 	socketFile    = "sandboxd.sock"
 	logFile       = "daemon.log"
-	workspaceDir  = "workspace"
 	newRootDir    = ".newroot" // beside the sandboxes: see Provider.newRoot
 	warmDir       = ".warm"
 	lockFile      = ".lock"

@@ -23,6 +23,7 @@ func limitTests() []test {
 		{name: "ForkBomb", serial: true, fn: testForkBomb},
 		{name: "HugeOutput", serial: true, fn: testHugeOutput},
 		{name: "LargeFile", serial: true, fn: testLargeFile},
+		{name: "Disk", serial: true, fn: testDisk},
 	}
 }
 
