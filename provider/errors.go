@@ -28,6 +28,9 @@ var (
 	ErrOutOfMemory = errors.New("out of memory")
 	// ErrUnsupported: the provider cannot do this.
 	ErrUnsupported = errors.New("unsupported")
+	// ErrAlreadyExists: something with this id exists already, and is
+	// not what was asked for.
+	ErrAlreadyExists = errors.New("already exists")
 )
 
 // A file that does not exist in the workspace is reported with an error
@@ -35,6 +38,9 @@ var (
 
 // Kind names an error condition as a stable string, for error types that
 // cross process boundaries (a daemon's wire protocol, Temporal failures).
+// These constants are berth's error-type strings, all of them: Temporal
+// application errors raised by berth's activities and workflows carry one
+// as their type.
 type Kind string
 
 // The kinds, one per sentinel error.
@@ -48,6 +54,10 @@ const (
 	KindOutOfMemory     Kind = "OutOfMemory"
 	KindUnsupported     Kind = "Unsupported"
 	KindFileNotFound    Kind = "FileNotFound"
+	KindAlreadyExists   Kind = "AlreadyExists"
+	// KindCanceled names an operation cancelled by its caller. It has no
+	// sentinel: it comes from Temporal (or context.Canceled).
+	KindCanceled Kind = "Canceled"
 	// KindInternal is anything else.
 	KindInternal Kind = "Internal"
 )
@@ -67,6 +77,7 @@ var kinds = []struct {
 	{KindOutOfMemory, ErrOutOfMemory},
 	{KindUnsupported, ErrUnsupported},
 	{KindFileNotFound, fs.ErrNotExist},
+	{KindAlreadyExists, ErrAlreadyExists},
 }
 
 // KindOf names the condition err wraps, or KindInternal.
