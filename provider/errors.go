@@ -58,6 +58,8 @@ const (
 	// KindCanceled names an operation cancelled by its caller. It has no
 	// sentinel: it comes from Temporal (or context.Canceled).
 	KindCanceled Kind = "Canceled"
+	// KindTerminated names a workflow ended by an operator. Temporal's too.
+	KindTerminated Kind = "Terminated"
 	// KindInternal is anything else.
 	KindInternal Kind = "Internal"
 )
@@ -88,6 +90,21 @@ func KindOf(err error) Kind {
 		}
 	}
 	return KindInternal
+}
+
+// Known reports whether k is one of the kinds above: a Temporal error
+// whose type is not was not raised by berth.
+func (k Kind) Known() bool {
+	switch k {
+	case KindCanceled, KindTerminated, KindInternal:
+		return true
+	}
+	for _, kk := range kinds {
+		if kk.kind == k {
+			return true
+		}
+	}
+	return false
 }
 
 // Errorf makes an error of the given kind with a formatted message: the
