@@ -107,7 +107,14 @@ func newSandboxCreate() *cobra.Command {
 				ID: name, TaskQueue: sandbox.DefaultQueue,
 				WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 				WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+				// Else the SDK answers with the sandbox already there.
+				WorkflowExecutionErrorWhenAlreadyStarted: true,
 			}, workflows.Sandbox, in)
+			var started *serviceerror.WorkflowExecutionAlreadyStarted
+			if errors.As(err, &started) {
+				// The same settings again are a no-op; others an error.
+				err = workflows.CheckExisting(ctx, c, name, in)
+			}
 			if err != nil {
 				return fmt.Errorf("create sandbox %s: %w", name, err)
 			}
