@@ -173,7 +173,7 @@ func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.R
 			activities.RestoreInput{Sandbox: ref, Snapshot: s.st.Checkpoint})
 		if err != nil {
 			s.destroy(dctx, ref)
-			return ref, fmt.Errorf("restore snapshot %s: %w", s.st.Checkpoint, err)
+			return ref, fmt.Errorf("fill the workspace: %w", err) // the error names the snapshot
 		}
 		s.st.RestoredFrom, s.st.RestoredAt = s.st.Checkpoint, restored.At
 	}
