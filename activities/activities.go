@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -67,7 +68,7 @@ type Activities struct {
 func (a *Activities) provider(name string) (provider.Provider, error) {
 	p, ok := a.Providers[name]
 	if !ok {
-		return nil, fmt.Errorf("%w: this worker serves no provider %q", provider.ErrBadInput, name)
+		return nil, fmt.Errorf("%w: unknown provider %q (this worker serves %s)", provider.ErrBadInput, name, strings.Join(a.providerNames(), ", "))
 	}
 	return p, nil
 }
@@ -89,13 +90,22 @@ type CreateInput struct {
 // Create makes a sandbox, or finds the one a previous attempt made: the
 // spec's id makes it idempotent.
 func (a *Activities) Create(ctx context.Context, in CreateInput) (Ref, error) {
+	return returned(a.create(ctx, in))
+}
+
+func (a *Activities) create(ctx context.Context, in CreateInput) (Ref, error) {
+	// Checked before the provider sees it: a limit a sandbox cannot start
+	// under fails there in ways that look transient.
+	if err := provider.ValidateSpec(in.Spec); err != nil {
+		return Ref{}, err
+	}
 	p, err := a.provider(in.Provider)
 	if err != nil {
-		return Ref{}, toTemporal(err)
+		return Ref{}, err
 	}
 	sb, err := p.Create(ctx, in.Spec)
 	if err != nil {
-		return Ref{}, toTemporal(err)
+		return Ref{}, err
 	}
 	queue := a.GenericQueue
 	if p.Capabilities().HostBound {
@@ -106,24 +116,32 @@ func (a *Activities) Create(ctx context.Context, in CreateInput) (Ref, error) {
 
 // Destroy destroys a sandbox; one that is already gone is not an error.
 func (a *Activities) Destroy(ctx context.Context, ref Ref) error {
+	return toTemporal(a.destroy(ctx, ref))
+}
+
+func (a *Activities) destroy(ctx context.Context, ref Ref) error {
 	sb, err := a.sandbox(ctx, ref)
 	if provider.KindOf(err) == provider.KindNotFound {
 		return nil
 	}
 	if err != nil {
-		return toTemporal(err)
+		return err
 	}
-	return toTemporal(sb.Destroy(ctx))
+	return sb.Destroy(ctx)
 }
 
 // Info describes a sandbox.
 func (a *Activities) Info(ctx context.Context, ref Ref) (provider.Info, error) {
+	return returned(a.info(ctx, ref))
+}
+
+func (a *Activities) info(ctx context.Context, ref Ref) (provider.Info, error) {
 	sb, err := a.sandbox(ctx, ref)
 	if err != nil {
-		return provider.Info{}, toTemporal(err)
+		return provider.Info{}, err
 	}
 	info, err := sb.Info(ctx)
-	return info, toTemporal(err)
+	return info, err
 }
 
 // WriteFilesInput carries small files, inline.
@@ -134,18 +152,22 @@ type WriteFilesInput struct {
 
 // WriteFiles writes files; writing them again writes the same bytes.
 func (a *Activities) WriteFiles(ctx context.Context, in WriteFilesInput) error {
+	return toTemporal(a.writeFiles(ctx, in))
+}
+
+func (a *Activities) writeFiles(ctx context.Context, in WriteFilesInput) error {
 	total := 0
 	for _, f := range in.Files {
 		total += len(f.Data)
 	}
 	if total > MaxInlineFiles {
-		return toTemporal(fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", provider.ErrBadInput, total, MaxInlineFiles))
+		return fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", provider.ErrBadInput, total, MaxInlineFiles)
 	}
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
-		return toTemporal(err)
+		return err
 	}
-	return toTemporal(sb.WriteFiles(ctx, in.Files))
+	return sb.WriteFiles(ctx, in.Files)
 }
 
 // PathInput names a path in a sandbox.
@@ -164,13 +186,17 @@ type ReadFileInput struct {
 
 // ReadFile reads a file; a large one is stored whole in the blob store.
 func (a *Activities) ReadFile(ctx context.Context, in ReadFileInput) (Output, error) {
+	return returned(a.readFile(ctx, in))
+}
+
+func (a *Activities) readFile(ctx context.Context, in ReadFileInput) (Output, error) {
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
-		return Output{}, toTemporal(err)
+		return Output{}, err
 	}
 	rc, err := sb.ReadFile(ctx, in.Path)
 	if err != nil {
-		return Output{}, toTemporal(err)
+		return Output{}, err
 	}
 	defer rc.Close()
 	max := in.MaxInline
@@ -180,7 +206,7 @@ func (a *Activities) ReadFile(ctx context.Context, in ReadFileInput) (Output, er
 	head := make([]byte, max+1)
 	n, err := io.ReadFull(rc, head)
 	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
-		return Output{}, toTemporal(err)
+		return Output{}, err
 	}
 	if n <= max {
 		return Output{Inline: head[:n], Size: int64(n), HeadLen: n}, nil
@@ -193,28 +219,36 @@ func (a *Activities) ReadFile(ctx context.Context, in ReadFileInput) (Output, er
 		err = w.Close()
 	}
 	if err != nil {
-		return Output{}, toTemporal(err)
+		return Output{}, err
 	}
 	return Output{Inline: head[:max], HeadLen: max, Size: size, Truncated: true, Blob: key, Parts: w.Parts()}, nil
 }
 
 // ListDir lists a directory.
 func (a *Activities) ListDir(ctx context.Context, in PathInput) ([]provider.FileInfo, error) {
+	return returned(a.listDir(ctx, in))
+}
+
+func (a *Activities) listDir(ctx context.Context, in PathInput) ([]provider.FileInfo, error) {
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
-		return nil, toTemporal(err)
+		return nil, err
 	}
 	infos, err := sb.ListDir(ctx, in.Path)
-	return infos, toTemporal(err)
+	return infos, err
 }
 
 // Remove removes a path.
 func (a *Activities) Remove(ctx context.Context, in PathInput) error {
+	return toTemporal(a.remove(ctx, in))
+}
+
+func (a *Activities) remove(ctx context.Context, in PathInput) error {
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
-		return toTemporal(err)
+		return err
 	}
-	return toTemporal(sb.Remove(ctx, in.Path))
+	return sb.Remove(ctx, in.Path)
 }
 
 func (a *Activities) inlineCap() int {
@@ -245,17 +279,21 @@ func (a *Activities) providerNames() []string {
 // tar stream into the blob store (see provider.PathExporter for its
 // names), and says where. Retries write to the same place.
 func (a *Activities) ExportPath(ctx context.Context, in PathInput) (Output, error) {
+	return returned(a.exportPath(ctx, in))
+}
+
+func (a *Activities) exportPath(ctx context.Context, in PathInput) (Output, error) {
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
-		return Output{}, toTemporal(err)
+		return Output{}, err
 	}
 	pe, ok := sb.(provider.PathExporter)
 	if !ok {
-		return Output{}, toTemporal(fmt.Errorf("%w: provider %q cannot export part of a workspace", provider.ErrUnsupported, in.Sandbox.Provider))
+		return Output{}, fmt.Errorf("%w: provider %q cannot export part of a workspace", provider.ErrUnsupported, in.Sandbox.Provider)
 	}
 	rc, err := pe.ExportPath(ctx, in.Path)
 	if err != nil {
-		return Output{}, toTemporal(err)
+		return Output{}, err
 	}
 	defer rc.Close()
 	key := transfer.Exports + in.Sandbox.ID + "/" + attemptKey(ctx)
@@ -265,7 +303,7 @@ func (a *Activities) ExportPath(ctx context.Context, in PathInput) (Output, erro
 		err = w.Close()
 	}
 	if err != nil {
-		return Output{}, toTemporal(fmt.Errorf("export %q: %w", in.Path, err))
+		return Output{}, fmt.Errorf("export %q: %w", in.Path, err)
 	}
 	return Output{Size: size, Truncated: true, Blob: key, Parts: w.Parts()}, nil
 }

@@ -19,20 +19,30 @@ var retryable = map[provider.Kind]bool{
 	provider.KindInternal: true,
 }
 
+// returned is the activity boundary: every activity returns through it,
+// and it is the one place where provider errors become Temporal errors.
+// Code behind it returns plain errors wrapping provider sentinels.
+func returned[T any](v T, err error) (T, error) { return v, toTemporal(err) }
+
 // toTemporal converts a provider error into a Temporal application error
-// whose type is the error's kind.
+// whose type is the error's kind. The message is the error's own and the
+// cause is left out: it would repeat the message in every rendering of
+// the failure chain, and the type says all a workflow tests.
 func toTemporal(err error) error {
-	if err == nil {
+	var appErr *temporal.ApplicationError
+	switch {
+	case err == nil:
 		return nil
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
+	case errors.As(err, &appErr):
+		return err // already converted
 	}
 	kind := provider.KindOf(err)
 	if retryable[kind] {
-		return temporal.NewApplicationErrorWithCause(err.Error(), ErrorType(kind), err)
+		return temporal.NewApplicationError(err.Error(), ErrorType(kind))
 	}
-	return temporal.NewNonRetryableApplicationError(err.Error(), ErrorType(kind), err)
+	return temporal.NewNonRetryableApplicationError(err.Error(), ErrorType(kind), nil)
 }
 
 // FromTemporal turns an activity error back into a provider error, so

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -60,6 +61,9 @@ type execProgress struct {
 	Parts [2]int `json:"parts"`
 }
 
+// errNoCommandID: a command without an id could run twice after a retry.
+var errNoCommandID = fmt.Errorf("%w: exec without a command id cannot be made exactly-once", provider.ErrBadInput)
+
 // LiveEvery is how often a running command's output is stored for
 // readers following it live.
 const LiveEvery = 100 * time.Millisecond
@@ -85,8 +89,12 @@ const handoffGrace = time.Minute
 // it when an earlier attempt started it, streaming its output into the
 // blob store and heartbeating the progress a retry resumes from.
 func (a *Activities) Exec(ctx context.Context, in ExecInput) (ExecOutput, error) {
+	return returned(a.exec(ctx, in))
+}
+
+func (a *Activities) exec(ctx context.Context, in ExecInput) (ExecOutput, error) {
 	if in.ID == "" {
-		return ExecOutput{}, toTemporal(errors.New("exec without a command id cannot be made exactly-once"))
+		return ExecOutput{}, errNoCommandID
 	}
 	run := a.handoffs.take(in)
 	if run == nil {
@@ -96,7 +104,7 @@ func (a *Activities) Exec(ctx context.Context, in ExecInput) (ExecOutput, error)
 		}
 		var err error
 		if run, err = a.startExec(ctx, in, prog); err != nil {
-			return ExecOutput{}, toTemporal(err)
+			return ExecOutput{}, err
 		}
 	}
 	return run.wait(ctx, func() { activity.RecordHeartbeat(ctx, run.progress()) })
@@ -115,11 +123,15 @@ func (a *Activities) Exec(ctx context.Context, in ExecInput) (ExecOutput, error)
 // A worker that did not register Activities calls ExecLocal on a nil
 // receiver: it answers Elsewhere.
 func (a *Activities) ExecLocal(ctx context.Context, in ExecInput) (LocalExecOutput, error) {
+	return returned(a.execLocal(ctx, in))
+}
+
+func (a *Activities) execLocal(ctx context.Context, in ExecInput) (LocalExecOutput, error) {
 	if a == nil || in.Sandbox.Queue != a.HostQueue || a.Providers[in.Sandbox.Provider] == nil {
 		return LocalExecOutput{Elsewhere: true}, nil
 	}
 	if in.ID == "" {
-		return LocalExecOutput{}, toTemporal(errors.New("exec without a command id cannot be made exactly-once"))
+		return LocalExecOutput{}, errNoCommandID
 	}
 	// A workflow task retried on this worker finds its command here.
 	run := a.handoffs.take(in)
@@ -127,7 +139,7 @@ func (a *Activities) ExecLocal(ctx context.Context, in ExecInput) (LocalExecOutp
 		var err error
 		// The run outlives this activity when it is handed over.
 		if run, err = a.startExec(context.WithoutCancel(ctx), in, execProgress{}); err != nil {
-			return LocalExecOutput{}, toTemporal(err)
+			return LocalExecOutput{}, err
 		}
 	}
 	window := time.NewTimer(LocalWindow)
@@ -152,7 +164,7 @@ type execRun struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	out     ExecOutput // set when done closes
-	err     error      // likewise, already a Temporal error
+	err     error      // likewise
 }
 
 // startExec starts running (or attaching to) a command, resuming its
@@ -208,15 +220,15 @@ func (r *execRun) result(res provider.ExecResult, err error) (ExecOutput, error)
 	case errors.Is(err, provider.ErrTimeout), errors.Is(err, provider.ErrOutOfMemory):
 		// Results, not failures: see ExecOutput.
 	case err != nil:
-		return ExecOutput{}, toTemporal(err)
+		return ExecOutput{}, err
 	}
 	out := ExecOutput{ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut,
 		OOMKilled: res.OOMKilled, Duration: res.Duration, Attached: res.Attached}
 	if out.Stdout, err = r.streams[0].finish(res.Truncated); err != nil {
-		return ExecOutput{}, toTemporal(err)
+		return ExecOutput{}, err
 	}
 	if out.Stderr, err = r.streams[1].finish(res.Truncated); err != nil {
-		return ExecOutput{}, toTemporal(err)
+		return ExecOutput{}, err
 	}
 	return out, nil
 }

@@ -10,20 +10,28 @@ import (
 // Pause freezes a sandbox. A provider that cannot pause natively fails
 // with provider.ErrUnsupported, and the workflow hibernates it instead.
 func (a *Activities) Pause(ctx context.Context, ref Ref) error {
+	return toTemporal(a.pause(ctx, ref))
+}
+
+func (a *Activities) pause(ctx context.Context, ref Ref) error {
 	p, err := a.pauser(ctx, ref)
 	if err != nil {
-		return toTemporal(err)
+		return err
 	}
-	return toTemporal(p.Pause(ctx))
+	return p.Pause(ctx)
 }
 
 // Resume thaws a paused sandbox.
 func (a *Activities) Resume(ctx context.Context, ref Ref) error {
+	return toTemporal(a.resume(ctx, ref))
+}
+
+func (a *Activities) resume(ctx context.Context, ref Ref) error {
 	p, err := a.pauser(ctx, ref)
 	if err != nil {
-		return toTemporal(err)
+		return err
 	}
-	return toTemporal(p.Resume(ctx))
+	return p.Resume(ctx)
 }
 
 func (a *Activities) pauser(ctx context.Context, ref Ref) (provider.Pauser, error) {
@@ -48,11 +56,15 @@ type ListInput struct {
 // host-bound providers that is the sandboxes of this host only: run it on
 // the host's queue.
 func (a *Activities) List(ctx context.Context, in ListInput) ([]provider.Info, error) {
+	return returned(a.list(ctx, in))
+}
+
+func (a *Activities) list(ctx context.Context, in ListInput) ([]provider.Info, error) {
 	var all []provider.Info
 	for _, name := range a.providerNames() {
 		infos, err := a.Providers[name].List(ctx, in.Labels)
 		if err != nil {
-			return nil, toTemporal(fmt.Errorf("list %s sandboxes: %w", name, err))
+			return nil, fmt.Errorf("list %s sandboxes: %w", name, err)
 		}
 		all = append(all, infos...)
 	}

@@ -57,12 +57,16 @@ type RestoreInput struct {
 // heartbeating its progress. Only the snapshot's id returns through
 // history.
 func (a *Activities) Snapshot(ctx context.Context, in SnapshotInput) (SnapshotInfo, error) {
+	return returned(a.snapshot(ctx, in))
+}
+
+func (a *Activities) snapshot(ctx context.Context, in SnapshotInput) (SnapshotInfo, error) {
 	if a.Snapshots == nil {
-		return SnapshotInfo{}, toTemporal(fmt.Errorf("%w: this worker has no snapshot store", provider.ErrUnsupported))
+		return SnapshotInfo{}, fmt.Errorf("%w: this worker has no snapshot store", provider.ErrUnsupported)
 	}
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
-		return SnapshotInfo{}, toTemporal(err)
+		return SnapshotInfo{}, err
 	}
 	info, err := a.Snapshots.Save(ctx, snapshot.SandboxSource(sb), snapshot.SaveOptions{
 		ID: in.ID, Kind: snapshot.Kind(in.Kind), Labels: in.Labels, Parent: in.Parent, RestoredAt: in.RestoredAt,
@@ -71,7 +75,7 @@ func (a *Activities) Snapshot(ctx context.Context, in SnapshotInput) (SnapshotIn
 		Progress: func(p snapshot.Progress) { activity.RecordHeartbeat(ctx, p) },
 	})
 	if err != nil {
-		return SnapshotInfo{}, toTemporal(snapshotError(err))
+		return SnapshotInfo{}, snapshotError(err)
 	}
 	return SnapshotInfo{ID: info.ID, Files: info.Files, Size: info.Size, Stored: info.Stored, Created: info.Created}, nil
 }
@@ -85,24 +89,28 @@ type RestoreOutput struct {
 // Restore unpacks a snapshot into a sandbox's workspace. Restoring it
 // again writes the same files again.
 func (a *Activities) Restore(ctx context.Context, in RestoreInput) (RestoreOutput, error) {
+	return returned(a.restore(ctx, in))
+}
+
+func (a *Activities) restore(ctx context.Context, in RestoreInput) (RestoreOutput, error) {
 	if a.Snapshots == nil {
-		return RestoreOutput{}, toTemporal(fmt.Errorf("%w: this worker has no snapshot store", provider.ErrUnsupported))
+		return RestoreOutput{}, fmt.Errorf("%w: this worker has no snapshot store", provider.ErrUnsupported)
 	}
 	p, err := a.provider(in.Sandbox.Provider)
 	if err != nil {
-		return RestoreOutput{}, toTemporal(err)
+		return RestoreOutput{}, err
 	}
 	sb, err := p.Get(ctx, in.Sandbox.ID)
 	if err != nil {
-		return RestoreOutput{}, toTemporal(err)
+		return RestoreOutput{}, err
 	}
 	rc, err := a.Snapshots.Open(ctx, in.Snapshot, func(p snapshot.Progress) { activity.RecordHeartbeat(ctx, p) })
 	if err != nil {
-		return RestoreOutput{}, toTemporal(snapshotError(err))
+		return RestoreOutput{}, snapshotError(err)
 	}
 	defer rc.Close()
 	if err := sb.Import(ctx, rc); err != nil {
-		return RestoreOutput{}, toTemporal(snapshotError(err))
+		return RestoreOutput{}, snapshotError(err)
 	}
 	var out RestoreOutput
 	// Only this host's clock is the sandbox's: elsewhere, no shortcut.
@@ -114,6 +122,10 @@ func (a *Activities) Restore(ctx context.Context, in RestoreInput) (RestoreOutpu
 
 // DeleteSnapshot deletes a snapshot; one already gone is not an error.
 func (a *Activities) DeleteSnapshot(ctx context.Context, id string) error {
+	return toTemporal(a.deleteSnapshot(ctx, id))
+}
+
+func (a *Activities) deleteSnapshot(ctx context.Context, id string) error {
 	if a.Snapshots == nil {
 		return nil
 	}
@@ -121,7 +133,7 @@ func (a *Activities) DeleteSnapshot(ctx context.Context, id string) error {
 	if errors.Is(err, snapshot.ErrNotFound) {
 		return nil
 	}
-	return toTemporal(snapshotError(err))
+	return snapshotError(err)
 }
 
 // snapshotError gives the snapshot store's errors their provider kinds,
@@ -130,10 +142,12 @@ func snapshotError(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	// Their own messages say what happened: "sandbox not found" before
+	// them would mislead.
 	case errors.Is(err, snapshot.ErrNotFound):
-		return fmt.Errorf("%w: %w", provider.ErrNotFound, err)
+		return provider.Errorf(provider.KindNotFound, "%v", err)
 	case errors.Is(err, snapshot.ErrCorrupt):
-		return fmt.Errorf("%w: %w", provider.ErrBadInput, err)
+		return provider.Errorf(provider.KindBadInput, "%v", err)
 	}
 	return err
 }
@@ -152,21 +166,25 @@ type ImportInput struct {
 // workspace, over what is there; whoever put it there deletes it.
 // Importing it again writes the same files again.
 func (a *Activities) Import(ctx context.Context, in ImportInput) error {
+	return toTemporal(a.importBlob(ctx, in))
+}
+
+func (a *Activities) importBlob(ctx context.Context, in ImportInput) error {
 	if err := CheckUpload(in.Blob); err != nil {
-		return toTemporal(err)
+		return err
 	}
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
-		return toTemporal(err)
+		return err
 	}
 	first := in.Blob
 	if in.Parts > 0 {
 		first = transfer.PartKey(in.Blob, 0)
 	}
 	if ok, err := a.Outputs.Exists(ctx, first); err != nil {
-		return toTemporal(err)
+		return err
 	} else if !ok {
-		return toTemporal(fmt.Errorf("%w: no upload %q in this worker's blob store", provider.ErrBadInput, in.Blob))
+		return fmt.Errorf("%w: no upload %q in this worker's blob store", provider.ErrBadInput, in.Blob)
 	}
 	var r io.ReadCloser
 	if in.Parts > 0 {
@@ -175,10 +193,10 @@ func (a *Activities) Import(ctx context.Context, in ImportInput) error {
 		r, err = a.Outputs.NewReader(ctx, in.Blob, nil)
 	}
 	if err != nil {
-		return toTemporal(err)
+		return err
 	}
 	defer r.Close()
-	return toTemporal(sb.Import(ctx, &beatingReader{ctx: ctx, r: r}))
+	return sb.Import(ctx, &beatingReader{ctx: ctx, r: r})
 }
 
 // beatingReader heartbeats as it is read: an import of gigabytes takes

@@ -28,6 +28,9 @@ var (
 	ErrOutOfMemory = errors.New("out of memory")
 	// ErrUnsupported: the provider cannot do this.
 	ErrUnsupported = errors.New("unsupported")
+	// ErrAlreadyExists: something with this id exists already, and is
+	// not what was asked for.
+	ErrAlreadyExists = errors.New("already exists")
 )
 
 // A file that does not exist in the workspace is reported with an error
@@ -35,6 +38,9 @@ var (
 
 // Kind names an error condition as a stable string, for error types that
 // cross process boundaries (a daemon's wire protocol, Temporal failures).
+// These constants are berth's error-type strings, all of them: Temporal
+// application errors raised by berth's activities and workflows carry one
+// as their type.
 type Kind string
 
 // The kinds, one per sentinel error.
@@ -48,6 +54,12 @@ const (
 	KindOutOfMemory     Kind = "OutOfMemory"
 	KindUnsupported     Kind = "Unsupported"
 	KindFileNotFound    Kind = "FileNotFound"
+	KindAlreadyExists   Kind = "AlreadyExists"
+	// KindCanceled names an operation cancelled by its caller. It has no
+	// sentinel: it comes from Temporal (or context.Canceled).
+	KindCanceled Kind = "Canceled"
+	// KindTerminated names a workflow ended by an operator. Temporal's too.
+	KindTerminated Kind = "Terminated"
 	// KindInternal is anything else.
 	KindInternal Kind = "Internal"
 )
@@ -67,6 +79,7 @@ var kinds = []struct {
 	{KindOutOfMemory, ErrOutOfMemory},
 	{KindUnsupported, ErrUnsupported},
 	{KindFileNotFound, fs.ErrNotExist},
+	{KindAlreadyExists, ErrAlreadyExists},
 }
 
 // KindOf names the condition err wraps, or KindInternal.
@@ -77,6 +90,21 @@ func KindOf(err error) Kind {
 		}
 	}
 	return KindInternal
+}
+
+// Known reports whether k is one of the kinds above: a Temporal error
+// whose type is not was not raised by berth.
+func (k Kind) Known() bool {
+	switch k {
+	case KindCanceled, KindTerminated, KindInternal:
+		return true
+	}
+	for _, kk := range kinds {
+		if kk.kind == k {
+			return true
+		}
+	}
+	return false
 }
 
 // Errorf makes an error of the given kind with a formatted message: the

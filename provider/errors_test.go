@@ -20,6 +20,7 @@ func TestKindRoundTrip(t *testing.T) {
 		{ErrTimeout, KindTimeout},
 		{ErrOutOfMemory, KindOutOfMemory},
 		{ErrUnsupported, KindUnsupported},
+		{fmt.Errorf("sandbox x: %w", ErrAlreadyExists), KindAlreadyExists},
 		{&fs.PathError{Op: "open", Path: "x", Err: fs.ErrNotExist}, KindFileNotFound},
 		{errors.New("disk on fire"), KindInternal},
 	}

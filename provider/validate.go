@@ -71,9 +71,8 @@ func ValidateSpec(spec Spec) error {
 			return err
 		}
 	}
-	r := spec.Resources
-	if r.CPU < 0 || r.Memory < 0 || r.Pids < 0 || r.Disk < 0 {
-		return fmt.Errorf("%w: resources must not be negative: %+v", ErrBadInput, r)
+	if err := ValidateResources(spec.Resources); err != nil {
+		return err
 	}
 	if spec.Lifetime < 0 {
 		return fmt.Errorf("%w: negative lifetime %v", ErrBadInput, spec.Lifetime)
@@ -82,6 +81,38 @@ func ValidateSpec(spec Spec) error {
 	case NetworkNone, NetworkOpen:
 	default:
 		return fmt.Errorf("%w: unknown network policy %q", ErrBadInput, spec.Network)
+	}
+	return nil
+}
+
+// The smallest limits a sandbox can start and run a shell under. Below
+// them creation fails in ways that say nothing of the cause (the linux
+// provider's cgroup refuses a memory limit under what its daemon already
+// uses; a few pids are taken by the daemon's own threads), so they are
+// refused first, as bad input. Measured on the linux provider: its daemon
+// starts in 4 MiB and a Python interpreter needs 8 MiB; a pipeline needs
+// more than 8 pids.
+const (
+	MinMemory = 16 << 20 // bytes
+	MinPids   = 32
+	MinCPU    = 0.01    // cores: a cgroup's smallest useful CPU quota
+	MinDisk   = 1 << 20 // bytes
+)
+
+// ValidateResources checks limits: each is zero (the provider's default)
+// or at least its minimum above.
+func ValidateResources(r Resources) error {
+	switch {
+	case r.Memory < 0 || r.Pids < 0 || r.Disk < 0 || r.CPU < 0 || r.CPU != r.CPU:
+		return fmt.Errorf("%w: resources must not be negative: %+v", ErrBadInput, r)
+	case r.Memory != 0 && r.Memory < MinMemory:
+		return fmt.Errorf("%w: memory limit %d bytes is below the minimum of %d MiB a sandbox needs to start", ErrBadInput, r.Memory, MinMemory>>20)
+	case r.Pids != 0 && r.Pids < MinPids:
+		return fmt.Errorf("%w: pids limit %d is below the minimum of %d a sandbox needs to start", ErrBadInput, r.Pids, MinPids)
+	case r.CPU != 0 && r.CPU < MinCPU:
+		return fmt.Errorf("%w: CPU limit %g is below the minimum of %g cores", ErrBadInput, r.CPU, MinCPU)
+	case r.Disk != 0 && r.Disk < MinDisk:
+		return fmt.Errorf("%w: disk limit %d bytes is below the minimum of %d MiB", ErrBadInput, r.Disk, MinDisk>>20)
 	}
 	return nil
 }

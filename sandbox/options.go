@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -72,6 +73,23 @@ func newConfig(p Provider, opts []Option) config {
 		o(&cfg)
 	}
 	return cfg
+}
+
+// validate checks the settings a sandbox is made with, so that bad ones
+// fail as bad input before any activity runs.
+func (c config) validate() error {
+	if c.Provider == "" {
+		return fmt.Errorf("%w: no provider", provider.ErrBadInput)
+	}
+	if c.CheckpointEvery < 0 || c.HostTimeout < 0 {
+		return fmt.Errorf("%w: negative checkpoint interval or host timeout", provider.ErrBadInput)
+	}
+	if c.FromSnapshot != "" {
+		if err := provider.ValidateID(c.FromSnapshot); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+	}
+	return provider.ValidateSpec(c.Spec)
 }
 
 // WithResources sets the sandbox's limits.

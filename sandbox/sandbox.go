@@ -122,6 +122,10 @@ func (e *LostError) Unwrap() error { return provider.ErrLost }
 // ctx: pass the workflow's own context, not one cancelled early.
 func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	cfg := newConfig(p, opts)
+	// Bad settings fail here, before anything is created or retried.
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
 	info := workflow.GetInfo(ctx)
 	labels := map[string]string{}
 	for k, v := range cfg.Spec.Labels {
@@ -169,7 +173,7 @@ func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.R
 			activities.RestoreInput{Sandbox: ref, Snapshot: s.st.Checkpoint})
 		if err != nil {
 			s.destroy(dctx, ref)
-			return ref, fmt.Errorf("restore snapshot %s: %w", s.st.Checkpoint, err)
+			return ref, fmt.Errorf("fill the workspace: %w", err) // the error names the snapshot
 		}
 		s.st.RestoredFrom, s.st.RestoredAt = s.st.Checkpoint, restored.At
 	}
@@ -201,13 +205,17 @@ type Status struct {
 	Commands   int       `json:"commands"`
 	Checkpoint string    `json:"checkpoint,omitempty"`
 	LastActive time.Time `json:"last_active"`
+	// Resources are the limits asked for; zero fields are the provider's
+	// defaults.
+	Resources provider.Resources `json:"resources,omitzero"`
 }
 
 // Status describes the sandbox.
 func (s *Sandbox) Status() Status {
 	return Status{ID: s.st.Ref.ID, Provider: s.st.Ref.Provider, State: s.st.State,
 		Generation: s.st.Generation, Commands: s.st.Commands,
-		Checkpoint: s.st.Checkpoint, LastActive: s.st.LastActive}
+		Checkpoint: s.st.Checkpoint, LastActive: s.st.LastActive,
+		Resources: s.st.Config.Spec.Resources}
 }
 
 // Result is what became of a command.

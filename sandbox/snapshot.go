@@ -34,9 +34,31 @@ func (s *Sandbox) ForkSnapshot(ctx workflow.Context, owner string) (string, erro
 }
 
 // Fork makes a new, independent sandbox whose workspace is a copy of
-// this one's, with the same options, on p when given, else on the same
+// this one's, with the same settings (resources, environment, labels,
+// lifetime, idle and hibernation), on p when given, else on the same
 // provider. The caller stops it.
 func (s *Sandbox) Fork(ctx workflow.Context, p ...Provider) (*Sandbox, error) {
+	to := Provider{}
+	if len(p) > 0 {
+		to = p[0]
+	}
+	return s.ForkWith(ctx, to)
+}
+
+// ForkWith is Fork with settings changed: opts, those of New, apply over
+// this sandbox's; p.Type empty means the same provider.
+func (s *Sandbox) ForkWith(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
+	if p.Type == "" {
+		p.Type = s.st.Config.Provider
+	}
+	cfg := s.st.Config
+	cfg.Provider = p.Type
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("fork sandbox %s: %w", s.st.Ref.ID, err)
+	}
 	var info activities.SnapshotInfo
 	err := s.do(ctx, "", func(activities.Ref) (err error) {
 		info, err = s.snapshot(ctx, activities.SnapshotCheckpoint)
@@ -45,14 +67,9 @@ func (s *Sandbox) Fork(ctx workflow.Context, p ...Provider) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fork sandbox %s: %w", s.st.Ref.ID, err)
 	}
-	to := Provider{Type: s.st.Config.Provider}
-	if len(p) > 0 {
-		to = p[0]
-	}
-	cfg := s.st.Config
-	fork, err := New(ctx, to, func(c *config) {
+	fork, err := New(ctx, p, func(c *config) {
 		*c = cfg
-		c.Provider, c.FromSnapshot, c.OwnSnapshot = to.Type, info.ID, true
+		c.FromSnapshot, c.OwnSnapshot = info.ID, true
 	})
 	if err != nil {
 		s.deleteSnapshot(ctx, info.ID)

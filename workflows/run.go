@@ -52,11 +52,49 @@ type RunStatus struct {
 	Stderr  string `json:"stderr,omitempty"`
 }
 
-// Run runs a one-shot job. What the command did, and why it stopped, is
-// its result; only a failure to run it at all fails the workflow.
-func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
+// Validate checks a job before anything is created for it.
+func (in RunInput) Validate() error {
 	if len(in.Argv) == 0 {
-		return RunOutput{}, fmt.Errorf("%w: no command", provider.ErrBadInput)
+		return fmt.Errorf("%w: no command", provider.ErrBadInput)
+	}
+	if in.Provider == "" {
+		return fmt.Errorf("%w: no provider", provider.ErrBadInput)
+	}
+	if err := provider.ValidateExec(provider.ExecRequest{Argv: in.Argv, Env: in.Env, Timeout: in.Timeout}); err != nil {
+		return err
+	}
+	if err := provider.ValidateResources(in.Resources); err != nil {
+		return err
+	}
+	return validateFiles(in.Files)
+}
+
+// validateFiles checks files to write: their paths stay in the
+// workspace, and they fit in history.
+func validateFiles(files []provider.File) error {
+	total := 0
+	for _, f := range files {
+		if _, err := provider.WorkspacePath(f.Path); err != nil {
+			return err
+		}
+		total += len(f.Data)
+	}
+	if total > activities.MaxInlineFiles {
+		return fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", provider.ErrBadInput, total, activities.MaxInlineFiles)
+	}
+	return nil
+}
+
+// Run runs a one-shot job. What the command did, and why it stopped, is
+// its result; only a failure to run it at all fails the workflow, with
+// an application error whose type is the provider.Kind of the failure
+// (sandbox.Failure). A sandbox lost mid-run is not re-created: the
+// command's effects are gone with it, and running it again is not the
+// caller's to decide; the run fails with SandboxLost.
+func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
+	defer func() { err = sandbox.Failure(err) }()
+	if err := in.Validate(); err != nil {
+		return RunOutput{}, err
 	}
 	var status RunStatus
 	if err := workflow.SetQueryHandler(ctx, RunQuery, func() (RunStatus, error) { return status, nil }); err != nil {
@@ -64,7 +102,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	}
 	// A one-shot job is never idle long enough to pause.
 	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: in.Provider},
-		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env),
+		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env), sandbox.WithRecovery(sandbox.Fail),
 		sandbox.WithIdleTimeout(sandbox.NoIdleTimeout), sandbox.WithHibernateAfter(sandbox.NoIdleTimeout))
 	if err != nil {
 		return RunOutput{}, err
@@ -78,7 +116,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	}()
 	if len(in.Files) > 0 {
 		if err := sbx.WriteFiles(ctx, in.Files...); err != nil {
-			return RunOutput{}, err
+			return RunOutput{}, lostMidRun(err)
 		}
 	}
 	opts := []sandbox.ExecOption{sandbox.OnStart(func(cmd string) {
@@ -89,11 +127,41 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 		opts = append(opts, sandbox.WithTimeout(in.Timeout))
 	}
 	res, err := sbx.ExecArgv(ctx, in.Argv, opts...)
+	out, err := execOutput(res, sbx.ID(), err)
+	return out, lostMidRun(err)
+}
+
+// lostMidRun says plainly that a one-shot run's sandbox was lost.
+func lostMidRun(err error) error {
+	var lost *sandbox.LostError
+	if !errors.As(err, &lost) {
+		return err
+	}
+	msg := fmt.Sprintf("the sandbox %s was lost mid-run; a one-shot run is not re-created", lost.Sandbox)
+	if lost.Err != nil {
+		msg += ": " + lost.Err.Error()
+	}
+	return provider.Errorf(provider.KindLost, "%s", msg)
+}
+
+// resultKinds are the ends of a command that are its result, not a
+// failure to run it: Run and the berth.exec update return them in
+// RunOutput.Kind. Anything else (bad input, a sandbox not found or
+// lost) fails the operation.
+var resultKinds = map[provider.Kind]bool{
+	provider.KindTimeout:         true,
+	provider.KindOutOfMemory:     true,
+	provider.KindCommandNotFound: true,
+}
+
+// execOutput turns what a command's Exec returned into a RunOutput, or
+// the error it failed with.
+func execOutput(res sandbox.Result, sbx string, err error) (RunOutput, error) {
 	out := RunOutput{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Output[0],
-		Stderr: res.Output[1], Duration: res.Duration, Sandbox: sbx.ID()}
+		Stderr: res.Output[1], Duration: res.Duration, Sandbox: sbx}
 	if err != nil {
 		kind := provider.KindOf(err)
-		if kind == provider.KindInternal || kind == provider.KindLost {
+		if !resultKinds[kind] {
 			return RunOutput{}, err
 		}
 		out.Kind, out.Message = kind, err.Error()

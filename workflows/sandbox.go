@@ -8,7 +8,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/activities"
@@ -112,11 +111,75 @@ type SnapshotResponse struct {
 }
 
 // ForkRequest asks for a new standalone sandbox, with workflow id ID,
-// whose workspace is a copy of this one's; Provider empty means the same
-// provider.
+// whose workspace is a copy of this one's. It has this one's settings
+// but for those the request sets, which mean what SandboxInput's do:
+// Provider empty means the same provider; each non-zero field of
+// Resources replaces the parent's; Env and Labels are added to the
+// parent's; a non-zero duration replaces the parent's.
 type ForkRequest struct {
-	ID       string `json:"id"`
-	Provider string `json:"provider,omitempty"`
+	ID             string             `json:"id"`
+	Provider       string             `json:"provider,omitempty"`
+	Env            map[string]string  `json:"env,omitempty"`
+	Resources      provider.Resources `json:"resources,omitzero"`
+	Labels         map[string]string  `json:"labels,omitempty"`
+	MaxLifetime    time.Duration      `json:"max_lifetime,omitempty"`
+	IdleTimeout    time.Duration      `json:"idle_timeout,omitempty"`
+	HibernateAfter time.Duration      `json:"hibernate_after,omitempty"`
+}
+
+// forkInput is the input of the Sandbox workflow a fork starts: the
+// parent's settings, changed as req says, its workspace from snap. The
+// owner labels are not carried: the fork's sandbox is labelled with its
+// own workflow.
+func forkInput(parent SandboxInput, req ForkRequest, snap string) SandboxInput {
+	in := parent.settings()
+	if req.Provider != "" {
+		in.Provider = req.Provider
+	}
+	in.Env = merge(in.Env, req.Env)
+	in.Labels = merge(in.Labels, req.Labels)
+	delete(in.Labels, sandbox.LabelWorkflowID)
+	delete(in.Labels, sandbox.LabelRunID)
+	r := req.Resources
+	if r.CPU != 0 {
+		in.Resources.CPU = r.CPU
+	}
+	if r.Memory != 0 {
+		in.Resources.Memory = r.Memory
+	}
+	if r.Pids != 0 {
+		in.Resources.Pids = r.Pids
+	}
+	if r.Disk != 0 {
+		in.Resources.Disk = r.Disk
+	}
+	for _, d := range []struct {
+		to   *time.Duration
+		from time.Duration
+	}{
+		{&in.MaxLifetime, req.MaxLifetime}, {&in.IdleTimeout, req.IdleTimeout}, {&in.HibernateAfter, req.HibernateAfter},
+	} {
+		if d.from != 0 {
+			*d.to = d.from
+		}
+	}
+	in.FromSnapshot, in.OwnSnapshot = snap, true
+	return in
+}
+
+// merge returns a copy of base with over's entries added.
+func merge(base, over map[string]string) map[string]string {
+	if len(base)+len(over) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(base)+len(over))
+	for k, v := range base {
+		m[k] = v
+	}
+	for k, v := range over {
+		m[k] = v
+	}
+	return m
 }
 
 // ForkResponse names the new sandbox's workflow.
@@ -128,6 +191,8 @@ type ForkResponse struct {
 type SandboxStatus struct {
 	sandbox.Status
 	Created time.Time `json:"created"`
+	// Config is what the sandbox was created with (SandboxInput.settings).
+	Config SandboxInput `json:"config"`
 	// Running lists the commands under way, for front ends that follow
 	// their output live.
 	Running []CommandStatus `json:"running,omitempty"`
@@ -141,10 +206,38 @@ type CommandStatus struct {
 	Stderr  string `json:"stderr"`
 }
 
+// settings are the input without what the workflow carries between its
+// own runs: what a caller asked for.
+func (in SandboxInput) settings() SandboxInput {
+	in.Carried, in.ContinueAfter = nil, 0
+	return in
+}
+
+// Validate checks the settings before anything is created.
+func (in SandboxInput) Validate() error {
+	if in.Provider == "" {
+		return fmt.Errorf("%w: no provider", provider.ErrBadInput)
+	}
+	if in.MaxLifetime < 0 {
+		return fmt.Errorf("%w: negative lifetime %v", provider.ErrBadInput, in.MaxLifetime)
+	}
+	if in.FromSnapshot != "" {
+		if err := provider.ValidateID(in.FromSnapshot); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+	}
+	return provider.ValidateSpec(provider.Spec{Env: in.Env, Labels: in.Labels, Resources: in.Resources})
+}
+
 // Sandbox keeps a sandbox alive until it is stopped (UpdateStop, or the
 // workflow cancelled) or its lifetime ends, serving its operations as
-// updates.
+// updates. It fails with an application error whose type is the
+// provider.Kind of the failure (sandbox.Failure).
 func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
+	defer func() { err = sandbox.Failure(err) }()
+	if err := in.Validate(); err != nil {
+		return err
+	}
 	opts := []sandbox.Option{
 		sandbox.WithEnv(in.Env), sandbox.WithResources(in.Resources), sandbox.WithLabels(in.Labels),
 		sandbox.WithMaxLifetime(in.MaxLifetime),
@@ -162,7 +255,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 	}
 	// Handlers first: an update that comes while the sandbox is being
 	// created waits for it, instead of being refused as unknown.
-	s := &standalone{provider: in.Provider, created: created, running: map[string]CommandStatus{}}
+	s := &standalone{config: in.settings(), created: created, running: map[string]CommandStatus{}}
 	if err := s.register(ctx); err != nil {
 		return err
 	}
@@ -227,7 +320,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 // standalone is the state of a Sandbox workflow.
 type standalone struct {
 	sbx      *sandbox.Sandbox
-	provider string
+	config   SandboxInput
 	created  time.Time
 	running  map[string]CommandStatus // by update id
 	stopping bool
@@ -235,7 +328,7 @@ type standalone struct {
 
 func (s *standalone) register(ctx workflow.Context) error {
 	err := workflow.SetQueryHandler(ctx, QuerySandbox, func() (SandboxStatus, error) {
-		st := SandboxStatus{Created: s.created}
+		st := SandboxStatus{Created: s.created, Config: s.config}
 		if s.sbx == nil {
 			return st, nil // being created
 		}
@@ -291,38 +384,15 @@ func (s *standalone) validateExec(ctx workflow.Context, req ExecRequest) error {
 	if err := s.validateOpen(ctx); err != nil {
 		return err
 	}
-	if (len(req.Argv) == 0) == (req.Shell == "") {
-		return updateError(fmt.Errorf("%w: give exactly one of argv and shell", provider.ErrBadInput))
-	}
-	if req.Timeout < 0 {
-		return updateError(fmt.Errorf("%w: negative timeout", provider.ErrBadInput))
-	}
-	if err := provider.ValidateEnv(req.Env); err != nil {
-		return updateError(err)
-	}
-	if req.Dir != "" {
-		if _, err := provider.WorkspacePath(req.Dir); err != nil {
-			return updateError(err)
-		}
-	}
-	return nil
+	return updateError(provider.ValidateExec(provider.ExecRequest{Argv: req.Argv, Shell: req.Shell,
+		Env: req.Env, Dir: req.Dir, Timeout: req.Timeout}))
 }
 
 func (s *standalone) validateWriteFiles(ctx workflow.Context, req WriteFilesRequest) error {
 	if err := s.validateOpen(ctx); err != nil {
 		return err
 	}
-	total := 0
-	for _, f := range req.Files {
-		if _, err := provider.WorkspacePath(f.Path); err != nil {
-			return updateError(err)
-		}
-		total += len(f.Data)
-	}
-	if total > activities.MaxInlineFiles {
-		return updateError(fmt.Errorf("%w: %d bytes of files in one update; at most %d", provider.ErrBadInput, total, activities.MaxInlineFiles))
-	}
-	return nil
+	return updateError(validateFiles(req.Files))
 }
 
 func (s *standalone) validateImport(ctx workflow.Context, req ImportRequest) error {
@@ -349,7 +419,9 @@ func (s *standalone) validateFork(ctx workflow.Context, req ForkRequest) error {
 	if err := provider.ValidateID(req.ID); err != nil {
 		return updateError(err)
 	}
-	return nil
+	// What the fork would be created with, checked now rather than by
+	// the fork's workflow, whose failure nobody waits for.
+	return updateError(forkInput(s.config, req, "snapshot").Validate())
 }
 
 // Handlers.
@@ -378,16 +450,8 @@ func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (RunOutput, err
 	} else {
 		res, err = s.sbx.ExecArgv(ctx, req.Argv, opts...)
 	}
-	out := RunOutput{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Output[0],
-		Stderr: res.Output[1], Duration: res.Duration, Sandbox: s.sbx.ID()}
-	if err != nil {
-		kind := provider.KindOf(err)
-		if kind != provider.KindTimeout && kind != provider.KindOutOfMemory && kind != provider.KindCommandNotFound {
-			return RunOutput{}, updateError(err)
-		}
-		out.Kind, out.Message = kind, err.Error()
-	}
-	return out, nil
+	out, err := execOutput(res, s.sbx.ID(), err)
+	return out, updateError(err)
 }
 
 func (s *standalone) writeFiles(ctx workflow.Context, req WriteFilesRequest) error {
@@ -451,9 +515,9 @@ func (s *standalone) fork(ctx workflow.Context, req ForkRequest) (ForkResponse, 
 	if err != nil {
 		return ForkResponse{}, updateError(err)
 	}
-	prov := req.Provider
-	if prov == "" {
-		prov = s.sbx.Ref().Provider
+	in := forkInput(s.config, req, snap)
+	if req.Provider == "" {
+		in.Provider = s.sbx.Ref().Provider
 	}
 	// The fork lives on its own: abandoned, not ended, when this
 	// workflow ends.
@@ -461,9 +525,7 @@ func (s *standalone) fork(ctx workflow.Context, req ForkRequest) (ForkResponse, 
 		WorkflowID:        req.ID,
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON,
 	})
-	child := workflow.ExecuteChildWorkflow(cctx, Sandbox, SandboxInput{
-		Provider: prov, FromSnapshot: snap, OwnSnapshot: true,
-	})
+	child := workflow.ExecuteChildWorkflow(cctx, Sandbox, in)
 	var started workflow.Execution
 	if err := child.GetChildWorkflowExecution().Get(ctx, &started); err != nil {
 		return ForkResponse{}, updateError(fmt.Errorf("start the fork: %w", err))
@@ -508,16 +570,7 @@ func (s *standalone) stop(ctx workflow.Context) error {
 
 // updateError gives an update's failure a type that says what went
 // wrong, the provider kind, for callers in any language.
-func updateError(err error) error {
-	if err == nil {
-		return nil
-	}
-	var lost *sandbox.LostError
-	if errors.As(err, &lost) {
-		return temporal.NewNonRetryableApplicationError(err.Error(), string(provider.KindLost), nil, lost.Lost)
-	}
-	return temporal.NewNonRetryableApplicationError(err.Error(), string(provider.KindOf(err)), nil)
-}
+func updateError(err error) error { return sandbox.Failure(err) }
 
 // ReaperInput names the queue of the host whose sandboxes a reaper
 // looks after.

@@ -122,6 +122,8 @@ func createSandbox(ctx context.Context, c *client.Client, name string, in workfl
 			ID: name, TaskQueue: sandbox.DefaultQueue,
 			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 			WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+			// Else the SDK answers with the sandbox already there.
+			WorkflowExecutionErrorWhenAlreadyStarted: true,
 		}, workflows.Sandbox, in)
 		var exists *serviceerror.WorkflowExecutionAlreadyStarted
 		if started && errors.As(err, &exists) {
@@ -132,7 +134,8 @@ func createSandbox(ctx context.Context, c *client.Client, name string, in workfl
 	})
 	var exists *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &exists) {
-		return fmt.Errorf("AlreadyExists: a sandbox named %s exists (or existed)", name)
+		// The same settings again are a no-op; others an error.
+		err = workflows.CheckExisting(ctx, c.Temporal(), name, in)
 	}
 	if err != nil {
 		return fmt.Errorf("create sandbox %s: %w", name, err)
