@@ -64,6 +64,10 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
 func (s *Server) export(w io.Writer, top string, since time.Time) error {
 	tw := tar.NewWriter(w)
 	fsys := s.root.FS()
+	// The first name of every file with more than one, by inode: its
+	// other names are written as hard links to it, not as copies.
+	type inode struct{ dev, ino uint64 }
+	names := map[inode]string{}
 	err := fs.WalkDir(fsys, top, func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -96,15 +100,20 @@ func (s *Server) export(w io.Writer, top string, since time.Time) error {
 			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
 			return tw.WriteHeader(hdr)
 		case fi.Mode().IsRegular():
-			if !since.IsZero() && !changedSince(fi, since) {
-				hdr.Typeflag = tar.TypeReg
-				hdr.PAXRecords = map[string]string{
-					provider.PAXUnchanged: "1",
-					provider.PAXSize:      strconv.FormatInt(fi.Size(), 10),
+			st, _ := fi.Sys().(*syscall.Stat_t)
+			var id inode
+			if st != nil && st.Nlink > 1 {
+				id = inode{uint64(st.Dev), st.Ino}
+				if first, ok := names[id]; ok {
+					hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
+					return tw.WriteHeader(hdr)
 				}
-				return tw.WriteHeader(hdr)
 			}
-			return s.exportFile(tw, hdr, name)
+			wrote, err := s.exportRegular(tw, hdr, name, fi, since)
+			if wrote && st != nil && st.Nlink > 1 {
+				names[id] = tarName
+			}
+			return err
 		}
 		return nil // sockets, pipes and devices do not travel
 	})
@@ -114,26 +123,39 @@ func (s *Server) export(w io.Writer, top string, since time.Time) error {
 	return tw.Close()
 }
 
-func (s *Server) exportFile(tw *tar.Writer, hdr *tar.Header, name string) error {
-	f, err := s.root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+// exportRegular writes a regular file, or its header alone when its
+// status has not changed since since, and reports whether it wrote it: a
+// file removed or replaced since the walk saw it is left out.
+func (s *Server) exportRegular(tw *tar.Writer, hdr *tar.Header, name string, fi fs.FileInfo, since time.Time) (bool, error) {
+	if !since.IsZero() && !changedSince(fi, since) {
+		hdr.Typeflag = tar.TypeReg
+		hdr.PAXRecords = map[string]string{
+			provider.PAXUnchanged: "1",
+			provider.PAXSize:      strconv.FormatInt(fi.Size(), 10),
+		}
+		return true, tw.WriteHeader(hdr)
+	}
+	// O_NONBLOCK: a file replaced by a fifo since the walk saw it must
+	// not stall the export; the type is checked below.
+	f, err := s.root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil // removed or replaced while we walked
+		return false, nil
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	fi, err = f.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
-		return nil
+		return false, nil
 	}
 	hdr.Typeflag, hdr.Size, hdr.ModTime = tar.TypeReg, fi.Size(), fi.ModTime()
 	if err := tw.WriteHeader(hdr); err != nil {
-		return err
+		return true, err
 	}
 	n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
 	if err != nil {
-		return err
+		return true, err
 	}
 	_, err = io.CopyN(tw, zeros{}, fi.Size()-n)
-	return err
+	return true, err
 }
 
 // changedSince reports whether a file's status changed at or after t.
