@@ -63,23 +63,12 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
 // come without their content (see provider.ChangedExporter).
 func (s *Server) export(w io.Writer, top string, since time.Time) error {
 	tw := tar.NewWriter(w)
-	fsys := s.root.FS()
 	// The first name of every file with more than one, by inode: its
 	// other names are written as hard links to it, not as copies.
 	type inode struct{ dev, ino uint64 }
 	names := map[inode]string{}
-	err := fs.WalkDir(fsys, top, func(name string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // removed while we walked
-			}
-			return err
-		}
+	err := s.walk(top, func(name string, fi fs.FileInfo) error {
 		if name == "." {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
 			return nil
 		}
 		tarName := name
@@ -121,6 +110,49 @@ func (s *Server) export(w io.Writer, top string, since time.Time) error {
 		return err
 	}
 	return tw.Close()
+}
+
+// walk calls fn for top and everything below it, parents first, names
+// in lexical order, as fs.WalkDir does; fi is from lstat, except top's,
+// which may be a link to the directory to walk. Unlike io/fs, it takes
+// any name the kernel does: io/fs refuses names that are not UTF-8, and
+// would fail the whole export for one of them. Entries removed while it
+// walks are left out.
+func (s *Server) walk(top string, fn func(name string, fi fs.FileInfo) error) error {
+	fi, err := s.root.Stat(top)
+	if err != nil {
+		return err
+	}
+	return s.walkEntry(top, fi, fn)
+}
+
+func (s *Server) walkEntry(name string, fi fs.FileInfo, fn func(string, fs.FileInfo) error) error {
+	if err := fn(name, fi); err != nil || !fi.IsDir() {
+		return err
+	}
+	d, err := s.open(name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed since the directory was read
+		}
+		if err := s.walkEntry(path.Join(name, e.Name()), fi, fn); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // exportRegular writes a regular file, or its header alone when its
@@ -304,15 +336,21 @@ func (s *Server) importTar(r io.Reader) error {
 }
 
 // archivePath checks an entry name from an archive: relative, inside.
+// Names are bytes, as the kernel has them: a name that is not UTF-8 is
+// the workspace's own (a snapshot carries it), so only NUL, length and
+// escapes are refused.
 func archivePath(name string) (string, error) {
 	if path.IsAbs(name) {
 		return "", fmt.Errorf("%w: import: absolute entry %q", provider.ErrBadInput, truncate(name))
 	}
-	rel, err := provider.WorkspacePath(name)
-	if err != nil {
-		return "", fmt.Errorf("import: %w", err)
+	if name == "" || len(name) > provider.MaxPathLen || strings.IndexByte(name, 0) >= 0 {
+		return "", fmt.Errorf("%w: import: entry %q must be 1 to %d bytes without NUL", provider.ErrBadInput, truncate(name), provider.MaxPathLen)
 	}
-	return rel, nil
+	clean := path.Clean(name)
+	if clean == ".." || strings.HasPrefix(clean, "../") {
+		return "", fmt.Errorf("%w: import: entry %q leaves %s", provider.ErrBadInput, truncate(name), provider.Workspace)
+	}
+	return clean, nil
 }
 
 // unpackFile writes one file of an archive as name in the directory

@@ -26,11 +26,14 @@ type saver struct {
 	parentChunks map[hash]struct{} // every chunk the parent references
 
 	// Owned by the producer.
-	entries []*entry
-	check   checker
-	files   int
-	size    int64
-	pack    *job // the pack being filled
+	entries      []*entry
+	check        checker
+	files        int
+	size         int64
+	pack         *job // the pack being filled
+	skipped      int
+	skippedPaths []string
+	lastSkipped  string
 
 	jobs    chan *job
 	uploads chan upload
