@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-dev/berth/internal/sparsetar"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -98,7 +99,7 @@ func (s *Server) export(w io.Writer, top string, since time.Time) error {
 					return tw.WriteHeader(hdr)
 				}
 			}
-			wrote, err := s.exportRegular(tw, hdr, name, fi, since)
+			wrote, err := s.exportRegular(tw, w, hdr, name, fi, since)
 			if wrote && st != nil && st.Nlink > 1 {
 				names[id] = tarName
 			}
@@ -158,7 +159,7 @@ func (s *Server) walkEntry(name string, fi fs.FileInfo, fn func(string, fs.FileI
 // exportRegular writes a regular file, or its header alone when its
 // status has not changed since since, and reports whether it wrote it: a
 // file removed or replaced since the walk saw it is left out.
-func (s *Server) exportRegular(tw *tar.Writer, hdr *tar.Header, name string, fi fs.FileInfo, since time.Time) (bool, error) {
+func (s *Server) exportRegular(tw *tar.Writer, w io.Writer, hdr *tar.Header, name string, fi fs.FileInfo, since time.Time) (bool, error) {
 	if !since.IsZero() && !changedSince(fi, since) {
 		hdr.Typeflag = tar.TypeReg
 		hdr.PAXRecords = map[string]string{
@@ -179,6 +180,11 @@ func (s *Server) exportRegular(tw *tar.Writer, hdr *tar.Header, name string, fi 
 		return false, nil
 	}
 	hdr.Typeflag, hdr.Size, hdr.ModTime = tar.TypeReg, fi.Size(), fi.ModTime()
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < fi.Size() {
+		if ext, ok := dataExtents(f, fi.Size()); ok {
+			return true, exportSparse(tw, w, hdr, f, ext)
+		}
+	}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return true, err
 	}
@@ -188,6 +194,52 @@ func (s *Server) exportRegular(tw *tar.Writer, hdr *tar.Header, name string, fi 
 	}
 	_, err = io.CopyN(tw, zeros{}, fi.Size()-n)
 	return true, err
+}
+
+// dataExtents lists where a file's data is, by SEEK_DATA and SEEK_HOLE,
+// or reports false when the filesystem cannot tell.
+func dataExtents(f *os.File, size int64) ([]sparsetar.Extent, bool) {
+	fd := int(f.Fd())
+	var ext []sparsetar.Extent
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if err == unix.ENXIO {
+			break // a hole to the end
+		}
+		if err != nil {
+			return nil, false
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, false
+		}
+		hole = min(hole, size)
+		if hole > data {
+			ext = append(ext, sparsetar.Extent{Off: data, Len: hole - data})
+		}
+		off = hole
+	}
+	return sparsetar.Coalesce(ext, sparsetar.MaxExtents), true
+}
+
+// exportSparse writes a sparse file's data extents only (see
+// internal/sparsetar). Like exportFile, a file that shrinks while it is
+// read is padded with zeros.
+func exportSparse(tw *tar.Writer, w io.Writer, hdr *tar.Header, f *os.File, ext []sparsetar.Extent) error {
+	dw, err := sparsetar.WriteHeader(tw, w, hdr, ext)
+	if err != nil {
+		return err
+	}
+	for _, e := range ext {
+		n, err := io.Copy(dw, io.NewSectionReader(f, e.Off, e.Len))
+		if err != nil {
+			return err
+		}
+		if _, err := io.CopyN(dw, zeros{}, e.Len-n); err != nil {
+			return err
+		}
+	}
+	return dw.Close()
 }
 
 // changedSince reports whether a file's status changed at or after t.
@@ -378,12 +430,24 @@ func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r io.Reader
 	return nil
 }
 
-// writeAll copies r to the file fd through buf.
+// writeAll copies r to the new, empty file fd through buf. Blocks of
+// zeros are skipped with a seek rather than written, so that a sparse
+// file (see internal/sparsetar) comes back sparse, and an import never
+// takes more space than its data: runs of zeros cost nothing on disk.
 func writeAll(fd int, r io.Reader, buf []byte) error {
+	var size int64
 	for {
 		n, err := io.ReadFull(r, buf)
 		for b := buf[:n]; len(b) > 0; {
-			m, werr := unix.Write(fd, b)
+			blk := b[:min(len(b), sparsetar.BlockSize)]
+			if sparsetar.ZeroBlock(blk) {
+				if _, serr := unix.Seek(fd, int64(len(blk)), io.SeekCurrent); serr != nil {
+					return serr
+				}
+				b = b[len(blk):]
+				continue
+			}
+			m, werr := unix.Write(fd, blk)
 			if werr == unix.EINTR {
 				continue
 			}
@@ -392,8 +456,11 @@ func writeAll(fd int, r io.Reader, buf []byte) error {
 			}
 			b = b[m:]
 		}
+		size += int64(n)
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return nil
+			// A file ending in zeros ends in a hole, which only a
+			// truncate makes part of the file.
+			return unix.Ftruncate(fd, size)
 		}
 		if err != nil {
 			return err

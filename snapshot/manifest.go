@@ -64,12 +64,16 @@ const (
 
 // ref locates part of a file's bytes: Len bytes at Off in the chunk Hash.
 // A large file is a list of whole chunks; a small one is a slice of a
-// chunk packed with other small files.
+// chunk packed with other small files. A ref whose Hash is all zeros is
+// a hole: Len zero bytes that no chunk holds (no data has that SHA-256),
+// so sparse files and runs of zeros cost nothing to save or restore.
 type ref struct {
 	Hash hash
 	Off  int64
 	Len  int64
 }
+
+func (r *ref) hole() bool { return r.Hash == hash{} }
 
 // entry is one path of the tree.
 type entry struct {
@@ -344,7 +348,7 @@ func (c *checker) checkContents(e *entry) error {
 	case typeFile:
 		var total int64
 		for _, r := range e.Chunks {
-			if r == nil || r.Off < 0 || r.Len <= 0 || r.Off > maxChunkSize || r.Len > maxChunkSize-r.Off {
+			if r == nil || r.Off < 0 || r.Len <= 0 || r.Off > maxChunkSize || r.Len > maxChunkSize-r.Off || r.hole() && r.Off != 0 {
 				return errors.New("bad chunk reference")
 			}
 			total += r.Len
