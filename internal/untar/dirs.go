@@ -95,4 +95,3 @@ func (d *dirs) openFresh(rel string) (int, error) {
 func within(rel, dir string) bool {
 	return rel == dir || strings.HasPrefix(rel, dir+"/") || dir == "."
 }
-

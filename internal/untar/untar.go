@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/internal/sparsetar"
 )
 
 // Default bounds, raised through Options: a workspace copied out whole is
@@ -64,8 +66,9 @@ type Options struct {
 	// archive's first entry becomes the target and what is under it goes
 	// under the target (an export of one file or directory).
 	Root bool
-	// MaxBytes bounds the bytes of file data written; zero means
-	// DefaultMaxBytes. Holes of sparse files do not count.
+	// MaxBytes bounds the bytes of file contents; zero means
+	// DefaultMaxBytes. Files are counted at their full size, holes
+	// included, though holes and blocks of zeros take no disk.
 	MaxBytes int64
 	// MaxEntries bounds the number of entries; zero means
 	// DefaultMaxEntries.
@@ -365,13 +368,23 @@ func (x *extractor) write(dirfd int, name, rel string, hdr *tar.Header, r io.Rea
 }
 
 // copyData writes a regular file's data, exactly as many bytes as its
-// header says, counting them against the budget.
+// header says, counting them against the budget. Blocks of zeros are
+// skipped with a seek, so sparse files (see internal/sparsetar) stay
+// sparse on the host.
 func (x *extractor) copyData(fd int, r io.Reader, hdr *tar.Header) error {
 	var n int64
 	for {
 		k, err := io.ReadFull(r, x.buf)
 		for b := x.buf[:k]; len(b) > 0; {
-			m, werr := unix.Write(fd, b)
+			blk := b[:min(len(b), sparsetar.BlockSize)]
+			if sparsetar.ZeroBlock(blk) {
+				if _, serr := unix.Seek(fd, int64(len(blk)), io.SeekCurrent); serr != nil {
+					return serr
+				}
+				b = b[len(blk):]
+				continue
+			}
+			m, werr := unix.Write(fd, blk)
 			if werr == unix.EINTR {
 				continue
 			}
@@ -392,7 +405,7 @@ func (x *extractor) copyData(fd int, r io.Reader, hdr *tar.Header) error {
 	if n != hdr.Size {
 		return bad(hdr.Name, "%d bytes of data, its header says %d", n, hdr.Size)
 	}
-	return nil
+	return unix.Ftruncate(fd, n) // a file ending in a hole
 }
 
 func (x *extractor) setDirMode(d dirMode) error {

@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/sparsetar"
 )
 
 type ent struct {
@@ -300,4 +303,38 @@ func TestExtractLimits(t *testing.T) {
 			t.Errorf("Extract: %v, want ErrBadArchive", err)
 		}
 	})
+}
+
+// TestExtractSparse: a sparse entry, or a file of zeros, takes no more
+// disk on the host than its data.
+func TestExtractSparse(t *testing.T) {
+	h := newHost(t)
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	const size = 1 << 30
+	dw, err := sparsetar.WriteHeader(tw, &b, &tar.Header{Name: "img", Mode: 0o644, Size: size}, []sparsetar.Extent{{Off: 1 << 20, Len: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dw.Write([]byte("data"))
+	dw.Close()
+	tw.Close()
+	target := filepath.Join(h.dst, "img")
+	if err := Extract(&b, target, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != size || fi.Sys().(*syscall.Stat_t).Blocks*512 > 1<<20 {
+		t.Errorf("img: %d bytes, %d on disk", fi.Size(), fi.Sys().(*syscall.Stat_t).Blocks*512)
+	}
+	f, _ := os.Open(target)
+	defer f.Close()
+	got := make([]byte, 4)
+	f.ReadAt(got, 1<<20)
+	if string(got) != "data" {
+		t.Errorf("img holds %q at 1 MiB", got)
+	}
 }
