@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -22,6 +23,8 @@ func hostileTests() []test {
 		{name: "FifoRead", fn: testFifoRead},
 		{name: "FifoExport", fn: testFifoExport},
 		{name: "HardLinks", fn: testHardLinks},
+		{name: "Sparse", fn: testSparse},
+		{name: "OddNames", fn: testOddNames},
 	}
 }
 
@@ -135,5 +138,71 @@ func testHardLinks(t *testing.T, s *suite) {
 	}
 	if out := mustSh(t, dst, "stat -c %h h/f0 h/f20 | sort -u"); strings.TrimSpace(out) != "21" {
 		t.Errorf("after Import, the file has %q names, want 21", out)
+	}
+}
+
+// testSparse: a 3 GiB file with a few bytes of data is exported small and
+// imported small, holding the same bytes.
+func testSparse(t *testing.T, s *suite) {
+	p, sb := s.sandbox(t)
+	mustSh(t, sb, `truncate -s 3G sparse.img && printf head | dd of=sparse.img conv=notrunc 2>/dev/null &&
+printf middle | dd of=sparse.img bs=1 seek=1073741824 conv=notrunc 2>/dev/null && printf tail | dd of=sparse.img bs=1 seek=3221225468 conv=notrunc 2>/dev/null`)
+	ctx, cancel := context.WithTimeout(t.Context(), heavyTimeout)
+	defer cancel()
+	rc, err := sb.Export(ctx)
+	if err != nil {
+		t.Fatalf("Export: %v", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(rc, maxTestTar))
+	rc.Close()
+	if err != nil {
+		t.Fatalf("reading the export: %v", err)
+	}
+	if len(data) > 1<<20 {
+		t.Errorf("the export of a 3 GiB file holding 14 bytes takes %d bytes", len(data))
+	}
+	dst := s.mustCreate(t, p, s.newSpec(t))
+	if err := dst.Import(ctx, bytes.NewReader(data)); err != nil {
+		t.Fatalf("Import: %v", err)
+	}
+	// Size, blocks on disk, and the bytes at the three places.
+	out := mustSh(t, dst, `stat -c '%s %b %B' sparse.img && dd if=sparse.img bs=1 count=4 2>/dev/null && echo &&
+dd if=sparse.img bs=1 skip=1073741824 count=6 2>/dev/null && echo && dd if=sparse.img bs=1 skip=3221225468 count=4 2>/dev/null`)
+	var size, blocks, blockSize int64
+	var head, mid, tail string
+	fmt.Sscan(out, &size, &blocks, &blockSize, &head, &mid, &tail)
+	if size != 3<<30 || blocks*blockSize > 1<<20 || head != "head" || mid != "middle" || tail != "tail" {
+		t.Errorf("after Import, the sparse file is %q: want 3221225472 bytes, at most 1 MiB on disk, head middle tail", out)
+	}
+}
+
+// testOddNames: names are bytes. Names that are not UTF-8 or hold a
+// newline export and import whole.
+func testOddNames(t *testing.T, s *suite) {
+	p, sb := s.sandbox(t)
+	mustSh(t, sb, `mkdir -p "$(printf 'd\377')" && printf x > "$(printf 'd\377/f\376')" && printf y > "$(printf 'new\nline')"`)
+	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+	defer cancel()
+	rc, err := sb.Export(ctx)
+	if err != nil {
+		t.Fatalf("Export: %v", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(rc, maxTestTar))
+	rc.Close()
+	if err != nil {
+		t.Fatalf("reading the export of odd names: %v", err)
+	}
+	hdrs := readTar(t, data)
+	for _, name := range []string{"d\xff/f\xfe", "new\nline"} {
+		if hdrs[name] == nil {
+			t.Errorf("the export has no %q; it has %q", name, sortedKeys(hdrs))
+		}
+	}
+	dst := s.mustCreate(t, p, s.newSpec(t))
+	if err := dst.Import(ctx, bytes.NewReader(data)); err != nil {
+		t.Fatalf("Import of odd names: %v", err)
+	}
+	if out := mustSh(t, dst, `cat "$(printf 'd\377/f\376')" "$(printf 'new\nline')"`); out != "xy" {
+		t.Errorf("after Import, the files hold %q, want %q", out, "xy")
 	}
 }
