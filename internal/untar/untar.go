@@ -88,7 +88,7 @@ func Extract(r io.Reader, target string, opts Options) error {
 		opts.MaxEntries = DefaultMaxEntries
 	}
 	target = filepath.Clean(target)
-	x := &extractor{opts: opts, budget: opts.MaxBytes, files: map[string]bool{}, buf: make([]byte, 256<<10)}
+	x := &extractor{opts: opts, budget: opts.MaxBytes, parent: -1, files: map[string]bool{}, buf: make([]byte, 256<<10)}
 	defer x.close()
 	if opts.Root {
 		if err := os.MkdirAll(target, 0o755); err != nil {
@@ -143,7 +143,7 @@ func (x *extractor) close() {
 	if x.tree != nil {
 		x.tree.close()
 	}
-	if x.parent > 0 {
+	if x.parent >= 0 {
 		unix.Close(x.parent)
 	}
 }

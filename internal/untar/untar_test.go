@@ -19,7 +19,6 @@ type ent struct {
 	name, link, data string
 	typ              byte
 	mode             int64
-	size             int64 // the header's size when not -1 and not 0
 }
 
 func tarOf(t *testing.T, entries ...ent) *bytes.Buffer {
