@@ -93,3 +93,21 @@ func TestDaemonOddNames(t *testing.T) {
 		t.Errorf("restored the 4000-byte path: %q, %v", b, err)
 	}
 }
+
+// TestDaemonOddNamesRead: a file sent without its contents whose name is
+// not UTF-8 is read by name from the source like any other.
+func TestDaemonOddNamesRead(t *testing.T) {
+	from, wsFrom := serveDaemon(t)
+	s, _ := newStore(t)
+	parent := mustSave(t, s, &daemonSource{c: from}, SaveOptions{Source: "daemon/from"})
+	writeFile(t, filepath.Join(wsFrom, "odd\xff.txt"), []byte("odd"), 0o644, time.Now())
+	// The file predates RestoredAt, so the source sends it as unchanged;
+	// the parent does not hold it, so Save asks for it by name.
+	info, err := s.Save(t.Context(), &daemonSource{c: from}, SaveOptions{Source: "daemon/from", Parent: parent.ID, RestoredAt: time.Now()})
+	if err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	if info.Skipped != 0 || info.Files != 1 {
+		t.Errorf("Save: %d files, %d skipped %q; want the odd name read", info.Files, info.Skipped, info.SkippedPaths)
+	}
+}
