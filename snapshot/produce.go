@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/berth-dev/berth/internal/sparsetar"
 )
 
 // produce reads the source's tar stream into entries and jobs.
@@ -213,13 +211,7 @@ func (sv *saver) addContents(ctx context.Context, e *entry, r io.Reader, size in
 			sv.release(buf)
 			return err
 		}
-		if n > 0 && sparsetar.ZeroBlock((*buf)[:n]) {
-			// A hole, or zeros: nothing to hash, store or fetch.
-			e.Chunks = append(e.Chunks, &ref{Len: int64(n)})
-			e.Size += int64(n)
-			sv.doneBytes.Add(int64(n))
-			sv.release(buf)
-		} else if n > 0 {
+		if n > 0 {
 			*buf = (*buf)[:n]
 			r := &ref{Len: int64(n)}
 			e.Chunks = append(e.Chunks, r)

@@ -192,16 +192,16 @@ func formatTime(t time.Time) string {
 // ZeroBlock reports whether b is all zeros: unpackers skip such blocks
 // with a seek, leaving a hole, rather than write them.
 func ZeroBlock(b []byte) bool {
-	for len(b) >= 8 {
-		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7] != 0 {
+	// bytes.Equal is the runtime's vectorised memequal: several times
+	// faster than a loop over the bytes.
+	for len(b) > 0 {
+		n := min(len(b), len(zeroBlock))
+		if !bytes.Equal(b[:n], zeroBlock[:n]) {
 			return false
 		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
+		b = b[n:]
 	}
 	return true
 }
+
+var zeroBlock [BlockSize]byte
