@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -160,7 +161,9 @@ func (s *Server) walkEntry(name string, fi fs.FileInfo, fn func(string, fs.FileI
 // status has not changed since since, and reports whether it wrote it: a
 // file removed or replaced since the walk saw it is left out.
 func (s *Server) exportRegular(tw *tar.Writer, w io.Writer, hdr *tar.Header, name string, fi fs.FileInfo, since time.Time) (bool, error) {
-	if !since.IsZero() && !changedSince(fi, since) {
+	// A name that is not UTF-8 is sent whole: the provider API reads
+	// files by UTF-8 names only, so Save could not ask for it later.
+	if !since.IsZero() && !changedSince(fi, since) && utf8.ValidString(name) {
 		hdr.Typeflag = tar.TypeReg
 		hdr.PAXRecords = map[string]string{
 			provider.PAXUnchanged: "1",

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -62,19 +61,9 @@ func (s *Server) fileError(op, name string, err error) error {
 }
 
 // relPath reads the path parameter of a request as a workspace path.
-// Names are bytes: one that is not UTF-8 is the workspace's own (a
-// snapshot reads such files by name), checked as an archive's names are.
 func relPath(r *http.Request) (string, string, error) {
 	name := r.URL.Query().Get("path")
-	if utf8.ValidString(name) {
-		rel, err := provider.WorkspacePath(name)
-		return name, rel, err
-	}
-	p := name
-	if rest, ok := strings.CutPrefix(p, provider.Workspace+"/"); ok {
-		p = rest
-	}
-	rel, err := archivePath(p)
+	rel, err := provider.WorkspacePath(name)
 	return name, rel, err
 }
 

@@ -94,15 +94,16 @@ func TestDaemonOddNames(t *testing.T) {
 	}
 }
 
-// TestDaemonOddNamesRead: a file sent without its contents whose name is
-// not UTF-8 is read by name from the source like any other.
+// TestDaemonOddNamesRead: a file whose name is not UTF-8 is sent whole
+// even when unchanged, since the source could not be asked for it by
+// name, and a save that needs it has it.
 func TestDaemonOddNamesRead(t *testing.T) {
 	from, wsFrom := serveDaemon(t)
 	s, _ := newStore(t)
 	parent := mustSave(t, s, &daemonSource{c: from}, SaveOptions{Source: "daemon/from"})
 	writeFile(t, filepath.Join(wsFrom, "odd\xff.txt"), []byte("odd"), 0o644, time.Now())
-	// The file predates RestoredAt, so the source sends it as unchanged;
-	// the parent does not hold it, so Save asks for it by name.
+	// The file predates RestoredAt and the parent does not hold it: were
+	// it sent as unchanged, Save would have to ask for it by name.
 	info, err := s.Save(t.Context(), &daemonSource{c: from}, SaveOptions{Source: "daemon/from", Parent: parent.ID, RestoredAt: time.Now()})
 	if err != nil {
 		t.Fatalf("Save: %v", err)
