@@ -14,9 +14,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-dev/berth/internal/sparsetar"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -63,19 +65,12 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
 // come without their content (see provider.ChangedExporter).
 func (s *Server) export(w io.Writer, top string, since time.Time) error {
 	tw := tar.NewWriter(w)
-	fsys := s.root.FS()
-	err := fs.WalkDir(fsys, top, func(name string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // removed while we walked
-			}
-			return err
-		}
+	// The first name of every file with more than one, by inode: its
+	// other names are written as hard links to it, not as copies.
+	type inode struct{ dev, ino uint64 }
+	names := map[inode]string{}
+	err := s.walk(top, func(name string, fi fs.FileInfo) error {
 		if name == "." {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
 			return nil
 		}
 		tarName := name
@@ -96,15 +91,20 @@ func (s *Server) export(w io.Writer, top string, since time.Time) error {
 			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
 			return tw.WriteHeader(hdr)
 		case fi.Mode().IsRegular():
-			if !since.IsZero() && !changedSince(fi, since) {
-				hdr.Typeflag = tar.TypeReg
-				hdr.PAXRecords = map[string]string{
-					provider.PAXUnchanged: "1",
-					provider.PAXSize:      strconv.FormatInt(fi.Size(), 10),
+			st, _ := fi.Sys().(*syscall.Stat_t)
+			var id inode
+			if st != nil && st.Nlink > 1 {
+				id = inode{uint64(st.Dev), st.Ino}
+				if first, ok := names[id]; ok {
+					hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
+					return tw.WriteHeader(hdr)
 				}
-				return tw.WriteHeader(hdr)
 			}
-			return s.exportFile(tw, hdr, name)
+			wrote, err := s.exportRegular(tw, w, hdr, name, fi, since)
+			if wrote && st != nil && st.Nlink > 1 {
+				names[id] = tarName
+			}
+			return err
 		}
 		return nil // sockets, pipes and devices do not travel
 	})
@@ -114,26 +114,135 @@ func (s *Server) export(w io.Writer, top string, since time.Time) error {
 	return tw.Close()
 }
 
-func (s *Server) exportFile(tw *tar.Writer, hdr *tar.Header, name string) error {
-	f, err := s.root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+// walk calls fn for top and everything below it, parents first, names
+// in lexical order, as fs.WalkDir does; fi is from lstat, except top's,
+// which may be a link to the directory to walk. Unlike io/fs, it takes
+// any name the kernel does: io/fs refuses names that are not UTF-8, and
+// would fail the whole export for one of them. Entries removed while it
+// walks are left out.
+func (s *Server) walk(top string, fn func(name string, fi fs.FileInfo) error) error {
+	fi, err := s.root.Stat(top)
 	if err != nil {
-		return nil // removed or replaced while we walked
+		return err
+	}
+	return s.walkEntry(top, fi, fn)
+}
+
+func (s *Server) walkEntry(name string, fi fs.FileInfo, fn func(string, fs.FileInfo) error) error {
+	if err := fn(name, fi); err != nil || !fi.IsDir() {
+		return err
+	}
+	d, err := s.open(name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed since the directory was read
+		}
+		if err := s.walkEntry(path.Join(name, e.Name()), fi, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// exportRegular writes a regular file, or its header alone when its
+// status has not changed since since, and reports whether it wrote it: a
+// file removed or replaced since the walk saw it is left out.
+func (s *Server) exportRegular(tw *tar.Writer, w io.Writer, hdr *tar.Header, name string, fi fs.FileInfo, since time.Time) (bool, error) {
+	// A name that is not UTF-8 is sent whole: the provider API reads
+	// files by UTF-8 names only, so Save could not ask for it later.
+	if !since.IsZero() && !changedSince(fi, since) && utf8.ValidString(name) {
+		hdr.Typeflag = tar.TypeReg
+		hdr.PAXRecords = map[string]string{
+			provider.PAXUnchanged: "1",
+			provider.PAXSize:      strconv.FormatInt(fi.Size(), 10),
+		}
+		return true, tw.WriteHeader(hdr)
+	}
+	// O_NONBLOCK: a file replaced by a fifo since the walk saw it must
+	// not stall the export; the type is checked below.
+	f, err := s.root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return false, nil
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	fi, err = f.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
-		return nil
+		return false, nil
 	}
 	hdr.Typeflag, hdr.Size, hdr.ModTime = tar.TypeReg, fi.Size(), fi.ModTime()
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < fi.Size() {
+		if ext, ok := dataExtents(f, fi.Size()); ok {
+			return true, exportSparse(tw, w, hdr, f, ext)
+		}
+	}
 	if err := tw.WriteHeader(hdr); err != nil {
-		return err
+		return true, err
 	}
 	n, err := io.Copy(tw, io.LimitReader(f, fi.Size()))
 	if err != nil {
-		return err
+		return true, err
 	}
 	_, err = io.CopyN(tw, zeros{}, fi.Size()-n)
-	return err
+	return true, err
+}
+
+// dataExtents lists where a file's data is, by SEEK_DATA and SEEK_HOLE,
+// or reports false when the filesystem cannot tell.
+func dataExtents(f *os.File, size int64) ([]sparsetar.Extent, bool) {
+	fd := int(f.Fd())
+	var ext []sparsetar.Extent
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if err == unix.ENXIO {
+			break // a hole to the end
+		}
+		if err != nil {
+			return nil, false
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, false
+		}
+		hole = min(hole, size)
+		if hole > data {
+			ext = append(ext, sparsetar.Extent{Off: data, Len: hole - data})
+		}
+		off = hole
+	}
+	return sparsetar.Coalesce(ext, sparsetar.MaxExtents), true
+}
+
+// exportSparse writes a sparse file's data extents only (see
+// internal/sparsetar). Like exportFile, a file that shrinks while it is
+// read is padded with zeros.
+func exportSparse(tw *tar.Writer, w io.Writer, hdr *tar.Header, f *os.File, ext []sparsetar.Extent) error {
+	dw, err := sparsetar.WriteHeader(tw, w, hdr, ext)
+	if err != nil {
+		return err
+	}
+	for _, e := range ext {
+		n, err := io.Copy(dw, io.NewSectionReader(f, e.Off, e.Len))
+		if err != nil {
+			return err
+		}
+		if _, err := io.CopyN(dw, zeros{}, e.Len-n); err != nil {
+			return err
+		}
+	}
+	return dw.Close()
 }
 
 // changedSince reports whether a file's status changed at or after t.
@@ -282,15 +391,21 @@ func (s *Server) importTar(r io.Reader) error {
 }
 
 // archivePath checks an entry name from an archive: relative, inside.
+// Names are bytes, as the kernel has them: a name that is not UTF-8 is
+// the workspace's own (a snapshot carries it), so only NUL, length and
+// escapes are refused.
 func archivePath(name string) (string, error) {
 	if path.IsAbs(name) {
 		return "", fmt.Errorf("%w: import: absolute entry %q", provider.ErrBadInput, truncate(name))
 	}
-	rel, err := provider.WorkspacePath(name)
-	if err != nil {
-		return "", fmt.Errorf("import: %w", err)
+	if name == "" || len(name) > provider.MaxPathLen || strings.IndexByte(name, 0) >= 0 {
+		return "", fmt.Errorf("%w: import: entry %q must be 1 to %d bytes without NUL", provider.ErrBadInput, truncate(name), provider.MaxPathLen)
 	}
-	return rel, nil
+	clean := path.Clean(name)
+	if clean == ".." || strings.HasPrefix(clean, "../") {
+		return "", fmt.Errorf("%w: import: entry %q leaves %s", provider.ErrBadInput, truncate(name), provider.Workspace)
+	}
+	return clean, nil
 }
 
 // unpackFile writes one file of an archive as name in the directory
@@ -318,12 +433,24 @@ func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r io.Reader
 	return nil
 }
 
-// writeAll copies r to the file fd through buf.
+// writeAll copies r to the new, empty file fd through buf. Blocks of
+// zeros are skipped with a seek rather than written, so that a sparse
+// file (see internal/sparsetar) comes back sparse, and an import never
+// takes more space than its data: runs of zeros cost nothing on disk.
 func writeAll(fd int, r io.Reader, buf []byte) error {
+	var size int64
 	for {
 		n, err := io.ReadFull(r, buf)
 		for b := buf[:n]; len(b) > 0; {
-			m, werr := unix.Write(fd, b)
+			blk := b[:min(len(b), sparsetar.BlockSize)]
+			if sparsetar.ZeroBlock(blk) {
+				if _, serr := unix.Seek(fd, int64(len(blk)), io.SeekCurrent); serr != nil {
+					return serr
+				}
+				b = b[len(blk):]
+				continue
+			}
+			m, werr := unix.Write(fd, blk)
 			if werr == unix.EINTR {
 				continue
 			}
@@ -332,8 +459,11 @@ func writeAll(fd int, r io.Reader, buf []byte) error {
 			}
 			b = b[m:]
 		}
+		size += int64(n)
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return nil
+			// A file ending in zeros ends in a hole, which only a
+			// truncate makes part of the file.
+			return unix.Ftruncate(fd, size)
 		}
 		if err != nil {
 			return err

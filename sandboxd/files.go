@@ -67,6 +67,15 @@ func relPath(r *http.Request) (string, string, error) {
 	return name, rel, err
 }
 
+// open opens a workspace path for reading without ever waiting on it:
+// O_NONBLOCK makes opening a fifo return at once instead of waiting for a
+// writer that may never come, with a daemon thread pinned all along.
+// Callers check the type of what they got before reading it; on regular
+// files and directories the flag changes nothing.
+func (s *Server) open(rel string) (*os.File, error) {
+	return s.root.OpenFile(rel, os.O_RDONLY|unix.O_NONBLOCK, 0)
+}
+
 func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
 	name, rel, err := relPath(r)
 	if err != nil {
@@ -75,7 +84,7 @@ func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
 	}
 	var f *os.File
 	err = s.asUser(func() error {
-		f, err = s.root.Open(rel)
+		f, err = s.open(rel)
 		return err
 	})
 	if err != nil {
@@ -209,7 +218,7 @@ func (s *Server) handleListDir(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listDir(rel, name string) ([]provider.FileInfo, error) {
-	d, err := s.root.Open(rel)
+	d, err := s.open(rel)
 	if err != nil {
 		return nil, s.fileError("list", name, err)
 	}

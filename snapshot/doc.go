@@ -22,6 +22,8 @@
 // packed together, many to a chunk of up to 4 MiB, and found again by the
 // hash of their own contents. Chunks already in the store are not written
 // again, so a second snapshot of a workspace stores only what changed.
+// A chunk of zeros (a sparse file's hole, most often) is a reference to
+// no chunk: neither stored nor fetched, and restored as a hole.
 //
 // # Incremental saves
 //

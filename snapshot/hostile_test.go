@@ -118,7 +118,7 @@ func TestHostileManifest(t *testing.T) {
 		{"hard link outside", []*entry{ent("h", typeHardlink, "../etc/passwd")}, nil},
 		{"empty link target", []*entry{ent("l", typeSymlink, "")}, nil},
 		{"unknown type", []*entry{ent("c", "chardev", "")}, nil},
-		{"not UTF-8", []*entry{file("a\xffb")}, nil},
+		{"NUL in a name", []*entry{file("a\x00b")}, nil},
 		{"bad mode", []*entry{{Path: "a", Type: typeDir, Mode: 0o170755}}, nil},
 		{"size not the chunks'", []*entry{{Path: "a", Type: typeFile, Size: 4, Chunks: []*ref{{Hash: h, Len: 3}}}}, nil},
 		{"empty chunk", []*entry{{Path: "a", Type: typeFile, Chunks: []*ref{{Hash: h}}}}, nil},
@@ -262,7 +262,6 @@ func TestHostileTar(t *testing.T) {
 		{"device", []item{{hdr: tar.Header{Name: "null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3}}}},
 		{"fifo", []item{{hdr: tar.Header{Name: "fifo", Typeflag: tar.TypeFifo}}}},
 		{"empty link target", []item{link("l", "", tar.TypeSymlink)}},
-		{"not UTF-8", []item{{hdr: tar.Header{Name: "a\xffb", Typeflag: tar.TypeDir, Format: tar.FormatGNU}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer

@@ -12,7 +12,6 @@ import (
 	"path"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -65,12 +64,16 @@ const (
 
 // ref locates part of a file's bytes: Len bytes at Off in the chunk Hash.
 // A large file is a list of whole chunks; a small one is a slice of a
-// chunk packed with other small files.
+// chunk packed with other small files. A ref whose Hash is all zeros is
+// a hole: Len zero bytes that no chunk holds (no data has that SHA-256),
+// so sparse files and runs of zeros cost nothing to save or restore.
 type ref struct {
 	Hash hash
 	Off  int64
 	Len  int64
 }
+
+func (r *ref) hole() bool { return r.Hash == hash{} }
 
 // entry is one path of the tree.
 type entry struct {
@@ -104,6 +107,7 @@ type header struct {
 	Files   int               `json:"files"`
 	Size    int64
 	Stored  int64 `json:"stored"`
+	Skipped int   `json:"skipped,omitempty"`
 }
 
 func (h *header) info() Info {
@@ -117,6 +121,7 @@ func (h *header) info() Info {
 		Stored:  h.Stored,
 		Parent:  h.Parent,
 		Source:  h.Source,
+		Skipped: h.Skipped,
 	}
 }
 
@@ -278,6 +283,10 @@ func (mr *manifestReader) readAll() (*manifest, error) {
 	return m, nil
 }
 
+// errPathTooLong: a path longer than a snapshot carries. Save leaves
+// such paths out rather than fail (see Info.Skipped).
+var errPathTooLong = errors.New("path too long")
+
 // checker checks entries one at a time, in order, for a tree that can be
 // unpacked: canonical relative paths, each once, no entry below one that
 // is not a directory, hard links to earlier regular files, and contents
@@ -339,7 +348,7 @@ func (c *checker) checkContents(e *entry) error {
 	case typeFile:
 		var total int64
 		for _, r := range e.Chunks {
-			if r == nil || r.Off < 0 || r.Len <= 0 || r.Off > maxChunkSize || r.Len > maxChunkSize-r.Off {
+			if r == nil || r.Off < 0 || r.Len <= 0 || r.Off > maxChunkSize || r.Len > maxChunkSize-r.Off || r.hole() && r.Off != 0 {
 				return errors.New("bad chunk reference")
 			}
 			total += r.Len
@@ -367,15 +376,18 @@ func (c *checker) checkContents(e *entry) error {
 }
 
 // checkPath accepts only a path in its one canonical form: relative,
-// slash-separated, no empty, "." or ".." element, valid UTF-8 without
-// NUL. Anything else would unpack somewhere other than it says, or not
-// at all.
+// slash-separated, no empty, "." or ".." element, no NUL. Anything else
+// would unpack somewhere other than it says, or not at all. Names are
+// bytes, as the kernel keeps them: one that is not UTF-8 is carried as it
+// is (manifest entries are binary, not JSON).
 func checkPath(p string) error {
 	switch {
-	case p == "" || p == "." || len(p) > maxPathLen:
+	case p == "" || p == ".":
 		return fmt.Errorf("bad path %q", truncate(p))
-	case !utf8.ValidString(p) || strings.IndexByte(p, 0) >= 0:
-		return fmt.Errorf("path %q is not UTF-8 without NUL", truncate(p))
+	case len(p) > maxPathLen:
+		return fmt.Errorf("%w: %d bytes, more than %d", errPathTooLong, len(p), maxPathLen)
+	case strings.IndexByte(p, 0) >= 0:
+		return fmt.Errorf("path %q holds a NUL", truncate(p))
 	case path.IsAbs(p):
 		return fmt.Errorf("absolute path %q", truncate(p))
 	case p == ".." || strings.HasPrefix(p, "../") || strings.HasSuffix(p, "/..") || strings.Contains(p, "/../"):

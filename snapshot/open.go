@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/berth-dev/berth/internal/sparsetar"
 )
 
 // Restores read chunks ahead of the tar writer, fetchers at a time and
@@ -111,10 +113,28 @@ func (rs *restore) write(ctx context.Context, w io.Writer) error {
 		case typeHardlink:
 			hdr.Typeflag, hdr.Linkname = tar.TypeLink, e.Target
 		}
-		if err := tw.WriteHeader(hdr); err != nil {
+		// A file with holes travels as a sparse entry: its data only.
+		var out io.Writer = tw
+		var sparse *sparsetar.DataWriter
+		if ext, ok := extents(e); ok {
+			dw, err := sparsetar.WriteHeader(tw, bw, hdr, ext)
+			if err != nil {
+				return rs.writeErr(ctx, err)
+			}
+			out, sparse = dw, dw
+		} else if err := tw.WriteHeader(hdr); err != nil {
 			return rs.writeErr(ctx, err)
 		}
 		for _, r := range e.Chunks {
+			if r.hole() {
+				if sparse == nil {
+					if _, err := io.CopyN(tw, zeroReader{}, r.Len); err != nil {
+						return rs.writeErr(ctx, err)
+					}
+				}
+				rs.bytes.Add(r.Len)
+				continue
+			}
 			data, ok := cache.get(r.Hash)
 			if !ok {
 				buf, err := next(r.Hash)
@@ -127,10 +147,15 @@ func (rs *restore) write(ctx context.Context, w io.Writer) error {
 			if r.Off+r.Len > int64(len(data)) {
 				return fmt.Errorf("%w: snapshot %s: %q: reference past the end of chunk %s", ErrCorrupt, rs.m.ID, e.Path, r.Hash)
 			}
-			if _, err := tw.Write(data[r.Off : r.Off+r.Len]); err != nil {
+			if _, err := out.Write(data[r.Off : r.Off+r.Len]); err != nil {
 				return rs.writeErr(ctx, err)
 			}
 			rs.bytes.Add(r.Len)
+		}
+		if sparse != nil {
+			if err := sparse.Close(); err != nil {
+				return rs.writeErr(ctx, err)
+			}
 		}
 		if e.Type == typeFile {
 			rs.files.Add(1)
@@ -140,6 +165,33 @@ func (rs *restore) write(ctx context.Context, w io.Writer) error {
 		return rs.writeErr(ctx, err)
 	}
 	return rs.writeErr(ctx, bw.Flush())
+}
+
+// extents lists where a file with holes has data, or reports false for
+// a file without holes, or with too many to describe.
+func extents(e *entry) ([]sparsetar.Extent, bool) {
+	var ext []sparsetar.Extent
+	holes := false
+	var off int64
+	for _, r := range e.Chunks {
+		switch {
+		case r.hole():
+			holes = true
+		case len(ext) > 0 && ext[len(ext)-1].Off+ext[len(ext)-1].Len == off:
+			ext[len(ext)-1].Len += r.Len
+		default:
+			ext = append(ext, sparsetar.Extent{Off: off, Len: r.Len})
+		}
+		off += r.Len
+	}
+	return ext, holes && len(ext) <= sparsetar.MaxExtents
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 func (rs *restore) writeErr(ctx context.Context, err error) error {
@@ -160,6 +212,9 @@ func (rs *restore) plan() []hash {
 	cache := &lru{}
 	for _, e := range rs.m.entries {
 		for _, r := range e.Chunks {
+			if r.hole() {
+				continue
+			}
 			if _, ok := cache.get(r.Hash); !ok {
 				cache.put(nil, r.Hash, nil)
 				plan = append(plan, r.Hash)

@@ -46,6 +46,12 @@ func (sv *saver) produce(ctx context.Context, since time.Time) error {
 		// sees files without their contents, which come later, so its
 		// totals are not used here.
 		if err := sv.check.add(e); err != nil {
+			if errors.Is(err, errPathTooLong) {
+				// The workspace may hold it (the kernel bounds
+				// components, not paths); a restore could not make it.
+				sv.skip(e.Path, err)
+				continue
+			}
 			return fmt.Errorf("%w: snapshot: source archive: %v", ErrBadInput, err)
 		}
 		if e.Type == typeFile {
@@ -56,6 +62,12 @@ func (sv *saver) produce(ctx context.Context, since time.Time) error {
 			}
 			if errors.Is(err, errVanished) {
 				delete(sv.check.seen, e.Path)
+				continue
+			}
+			var skip *skipError
+			if errors.As(err, &skip) {
+				delete(sv.check.seen, e.Path)
+				sv.skip(e.Path, skip.err)
 				continue
 			}
 			if err != nil {
@@ -112,6 +124,32 @@ func entryFromHeader(hdr *tar.Header) (*entry, error) {
 // errVanished: a file the archive listed was gone when Save asked for it.
 var errVanished = errors.New("file vanished")
 
+// skipError: a file Save leaves out, saying why (see Info.Skipped).
+type skipError struct{ err error }
+
+func (e *skipError) Error() string { return e.err.Error() }
+
+// maxSkippedPaths bounds Info.SkippedPaths; Info.Skipped counts them all.
+const maxSkippedPaths = 16
+
+// skip leaves a path out of the snapshot. Save's result says so; the
+// caller logs it.
+// Below a directory left out, only the directory is named.
+func (sv *saver) skip(path string, why error) {
+	sv.skipped++
+	if n := len(sv.skippedPaths); n > 0 && strings.HasPrefix(path, sv.lastSkipped+"/") {
+		return
+	}
+	sv.lastSkipped = path
+	if len(sv.skippedPaths) < maxSkippedPaths {
+		// The end of a long path says more than its start.
+		if len(path) > 80 {
+			path = "..." + path[len(path)-77:]
+		}
+		sv.skippedPaths = append(sv.skippedPaths, fmt.Sprintf("%q: %v", path, why))
+	}
+}
+
 // addUnchanged takes a file the source sent without contents from the
 // parent, or else asks the source for it.
 func (sv *saver) addUnchanged(ctx context.Context, e *entry, hdr *tar.Header) error {
@@ -124,6 +162,11 @@ func (sv *saver) addUnchanged(ctx context.Context, e *entry, hdr *tar.Header) er
 	rc, err := sv.src.ReadFile(ctx, e.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return errVanished // like a file removed while the source walked
+	}
+	if errors.Is(err, ErrBadInput) {
+		// The source refuses the path (a name its API cannot take,
+		// a file replaced by a fifo): one file, not the snapshot.
+		return &skipError{err}
 	}
 	if err != nil {
 		return fmt.Errorf("snapshot: read %q from the source: %w", e.Path, err)

@@ -142,6 +142,7 @@ func (s *Store) Save(ctx context.Context, src Source, opts SaveOptions) (Info, e
 			Files:   sv.files,
 			Size:    sv.size,
 			Stored:  sv.transferred.Load(),
+			Skipped: sv.skipped,
 		},
 		entries: sv.entries,
 	}
@@ -156,7 +157,9 @@ func (s *Store) Save(ctx context.Context, src Source, opts SaveOptions) (Info, e
 	if err != nil {
 		return Info{}, fmt.Errorf("snapshot: write manifest %s: %w", id, err)
 	}
-	return m.info(), nil
+	info := m.info()
+	info.SkippedPaths = sv.skippedPaths
+	return info, nil
 }
 
 // check checks the options and returns the kind of snapshot to save.

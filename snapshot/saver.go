@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/berth-dev/berth/internal/sparsetar"
 )
 
 // saver is one Save under way. A producer goroutine reads the tar stream,
@@ -26,11 +28,14 @@ type saver struct {
 	parentChunks map[hash]struct{} // every chunk the parent references
 
 	// Owned by the producer.
-	entries []*entry
-	check   checker
-	files   int
-	size    int64
-	pack    *job // the pack being filled
+	entries      []*entry
+	check        checker
+	files        int
+	size         int64
+	pack         *job // the pack being filled
+	skipped      int
+	skippedPaths []string
+	lastSkipped  string
 
 	jobs    chan *job
 	uploads chan upload
@@ -185,6 +190,13 @@ func (sv *saver) work(ctx context.Context) error {
 
 func (sv *saver) workChunk(ctx context.Context, j *job) error {
 	data := *j.buf
+	if sparsetar.ZeroBlock(data) {
+		// A hole, or zeros: the ref keeps the zero hash, which marks a
+		// hole, and there is nothing to hash, store or fetch. Checked
+		// here, not in the producer, so that the scan runs on every
+		// core rather than the one that reads the stream.
+		return nil
+	}
 	j.ref.Hash = sha256.Sum256(data)
 	return sv.storeChunk(ctx, j.ref.Hash, data)
 }

@@ -120,6 +120,12 @@ type Info struct {
 	Parent string
 	// Source is SaveOptions.Source.
 	Source string
+	// Skipped counts the paths Save left out because a snapshot cannot
+	// carry them (longer than provider.MaxPathLen, below one left out, or
+	// gone or unreadable when asked for), and SkippedPaths names the first
+	// of them. A workspace never fails to snapshot for its names.
+	Skipped      int
+	SkippedPaths []string
 }
 
 // Progress reports how far a Save or an Open has gone.

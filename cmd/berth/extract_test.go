@@ -109,3 +109,68 @@ func TestExtractTar(t *testing.T) {
 		})
 	}
 }
+
+// TestExtractPlantedLinks replays issue 9's attack: a first copy out plants
+// links to host paths, later copies write through them. Neither copy may
+// touch anything outside the destination.
+func TestExtractPlantedLinks(t *testing.T) {
+	host := t.TempDir() // stands for the rest of the host
+	hostDir := filepath.Join(host, "dir")
+	hostFile := filepath.Join(host, "file")
+	os.Mkdir(hostDir, 0o755)
+	os.WriteFile(hostFile, []byte("host"), 0o644)
+	dst := t.TempDir()
+
+	// cp $SB:proj DST/: the links are refused or made harmless.
+	_ = extractTar(tarOf(t, dir("proj/"), symlink("proj/build", hostDir), symlink("proj/result.txt", hostFile)), filepath.Join(dst, "proj"), false)
+	// Plant them anyway, as an older berth did, and check that later
+	// copies do not write through them.
+	os.Remove(filepath.Join(dst, "proj", "build"))
+	os.Remove(filepath.Join(dst, "proj", "result.txt"))
+	if err := os.Symlink(hostDir, filepath.Join(dst, "proj", "build")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(hostFile, filepath.Join(dst, "proj", "result.txt")); err != nil {
+		t.Fatal(err)
+	}
+	// cp $SB:proj/build DST/proj/
+	err := extractTar(tarOf(t, dir("build/"), file("build/evil.txt", "X")), filepath.Join(dst, "proj", "build"), false)
+	if err != nil {
+		t.Errorf("copying build: %v", err)
+	}
+	// cp $SB:proj/result.txt DST/proj/
+	err = extractTar(tarOf(t, file("result.txt", "X")), filepath.Join(dst, "proj", "result.txt"), false)
+	if err != nil {
+		t.Errorf("copying result.txt: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(hostDir, "evil.txt")); err == nil {
+		t.Error("the copy wrote through the planted directory link")
+	}
+	if b, _ := os.ReadFile(hostFile); string(b) != "host" {
+		t.Errorf("the copy wrote through the planted file link: the host file holds %q", b)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "proj", "build", "evil.txt")); err != nil || string(b) != "X" {
+		t.Errorf("build/evil.txt: %q, %v", b, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dst, "proj", "result.txt")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("result.txt is not a regular file in place of the link: %v, %v", fi, err)
+	}
+}
+
+// TestExtractFirstCopyPlantsNothing: links that leave what is copied are
+// not made on the host.
+func TestExtractFirstCopyPlantsNothing(t *testing.T) {
+	dst := t.TempDir()
+	err := extractTar(tarOf(t, dir("proj/"), symlink("proj/build", "/etc"), symlink("proj/up", "../.."), symlink("proj/ok", "sub/f")), filepath.Join(dst, "proj"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"build", "up"} {
+		if _, err := os.Lstat(filepath.Join(dst, "proj", name)); err == nil {
+			t.Errorf("proj/%s, a link out of the copy, was made", name)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(dst, "proj", "ok")); err != nil || target != "sub/f" {
+		t.Errorf("proj/ok: %q, %v", target, err)
+	}
+}

@@ -53,6 +53,7 @@ func Run(t *testing.T, h Harness) {
 		{"Files", fileTests()},
 		{"Escape", escapeTests()},
 		{"Archive", archiveTests()},
+		{"Hostile", hostileTests()},
 		{"Pause", pauseTests()},
 		{"Limits", limitTests()},
 		{"Attack", attackTests()},

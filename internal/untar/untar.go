@@ -1,0 +1,515 @@
+// Package untar unpacks a hostile tar stream into a directory on the
+// host, confined to it.
+//
+// The stream comes from a sandbox: every name, link, type, size and count
+// in it is treated as hostile. What Extract writes stays below the target:
+//
+//   - no symbolic link on the host is followed below the target's parent,
+//     the target included: every path is resolved one component at a time
+//     with O_NOFOLLOW, and a link (or file) standing where the archive has
+//     a directory or a file is replaced, never written through;
+//   - symbolic links whose target leaves the unpacked tree (absolute, or
+//     climbing above it, or using ".." after a name, which a link inside
+//     the tree could turn into a climb) are skipped with a warning;
+//   - hard links must name a regular file unpacked earlier from the same
+//     stream; others are skipped with a warning;
+//   - only regular files, directories and links are made: devices, fifos
+//     and other types are skipped with a warning, and set-user-id,
+//     set-group-id and sticky bits are dropped;
+//   - the bytes written and the number of entries are bounded (see
+//     [Options]), and a file's data must match its header's size.
+//
+// The path the caller names as the target's parent is the caller's: it is
+// resolved as the kernel resolves it, links included, as cp does.
+package untar
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/internal/sparsetar"
+)
+
+// Default bounds, raised through Options: a workspace copied out whole is
+// rarely beyond them, and a stream beyond them is more likely an attempt
+// to fill the host's disk.
+const (
+	DefaultMaxBytes   = 64 << 30 // bytes of file data written
+	DefaultMaxEntries = 1 << 20  // entries of the stream
+)
+
+// ErrLimit is wrapped by the error of an extraction stopped by a bound.
+var ErrLimit = errors.New("untar: limit reached")
+
+// ErrBadArchive is wrapped by the error of an archive that cannot be
+// unpacked as it says: a name leaving the target, a short file, a second
+// top entry.
+var ErrBadArchive = errors.New("untar: bad archive")
+
+// Options say how to unpack. The zero value unpacks a tree whose top
+// entry becomes the target, within the default bounds, and drops
+// warnings.
+type Options struct {
+	// Root says that the archive is a whole tree whose entries are named
+	// by their paths, all unpacked under the target; otherwise the
+	// archive's first entry becomes the target and what is under it goes
+	// under the target (an export of one file or directory).
+	Root bool
+	// MaxBytes bounds the bytes of file contents; zero means
+	// DefaultMaxBytes. Files are counted at their full size, holes
+	// included, though holes and blocks of zeros take no disk.
+	MaxBytes int64
+	// MaxEntries bounds the number of entries; zero means
+	// DefaultMaxEntries.
+	MaxEntries int
+	// Warn, if not nil, is told of every entry skipped, by its name in
+	// the archive, and why.
+	Warn func(name, reason string)
+}
+
+// Extract unpacks the tar stream r to target (see Options.Root). It stops
+// at the first error, leaving what it unpacked so far.
+func Extract(r io.Reader, target string, opts Options) error {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.MaxEntries <= 0 {
+		opts.MaxEntries = DefaultMaxEntries
+	}
+	target = filepath.Clean(target)
+	x := &extractor{opts: opts, budget: opts.MaxBytes, parent: -1, files: map[string]bool{}, buf: make([]byte, 256<<10)}
+	defer x.close()
+	if opts.Root {
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return err
+		}
+		fd, err := unix.Open(target, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &os.PathError{Op: "open", Path: target, Err: err}
+		}
+		x.tree = newDirs(fd, target)
+	} else {
+		parent := filepath.Dir(target)
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return err
+		}
+		fd, err := unix.Open(parent, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return &os.PathError{Op: "open", Path: parent, Err: err}
+		}
+		x.parent, x.base = fd, filepath.Base(target)
+		x.target = target
+	}
+	return x.run(tar.NewReader(r))
+}
+
+type extractor struct {
+	opts    Options
+	budget  int64
+	entries int
+
+	// Top mode: the directory holding the target, the target's name, and
+	// the first component every entry's name starts with.
+	parent int
+	base   string
+	target string
+	top    string
+	single bool // the top entry was not a directory: nothing may follow
+
+	tree     *dirs           // the unpacked tree's directories, nil until made
+	files    map[string]bool // regular files unpacked, by their path in the tree
+	dirModes []dirMode       // set when everything is unpacked
+	buf      []byte
+}
+
+type dirMode struct {
+	rel   string
+	mode  uint32
+	mtime time.Time
+}
+
+func (x *extractor) close() {
+	if x.tree != nil {
+		x.tree.close()
+	}
+	if x.parent >= 0 {
+		unix.Close(x.parent)
+	}
+}
+
+func (x *extractor) warn(name, reason string) {
+	if x.opts.Warn != nil {
+		x.opts.Warn(name, reason)
+	}
+}
+
+func bad(name, format string, args ...any) error {
+	return fmt.Errorf("%w: entry %q: %s", ErrBadArchive, truncate(name), fmt.Sprintf(format, args...))
+}
+
+func (x *extractor) run(tr *tar.Reader) error {
+	first := true
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrBadArchive, err)
+		}
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		x.entries++
+		if x.entries > x.opts.MaxEntries {
+			return fmt.Errorf("%w: more than %d entries", ErrLimit, x.opts.MaxEntries)
+		}
+		rel, err := x.relName(hdr.Name, first)
+		if err != nil {
+			return err
+		}
+		first = false
+		if err := x.entry(hdr, rel, tr); err != nil {
+			return err
+		}
+	}
+	if first && !x.opts.Root {
+		return fmt.Errorf("%w: the archive is empty", ErrBadArchive)
+	}
+	// Directory modes last, deepest first: a directory made read-only
+	// before its contents were written would refuse them.
+	for _, d := range slices.Backward(x.dirModes) {
+		if err := x.setDirMode(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// relName is where an entry goes in the tree: its path below the target,
+// "." for the top entry itself.
+func (x *extractor) relName(name string, first bool) (string, error) {
+	clean := path.Clean(strings.TrimPrefix(name, "./"))
+	if name == "" || path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") {
+		return "", bad(name, "it leaves the destination")
+	}
+	if x.opts.Root {
+		return clean, nil
+	}
+	top, rest, _ := strings.Cut(clean, "/")
+	if first {
+		x.top = top
+	} else if top != x.top {
+		return "", bad(name, "outside the archive's top entry %q", truncate(x.top))
+	}
+	if rest == "" {
+		if !first {
+			return "", bad(name, "the top entry again")
+		}
+		return ".", nil
+	}
+	return rest, nil
+}
+
+func (x *extractor) entry(hdr *tar.Header, rel string, r io.Reader) error {
+	if x.single {
+		return bad(hdr.Name, "below a top entry that is not a directory")
+	}
+	if rel == "." {
+		return x.topEntry(hdr, r)
+	}
+	if err := x.ensureTree(); err != nil {
+		return err
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink, tar.TypeLink:
+	default:
+		x.warn(hdr.Name, fmt.Sprintf("entries of type %q are not copied", hdr.Typeflag))
+		return nil
+	}
+	if hdr.Typeflag == tar.TypeSymlink {
+		if reason := unsafeLink(rel, hdr.Linkname); reason != "" {
+			x.warn(hdr.Name, reason)
+			return nil
+		}
+	}
+	dirfd, err := x.tree.open(path.Dir(rel))
+	if err != nil {
+		return err
+	}
+	delete(x.files, rel)
+	return x.write(dirfd, path.Base(rel), rel, hdr, r)
+}
+
+// topEntry unpacks the archive's first entry as the target itself.
+func (x *extractor) topEntry(hdr *tar.Header, r io.Reader) error {
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		return x.ensureTree()
+	case tar.TypeReg:
+		x.single = true
+		return x.write(x.parent, x.base, ".", hdr, r)
+	case tar.TypeSymlink:
+		x.single = true
+		x.warn(hdr.Name, "a symbolic link to "+strconv.Quote(truncate(hdr.Linkname))+" out of what is copied")
+		return nil
+	}
+	x.single = true
+	x.warn(hdr.Name, fmt.Sprintf("entries of type %q are not copied", hdr.Typeflag))
+	return nil
+}
+
+// ensureTree makes the target a directory, unless it is one, and opens it.
+func (x *extractor) ensureTree() error {
+	if x.tree != nil {
+		return nil
+	}
+	fd, err := openDir(x.parent, x.base)
+	if err != nil {
+		return &os.PathError{Op: "mkdir", Path: x.target, Err: err}
+	}
+	x.tree = newDirs(fd, x.target)
+	return nil
+}
+
+// write makes one entry as name in the directory open as dirfd; rel
+// names it in the tree, for hard links and messages.
+func (x *extractor) write(dirfd int, name, rel string, hdr *tar.Header, r io.Reader) error {
+	perm := uint32(hdr.Mode) & 0o777
+	where := x.target
+	if rel != "." {
+		where = x.tree.path(rel)
+	}
+	fail := func(op string, err error) error { return &os.PathError{Op: op, Path: where, Err: err} }
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		fd, err := openDir(dirfd, name)
+		if err != nil {
+			return fail("mkdir", err)
+		}
+		unix.Close(fd)
+		x.dirModes = append(x.dirModes, dirMode{rel: rel, mode: perm | 0o700, mtime: hdr.ModTime})
+		return nil
+	case tar.TypeReg:
+		if hdr.Size < 0 || hdr.Size > x.budget {
+			return fmt.Errorf("%w: %s: %d bytes, more than the %d bytes a copy may write (Options.MaxBytes)", ErrLimit, where, hdr.Size, x.opts.MaxBytes)
+		}
+		if err := removeNonDir(dirfd, name); err != nil {
+			return fail("replace", err)
+		}
+		fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return fail("create", err)
+		}
+		err = x.copyData(fd, r, hdr)
+		if err == nil {
+			err = unix.Fchmod(fd, perm) // not through the umask
+		}
+		if err == nil {
+			ts := unix.NsecToTimespec(hdr.ModTime.UnixNano())
+			err = unix.Futimes(fd, []unix.Timeval{unix.NsecToTimeval(unix.TimespecToNsec(ts)), unix.NsecToTimeval(unix.TimespecToNsec(ts))})
+		}
+		if cerr := unix.Close(fd); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) || errors.Is(err, ErrBadArchive) || errors.Is(err, ErrLimit) {
+				return err
+			}
+			return fail("write", err)
+		}
+		if rel != "." {
+			x.files[rel] = true
+		}
+		return nil
+	case tar.TypeSymlink:
+		if err := removeNonDir(dirfd, name); err != nil {
+			return fail("replace", err)
+		}
+		if err := unix.Symlinkat(hdr.Linkname, dirfd, name); err != nil {
+			return fail("symlink", err)
+		}
+		return nil
+	case tar.TypeLink:
+		old, err := x.relName(hdr.Linkname, false)
+		if err != nil || !x.files[old] {
+			x.warn(hdr.Name, "a hard link to "+strconv.Quote(truncate(hdr.Linkname))+", which is not a file copied before it")
+			return nil
+		}
+		olddir, err := x.tree.openFresh(path.Dir(old))
+		if err != nil {
+			return err
+		}
+		defer unix.Close(olddir)
+		if err := removeNonDir(dirfd, name); err != nil {
+			return fail("replace", err)
+		}
+		// Flags 0: linkat does not follow a link at the old name, so
+		// even a file replaced since cannot lead out.
+		if err := unix.Linkat(olddir, path.Base(old), dirfd, name, 0); err != nil {
+			return fail("link", err)
+		}
+		x.files[rel] = true
+		return nil
+	}
+	return nil
+}
+
+// copyData writes a regular file's data, exactly as many bytes as its
+// header says, counting them against the budget. Blocks of zeros are
+// skipped with a seek, so sparse files (see internal/sparsetar) stay
+// sparse on the host.
+func (x *extractor) copyData(fd int, r io.Reader, hdr *tar.Header) error {
+	var n int64
+	for {
+		k, err := io.ReadFull(r, x.buf)
+		for b := x.buf[:k]; len(b) > 0; {
+			blk := b[:min(len(b), sparsetar.BlockSize)]
+			if sparsetar.ZeroBlock(blk) {
+				if _, serr := unix.Seek(fd, int64(len(blk)), io.SeekCurrent); serr != nil {
+					return serr
+				}
+				b = b[len(blk):]
+				continue
+			}
+			m, werr := unix.Write(fd, blk)
+			if werr == unix.EINTR {
+				continue
+			}
+			if werr != nil {
+				return werr
+			}
+			b = b[m:]
+		}
+		n += int64(k)
+		x.budget -= int64(k)
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrBadArchive, truncate(hdr.Name), err)
+		}
+	}
+	if n != hdr.Size {
+		return bad(hdr.Name, "%d bytes of data, its header says %d", n, hdr.Size)
+	}
+	return unix.Ftruncate(fd, n) // a file ending in a hole
+}
+
+func (x *extractor) setDirMode(d dirMode) error {
+	dirfd, name := x.parent, x.base
+	if d.rel != "." {
+		fd, err := x.tree.openFresh(path.Dir(d.rel))
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		dirfd, name = fd, path.Base(d.rel)
+	}
+	// AT_SYMLINK_NOFOLLOW: whatever is there now, no link is followed.
+	ts := []unix.Timespec{unix.NsecToTimespec(d.mtime.UnixNano()), unix.NsecToTimespec(d.mtime.UnixNano())}
+	_ = unix.UtimesNanoAt(dirfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil
+	}
+	_ = unix.Fchmodat(dirfd, name, d.mode, 0)
+	return nil
+}
+
+// unsafeLink says why a symbolic link at rel (a path in the tree) to
+// target could lead out of the tree, or "" if it cannot. Its target must
+// be relative, climb at most as far as the tree's top, and only at its
+// start: "a/../.." looks inside when read as text, but if a is itself a
+// link to "." it climbs one level more, so ".." after a name is refused.
+func unsafeLink(rel, target string) string {
+	switch {
+	case target == "" || strings.IndexByte(target, 0) >= 0:
+		return "a symbolic link with a bad target"
+	case path.IsAbs(target):
+		return "a symbolic link to the absolute path " + strconv.Quote(truncate(target)) + ", out of what is copied"
+	}
+	depth := 0
+	if d := path.Dir(rel); d != "." {
+		depth = strings.Count(d, "/") + 1
+	}
+	climbing := true
+	for _, el := range strings.Split(target, "/") {
+		switch {
+		case el == "..":
+			if !climbing {
+				return "a symbolic link to " + strconv.Quote(truncate(target)) + ": \"..\" after a name could lead out of what is copied"
+			}
+			depth--
+			if depth < 0 {
+				return "a symbolic link to " + strconv.Quote(truncate(target)) + ", out of what is copied"
+			}
+		case el == "" || el == ".":
+		default:
+			climbing = false
+		}
+	}
+	return ""
+}
+
+// removeNonDir removes what is at name unless it is a directory or
+// missing, so that a file or link made there is made in its place rather
+// than through it. A directory in the way is an error from what follows.
+func removeNonDir(dirfd int, name string) error {
+	var st unix.Stat_t
+	err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if err == unix.ENOENT {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return unix.EISDIR
+	}
+	return unix.Unlinkat(dirfd, name, 0)
+}
+
+// openDir opens the directory name in dirfd, making it if it is missing
+// and replacing whatever else is there, a symbolic link included, never
+// following one.
+func openDir(dirfd int, name string) (int, error) {
+	for range 3 { // a second try after making or replacing it
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		switch err {
+		case nil:
+			return fd, nil
+		case unix.ENOENT:
+			if err := unix.Mkdirat(dirfd, name, 0o755); err != nil && err != unix.EEXIST {
+				return -1, err
+			}
+		case unix.ELOOP, unix.ENOTDIR:
+			// A symbolic link or a file where a directory goes.
+			if err := unix.Unlinkat(dirfd, name, 0); err != nil && err != unix.ENOENT {
+				return -1, err
+			}
+		default:
+			return -1, err
+		}
+	}
+	return -1, unix.ELOOP
+}
+
+func truncate(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
