@@ -16,7 +16,7 @@ var ErrIncomplete = errors.New("output incomplete")
 // inFlight is how many relay queries a transfer keeps going at once: a
 // query's round trip is mostly waiting, and the worker serves them one
 // after another per workflow.
-const inFlight = 4
+const inFlight = 8
 
 // readChunk reads what is stored of a stream at off, at most max bytes,
 // through the relay of workflow workflowID's workers.
