@@ -176,6 +176,7 @@ type execConfig struct {
 	dir     string
 	stdin   []byte
 	started func(commandID string)
+	key     string
 }
 
 // WithTimeout ends the command, and every process it started, after d.
@@ -197,6 +198,14 @@ func WithStdin(b []byte) ExecOption { return func(c *execConfig) { c.stdin = b }
 // activities.OutputKey, where its output will be stored, so that a front
 // end can follow it live. f runs in workflow code.
 func OnStart(f func(commandID string)) ExecOption { return func(c *execConfig) { c.started = f } }
+
+// WithKey names the command by a key of the caller's, stable across
+// retries, instead of by its rank among the handle's commands: a command
+// sent again with the same key (an Update sent again after a restart,
+// whose handlers may then run in another order) attaches to the one the
+// first try started instead of running again. The key is hashed: any
+// string will do.
+func WithKey(key string) ExecOption { return func(c *execConfig) { c.key = key } }
 
 // DefaultExecTimeout bounds commands that name no timeout.
 const DefaultExecTimeout = 10 * time.Minute

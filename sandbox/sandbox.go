@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -253,6 +254,10 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 	err := s.do(ctx, "exec "+shorten(line), func(ref activities.Ref) error {
 		s.st.Commands++
 		in.Sandbox, in.ID = ref, fmt.Sprintf("%s-c%d", ref.ID, s.st.Commands)
+		if cfg.key != "" {
+			sum := sha256.Sum256([]byte(cfg.key))
+			in.ID = ref.ID + "-k" + hex.EncodeToString(sum[:10])
+		}
 		if cfg.started != nil {
 			cfg.started(in.ID)
 		}

@@ -433,6 +433,10 @@ func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (RunOutput, err
 	update := workflow.GetCurrentUpdateInfo(ctx).ID
 	opts := []sandbox.ExecOption{
 		sandbox.WithExecEnv(req.Env), sandbox.WithDir(req.Dir), sandbox.WithStdin(req.Stdin),
+		// Named by the update: its handlers may run in another order
+		// when a workflow task is retried after a crash, and an update
+		// sent again must find the command it started.
+		sandbox.WithKey(update),
 		sandbox.OnStart(func(id string) {
 			sb := s.sbx.ID()
 			s.running[update] = CommandStatus{Update: update, Command: id,
