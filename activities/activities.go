@@ -103,6 +103,11 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (Ref, error) {
 	if err != nil {
 		return Ref{}, err
 	}
+	// Who owns what the sandbox stores (its outputs), for the reaper: it
+	// goes some time after its owner (OutputRetention).
+	if err := a.recordOwner(ctx, in.Spec.ID, in.Spec.Labels); err != nil {
+		return Ref{}, err
+	}
 	sb, err := p.Create(ctx, in.Spec)
 	if err != nil {
 		return Ref{}, err

@@ -16,6 +16,7 @@ type ReapReport struct {
 	Checkpoints int      `json:"checkpoints"`         // deleted
 	Chunks      int      `json:"chunks"`              // snapshot chunks no longer referred to, removed
 	Transfers   int      `json:"transfers"`           // uploads and exports left by front ends, removed
+	Outputs     int      `json:"outputs"`             // sandboxes whose stored outputs were removed
 }
 
 // Reap destroys the sandboxes of the workers polling queue (a host's
@@ -25,7 +26,10 @@ type ReapReport struct {
 // that front ends left in the blob store. It is what the reaper's
 // schedule runs; a sandbox without owner labels is only reaped at the
 // end of its lifetime.
-func Reap(ctx workflow.Context, queue string) (ReapReport, error) {
+//
+// What sandboxes stored in the blob store (their commands' outputs) goes
+// once their owner has been closed for outputRetention (zero: a day).
+func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (ReapReport, error) {
 	var report ReapReport
 	infos, err := call[[]provider.Info](ctx, activityOptions(queue, 0), acts.List, activities.ListInput{})
 	if err != nil {
@@ -69,6 +73,11 @@ func Reap(ctx workflow.Context, queue string) (ReapReport, error) {
 	report.Checkpoints, report.Chunks = snaps.Checkpoints, snaps.Chunks
 	if report.Transfers, err = call[int](ctx, activityOptions(queue, 0), acts.SweepTransfers, time.Duration(0)); err != nil {
 		return report, fmt.Errorf("sweep transfers: %w", err)
+	}
+	report.Outputs, err = call[int](ctx, activityOptions(queue, 0), acts.SweepOutputs, activities.SweepOutputsInput{
+		LabelWorkflowID: LabelWorkflowID, LabelRunID: LabelRunID, Retention: outputRetention})
+	if err != nil {
+		return report, fmt.Errorf("sweep outputs: %w", err)
 	}
 	return report, nil
 }

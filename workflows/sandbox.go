@@ -580,11 +580,14 @@ func updateError(err error) error { return sandbox.Failure(err) }
 // looks after.
 type ReaperInput struct {
 	Queue string `json:"queue"`
+	// OutputRetention is how long sandboxes' outputs outlive their
+	// owner; zero means activities.DefaultOutputRetention.
+	OutputRetention time.Duration `json:"output_retention,omitempty"`
 }
 
 // Reaper destroys the sandboxes whose owner is gone or whose lifetime
 // has passed (sandbox.Reap). berth dev and berth worker run it on a
 // schedule, one per host.
 func Reaper(ctx workflow.Context, in ReaperInput) (sandbox.ReapReport, error) {
-	return sandbox.Reap(ctx, in.Queue)
+	return sandbox.Reap(ctx, in.Queue, in.OutputRetention)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
+	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/devserver"
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/provider/linux"
@@ -16,11 +17,11 @@ import (
 
 func newDev() *cobra.Command {
 	var (
-		dataDir   string
-		port      int
-		uiPort    int
-		verbose   bool
-		reapEvery time.Duration
+		dataDir                    string
+		port                       int
+		uiPort                     int
+		verbose                    bool
+		reapEvery, outputRetention time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -54,7 +55,7 @@ worker serving the linux provider on this host.`,
 			h, err := startHost(ctx, c, log, hostConfig{
 				dataDir: dataDir, blob: blobURL(dataDir),
 				queue: sandbox.DefaultQueue, hostQueue: sandbox.DefaultQueue,
-				providers: []string{linux.Name}, reapEvery: reapEvery,
+				providers: []string{linux.Name}, reapEvery: reapEvery, outputRetention: outputRetention,
 			})
 			if err != nil {
 				return err
@@ -74,6 +75,7 @@ worker serving the linux provider on this host.`,
 	cmd.Flags().IntVar(&port, "port", 7233, "the Temporal frontend's port on 127.0.0.1")
 	cmd.Flags().IntVar(&uiPort, "ui-port", 8233, "the Temporal Web UI's port; 0 for none")
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", defaultReapEvery, "how often to destroy sandboxes whose owner is gone; 0 for never")
+	cmd.Flags().DurationVar(&outputRetention, "output-retention", activities.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	return cmd
 }

@@ -77,6 +77,8 @@ type hostConfig struct {
 	providers []string
 	// reapEvery is how often the host's reaper runs; zero means never.
 	reapEvery time.Duration
+	// outputRetention is how long sandboxes' outputs outlive their owner.
+	outputRetention time.Duration
 }
 
 // startHost opens the providers named, starts the workers, and
@@ -131,7 +133,8 @@ func startHost(ctx context.Context, c client.Client, log *slog.Logger, cfg hostC
 		return nil, err
 	}
 	if cfg.reapEvery > 0 {
-		if err := scheduleReaper(ctx, c, cfg.queue, h.worker.HostQueue, cfg.reapEvery); err != nil {
+		in := workflows.ReaperInput{Queue: h.worker.HostQueue, OutputRetention: cfg.outputRetention}
+		if err := scheduleReaper(ctx, c, cfg.queue, in, cfg.reapEvery); err != nil {
 			h.close()
 			return nil, err
 		}
@@ -144,23 +147,22 @@ const snapshotPrefix = "snapshots/"
 
 // scheduleReaper creates, or updates, the schedule that runs this host's
 // reaper every so often. Several workers of one host share it.
-func scheduleReaper(ctx context.Context, c client.Client, queue, hostQueue string, every time.Duration) error {
-	id := "berth-reaper-" + hostQueue
+func scheduleReaper(ctx context.Context, c client.Client, queue string, in workflows.ReaperInput, every time.Duration) error {
+	id := "berth-reaper-" + in.Queue
 	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}}
+	action := &client.ScheduleWorkflowAction{
+		ID: "berth-reap-" + in.Queue, Workflow: workflows.Reaper, TaskQueue: queue,
+		Args: []any{in},
+	}
 	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
-		ID:      id,
-		Spec:    spec,
-		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
-		Action: &client.ScheduleWorkflowAction{
-			ID: "berth-reap-" + hostQueue, Workflow: workflows.Reaper, TaskQueue: queue,
-			Args: []any{workflows.ReaperInput{Queue: hostQueue}},
-		},
+		ID: id, Spec: spec, Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, Action: action,
 	})
 	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
 		err = c.ScheduleClient().GetHandle(ctx, id).Update(ctx, client.ScheduleUpdateOptions{
-			DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
-				in.Description.Schedule.Spec = &spec
-				return &client.ScheduleUpdate{Schedule: &in.Description.Schedule}, nil
+			DoUpdate: func(u client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
+				u.Description.Schedule.Spec = &spec
+				u.Description.Schedule.Action = action
+				return &client.ScheduleUpdate{Schedule: &u.Description.Schedule}, nil
 			},
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/contrib/envconfig"
 
+	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
@@ -17,7 +18,7 @@ func newWorker() *cobra.Command {
 		dataDir, blob, queue, hostQueue string
 		providers                       []string
 		verbose                         bool
-		reapEvery                       time.Duration
+		reapEvery, outputRetention      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -44,7 +45,7 @@ TLS settings and config-file profiles (TEMPORAL_PROFILE).`,
 			}
 			h, err := startHost(ctx, c, log, hostConfig{
 				dataDir: dataDir, blob: blob, queue: queue, hostQueue: hostQueue,
-				providers: providers, reapEvery: reapEvery,
+				providers: providers, reapEvery: reapEvery, outputRetention: outputRetention,
 			})
 			if err != nil {
 				return err
@@ -63,6 +64,7 @@ TLS settings and config-file profiles (TEMPORAL_PROFILE).`,
 	cmd.Flags().StringVar(&hostQueue, "host-queue", "", "this host's own task queue (default QUEUE@hostname)")
 	cmd.Flags().StringSliceVar(&providers, "provider", []string{linux.Name}, "providers to serve")
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", defaultReapEvery, "how often to destroy this host's sandboxes whose owner is gone; 0 for never")
+	cmd.Flags().DurationVar(&outputRetention, "output-retention", activities.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	return cmd
 }
