@@ -361,3 +361,26 @@ func TestSweepTransfers(t *testing.T) {
 		}
 	}
 }
+
+// TestOutputCap: a command printing past its output cap has its first
+// and last bytes stored, the rest dropped and counted; nothing more is
+// stored, however much it prints.
+func TestOutputCap(t *testing.T) {
+	f := newFixture(t)
+	const max = 4 << 20
+	want := seqOutput(3_000_000) // ~20 MiB
+	out := f.exec(t, ExecInput{ID: "capped", Shell: "seq 1 3000000", MaxOutput: max})
+	o := out.Stdout
+	if o.Size != int64(len(want)) || o.Dropped != int64(len(want))-max || !o.Incomplete {
+		t.Fatalf("size %d, dropped %d, incomplete %v; want size %d, dropped %d, incomplete",
+			o.Size, o.Dropped, o.Incomplete, len(want), len(want)-max)
+	}
+	stored := readAll(t, f.acts.Outputs, o)
+	head, tail := want[:max-OutputTail], want[len(want)-OutputTail:]
+	if !bytes.Equal(stored, append(append([]byte{}, head...), tail...)) {
+		t.Errorf("stored %d bytes: not the first %d and the last %d of the output", len(stored), len(head), len(tail))
+	}
+	if !bytes.HasSuffix(o.Inline, want[len(want)-100:]) {
+		t.Errorf("the inline tail is not the output's end: ...%q (head %d, %d inline), want ...%q", o.Inline[len(o.Inline)-30:], o.HeadLen, len(o.Inline), want[len(want)-30:])
+	}
+}

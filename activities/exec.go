@@ -26,6 +26,9 @@ type ExecInput struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Dir     string            `json:"dir,omitempty"`
 	Timeout time.Duration     `json:"timeout,omitempty"`
+	// MaxOutput caps what is stored of each output stream; zero means
+	// DefaultMaxOutput.
+	MaxOutput int64 `json:"max_output,omitempty"`
 }
 
 // ExecOutput is what became of a command. A command that timed out or
@@ -177,8 +180,8 @@ func (a *Activities) startExec(ctx context.Context, in ExecInput, prog execProgr
 	ctx, cancel := context.WithCancel(ctx)
 	r := &execRun{cancel: cancel, done: make(chan struct{})}
 	r.streams = [2]*capture{
-		newCapture(ctx, a, OutputKey(in.Sandbox.ID, in.ID, "stdout"), prog.Parts[0]),
-		newCapture(ctx, a, OutputKey(in.Sandbox.ID, in.ID, "stderr"), prog.Parts[1]),
+		newCapture(ctx, a, OutputKey(in.Sandbox.ID, in.ID, "stdout"), prog.Parts[0], in.MaxOutput),
+		newCapture(ctx, a, OutputKey(in.Sandbox.ID, in.ID, "stderr"), prog.Parts[1], in.MaxOutput),
 	}
 	go r.run(ctx, sb, in)
 	return r, nil

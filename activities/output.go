@@ -24,9 +24,19 @@ func OutputKey(sandboxID, execID, stream string) string {
 	return transfer.OutputKey(sandboxID, execID, stream)
 }
 
+// DefaultMaxOutput is how much of each output stream of a command is
+// stored by default: a command that prints more keeps its first bytes
+// and its last (OutputTail), and the result says how many were dropped
+// between them.
+const DefaultMaxOutput = 256 << 20
+
+// OutputTail is how much of the end of a stream past its cap is kept.
+const OutputTail = 1 << 20
+
 // capture receives one output stream of a command: it keeps the first
 // inlineCap bytes in memory, and once the stream outgrows them, stores
-// the whole in parts.
+// it in parts, up to a cap: past it, only the stream's last bytes are
+// kept, and stored at its end.
 type capture struct {
 	mu        sync.Mutex
 	a         *Activities
@@ -35,15 +45,26 @@ type capture struct {
 	inlineCap int
 	inline    []byte
 	total     int64 // bytes received, counting those of earlier attempts
+	stored    int64 // bytes written to parts
+	headCap   int64 // bytes stored before only the tail is kept
+	tail      []byte
+	tailCap   int
 	parts     *transfer.PartWriter
 	resumed   bool
 }
 
-// newCapture starts a capture, after the parts an earlier attempt stored.
-func newCapture(ctx context.Context, a *Activities, key string, storedParts int) *capture {
+// newCapture starts a capture, after the parts an earlier attempt stored;
+// maxOutput caps what is stored (zero: DefaultMaxOutput).
+func newCapture(ctx context.Context, a *Activities, key string, storedParts int, maxOutput int64) *capture {
+	if maxOutput <= 0 {
+		maxOutput = DefaultMaxOutput
+	}
 	c := &capture{a: a, ctx: ctx, key: key, inlineCap: a.inlineCap()}
+	c.tailCap = int(min(OutputTail, maxOutput/2))
+	c.headCap = maxOutput - int64(c.tailCap)
 	c.parts = transfer.NewPartWriter(ctx, a.Outputs, key, a.partSize(), storedParts)
 	c.total = int64(storedParts) * int64(a.partSize())
+	c.stored = c.total
 	c.resumed = storedParts > 0
 	return c
 }
@@ -51,16 +72,29 @@ func newCapture(ctx context.Context, a *Activities, key string, storedParts int)
 func (c *capture) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	n := len(p)
 	if !c.resumed {
 		if k := min(len(p), c.inlineCap+1-len(c.inline)); k > 0 {
 			c.inline = append(c.inline, p[:k]...)
 		}
 	}
 	c.total += int64(len(p))
-	if _, err := c.parts.Write(p); err != nil {
-		return 0, err
+	if room := c.headCap - c.stored; room > 0 {
+		k := int(min(room, int64(len(p))))
+		if _, err := c.parts.Write(p[:k]); err != nil {
+			return 0, err
+		}
+		c.stored += int64(k)
+		p = p[k:]
 	}
-	return len(p), nil
+	if len(p) > 0 {
+		// Past the cap: keep the last tailCap bytes only.
+		c.tail = append(c.tail, p...)
+		if over := len(c.tail) - c.tailCap; over > 0 {
+			c.tail = append(c.tail[:0], c.tail[over:]...)
+		}
+	}
+	return n, nil
 }
 
 // progress is what a heartbeat records of a stream: the parts stored,
@@ -93,16 +127,27 @@ func (c *capture) finish(incomplete bool) (Output, error) {
 		c.parts.DropPartial()
 		return Output{Inline: c.inline, HeadLen: len(c.inline), Size: c.total, Incomplete: incomplete}, nil
 	}
+	if len(c.tail) > 0 {
+		if _, err := c.parts.Write(c.tail); err != nil {
+			return Output{}, err
+		}
+		c.stored += int64(len(c.tail))
+		c.tail = nil
+	}
 	if err := c.parts.Close(); err != nil {
 		return Output{}, err
 	}
-	out := Output{Size: c.total, Truncated: true, Blob: c.key, Parts: c.parts.Parts(), Incomplete: incomplete}
+	out := Output{Size: c.total, Truncated: true, Blob: c.key, Parts: c.parts.Parts(), Incomplete: incomplete,
+		Dropped: c.total - c.stored}
+	if out.Dropped > 0 {
+		out.Incomplete = true
+	}
 	half := int64(c.inlineCap / 2)
 	head, err := c.readRange(0, half)
 	if err != nil {
 		return Output{}, err
 	}
-	tail, err := c.readRange(max(c.total-half, half), half)
+	tail, err := c.readRange(max(c.stored-half, half), half)
 	if err != nil {
 		return Output{}, err
 	}
@@ -115,7 +160,7 @@ func (c *capture) finish(incomplete bool) (Output, error) {
 func (c *capture) readRange(off, n int64) ([]byte, error) {
 	var out []byte
 	size := int64(c.parts.PartSize())
-	for n > 0 && off < c.total {
+	for n > 0 && off < c.stored {
 		i := int(off / size)
 		if i >= c.parts.Parts() {
 			break

@@ -91,14 +91,18 @@ func (c *Client) WriteOutput(ctx context.Context, workflowID string, o transfer.
 			}
 		}
 	case o.Blob != "":
-		if err := c.ReadStream(ctx, workflowID, o.Blob, from, o.Size, w); err != nil {
+		// What is stored: the stream less what was dropped from its middle.
+		if err := c.ReadStream(ctx, workflowID, o.Blob, from, o.Size-o.Dropped, w); err != nil {
 			return err
 		}
 	default:
 		return fmt.Errorf("%w: %d of %d bytes are not stored anywhere", ErrIncomplete, o.Size-int64(len(o.Inline)), o.Size)
 	}
-	if o.Incomplete || o.Dropped > 0 {
-		return fmt.Errorf("%w: %d bytes were dropped by the sandbox", ErrIncomplete, o.Dropped)
+	if o.Dropped > 0 {
+		return fmt.Errorf("%w: %d of its %d bytes were not kept (past the output cap, or while no worker was attached); only its start and end were printed", ErrIncomplete, o.Dropped, o.Size)
+	}
+	if o.Incomplete {
+		return fmt.Errorf("%w: part of it was not kept while no worker was attached", ErrIncomplete)
 	}
 	return nil
 }

@@ -177,6 +177,7 @@ type execConfig struct {
 	stdin   []byte
 	started func(commandID string)
 	key     string
+	maxOut  int64
 }
 
 // WithTimeout ends the command, and every process it started, after d.
@@ -206,6 +207,11 @@ func OnStart(f func(commandID string)) ExecOption { return func(c *execConfig) {
 // first try started instead of running again. The key is hashed: any
 // string will do.
 func WithKey(key string) ExecOption { return func(c *execConfig) { c.key = key } }
+
+// WithMaxOutput caps what is stored of each of the command's output
+// streams; past it, its first and last bytes are kept, and the result
+// says how many were dropped. Zero means activities.DefaultMaxOutput.
+func WithMaxOutput(n int64) ExecOption { return func(c *execConfig) { c.maxOut = n } }
 
 // DefaultExecTimeout bounds commands that name no timeout.
 const DefaultExecTimeout = 10 * time.Minute

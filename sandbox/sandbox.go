@@ -249,7 +249,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 	for _, o := range opts {
 		o(&cfg)
 	}
-	in.Env, in.Dir, in.Timeout, in.Stdin = cfg.env, cfg.dir, cfg.timeout, cfg.stdin
+	in.Env, in.Dir, in.Timeout, in.Stdin, in.MaxOutput = cfg.env, cfg.dir, cfg.timeout, cfg.stdin, cfg.maxOut
 	var res Result
 	err := s.do(ctx, "exec "+shorten(line), func(ref activities.Ref) error {
 		s.st.Commands++

@@ -18,11 +18,16 @@ import (
 // RunInput is a one-shot job: files in, one command, output out, and the
 // sandbox gone afterwards, whatever happens.
 type RunInput struct {
-	Provider  string             `json:"provider"`
-	Files     []provider.File    `json:"files,omitempty"`
-	Env       map[string]string  `json:"env,omitempty"`
-	Argv      []string           `json:"argv"`
-	Timeout   time.Duration      `json:"timeout,omitempty"`
+	Provider string            `json:"provider"`
+	Files    []provider.File   `json:"files,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Argv     []string          `json:"argv"`
+	Timeout  time.Duration     `json:"timeout,omitempty"`
+	// Stdin is the command's standard input (it enters history).
+	Stdin []byte `json:"stdin,omitempty"`
+	// MaxOutput caps what is stored of each output stream; zero means
+	// activities.DefaultMaxOutput.
+	MaxOutput int64              `json:"max_output,omitempty"`
 	Resources provider.Resources `json:"resources,omitzero"`
 }
 
@@ -126,6 +131,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	if in.Timeout > 0 {
 		opts = append(opts, sandbox.WithTimeout(in.Timeout))
 	}
+	opts = append(opts, sandbox.WithMaxOutput(in.MaxOutput), sandbox.WithStdin(in.Stdin))
 	res, err := sbx.ExecArgv(ctx, in.Argv, opts...)
 	out, err := execOutput(res, sbx.ID(), err)
 	return out, lostMidRun(err)

@@ -83,6 +83,9 @@ type ExecRequest struct {
 	Dir     string            `json:"dir,omitempty"`
 	Timeout time.Duration     `json:"timeout,omitempty"` // nanoseconds
 	Stdin   []byte            `json:"stdin,omitempty"`   // base64
+	// MaxOutput caps what is stored of each output stream; zero means
+	// activities.DefaultMaxOutput.
+	MaxOutput int64 `json:"max_output,omitempty"`
 }
 
 // WriteFilesRequest carries files inline, at most
@@ -446,6 +449,7 @@ func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (RunOutput, err
 	if req.Timeout > 0 {
 		opts = append(opts, sandbox.WithTimeout(req.Timeout))
 	}
+	opts = append(opts, sandbox.WithMaxOutput(req.MaxOutput))
 	defer delete(s.running, update)
 	var res sandbox.Result
 	var err error

@@ -32,7 +32,9 @@ func newRun(cf *connFlags) *cobra.Command {
 		in         workflows.RunInput
 		files, env []string
 		memory     string
+		maxOutput  string
 		detach     bool
+		stdin      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
@@ -60,6 +62,16 @@ nothing of the sort: berth logs only follows it.`,
 			if memory != "" {
 				if in.Resources.Memory, err = parseBytes(memory); err != nil {
 					return usageError{fmt.Errorf("--memory: %w", err)}
+				}
+			}
+			if maxOutput != "" {
+				if in.MaxOutput, err = parseBytes(maxOutput); err != nil {
+					return usageError{fmt.Errorf("--max-output: %w", err)}
+				}
+			}
+			if stdin {
+				if in.Stdin, err = readStdin(os.Stdin); err != nil {
+					return err
 				}
 			}
 			c, err := cf.dial(ctx)
@@ -96,6 +108,8 @@ nothing of the sort: berth logs only follows it.`,
 	f.Float64Var(&in.Resources.CPU, "cpu", 0, "CPU cores")
 	f.StringVar(&memory, "memory", "", "memory limit (e.g. 512Mi, 2Gi)")
 	f.BoolVar(&detach, "detach", false, "print the run's workflow id and return at once")
+	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
+	f.StringVar(&maxOutput, "max-output", "", "store at most this much of each output stream, its start and its end (default 256Mi)")
 	return cmd
 }
 

@@ -13,9 +13,10 @@ import (
 
 func newSandboxExec(cf *connFlags) *cobra.Command {
 	var (
-		req   workflows.ExecRequest
-		env   []string
-		stdin bool
+		req    workflows.ExecRequest
+		env    []string
+		stdin  bool
+		maxOut string
 	)
 	cmd := &cobra.Command{
 		Use:   "exec ID [flags] -- CMD [ARGS...]",
@@ -35,6 +36,11 @@ and the command runs once.`,
 			var err error
 			if req.Env, err = parseEnv(env); err != nil {
 				return usageError{err}
+			}
+			if maxOut != "" {
+				if req.MaxOutput, err = parseBytes(maxOut); err != nil {
+					return usageError{fmt.Errorf("--max-output: %w", err)}
+				}
 			}
 			if stdin {
 				if req.Stdin, err = readStdin(os.Stdin); err != nil {
@@ -58,6 +64,7 @@ and the command runs once.`,
 	f.StringVar(&req.Dir, "dir", "", "working directory, a workspace path")
 	f.DurationVar(&req.Timeout, "timeout", 0, "end the command after this long (default 10m)")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
+	f.StringVar(&maxOut, "max-output", "", "store at most this much of each output stream, its start and its end (default 256Mi)")
 	return cmd
 }
 
