@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/sandbox"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 )
@@ -24,29 +26,24 @@ type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }
 
-// oneLine says what went wrong in one line: the reason at the bottom of
-// a Temporal error chain, with its kind, not the chain.
+// oneLine says what went wrong in one line: for an error from the
+// Temporal server or a workflow, its kind and reason (sandbox.OneLine),
+// not the chain; for berth's own, its message.
 func oneLine(err error) string {
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
-		// The deepest application error is the cause; the ones above it
-		// only wrap it.
-		for {
-			var next *temporal.ApplicationError
-			if !errors.As(app.Unwrap(), &next) {
-				break
-			}
-			app = next
-		}
-		msg := app.Message()
-		if t := app.Type(); t != "" && !strings.HasPrefix(msg, t) {
-			msg = t + ": " + msg
-		}
-		return flatten(msg)
+	var gone *client.UnavailableError
+	if errors.As(err, &gone) {
+		return flatten(err.Error()) // says whether it may have run
 	}
-	var canceled *temporal.CanceledError
-	if errors.As(err, &canceled) {
-		return "cancelled"
+	var (
+		app        *temporal.ApplicationError
+		canceled   *temporal.CanceledError
+		terminated *temporal.TerminatedError
+		timeout    *temporal.TimeoutError
+		service    serviceerror.ServiceError
+	)
+	if errors.As(err, &app) || errors.As(err, &canceled) || errors.As(err, &terminated) ||
+		errors.As(err, &timeout) || errors.As(err, &service) {
+		return sandbox.OneLine(err)
 	}
 	return flatten(err.Error())
 }
@@ -54,8 +51,6 @@ func oneLine(err error) string {
 // rootCause is the error at the bottom of a chain, for messages about
 // connections, where the layers above repeat it.
 func rootCause(err error) error {
-	var st interface{ Status() any }
-	_ = st
 	for {
 		var se serviceerror.ServiceError
 		if errors.As(err, &se) {

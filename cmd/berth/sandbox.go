@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-dev/berth/client"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -42,35 +43,83 @@ README).`,
 	return cmd
 }
 
+// settingsFlags are a sandbox's settings, as create sets them and fork
+// overrides them; a zero value means the default (create) or the
+// parent's (fork).
+type settingsFlags struct {
+	env                   []string
+	memory, disk          string
+	cpu                   float64
+	idle, hibernate, life time.Duration
+	noIdle, noHibernate   bool
+}
+
+// register declares the flags; inherit says a zero value means the
+// parent's setting (fork), not the default (create).
+func (s *settingsFlags) register(f *pflag.FlagSet, inherit bool) {
+	dflt := func(d string) string {
+		if inherit {
+			return " (default: the parent's)"
+		}
+		return " (default " + d + ")"
+	}
+	f.StringArrayVar(&s.env, "env", nil, "K=V: set an environment variable for every command (repeatable)")
+	f.Float64Var(&s.cpu, "cpu", 0, "CPU cores"+dflt("unlimited"))
+	f.StringVar(&s.memory, "memory", "", "memory limit, at least 16Mi (e.g. 512Mi, 2Gi)"+dflt("2Gi"))
+	f.StringVar(&s.disk, "disk", "", "workspace size and files, at least 16Mi (e.g. 20Gi)"+dflt("10Gi"))
+	f.DurationVar(&s.idle, "idle-timeout", 0, "pause after this long without a command"+dflt("5m"))
+	f.DurationVar(&s.hibernate, "hibernate-after", 0, "checkpoint and free the sandbox after this long without a command"+dflt("30m"))
+	f.BoolVar(&s.noIdle, "no-idle-timeout", false, "never pause")
+	f.BoolVar(&s.noHibernate, "no-hibernate", false, "never hibernate")
+	f.DurationVar(&s.life, "lifetime", 0, "destroy the sandbox after this long whatever it does"+dflt("24h"))
+}
+
+// parse reads the flags into what a sandbox's workflow takes.
+func (s *settingsFlags) parse() (env map[string]string, res provider.Resources, idle, hibernate, life time.Duration, err error) {
+	if env, err = parseEnv(s.env); err != nil {
+		return
+	}
+	res.CPU = s.cpu
+	for _, b := range []struct {
+		flag, v string
+		dst     *int64
+	}{{"--memory", s.memory, &res.Memory}, {"--disk", s.disk, &res.Disk}} {
+		if b.v == "" {
+			continue
+		}
+		if *b.dst, err = parseBytes(b.v); err != nil {
+			err = usageError{fmt.Errorf("%s: %w", b.flag, err)}
+			return
+		}
+	}
+	idle, hibernate, life = s.idle, s.hibernate, s.life
+	if s.noIdle {
+		idle = sandbox.NoIdleTimeout
+	}
+	if s.noHibernate {
+		hibernate = sandbox.NoIdleTimeout
+	}
+	return
+}
+
 func newSandboxCreate(cf *connFlags) *cobra.Command {
 	var (
-		in        workflows.SandboxInput
-		env       []string
-		memory    string
-		name      string
-		noIdle    bool
-		noHibern8 bool
+		in       workflows.SandboxInput
+		settings settingsFlags
+		name     string
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its id",
-		Args:  usageArgs(cobra.NoArgs),
+		Long: `berth sandbox create starts a sandbox in a workflow of its own and prints
+its id once the sandbox exists. Creating a name that exists with the
+same settings finds it; with other settings it is an AlreadyExists error.`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			var err error
-			if in.Env, err = parseEnv(env); err != nil {
+			if in.Env, in.Resources, in.IdleTimeout, in.HibernateAfter, in.MaxLifetime, err = settings.parse(); err != nil {
 				return usageError{err}
-			}
-			if memory != "" {
-				if in.Resources.Memory, err = parseBytes(memory); err != nil {
-					return usageError{fmt.Errorf("--memory: %w", err)}
-				}
-			}
-			if noIdle {
-				in.IdleTimeout = sandbox.NoIdleTimeout
-			}
-			if noHibern8 {
-				in.HibernateAfter = sandbox.NoIdleTimeout
 			}
 			if name == "" {
 				name = "sbx-" + randomHex(6)
@@ -101,14 +150,7 @@ func newSandboxCreate(cf *connFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&name, "name", "", "the sandbox's id (default: a random sbx-...)")
 	f.StringVar(&in.Provider, "provider", linux.Name, "where the sandbox lives")
-	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable for every command (repeatable)")
-	f.Float64Var(&in.Resources.CPU, "cpu", 0, "CPU cores")
-	f.StringVar(&memory, "memory", "", "memory limit (e.g. 512Mi, 2Gi)")
-	f.DurationVar(&in.IdleTimeout, "idle-timeout", 0, "pause after this long without a command (default 5m)")
-	f.DurationVar(&in.HibernateAfter, "hibernate-after", 0, "checkpoint and free the sandbox after this long without a command (default 30m)")
-	f.BoolVar(&noIdle, "no-idle-timeout", false, "never pause")
-	f.BoolVar(&noHibern8, "no-hibernate", false, "never hibernate")
-	f.DurationVar(&in.MaxLifetime, "lifetime", 0, "destroy the sandbox after this long whatever it does (default 24h)")
+	settings.register(f, false)
 	f.StringVar(&in.FromSnapshot, "from-snapshot", "", "fill the workspace from this snapshot")
 	return cmd
 }
@@ -361,8 +403,9 @@ func newSandboxSnapshot(cf *connFlags) *cobra.Command {
 
 func newSandboxFork(cf *connFlags) *cobra.Command {
 	var (
-		req  workflows.ForkRequest
-		prov string
+		req      workflows.ForkRequest
+		prov     string
+		settings settingsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "fork ID",
@@ -382,6 +425,9 @@ func newSandboxFork(cf *connFlags) *cobra.Command {
 				return usageError{fmt.Errorf("--name: %w", err)}
 			}
 			req.Provider = prov
+			if req.Env, req.Resources, req.IdleTimeout, req.HibernateAfter, req.MaxLifetime, err = settings.parse(); err != nil {
+				return usageError{err}
+			}
 			var out workflows.ForkResponse
 			if err := update(ctx, c, args[0], workflows.UpdateFork, &out, req); err != nil {
 				return err
@@ -395,6 +441,7 @@ func newSandboxFork(cf *connFlags) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&req.ID, "name", "", "the new sandbox's id (default: a random sbx-...)")
 	cmd.Flags().StringVar(&prov, "provider", "", "where the new sandbox lives (default: the same provider)")
+	settings.register(cmd.Flags(), true)
 	return cmd
 }
 
