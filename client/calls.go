@@ -16,42 +16,46 @@ func (c *Client) Update(ctx context.Context, workflowID, updateID, name string, 
 	if updateID == "" {
 		updateID = NewID(name + "-")
 	}
+	runID, err := c.StartUpdate(ctx, workflowID, updateID, name, args...)
+	if err != nil {
+		return err
+	}
+	return c.WaitUpdate(ctx, workflowID, runID, updateID, name, out)
+}
+
+// StartUpdate sends the Update and returns once the workflow has accepted
+// it, with the run that did: the caller then follows it (see Exec) and
+// waits for its result with WaitUpdate. Until it is accepted, a restart
+// of the server can lose it: it is sent again, with its id.
+func (c *Client) StartUpdate(ctx context.Context, workflowID, updateID, name string, args ...any) (runID string, err error) {
 	sent := false
-	err := c.retry(ctx, func(ctx context.Context) error {
+	err = c.retry(ctx, func(ctx context.Context) error {
 		h, err := c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
 			WorkflowID: workflowID, UpdateID: updateID, UpdateName: name, Args: args,
-			WaitForStage: tclient.WorkflowUpdateStageCompleted,
+			WaitForStage: tclient.WorkflowUpdateStageAccepted,
 		})
 		sent = sent || err == nil || Unavailable(err)
 		if err != nil {
 			return err
 		}
+		runID = h.RunID()
+		return nil
+	})
+	return runID, c.unavailable(err, name+" on "+workflowID, sent, "")
+}
+
+// WaitUpdate waits for the result of an Update the run runID accepted,
+// riding out server restarts: an accepted Update is in the run's
+// history, and asking that run, not the workflow's latest, finds its
+// result even after the workflow continued as new.
+func (c *Client) WaitUpdate(ctx context.Context, workflowID, runID, updateID, name string, out any) error {
+	err := c.retry(ctx, func(ctx context.Context) error {
+		h := c.temporal.GetWorkflowUpdateHandle(tclient.GetWorkflowUpdateHandleOptions{
+			WorkflowID: workflowID, RunID: runID, UpdateID: updateID,
+		})
 		return h.Get(ctx, out)
 	})
-	return c.unavailable(err, name+" on "+workflowID, sent, "")
-}
-
-// StartUpdate sends the Update and returns once the workflow has accepted
-// it: the caller then follows it (see Exec) and waits for its result
-// with WaitUpdate.
-func (c *Client) StartUpdate(ctx context.Context, workflowID, updateID, name string, args ...any) error {
-	sent := false
-	err := c.retry(ctx, func(ctx context.Context) error {
-		_, err := c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
-			WorkflowID: workflowID, UpdateID: updateID, UpdateName: name, Args: args,
-			WaitForStage: tclient.WorkflowUpdateStageAccepted,
-		})
-		sent = sent || err == nil || Unavailable(err)
-		return err
-	})
-	return c.unavailable(err, name+" on "+workflowID, sent, "")
-}
-
-// WaitUpdate waits for the result of an Update sent before, riding out
-// server restarts; a restart can lose an Update that was not yet
-// accepted, so it is sent again, with its id: it still runs once.
-func (c *Client) WaitUpdate(ctx context.Context, workflowID, updateID, name string, out any, args ...any) error {
-	return c.Update(ctx, workflowID, updateID, name, out, args...)
+	return c.unavailable(err, name+" on "+workflowID, true, "")
 }
 
 // Query runs a query on workflow workflowID (its latest run) and stores

@@ -107,7 +107,8 @@ func (c *Client) readChunkOnce(ctx context.Context, workflowID, key string, off 
 // of it. Its output is whole, or the error wraps ErrIncomplete.
 func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecRequest, stdout, stderr io.Writer) (workflows.RunOutput, error) {
 	updateID := NewID("exec-")
-	if err := c.StartUpdate(ctx, sandboxID, updateID, workflows.UpdateExec, req); err != nil {
+	runID, err := c.StartUpdate(ctx, sandboxID, updateID, workflows.UpdateExec, req)
+	if err != nil {
 		return workflows.RunOutput{}, err
 	}
 	f := &follower{c: c, workflow: sandboxID, w: [2]io.Writer{stdout, stderr}}
@@ -126,16 +127,15 @@ func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecR
 		}
 		return "", "", false
 	}
-	out, err := f.follow(ctx, func(ctx context.Context) (workflows.RunOutput, error) {
+	return f.follow(ctx, func(ctx context.Context) (workflows.RunOutput, error) {
 		var out workflows.RunOutput
-		err := c.WaitUpdate(ctx, sandboxID, updateID, workflows.UpdateExec, &out, req)
+		err := c.WaitUpdate(ctx, sandboxID, runID, updateID, workflows.UpdateExec, &out)
 		if u, ok := err.(*UnavailableError); ok {
 			u.MayHaveRun = true
 			u.ResultHint = "its output is kept with the sandbox; berth sandbox inspect " + sandboxID
 		}
 		return out, err
 	})
-	return out, err
 }
 
 // FollowRun follows the one-shot run runID (a Run workflow), writing its

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"hash"
 	"log/slog"
@@ -431,11 +432,33 @@ func detach(t *testing.T, berth, addr, data string, argv ...string) string {
 // workspace: the command is running.
 func waitSandboxFile(t *testing.T, data, path string) {
 	t.Helper()
-	pattern := filepath.Join(data, "linux", "sb-*", "workspace", path)
-	waitFor(t, pattern+" (the command to start)", func() bool {
-		m, _ := filepath.Glob(pattern)
-		return len(m) > 0
+	waitFor(t, path+" in a sandbox's workspace (the command to start)", func() bool {
+		for _, dir := range sandboxDirs(t, data) {
+			if ws := sandboxWorkspace(data, dir); ws != "" {
+				if _, err := os.Stat(filepath.Join(ws, path)); err == nil {
+					return true
+				}
+			}
+		}
+		return false
 	})
+}
+
+// sandboxWorkspace is where the host sees a sandbox's workspace: its
+// file system is mounted only inside the sandbox, so through its
+// daemon's root. Empty while the sandbox is not running.
+func sandboxWorkspace(data, dir string) string {
+	b, err := os.ReadFile(filepath.Join(data, "linux", dir, "sandbox.json"))
+	if err != nil {
+		return ""
+	}
+	var rec struct {
+		PID int `json:"pid"`
+	}
+	if json.Unmarshal(b, &rec) != nil || rec.PID == 0 {
+		return ""
+	}
+	return fmt.Sprintf("/proc/%d/root/workspace", rec.PID)
 }
 
 // waitFor waits until cond holds, at most a minute.
@@ -456,7 +479,7 @@ func touchSandboxFile(t *testing.T, data, path string) {
 	if len(dirs) != 1 {
 		t.Fatalf("sandboxes: %v, want one", dirs)
 	}
-	if err := os.WriteFile(filepath.Join(data, "linux", dirs[0], "workspace", path), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(sandboxWorkspace(data, dirs[0]), path), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
