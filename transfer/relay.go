@@ -115,7 +115,7 @@ func (r *relay) write(key string, part int, data []byte) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
 	defer cancel()
-	if err := r.bucket.WriteAll(ctx, PartKey(key, part), data, nil); err != nil {
+	if err := writeObject(ctx, r.bucket, PartKey(key, part), data); err != nil {
 		return false, fmt.Errorf("transfer: write part %d of %s: %w", part, key, err)
 	}
 	return true, nil
