@@ -14,7 +14,7 @@ dev=$!
 trap 'kill $dev 2>/dev/null; wait $dev 2>/dev/null; rm -rf "$data" "$data.log"' EXIT
 up=
 for _ in $(seq 100); do # wait for the server and worker
-  if timeout 10 bin/berth run --address 127.0.0.1:$port --data-dir "$data" -- true 2>/dev/null; then up=1; break; fi
+  if timeout 10 bin/berth run --address 127.0.0.1:$port -- true 2>/dev/null; then up=1; break; fi
   sleep 0.2
 done
 if [ -z "$up" ]; then echo "berth dev did not come up:"; cat "$data.log"; exit 1; fi
@@ -27,16 +27,16 @@ sys.exit(3)
 PY
 set +e
 if [ -x /usr/bin/python3 ]; then
-  bin/berth run --address 127.0.0.1:$port --data-dir "$data" --file hello.py="$data/hello.py" --memory 256Mi -- /usr/bin/python3 hello.py
+  bin/berth run --address 127.0.0.1:$port --file hello.py="$data/hello.py" --memory 256Mi -- /usr/bin/python3 hello.py
 else # no Python on this machine: the same in sh
-  bin/berth run --address 127.0.0.1:$port --data-dir "$data" --memory 256Mi -- /bin/sh -c 'echo "hello from $(hostname) as uid $(id -u) in $PWD"; exit 3'
+  bin/berth run --address 127.0.0.1:$port --memory 256Mi -- /bin/sh -c 'echo "hello from $(hostname) as uid $(id -u) in $PWD"; exit 3'
 fi
 echo "berth run exited with $? (the program's own exit code)"
 set -e
 
 # A standalone sandbox: it lives in its own workflow, pauses when idle
 # (here after 2 s) and wakes on the next command, processes and all.
-b() { bin/berth "$1" "$2" --address 127.0.0.1:$port --data-dir "$data" "${@:3}"; }
+b() { bin/berth "$1" "$2" --address 127.0.0.1:$port "${@:3}"; }
 id=$(b sandbox create --idle-timeout 2s)
 echo "created standalone sandbox $id"
 b sandbox exec "$id" -- sh -c 'echo "state kept across pauses" > note.txt; sleep 1000 > /dev/null 2>&1 &'
