@@ -16,46 +16,48 @@ func (c *Client) Update(ctx context.Context, workflowID, updateID, name string, 
 	if updateID == "" {
 		updateID = NewID(name + "-")
 	}
-	runID, err := c.StartUpdate(ctx, workflowID, updateID, name, args...)
+	h, err := c.StartUpdate(ctx, workflowID, updateID, name, args...)
 	if err != nil {
 		return err
 	}
-	return c.WaitUpdate(ctx, workflowID, runID, updateID, name, out)
+	return c.WaitUpdate(ctx, h, name, out)
 }
 
 // StartUpdate sends the Update and returns once the workflow has accepted
-// it, with the run that did: the caller then follows it (see Exec) and
-// waits for its result with WaitUpdate. Until it is accepted, a restart
-// of the server can lose it: it is sent again, with its id.
-func (c *Client) StartUpdate(ctx context.Context, workflowID, updateID, name string, args ...any) (runID string, err error) {
+// it (or rejected it: the handle then holds the rejection): the caller
+// then follows it (see Exec) and waits for its result with WaitUpdate.
+// Until it is accepted, a restart of the server can lose it: it is sent
+// again, with its id.
+func (c *Client) StartUpdate(ctx context.Context, workflowID, updateID, name string, args ...any) (tclient.WorkflowUpdateHandle, error) {
+	var h tclient.WorkflowUpdateHandle
 	sent := false
-	err = c.retry(ctx, func(ctx context.Context) error {
-		h, err := c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
+	err := c.retry(ctx, func(ctx context.Context) error {
+		var err error
+		h, err = c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
 			WorkflowID: workflowID, UpdateID: updateID, UpdateName: name, Args: args,
 			WaitForStage: tclient.WorkflowUpdateStageAccepted,
 		})
 		sent = sent || err == nil || Unavailable(err)
-		if err != nil {
-			return err
-		}
-		runID = h.RunID()
-		return nil
+		return err
 	})
-	return runID, c.unavailable(err, name+" on "+workflowID, sent, "")
+	return h, c.unavailable(err, name+" on "+workflowID, sent, "")
 }
 
-// WaitUpdate waits for the result of an Update the run runID accepted,
-// riding out server restarts: an accepted Update is in the run's
-// history, and asking that run, not the workflow's latest, finds its
-// result even after the workflow continued as new.
-func (c *Client) WaitUpdate(ctx context.Context, workflowID, runID, updateID, name string, out any) error {
-	err := c.retry(ctx, func(ctx context.Context) error {
-		h := c.temporal.GetWorkflowUpdateHandle(tclient.GetWorkflowUpdateHandleOptions{
-			WorkflowID: workflowID, RunID: runID, UpdateID: updateID,
-		})
-		return h.Get(ctx, out)
+// WaitUpdate waits for the result of an Update StartUpdate sent, riding
+// out server restarts: an accepted Update is in the history of the run
+// that accepted it, and asking that run, not the workflow's latest,
+// finds its result even after the workflow continued as new.
+func (c *Client) WaitUpdate(ctx context.Context, h tclient.WorkflowUpdateHandle, name string, out any) error {
+	err := h.Get(ctx, out)
+	if err == nil || !Unavailable(err) {
+		return err // its result, or its rejection
+	}
+	err = c.retry(ctx, func(ctx context.Context) error {
+		return c.temporal.GetWorkflowUpdateHandle(tclient.GetWorkflowUpdateHandleOptions{
+			WorkflowID: h.WorkflowID(), RunID: h.RunID(), UpdateID: h.UpdateID(),
+		}).Get(ctx, out)
 	})
-	return c.unavailable(err, name+" on "+workflowID, true, "")
+	return c.unavailable(err, name+" on "+h.WorkflowID(), true, "")
 }
 
 // Query runs a query on workflow workflowID (its latest run) and stores

@@ -107,7 +107,7 @@ func (c *Client) readChunkOnce(ctx context.Context, workflowID, key string, off 
 // of it. Its output is whole, or the error wraps ErrIncomplete.
 func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecRequest, stdout, stderr io.Writer) (workflows.RunOutput, error) {
 	updateID := NewID("exec-")
-	runID, err := c.StartUpdate(ctx, sandboxID, updateID, workflows.UpdateExec, req)
+	h, err := c.StartUpdate(ctx, sandboxID, updateID, workflows.UpdateExec, req)
 	if err != nil {
 		return workflows.RunOutput{}, err
 	}
@@ -129,7 +129,7 @@ func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecR
 	}
 	return f.follow(ctx, func(ctx context.Context) (workflows.RunOutput, error) {
 		var out workflows.RunOutput
-		err := c.WaitUpdate(ctx, sandboxID, runID, updateID, workflows.UpdateExec, &out)
+		err := c.WaitUpdate(ctx, h, workflows.UpdateExec, &out)
 		if u, ok := err.(*UnavailableError); ok {
 			u.MayHaveRun = true
 			u.ResultHint = "its output is kept with the sandbox; berth sandbox inspect " + sandboxID
