@@ -62,6 +62,7 @@ type config struct {
 	FromSnapshot    string        `json:"from_snapshot,omitempty"`
 	OwnSnapshot     bool          `json:"own_snapshot,omitempty"`
 	HostTimeout     time.Duration `json:"host_timeout,omitempty"`
+	OutputBudget    int64         `json:"output_budget,omitempty"`
 }
 
 func newConfig(p Provider, opts []Option) config {
@@ -199,6 +200,21 @@ func WithStdin(b []byte) ExecOption { return func(c *execConfig) { c.stdin = b }
 // activities.OutputKey, where its output will be stored, so that a front
 // end can follow it live. f runs in workflow code.
 func OnStart(f func(commandID string)) ExecOption { return func(c *execConfig) { c.started = f } }
+
+// DefaultOutputBudget is how much command output one sandbox stores in
+// all, by default.
+const DefaultOutputBudget = 4 << 30
+
+// spentBudgetCap is what each stream of a command keeps once the
+// sandbox's output budget is spent: its first and last 512 KiB.
+const spentBudgetCap = 1 << 20
+
+// WithOutputBudget bounds the command output the sandbox stores in all
+// (zero: DefaultOutputBudget; negative: no bound). Each command's cap
+// (WithMaxOutput) shrinks to what is left of it, so that the sandbox
+// stores at most its budget and one command's output; once it is spent,
+// each command keeps its first and last 512 KiB per stream.
+func WithOutputBudget(n int64) Option { return func(c *config) { c.OutputBudget = n } }
 
 // WithKey names the command by a key of the caller's, stable across
 // retries, instead of by its rank among the handle's commands: a command

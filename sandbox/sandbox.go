@@ -46,12 +46,15 @@ type state struct {
 	Ref    activities.Ref `json:"ref"`
 	// Base is the id of the first sandbox; its successors (after a
 	// hibernation, a recovery, a switch) are Base-2, Base-3...
-	Base       string    `json:"base"`
-	Generation int       `json:"generation"`
-	Commands   int       `json:"commands"`
-	Snapshots  int       `json:"snapshots"` // taken so far, for their ids
-	State      State     `json:"state"`
-	LastActive time.Time `json:"last_active"`
+	Base       string `json:"base"`
+	Generation int    `json:"generation"`
+	Commands   int    `json:"commands"`
+	// OutputStored counts the command output stored so far, against
+	// Config.OutputBudget.
+	OutputStored int64     `json:"output_stored,omitempty"`
+	Snapshots    int       `json:"snapshots"` // taken so far, for their ids
+	State        State     `json:"state"`
+	LastActive   time.Time `json:"last_active"`
 	// Checkpoint is the snapshot a lost or hibernated sandbox comes back
 	// from; OwnCheckpoint says the handle made it and deletes it when a
 	// newer one replaces it.
@@ -209,6 +212,9 @@ type Status struct {
 	// Resources are the limits asked for; zero fields are the provider's
 	// defaults.
 	Resources provider.Resources `json:"resources,omitzero"`
+	// OutputStored is the command output stored so far, which counts
+	// against the sandbox's output budget.
+	OutputStored int64 `json:"output_stored,omitempty"`
 }
 
 // Status describes the sandbox.
@@ -216,7 +222,7 @@ func (s *Sandbox) Status() Status {
 	return Status{ID: s.st.Ref.ID, Provider: s.st.Ref.Provider, State: s.st.State,
 		Generation: s.st.Generation, Commands: s.st.Commands,
 		Checkpoint: s.st.Checkpoint, LastActive: s.st.LastActive,
-		Resources: s.st.Config.Spec.Resources}
+		Resources: s.st.Config.Spec.Resources, OutputStored: s.st.OutputStored}
 }
 
 // Result is what became of a command.
@@ -249,7 +255,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 	for _, o := range opts {
 		o(&cfg)
 	}
-	in.Env, in.Dir, in.Timeout, in.Stdin, in.MaxOutput = cfg.env, cfg.dir, cfg.timeout, cfg.stdin, cfg.maxOut
+	in.Env, in.Dir, in.Timeout, in.Stdin, in.MaxOutput = cfg.env, cfg.dir, cfg.timeout, cfg.stdin, s.outputCap(cfg.maxOut)
 	var res Result
 	err := s.do(ctx, "exec "+shorten(line), func(ref activities.Ref) error {
 		s.st.Commands++
@@ -264,6 +270,11 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 		out, err := s.runExec(ctx, in)
 		if err != nil {
 			return err
+		}
+		for _, o := range []activities.Output{out.Stdout, out.Stderr} {
+			if o.Blob != "" {
+				s.st.OutputStored += o.Size - o.Dropped
+			}
 		}
 		res = Result{
 			ID: in.ID, ExitCode: out.ExitCode, Signal: out.Signal,
@@ -281,6 +292,24 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 		return nil
 	})
 	return res, err
+}
+
+// outputCap is what each output stream of the next command may store:
+// the command's own cap, within what is left of the sandbox's budget.
+func (s *Sandbox) outputCap(asked int64) int64 {
+	if asked <= 0 {
+		asked = activities.DefaultMaxOutput
+	}
+	budget := s.st.Config.OutputBudget
+	if budget == 0 {
+		budget = DefaultOutputBudget
+	}
+	if budget < 0 {
+		return asked
+	}
+	// Each stream may take what is left: a command can overshoot the
+	// budget by one cap, never more.
+	return min(asked, max(budget-s.st.OutputStored, spentBudgetCap))
 }
 
 // localExecVersion marks workflows that run commands through ExecLocal

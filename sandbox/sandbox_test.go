@@ -168,3 +168,40 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestOutputBudget: what a sandbox's commands store counts against its
+// budget; once it is spent, each command keeps only its first and last
+// bytes.
+func TestOutputBudget(t *testing.T) {
+	env, _ := newEnv(t)
+	type report struct{ Dropped [2]int64 }
+	wf := func(ctx workflow.Context) (report, error) {
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"}, sandbox.WithOutputBudget(12<<20))
+		if err != nil {
+			return report{}, err
+		}
+		defer sbx.Stop(ctx)
+		var r report
+		for i := range 2 {
+			// About 8 MiB each.
+			res, err := sbx.Exec(ctx, "seq 1 1200000")
+			if err != nil {
+				return report{}, err
+			}
+			r.Dropped[i] = res.Output[0].Dropped
+		}
+		return r, nil
+	}
+	env.ExecuteWorkflow(wf)
+	var r report
+	if err := env.GetWorkflowResult(&r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Dropped[0] != 0 {
+		t.Errorf("the first command, within the budget, dropped %d bytes", r.Dropped[0])
+	}
+	// 12 MiB less the first's ~8 MiB leaves ~4 MiB.
+	if r.Dropped[1] < 3<<20 {
+		t.Errorf("the second command, past the budget, dropped only %d bytes", r.Dropped[1])
+	}
+}
