@@ -21,10 +21,8 @@ type procs struct {
 	waiting map[int]chan unix.WaitStatus
 	sigs    chan os.Signal
 	done    chan struct{}
-	// oomAdj is /proc/self/oom_score_adj, when commands start with
-	// cmdAdj instead of the daemon's ownAdj.
-	oomAdj         *os.File
-	cmdAdj, ownAdj []byte
+	// cmdAdj, when set, is the oom_score_adj commands get.
+	cmdAdj []byte
 }
 
 func newProcs(cmdAdj int) *procs {
@@ -34,11 +32,7 @@ func newProcs(cmdAdj int) *procs {
 		done:    make(chan struct{}),
 	}
 	if cmdAdj != 0 {
-		if f, err := os.OpenFile("/proc/self/oom_score_adj", os.O_RDWR, 0); err == nil {
-			own := make([]byte, 16)
-			n, _ := f.Read(own)
-			p.oomAdj, p.ownAdj, p.cmdAdj = f, []byte(strings.TrimSpace(string(own[:n]))), []byte(strconv.Itoa(cmdAdj))
-		}
+		p.cmdAdj = []byte(strconv.Itoa(cmdAdj))
 	}
 	signal.Notify(p.sigs, unix.SIGCHLD)
 	go p.reapLoop()
@@ -56,17 +50,15 @@ func (p *procs) close() {
 func (p *procs) start(path string, argv, env []string, dir string, files []uintptr, sys *syscall.SysProcAttr) (int, <-chan unix.WaitStatus, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// oom_score_adj is inherited at fork, and nothing runs in the child
-	// between fork and exec that could set it; the daemon holds the
-	// command's value only while it forks (mu keeps forks one at a time).
-	if p.oomAdj != nil {
-		_, _ = p.oomAdj.WriteAt(p.cmdAdj, 0)
-	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: files, Sys: sys})
-	if p.oomAdj != nil {
-		if _, werr := p.oomAdj.WriteAt(p.ownAdj, 0); werr != nil {
-			// Stay the likelier victim rather than fail silently.
-			fmt.Fprintf(os.Stderr, "sandboxd: restore oom_score_adj: %v\n", werr)
+	// The command is made the likelier victim of the out-of-memory
+	// killer as soon as it runs; raising another process's score needs
+	// no privilege. The daemon never takes the command's score itself,
+	// not even while it forks: an out-of-memory kill in that window
+	// would pick the daemon, the largest process of the lot.
+	if err == nil && p.cmdAdj != nil {
+		if werr := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", p.cmdAdj, 0); werr != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd: oom_score_adj of command %d: %v\n", pid, werr)
 		}
 	}
 	if err != nil {
