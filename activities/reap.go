@@ -7,8 +7,6 @@ import (
 	"io"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
@@ -41,24 +39,8 @@ func (a *Activities) OwnersClosed(ctx context.Context, owners []Owner) ([]bool, 
 }
 
 func (a *Activities) ownerClosed(ctx context.Context, workflowID, runID string) (bool, error) {
-	desc, err := a.Client.DescribeWorkflowExecution(ctx, workflowID, runID)
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return true, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	switch desc.GetWorkflowExecutionInfo().GetStatus() {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		return false, nil
-	case enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
-		if runID == "" {
-			return false, nil
-		}
-		return a.ownerClosed(ctx, workflowID, "")
-	}
-	return true, nil
+	_, closed, err := a.ownerClosedAt(ctx, workflowID, runID)
+	return closed, err
 }
 
 // ReapSnapshotsInput names the labels that name a checkpoint's owner.
