@@ -63,7 +63,7 @@ func newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	var cf connFlags
 	cf.register(root)
-	root.AddCommand(newDev(), newWorker(), newRun(&cf), newLogs(&cf), newSandbox(&cf), newSnapshot(&cf))
+	root.AddCommand(newDev(), newWorker(&cf), newRun(&cf), newLogs(&cf), newSandbox(&cf), newSnapshot(&cf))
 	return root
 }
 

@@ -5,7 +5,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/contrib/envconfig"
 
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/hostworker"
@@ -13,7 +12,7 @@ import (
 	"github.com/berth-dev/berth/sandbox"
 )
 
-func newWorker() *cobra.Command {
+func newWorker(cf *connFlags) *cobra.Command {
 	var (
 		dataDir, blob, queue, hostQueue string
 		providers                       []string
@@ -25,12 +24,13 @@ func newWorker() *cobra.Command {
 		Short: "Run a berth worker against a Temporal cluster",
 		Long: `berth worker joins a Temporal cluster or Temporal Cloud, configured as the
 temporal CLI is: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
-TLS settings and config-file profiles (TEMPORAL_PROFILE).`,
+TLS settings and config-file profiles (TEMPORAL_PROFILE), or the flags
+of the same names that every berth command takes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			log := newLogger(verbose)
-			opts, err := envconfig.LoadDefaultClientOptions()
+			opts, err := cf.options()
 			if err != nil {
 				return err
 			}
