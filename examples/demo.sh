@@ -6,7 +6,7 @@
 # stops the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go build -o bin/ ./cmd/berth ./cmd/berth-sandboxd
+go build -o bin/ ./cmd/...
 data=$(mktemp -d /tmp/berth-demo.XXXXXX)
 port=17233
 bin/berth dev --data-dir "$data" --port "$port" --ui-port 0 2>"$data.log" &

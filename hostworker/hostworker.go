@@ -46,6 +46,7 @@ type Options struct {
 // Worker is the running pair of workers.
 type Worker struct {
 	generic, host worker.Worker
+	queue         string // the generic queue
 	HostQueue     string
 }
 
@@ -68,7 +69,7 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 		Providers: opts.Providers, Outputs: opts.Outputs, Snapshots: opts.Snapshots, Client: c,
 		GenericQueue: opts.Queue, HostQueue: opts.HostQueue,
 	}
-	w := &Worker{HostQueue: opts.HostQueue}
+	w := &Worker{queue: opts.Queue, HostQueue: opts.HostQueue}
 	// Every workflow answers the relay's queries: front ends read
 	// outputs and write uploads through the server, never the disk.
 	w.generic = worker.New(c, opts.Queue, worker.Options{

@@ -13,7 +13,9 @@ import (
 // know.
 type Config map[string]string
 
-// Factory opens a provider with its configuration.
+// Factory opens a provider with its configuration. Its logger, if the
+// caller gave one, is LoggerFrom(ctx). A provider that holds resources
+// of its own implements io.Closer.
 type Factory func(ctx context.Context, cfg Config) (Provider, error)
 
 var registry = struct {

@@ -20,6 +20,10 @@ type Provider struct {
 // creation.
 const DefaultQueue = "berth"
 
+// DefaultProvider is the provider front ends ask for when the user names
+// none: the one that needs nothing installed.
+const DefaultProvider = "linux"
+
 // Lifecycle defaults.
 const (
 	// DefaultIdleTimeout is how long a sandbox waits for an operation

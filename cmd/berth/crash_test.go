@@ -251,7 +251,7 @@ var shared struct {
 	err   error
 }
 
-// berthBinary builds berth and berth-sandboxd once for the package's
+// berthBinary builds berth, berth-host and berth-sandboxd once for the package's
 // tests; TestMain removes them.
 func berthBinary(t *testing.T) string {
 	t.Helper()
@@ -259,7 +259,7 @@ func berthBinary(t *testing.T) string {
 		if shared.dir, shared.err = os.MkdirTemp("", "berth-bin"); shared.err != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", shared.dir+"/", "github.com/berth-dev/berth/cmd/berth", "github.com/berth-dev/berth/cmd/berth-sandboxd")
+		cmd := exec.Command("go", "build", "-o", shared.dir+"/", "github.com/berth-dev/berth/cmd/berth", "github.com/berth-dev/berth/cmd/berth-host", "github.com/berth-dev/berth/cmd/berth-sandboxd")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			shared.err = fmt.Errorf("build: %v\n%s", err, out)
 		}

@@ -48,22 +48,6 @@ func oneLine(err error) string {
 	return flatten(err.Error())
 }
 
-// rootCause is the error at the bottom of a chain, for messages about
-// connections, where the layers above repeat it.
-func rootCause(err error) error {
-	for {
-		var se serviceerror.ServiceError
-		if errors.As(err, &se) {
-			return se
-		}
-		next := errors.Unwrap(err)
-		if next == nil {
-			return err
-		}
-		err = next
-	}
-}
-
 // flatten keeps a message on one line.
 func flatten(s string) string {
 	s = strings.TrimSpace(s)

@@ -1,25 +1,22 @@
-// Command berth is berth's one binary: an embedded Temporal server with a
-// worker (berth dev), a worker for a real cluster (berth worker), and the
-// front ends (berth run, ...).
+// Command berth is berth's command line: the front ends (berth run,
+// berth sandbox, ...), which reach the Temporal server and nothing else,
+// and berth dev and berth worker, which it hands to berth-host, the
+// binary that links the Temporal server and the providers.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
-
-	"github.com/berth-dev/berth/provider/linux"
 )
 
 func main() {
-	linux.Main() // when started as a sandbox's daemon, this never returns
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:]))
@@ -63,25 +60,11 @@ func newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	var cf connFlags
 	cf.register(root)
-	root.AddCommand(newDev(), newWorker(&cf), newRun(&cf), newLogs(&cf), newSandbox(&cf), newSnapshot(&cf))
+	root.AddCommand(
+		newHostCommand("dev", "Run an embedded Temporal server and a berth worker, in one process"),
+		newHostCommand("worker", "Run a berth worker against a Temporal cluster"),
+		newRun(&cf), newLogs(&cf), newSandbox(&cf), newSnapshot(&cf))
 	return root
-}
-
-// newLogger makes berth's short, human logs.
-func newLogger(verbose bool) *slog.Logger {
-	level := slog.LevelInfo
-	if verbose {
-		level = slog.LevelDebug
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{
-		Level: level,
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{} // the terminal, or the journal, has the time
-			}
-			return a
-		},
-	}))
 }
 
 // usageArgs makes an argument check's failure a usage error.

@@ -22,7 +22,6 @@ import (
 
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
@@ -101,7 +100,7 @@ nothing of the sort: berth logs only follows it.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&in.Provider, "provider", linux.Name, "where the sandbox lives")
+	f.StringVar(&in.Provider, "provider", sandbox.DefaultProvider, "where the sandbox lives")
 	f.StringArrayVar(&files, "file", nil, "DEST=SRC: copy local file SRC to workspace path DEST (repeatable; 2 MiB in all: use berth sandbox cp beyond)")
 	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable (repeatable)")
 	f.DurationVar(&in.Timeout, "timeout", 0, "end the command after this long (e.g. 30s)")

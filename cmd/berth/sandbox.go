@@ -20,7 +20,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/workflows"
@@ -149,7 +148,7 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&name, "name", "", "the sandbox's id (default: a random sbx-...)")
-	f.StringVar(&in.Provider, "provider", linux.Name, "where the sandbox lives")
+	f.StringVar(&in.Provider, "provider", sandbox.DefaultProvider, "where the sandbox lives")
 	settings.register(f, false)
 	f.StringVar(&in.FromSnapshot, "from-snapshot", "", "fill the workspace from this snapshot")
 	return cmd

@@ -21,11 +21,12 @@ import (
 const Name = "linux"
 
 func init() {
-	provider.Register(Name, func(_ context.Context, pc provider.Config) (provider.Provider, error) {
+	provider.Register(Name, func(ctx context.Context, pc provider.Config) (provider.Provider, error) {
 		cfg, err := fromProviderConfig(pc)
 		if err != nil {
 			return nil, err
 		}
+		cfg.Logger = provider.LoggerFrom(ctx)
 		return New(cfg)
 	})
 }

@@ -22,6 +22,7 @@ func newDev() *cobra.Command {
 		uiPort                     int
 		verbose                    bool
 		reapEvery, outputRetention time.Duration
+		providers                  providerFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -52,15 +53,15 @@ worker serving the linux provider on this host.`,
 			defer c.Close()
 			// One host: creation and operations share a queue, so the
 			// server hands activities to this worker eagerly.
-			h, err := startHost(ctx, c, log, hostConfig{
-				dataDir: dataDir, blob: blobURL(dataDir),
-				queue: sandbox.DefaultQueue, hostQueue: sandbox.DefaultQueue,
-				providers: []string{linux.Name}, reapEvery: reapEvery, outputRetention: outputRetention,
+			h, err := hostworker.StartHost(ctx, c, hostworker.HostConfig{
+				DataDir: dataDir, Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
+				Providers: providers.names, ProviderConfig: providers.config,
+				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
 			})
 			if err != nil {
 				return err
 			}
-			defer h.close()
+			defer h.Close()
 			attrs := []any{"address", srv.Address(), "namespace", srv.Namespace(), "data", dataDir}
 			if srv.UIAddress() != "" {
 				attrs = append(attrs, "ui", "http://"+srv.UIAddress())
@@ -71,11 +72,12 @@ worker serving the linux provider on this host.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dataDir, "data-dir", defaultDataDir(), "where the server's database, sandboxes and outputs live")
+	cmd.Flags().StringVar(&dataDir, "data-dir", hostworker.DefaultDataDir(), "where the server's database, sandboxes and outputs live")
 	cmd.Flags().IntVar(&port, "port", 7233, "the Temporal frontend's port on 127.0.0.1")
 	cmd.Flags().IntVar(&uiPort, "ui-port", 8233, "the Temporal Web UI's port; 0 for none")
-	cmd.Flags().DurationVar(&reapEvery, "reap-every", defaultReapEvery, "how often to destroy sandboxes whose owner is gone; 0 for never")
+	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", activities.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
+	providers.register(cmd, linux.Name)
 	return cmd
 }

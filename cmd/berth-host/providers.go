@@ -1,0 +1,7 @@
+package main
+
+// The providers a host can serve: each registers itself by name with
+// provider.Register, and `berth worker --provider NAME` opens it.
+import (
+	_ "github.com/berth-dev/berth/provider/linux"
+)

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/hostworker"
+	"github.com/berth-dev/berth/internal/connflags"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/sandbox"
+)
+
+func newWorker(cf *connflags.Flags) *cobra.Command {
+	var (
+		dataDir, blob, queue, hostQueue string
+		verbose                         bool
+		reapEvery, outputRetention      time.Duration
+		providers                       providerFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a berth worker against a Temporal cluster",
+		Long: `berth worker joins a Temporal cluster or Temporal Cloud, configured as the
+temporal CLI is: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
+TLS settings and config-file profiles (TEMPORAL_PROFILE), or the flags
+of the same names that every berth command takes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log := newLogger(verbose)
+			opts, err := cf.Options()
+			if err != nil {
+				return err
+			}
+			opts.Logger = hostworker.Logger(log.With("component", "sdk"))
+			c, err := connflags.Dial(ctx, opts)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			h, err := hostworker.StartHost(ctx, c, hostworker.HostConfig{
+				DataDir: dataDir, Blob: blob, Queue: queue, HostQueue: hostQueue,
+				Providers: providers.names, ProviderConfig: providers.config,
+				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
+			})
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			log.Info("berth worker is ready", "address", opts.HostPort, "namespace", opts.Namespace,
+				"queue", queue, "host-queue", h.HostQueue, "providers", providers.names)
+			<-ctx.Done()
+			log.Info("berth worker is stopping")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", hostworker.DefaultDataDir(), "where sandboxes (and a file blob store) live")
+	cmd.Flags().StringVar(&blob, "blob", "", "blob store URL for outputs and snapshots (file://, s3://, gs://, azblob://); default a directory in --data-dir")
+	cmd.Flags().StringVar(&queue, "queue", sandbox.DefaultQueue, "the task queue every berth worker polls")
+	cmd.Flags().StringVar(&hostQueue, "host-queue", "", "this host's own task queue (default QUEUE@hostname)")
+	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy this host's sandboxes whose owner is gone; 0 for never")
+	cmd.Flags().DurationVar(&outputRetention, "output-retention", activities.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
+	providers.register(cmd, linux.Name)
+	return cmd
+}
+
+// providerFlags name the providers a host serves, and their settings.
+type providerFlags struct {
+	names  []string
+	config map[string]provider.Config
+	raw    []string
+}
+
+func (f *providerFlags) register(cmd *cobra.Command, def ...string) {
+	cmd.Flags().StringSliceVar(&f.names, "provider", def,
+		fmt.Sprintf("providers to serve (linked: %s)", strings.Join(provider.Names(), ", ")))
+	cmd.Flags().StringArrayVar(&f.raw, "provider-config", nil,
+		"a provider's setting, as NAME.KEY=VALUE (linux.pool=4); repeatable")
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		if err := f.parse(); err != nil {
+			return usageError{err}
+		}
+		if prev != nil {
+			return prev(cmd, args)
+		}
+		return nil
+	}
+}
+
+// parse reads --provider-config's NAME.KEY=VALUE settings.
+func (f *providerFlags) parse() error {
+	f.config = map[string]provider.Config{}
+	for _, s := range f.raw {
+		key, value, ok := strings.Cut(s, "=")
+		name, key, ok2 := strings.Cut(key, ".")
+		if !ok || !ok2 || name == "" || key == "" {
+			return fmt.Errorf("--provider-config %q: want NAME.KEY=VALUE", s)
+		}
+		if f.config[name] == nil {
+			f.config[name] = provider.Config{}
+		}
+		f.config[name][key] = value
+	}
+	for _, name := range f.names {
+		if !slices.Contains(provider.Names(), name) {
+			return fmt.Errorf("unknown provider %q (this berth-host has: %s)", name, strings.Join(provider.Names(), ", "))
+		}
+	}
+	return nil
+}

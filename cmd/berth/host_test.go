@@ -1,0 +1,59 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// berth hands dev and worker to berth-host; without it, it says what to
+// build, in one line, exit 125.
+func TestHostBinaryMissing(t *testing.T) {
+	dir := t.TempDir()
+	alone := filepath.Join(dir, "berth")
+	b, err := os.ReadFile(berthBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(alone, "dev", "--data-dir", t.TempDir())
+	cmd.Env = []string{"PATH=" + dir}
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitBerth {
+		t.Fatalf("berth dev without berth-host: %v, want exit %d\n%s", err, exitBerth, out)
+	}
+	msg := strings.TrimSpace(string(out))
+	if strings.Count(msg, "\n") > 0 || !strings.Contains(msg, "berth-host") || !strings.Contains(msg, "go build") {
+		t.Fatalf("want one line naming berth-host and how to build it, got:\n%s", msg)
+	}
+}
+
+// The host's commands take berth's connection flags before or after
+// their name, their help reads as berth's, and bad settings are one-line
+// errors.
+func TestHostCommands(t *testing.T) {
+	berth := berthBinary(t)
+	out, _, code := runBerth(t, berth, "worker", "--help")
+	if code != 0 || !strings.Contains(out, "berth worker [flags]") || !strings.Contains(out, "--provider-config") || !strings.Contains(out, "--address") {
+		t.Fatalf("worker --help: exit %d\n%s", code, out)
+	}
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"worker", "--data-dir", t.TempDir(), "--address", "127.0.0.1:1"}, exitBerth, "cannot reach the Temporal server at 127.0.0.1:1"},
+		{[]string{"worker", "--provider", "nosuch", "--data-dir", t.TempDir()}, 2, `unknown provider "nosuch"`},
+		{[]string{"--address", "127.0.0.1:1", "worker", "--provider-config", "nodot=1", "--data-dir", t.TempDir()}, 2, "NAME.KEY=VALUE"},
+		{[]string{"dev", "--no-such-flag"}, 2, "unknown flag"},
+	} {
+		_, stderr, code := runBerth(t, berth, tt.args...)
+		if code != tt.code || !strings.Contains(stderr, tt.want) {
+			t.Errorf("berth %v: exit %d, want %d with %q\n%s", tt.args, code, tt.code, tt.want, stderr)
+		}
+	}
+}

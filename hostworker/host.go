@@ -1,0 +1,217 @@
+package hostworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"gocloud.dev/blob"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/snapshot"
+	"github.com/berth-dev/berth/workflows"
+)
+
+// HostConfig is what a worker host serves, and how.
+type HostConfig struct {
+	// DataDir holds the host's state: a directory per provider (its
+	// "state-dir") and, by default, the blob store.
+	DataDir string
+	// Blob is the blob store's URL (file://, s3://, gs://, azblob://,
+	// for the drivers the binary links); outputs and snapshots go there.
+	// Empty means a directory in DataDir.
+	Blob string
+	// Queue and HostQueue are as in Options.
+	Queue, HostQueue string
+	// Providers are the names of the providers to serve, opened with
+	// provider.Open; ProviderConfig holds their settings by name. Each
+	// gets "state-dir", a directory of its own in DataDir, unless its
+	// settings name one.
+	Providers      []string
+	ProviderConfig map[string]provider.Config
+	// ReapEvery is how often the host's reaper runs; zero means never.
+	ReapEvery time.Duration
+	// OutputRetention is how long sandboxes' outputs outlive their
+	// owner; zero means the activities' default.
+	OutputRetention time.Duration
+	// Logger receives the host's and its providers' events; nil
+	// discards them.
+	Logger *slog.Logger
+}
+
+// Host is what runs on one machine of berth: its providers, its blob
+// store and its Temporal workers.
+type Host struct {
+	*Worker
+	providers []provider.Provider
+	buckets   []*blob.Bucket
+}
+
+// StartHost opens the providers and blob store cfg names, starts the
+// workers, and schedules the host's reaper. Close undoes it.
+func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := prepareDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	h := &Host{}
+	ps := map[string]provider.Provider{}
+	for _, name := range cfg.Providers {
+		if _, dup := ps[name]; dup {
+			continue
+		}
+		pc := provider.Config{"state-dir": filepath.Join(cfg.DataDir, name)}
+		for k, v := range cfg.ProviderConfig[name] {
+			pc[k] = v
+		}
+		p, err := provider.Open(provider.WithLogger(ctx, cfg.Logger.With("provider", name)), name, pc)
+		if err != nil {
+			h.Close()
+			return nil, err
+		}
+		h.providers = append(h.providers, p)
+		ps[name] = p
+	}
+	if cfg.Blob == "" {
+		cfg.Blob = "file://" + filepath.Join(cfg.DataDir, "blobs")
+	}
+	outputs, err := OpenBucket(ctx, cfg.Blob)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	h.buckets = append(h.buckets, outputs)
+	// A bucket of its own: PrefixedBucket takes over the one it wraps.
+	snaps, err := OpenBucket(ctx, cfg.Blob)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	snaps = blob.PrefixedBucket(snaps, SnapshotPrefix)
+	h.buckets = append(h.buckets, snaps)
+	h.Worker, err = Start(c, Options{
+		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
+		Queue: cfg.Queue, HostQueue: cfg.HostQueue,
+		Workflows: []any{workflows.Run, workflows.Sandbox, workflows.Reaper, workflows.Snapshots},
+	})
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	if cfg.ReapEvery > 0 {
+		in := workflows.ReaperInput{Queue: h.HostQueue, OutputRetention: cfg.OutputRetention}
+		if err := scheduleReaper(ctx, c, h.queue, in, cfg.ReapEvery); err != nil {
+			h.Close()
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// Close stops the workers and closes the providers and blob stores.
+func (h *Host) Close() {
+	if h.Worker != nil {
+		h.Stop()
+	}
+	for _, b := range h.buckets {
+		b.Close()
+	}
+	for _, p := range h.providers {
+		if c, ok := p.(io.Closer); ok {
+			c.Close()
+		}
+	}
+}
+
+// SnapshotPrefix is where snapshots live in the blob store.
+const SnapshotPrefix = "snapshots/"
+
+// DefaultReapEvery is how often a host's reaper runs by default.
+const DefaultReapEvery = 5 * time.Minute
+
+// prepareDataDir makes the data directory. Sandboxes reach their
+// workspaces below it with ids of their own: it must be searchable (not
+// readable) by others.
+func prepareDataDir(dir string) error {
+	if dir == "" {
+		return errors.New("hostworker: no data directory")
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o001 == 0 {
+		return os.Chmod(dir, fi.Mode().Perm()|0o011)
+	}
+	return nil
+}
+
+// DefaultDataDir is where a host keeps its state: the Temporal
+// database of berth dev, sandboxes' state and the blob store.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/berth"
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "berth")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "share", "berth")
+}
+
+// OpenBucket opens a blob store by URL, creating a file store's
+// directory. Only the drivers the binary links (by blank imports of
+// gocloud.dev/blob/...) are known.
+func OpenBucket(ctx context.Context, url string) (*blob.Bucket, error) {
+	if dir, ok := strings.CutPrefix(url, "file://"); ok {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	b, err := blob.OpenBucket(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("open blob store %s: %w", url, err)
+	}
+	return b, nil
+}
+
+// scheduleReaper creates, or updates, the schedule that runs this host's
+// reaper every so often. Several workers of one host share it.
+func scheduleReaper(ctx context.Context, c client.Client, queue string, in workflows.ReaperInput, every time.Duration) error {
+	id := "berth-reaper-" + in.Queue
+	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}}
+	action := &client.ScheduleWorkflowAction{
+		ID: "berth-reap-" + in.Queue, Workflow: workflows.Reaper, TaskQueue: queue,
+		Args: []any{in},
+	}
+	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
+		ID: id, Spec: spec, Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, Action: action,
+	})
+	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
+		err = c.ScheduleClient().GetHandle(ctx, id).Update(ctx, client.ScheduleUpdateOptions{
+			DoUpdate: func(u client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
+				u.Description.Schedule.Spec = &spec
+				u.Description.Schedule.Action = action
+				return &client.ScheduleUpdate{Schedule: &u.Description.Schedule}, nil
+			},
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("schedule the reaper: %w", err)
+	}
+	return nil
+}
