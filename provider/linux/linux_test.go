@@ -554,3 +554,33 @@ func TestOwnerReleased(t *testing.T) {
 		return true
 	})
 }
+
+// TestMemoryReserve: commands cannot take the daemon's reserve. With a
+// reserve of 32 MiB in a sandbox of 128 MiB, a command of 80 MiB runs,
+// one of 100 MiB, which the sandbox's limit alone would let be, is
+// killed and reported out of memory; the daemon serves on.
+func TestMemoryReserve(t *testing.T) {
+	p, err := New(Config{StateDir: shortTempDir(t), Limits: KernelLimits{MemoryReserve: 32 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(t, p) })
+	sb := create(t, p, provider.Spec{Resources: provider.Resources{Memory: 128 << 20}})
+	alloc := func(mib int) (provider.ExecResult, error) {
+		return sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"python3", "-c", fmt.Sprintf(`
+b = bytearray(%d << 20)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+`, mib)}})
+	}
+	if res, err := alloc(80); err != nil || res.ExitCode != 0 {
+		t.Errorf("80 MiB: exit code %d, %v; want it to run", res.ExitCode, err)
+	}
+	res, err := alloc(100)
+	if !errors.Is(err, provider.ErrOutOfMemory) || !res.OOMKilled {
+		t.Errorf("100 MiB: exit code %d, signal %q, OOMKilled %v, %v; want ErrOutOfMemory", res.ExitCode, res.Signal, res.OOMKilled, err)
+	}
+	if out := sh(t, sb, "echo ok"); out != "ok\n" {
+		t.Errorf("echo ok after: %q", out)
+	}
+}
