@@ -64,6 +64,17 @@ func newProcs(cmdAdj int, cgroup *os.File) (*procs, error) {
 // lives as long as the daemon.)
 func (p *procs) forkLoop(cgroup *os.File, errc chan<- error) {
 	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// Never the main thread: cgroup v1 charges the memory of the
+		// whole daemon to the memory cgroup of its main thread. Held
+		// here, it cannot be the thread another goroutine locks.
+		other := make(chan error, 1)
+		go p.forkLoop(cgroup, other)
+		err := <-other
+		runtime.UnlockOSThread()
+		errc <- err
+		return
+	}
 	// 0 is the writing thread.
 	if _, err := cgroup.Write([]byte("0")); err != nil {
 		errc <- fmt.Errorf("sandboxd: move the forking thread into the commands' cgroup: %w", err)
