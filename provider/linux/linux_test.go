@@ -440,7 +440,7 @@ func TestStaleCgroupsSwept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := newCgroup(stale, provider.Resources{}, 64<<20)
+	cg, err := newCgroup(stale, provider.Resources{Memory: 128 << 20, Pids: 64}, 64<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
