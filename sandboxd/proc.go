@@ -1,9 +1,11 @@
 package sandboxd
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,9 +25,14 @@ type procs struct {
 	done    chan struct{}
 	// cmdAdj, when set, is the oom_score_adj commands get.
 	cmdAdj []byte
+	// forks, when not nil, takes the forks to run on the thread that
+	// lives in the commands' cgroup.
+	forks chan func()
 }
 
-func newProcs(cmdAdj int) *procs {
+// newProcs starts the reaper, and when cgroup (a cgroup v1 tasks file)
+// is not nil the thread that forks commands into it.
+func newProcs(cmdAdj int, cgroup *os.File) (*procs, error) {
 	p := &procs{
 		waiting: map[int]chan unix.WaitStatus{},
 		sigs:    make(chan os.Signal, 1),
@@ -34,9 +41,72 @@ func newProcs(cmdAdj int) *procs {
 	if cmdAdj != 0 {
 		p.cmdAdj = []byte(strconv.Itoa(cmdAdj))
 	}
+	if cgroup != nil {
+		p.forks = make(chan func())
+		errc := make(chan error, 1)
+		go p.forkLoop(cgroup, errc)
+		if err := <-errc; err != nil {
+			return nil, err
+		}
+	}
 	signal.Notify(p.sigs, unix.SIGCHLD)
 	go p.reapLoop()
-	return p
+	return p, nil
+}
+
+// forkLoop moves one OS thread into the commands' cgroup and forks every
+// command from it: a process is born in the cgroup of the thread that
+// forks it, so commands never run outside, and the rest of the daemon
+// stays out. The thread is moved once, not around each fork: moving a
+// thread takes a lock that waits for every CPU. It never leaves the
+// cgroup, and ends with the goroutine, which never unlocks it.
+// (Commands' parent-death signal belongs to this thread too, and it
+// lives as long as the daemon.)
+func (p *procs) forkLoop(cgroup *os.File, errc chan<- error) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// Never the main thread: cgroup v1 charges the memory of the
+		// whole daemon to the memory cgroup of its main thread. Held
+		// here, it cannot be the thread another goroutine locks.
+		other := make(chan error, 1)
+		go p.forkLoop(cgroup, other)
+		err := <-other
+		runtime.UnlockOSThread()
+		errc <- err
+		return
+	}
+	// 0 is the writing thread.
+	if _, err := cgroup.Write([]byte("0")); err != nil {
+		errc <- fmt.Errorf("sandboxd: move the forking thread into the commands' cgroup: %w", err)
+		return
+	}
+	errc <- nil
+	for {
+		select {
+		case f := <-p.forks:
+			f()
+		case <-p.done:
+			return
+		}
+	}
+}
+
+// forkExec runs syscall.ForkExec, on the forking thread if there is one.
+func (p *procs) forkExec(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
+	if p.forks == nil {
+		return syscall.ForkExec(path, argv, attr)
+	}
+	done := make(chan struct{})
+	select {
+	case p.forks <- func() {
+		pid, err = syscall.ForkExec(path, argv, attr)
+		close(done)
+	}:
+	case <-p.done:
+		return 0, errors.New("sandboxd: shutting down")
+	}
+	<-done
+	return pid, err
 }
 
 func (p *procs) close() {
@@ -50,7 +120,7 @@ func (p *procs) close() {
 func (p *procs) start(path string, argv, env []string, dir string, files []uintptr, sys *syscall.SysProcAttr) (int, <-chan unix.WaitStatus, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: files, Sys: sys})
+	pid, err := p.forkExec(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: files, Sys: sys})
 	// The command is made the likelier victim of the out-of-memory
 	// killer as soon as it runs; raising another process's score needs
 	// no privilege. The daemon never takes the command's score itself,

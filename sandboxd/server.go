@@ -31,11 +31,16 @@ type Config struct {
 	// Dir is the default working directory, a workspace path.
 	Dir string
 	// CommandOOMScoreAdj, if not zero, is the oom_score_adj commands
-	// start with, so that the kernel kills them before the daemon when
-	// memory runs out. The daemon takes the value for the moment it
-	// forks each command, then returns to its own, which it may only do
-	// if its own was set by a process with CAP_SYS_RESOURCE.
+	// get as soon as they run, so that the kernel kills them before the
+	// daemon when memory runs out.
 	CommandOOMScoreAdj int
+	// CommandCgroup, if set, is the tasks file of a cgroup v1 hierarchy
+	// that commands are born in (and their memory charged to): one OS
+	// thread of the daemon moves itself into it, and forks every
+	// command, so that no command runs, even for an instant, outside it.
+	// The file must have been opened by a process allowed to move the
+	// daemon's threads.
+	CommandCgroup *os.File
 	// CgroupNamespace gives each command a cgroup namespace of its own,
 	// rooted at the daemon's cgroups, so that it does not see their
 	// path. The daemon needs CAP_SYS_ADMIN in its user namespace.
@@ -105,7 +110,6 @@ func New(cfg Config) (*Server, error) {
 		root:       root,
 		escape:     escapeError(root),
 		journal:    newJournal(cfg.OutputCap, cfg.JournalBudget),
-		procs:      newProcs(cfg.CommandOOMScoreAdj),
 		started:    time.Now(),
 		switchUser: cfg.UID != os.Geteuid() || cfg.GID != os.Getegid(),
 		configured: make(chan struct{}),
@@ -115,6 +119,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.devNull, err = os.Open(os.DevNull); err != nil {
 		return nil, fmt.Errorf("sandboxd: %w", err)
+	}
+	if s.procs, err = newProcs(cfg.CommandOOMScoreAdj, cfg.CommandCgroup); err != nil {
+		return nil, err
 	}
 
 	mux := http.NewServeMux()

@@ -71,8 +71,16 @@ func pathsFor(id string) (cgroupPaths, error) {
 	return paths, nil
 }
 
-// newCgroup makes a sandbox's cgroups with its limits set.
-func newCgroup(paths cgroupPaths, res provider.Resources) (*cgroup, error) {
+// cmdsCgroup is the child of a sandbox's v1 memory cgroup that its
+// commands are born in: its limit is the sandbox's less the daemon's
+// reserve (KernelLimits.MemoryReserve), and the daemon is in the parent.
+// (On cgroup v2 a memory cgroup cannot hold both processes and children,
+// nor take threads one by one: commands and daemon share one.)
+const cmdsCgroup = "cmds"
+
+// newCgroup makes a sandbox's cgroups with its limits set, the limit of
+// its commands' memory being cmdsMemory.
+func newCgroup(paths cgroupPaths, res provider.Resources, cmdsMemory int64) (c *cgroup, err error) {
 	if paths.V2 != "" {
 		m, err := cgroup2.NewManager(cgroupRoot, paths.V2, v2Resources(res))
 		if err != nil {
@@ -84,7 +92,42 @@ func newCgroup(paths cgroupPaths, res provider.Resources) (*cgroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create cgroups: %w", err)
 	}
-	return &cgroup{paths: paths, v1: cg}, nil
+	c = &cgroup{paths: paths, v1: cg}
+	if err := os.Mkdir(c.cmdsDir(), 0o755); err != nil {
+		_ = cg.Delete()
+		return nil, fmt.Errorf("create commands' cgroup: %w", err)
+	}
+	if err := c.setCommandMemory(cmdsMemory); err != nil {
+		_ = c.destroy(context.Background())
+		return nil, err
+	}
+	return c, nil
+}
+
+// cmdsDir is the directory of the commands' memory cgroup (v1).
+func (c *cgroup) cmdsDir() string {
+	return filepath.Join(cgroupRoot, string(cgroup1.Memory), c.paths.V1[cgroup1.Memory], cmdsCgroup)
+}
+
+func (c *cgroup) setCommandMemory(limit int64) error {
+	if c.v1 == nil {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(c.cmdsDir(), "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+		return fmt.Errorf("set commands' memory limit: %w", err)
+	}
+	return nil
+}
+
+// cmdsTasks opens the file that moves a thread into the commands' memory
+// cgroup, for the daemon: a thread writes 0 to it to move itself, and
+// what it forks from then on is born there. The file is opened by the
+// host's root, which is what the kernel checks. It is nil on cgroup v2.
+func (c *cgroup) cmdsTasks() (*os.File, error) {
+	if c.v1 == nil {
+		return nil, nil
+	}
+	return os.OpenFile(filepath.Join(c.cmdsDir(), "tasks"), os.O_WRONLY|unix.O_CLOEXEC, 0)
 }
 
 func (p cgroupPaths) v1Path() cgroup1.Path {
@@ -181,12 +224,14 @@ func (p cgroupPaths) frozen() (bool, error) {
 }
 
 // oomFile opens the file whose oom_kill line counts the kernel's
-// out-of-memory kills in the sandbox.
+// out-of-memory kills in the sandbox. On v1 a kill is counted in the
+// victim's cgroup alone, and only commands can be victims: the daemon's
+// oom_score_adj is -1000.
 func (c *cgroup) oomFile() (*os.File, error) {
 	if c.v2 != nil {
 		return os.Open(filepath.Join(cgroupRoot, c.paths.V2, "memory.events"))
 	}
-	return os.Open(filepath.Join(cgroupRoot, string(cgroup1.Memory), c.paths.V1[cgroup1.Memory], "memory.oom_control"))
+	return os.Open(filepath.Join(c.cmdsDir(), "memory.oom_control"))
 }
 
 // readOOMKills reads the oom_kill count from an oomFile.
@@ -247,15 +292,21 @@ func (c *cgroup) destroy(ctx context.Context) error {
 	if c.v2 != nil {
 		return c.v2.Delete()
 	}
+	if err := os.Remove(c.cmdsDir()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove commands' cgroup: %w", err)
+	}
 	return c.v1.Delete()
 }
 
 // update sets the limits of a sandbox on cgroups made with others.
-func (c *cgroup) update(res provider.Resources) error {
+func (c *cgroup) update(res provider.Resources, cmdsMemory int64) error {
 	if c.v2 != nil {
 		return c.v2.Update(v2Resources(res))
 	}
-	return c.v1.Update(v1Resources(res))
+	if err := c.v1.Update(v1Resources(res)); err != nil {
+		return err
+	}
+	return c.setCommandMemory(cmdsMemory)
 }
 
 // sweepStaleCgroups removes the sandbox cgroups below berth's own that
@@ -296,7 +347,11 @@ func sweepStaleCgroups(ctx context.Context, log *slog.Logger, settle time.Durati
 	}
 	removed := 0
 	for _, dir := range empty {
-		if emptyCgroup(dir) && os.Remove(dir) == nil {
+		if !emptyCgroup(dir) {
+			continue
+		}
+		_ = os.Remove(filepath.Join(dir, cmdsCgroup))
+		if os.Remove(dir) == nil {
 			removed++
 		}
 	}
@@ -306,7 +361,7 @@ func sweepStaleCgroups(ctx context.Context, log *slog.Logger, settle time.Durati
 }
 
 // emptyCgroup reports whether a cgroup directory holds no process and
-// has no child.
+// has no child but an empty commands' cgroup.
 func emptyCgroup(dir string) bool {
 	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil || len(bytes.TrimSpace(procs)) > 0 {
@@ -317,7 +372,7 @@ func emptyCgroup(dir string) bool {
 		return false
 	}
 	for _, e := range entries {
-		if e.IsDir() {
+		if e.IsDir() && (e.Name() != cmdsCgroup || !emptyCgroup(filepath.Join(dir, e.Name()))) {
 			return false
 		}
 	}

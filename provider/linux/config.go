@@ -21,7 +21,10 @@ type Config struct {
 	// costs each sandbox the memory its packages' initialisation takes).
 	DaemonPath string
 	// UIDBase is the host uid (and gid) that root inside a sandbox maps
-	// to; the sandbox gets 65536 ids from there. Zero means 100000.
+	// to; the sandbox gets 65536 ids from there. Zero means 100000. Each
+	// sandbox's user namespace is owned by a host uid of its own from the
+	// 65536 after those (UIDBase+65536 on), to which the kernel charges
+	// its per-user counters: no one on the host may use these uids.
 	UIDBase int
 	// Defaults are the limits of a sandbox whose spec names none. Zero
 	// fields mean 2 GiB of memory, 4096 processes, CPU unlimited, and a
@@ -44,9 +47,10 @@ type Config struct {
 }
 
 // KernelLimits bound a sandbox's share of kernel resources counted per
-// user rather than per cgroup. A sandbox's user namespace is created by
-// the host's root, so what its users take is also counted against the
-// host's root: unbounded, one sandbox could take all of it.
+// user rather than per cgroup, and of its own memory. What a sandbox's
+// users take of per-user counters is also counted against the owner of
+// its user namespace, a host uid of its own (see Config.UIDBase), and is
+// bounded by these.
 type KernelLimits struct {
 	// OpenFiles is RLIMIT_NOFILE (soft and hard) of every process in a
 	// sandbox, the daemon's included. A sandbox holds at most OpenFiles
@@ -73,6 +77,14 @@ type KernelLimits struct {
 	// so nothing the kernel kills when memory runs out frees them. Zero
 	// means 0.25.
 	TmpFraction float64 `json:"tmp_fraction"`
+	// MemoryReserve is how much of a sandbox's memory limit its commands
+	// cannot take, so that the daemon can serve (read, export, start
+	// commands) when they have taken all they can: commands run in a
+	// cgroup limited to the sandbox's limit less the reserve. Zero means
+	// 16 MiB, or a quarter of the memory limit when that is less. It is
+	// kept on cgroup v1 hosts; on cgroup v2 commands and daemon share the
+	// limit.
+	MemoryReserve int64 `json:"memory_reserve"`
 }
 
 func (l *KernelLimits) setDefaults() {
@@ -82,7 +94,7 @@ func (l *KernelLimits) setDefaults() {
 	}{
 		{&l.OpenFiles, 1024}, {&l.PendingSignals, 1024},
 		{&l.InotifyInstances, 16}, {&l.InotifyWatches, 8192},
-		{&l.DaemonReserve, 32},
+		{&l.DaemonReserve, 32}, {&l.MemoryReserve, 16 << 20},
 	} {
 		if *f.v == 0 {
 			*f.v = f.def
@@ -97,6 +109,12 @@ func (l *KernelLimits) setDefaults() {
 // to pids processes and threads.
 func (l KernelLimits) userProcesses(pids int64) int64 {
 	return pids - min(l.DaemonReserve, pids/4)
+}
+
+// commandMemory is the memory limit of the commands of a sandbox limited
+// to memory bytes.
+func (l KernelLimits) commandMemory(memory int64) int64 {
+	return memory - min(l.MemoryReserve, memory/4)
 }
 
 // tmpSize is the size of /tmp and /dev/shm in a sandbox limited to

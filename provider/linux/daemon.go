@@ -24,13 +24,22 @@ func Main() {
 		return
 	}
 	unix.Close(fdExe) // only needed to start
+	// Looked for before anything opens a file, which could take its
+	// number: it is absent on cgroup v2.
+	var cmds *os.File
+	if _, err := unix.FcntlInt(fdCmds, unix.F_GETFD, 0); err == nil {
+		cmds = os.NewFile(fdCmds, "commands' cgroup")
+	}
 	// The control socket and the out-of-memory counter are the daemon's
 	// alone: no command may inherit them.
 	unix.CloseOnExec(fdControl)
 	unix.CloseOnExec(fdOOM)
+	// Held open until the daemon exits, and with it the lock.
+	unix.CloseOnExec(fdOwner)
+	unix.CloseOnExec(fdCmds)
 	closeInherited()
 	ctl := os.NewFile(fdControl, "control")
-	if err := runDaemon(ctl); err != nil {
+	if err := runDaemon(ctl, cmds); err != nil {
 		_ = send(ctl, []byte(err.Error()), nil)
 		fmt.Fprintf(os.Stderr, "berth-sandboxd: %v\n", err)
 		os.Exit(1)
@@ -51,7 +60,7 @@ func closeInherited() {
 	}
 	for _, e := range entries {
 		fd, err := strconv.Atoi(e.Name())
-		if err != nil || fd <= fdExe {
+		if err != nil || fd <= fdCmds {
 			continue
 		}
 		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
@@ -62,7 +71,9 @@ func closeInherited() {
 
 // runDaemon is the sandbox's first process. It builds the sandbox's view
 // of the world, waits to be claimed, then locks itself down and serves.
-func runDaemon(ctl *os.File) error {
+// Its commands are born in the cgroup whose tasks file is cmds, if not
+// nil.
+func runDaemon(ctl *os.File, cmds *os.File) error {
 	// A few MiB per sandbox matter more here than collection speed. (A
 	// memory limit would be wrong: the runtime counts the globals of a
 	// large binary against it, and a limit near them makes it collect
@@ -121,6 +132,7 @@ func runDaemon(ctl *os.File) error {
 		// into the sandbox's only after): each command gets one rooted
 		// at the sandbox's.
 		CgroupNamespace: true,
+		CommandCgroup:   cmds,
 		OOMKills: func() (int64, error) {
 			oomMu.Lock()
 			defer oomMu.Unlock()

@@ -11,9 +11,9 @@ import (
 
 // userNamespaceLimits are the /proc/sys/user limits the daemon sets in
 // its sandbox's user namespace before anything of the sandbox runs. The
-// kernel counts these per user and namespace, and also against the
-// creator of the namespace (the host's root) in the parent: each sandbox
-// must be held to a small share. Namespaces: the sandbox user has no
+// kernel counts these per user and namespace, and also against the owner
+// of the namespace in the parent, a host uid of the sandbox's own (see
+// startOwnedBy): they bound what the sandbox takes of the host's. Namespaces: the sandbox user has no
 // capability to make any and the daemon has made its own, but for the
 // cgroup namespace it gives each command; fanotify: the
 // seccomp filter refuses it, this is a second wall.
@@ -53,8 +53,8 @@ func setKernelLimits(l KernelLimits) error {
 		// the children it forks.
 		{unix.RLIMIT_NOFILE, l.OpenFiles},
 		{unix.RLIMIT_SIGPENDING, l.PendingSignals},
-		// POSIX message queues: counted against the host's root like
-		// signals, and of no use to a sandbox.
+		// POSIX message queues: counted against the namespace's
+		// owner like signals, and of no use to a sandbox.
 		{unix.RLIMIT_MSGQUEUE, 0},
 	} {
 		lim := syscall.Rlimit{Cur: uint64(r.v), Max: uint64(r.v)}

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -438,7 +440,7 @@ func TestStaleCgroupsSwept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := newCgroup(stale, provider.Resources{})
+	cg, err := newCgroup(stale, provider.Resources{Memory: 128 << 20, Pids: 64}, 64<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,5 +454,133 @@ func TestStaleCgroupsSwept(t *testing.T) {
 	}
 	if res, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"/bin/true"}}); err != nil || res.ExitCode != 0 {
 		t.Errorf("the live sandbox after the sweep: %+v, %v", res, err)
+	}
+}
+
+// nsGetOwnerUID is NS_GET_OWNER_UID (linux/nsfs.h).
+const nsGetOwnerUID = 0xb704
+
+// namespaceOwner reads the host uid owning the user namespace of pid.
+func namespaceOwner(t *testing.T, pid int) int {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var uid uint32
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), nsGetOwnerUID, uintptr(unsafe.Pointer(&uid))); e != 0 {
+		t.Fatalf("NS_GET_OWNER_UID: %v", e)
+	}
+	return int(uid)
+}
+
+// TestUserNamespaceOwners: each sandbox's user namespace is owned by a
+// host uid of its own, outside the ids the sandboxes map, so that the
+// kernel charges its per-user counters to neither the host's root nor
+// another sandbox. Sandboxes from two providers on one state directory,
+// warm and cold, all differ; an owner is free again once its sandbox is
+// gone.
+func TestUserNamespaceOwners(t *testing.T) {
+	dir := shortTempDir(t)
+	var sbs []*sandbox
+	for i, pool := range []int{2, -1} {
+		p, err := New(Config{StateDir: dir, Pool: pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { destroyAll(t, p) })
+		for j := range 3 {
+			sbs = append(sbs, create(t, p, provider.Spec{ID: fmt.Sprintf("owned-%d-%d", i, j)}))
+		}
+	}
+	base := 100000
+	seen := map[int]string{}
+	for _, sb := range sbs {
+		owner := namespaceOwner(t, sb.rec.PID)
+		t.Logf("%s: user namespace owned by host uid %d", sb.rec.ID, owner)
+		if owner < base+idRange || owner >= base+2*idRange {
+			t.Errorf("%s: user namespace owned by host uid %d, want one in [%d, %d)", sb.rec.ID, owner, base+idRange, base+2*idRange)
+		}
+		if other, ok := seen[owner]; ok {
+			t.Errorf("%s and %s share the owner uid %d", other, sb.rec.ID, owner)
+		}
+		seen[owner] = sb.rec.ID
+		// The daemon runs as the sandbox's root, not as its owner.
+		if st, err := os.Stat(fmt.Sprintf("/proc/%d", sb.rec.PID)); err != nil || st.Sys().(*syscall.Stat_t).Uid != uint32(base) {
+			t.Errorf("%s: daemon's /proc entry: %v, %v; want it owned by %d", sb.rec.ID, st, err, base)
+		}
+	}
+}
+
+// TestOwnerReleased: the uid owning a sandbox's namespace is taken while
+// its daemon lives, and free once it is gone; the thread that took it to
+// create the daemon is gone too.
+func TestOwnerReleased(t *testing.T) {
+	p, err := New(Config{StateDir: shortTempDir(t), Pool: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(t, p) })
+	sb := create(t, p, provider.Spec{})
+	owner := namespaceOwner(t, sb.rec.PID)
+	f, err := os.OpenFile(filepath.Join(p.cfg.StateDir, ownersFile), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Start: int64(owner - p.cfg.UIDBase - idRange), Len: 1}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err == nil {
+		t.Fatalf("the owner uid %d of a live sandbox is free", owner)
+	}
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+		t.Errorf("the owner uid %d of a destroyed sandbox is still taken: %v", owner, err)
+	}
+	// The thread ends just after the daemon starts.
+	waitFor(t, "every thread of the test process is host root", 2*time.Second, func() bool {
+		tasks, _ := os.ReadDir("/proc/self/task")
+		for _, task := range tasks {
+			b, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/status")
+			for line := range strings.SplitSeq(string(b), "\n") {
+				if f := strings.Fields(line); len(f) == 5 && f[0] == "Uid:" && f[1]+f[2]+f[3]+f[4] != "0000" {
+					t.Logf("thread %s: %s", task.Name(), line)
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// TestMemoryReserve: commands cannot take the daemon's reserve. With a
+// reserve of 32 MiB in a sandbox of 128 MiB, a command of 80 MiB runs,
+// one of 100 MiB, which the sandbox's limit alone would let be, is
+// killed and reported out of memory; the daemon serves on.
+func TestMemoryReserve(t *testing.T) {
+	p, err := New(Config{StateDir: shortTempDir(t), Limits: KernelLimits{MemoryReserve: 32 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(t, p) })
+	sb := create(t, p, provider.Spec{Resources: provider.Resources{Memory: 128 << 20}})
+	alloc := func(mib int) (provider.ExecResult, error) {
+		return sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"python3", "-c", fmt.Sprintf(`
+b = bytearray(%d << 20)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+`, mib)}})
+	}
+	if res, err := alloc(80); err != nil || res.ExitCode != 0 {
+		t.Errorf("80 MiB: exit code %d, %v; want it to run", res.ExitCode, err)
+	}
+	res, err := alloc(100)
+	if !errors.Is(err, provider.ErrOutOfMemory) || !res.OOMKilled {
+		t.Errorf("100 MiB: exit code %d, signal %q, OOMKilled %v, %v; want ErrOutOfMemory", res.ExitCode, res.Signal, res.OOMKilled, err)
+	}
+	if out := sh(t, sb, "echo ok"); out != "ok\n" {
+		t.Errorf("echo ok after: %q", out)
 	}
 }

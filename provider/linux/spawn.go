@@ -28,6 +28,8 @@ const (
 	fdControl = 3 + iota // the control socket
 	fdOOM                // the cgroup file counting out-of-memory kills
 	fdExe                // the daemon's own binary, to start it
+	fdOwner              // the lock on its user namespace's owner uid
+	fdCmds               // the tasks file of its commands' cgroup, if any
 )
 
 // startTimeout bounds how long a daemon may take to get warm or ready.
@@ -91,7 +93,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 			mnt.Close()
 		}
 	})
-	cg, err := newCgroup(paths, p.cfg.Defaults)
+	cg, err := newCgroup(paths, p.cfg.Defaults, p.cfg.Limits.commandMemory(p.cfg.Defaults.Memory))
 	if err != nil {
 		return nil, err
 	}
@@ -122,9 +124,21 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 		return nil, err
 	}
 	defer logf.Close()
+	cmds, err := cg.cmdsTasks()
+	if err != nil {
+		return nil, fmt.Errorf("open commands' cgroup: %w", err)
+	}
+	defer cmds.Close()
+	// The daemon keeps the lock on its owner uid for as long as it
+	// lives.
+	owner, ownerLock, err := p.allocOwner()
+	if err != nil {
+		return nil, err
+	}
+	defer ownerLock.Close()
 
-	cmd := p.daemonCommand(logf, child, oom, exe)
-	if err := cmd.Start(); err != nil {
+	cmd := p.daemonCommand(logf, child, oom, exe, ownerLock, cmds)
+	if err := startOwnedBy(cmd, owner); err != nil {
 		return nil, fmt.Errorf("start daemon: %w", err)
 	}
 	undo.add(func() { cmd.Process.Kill(); cmd.Wait() })
@@ -213,7 +227,7 @@ func (p *Provider) makeStateDir(dir string) (listener *os.File, err error) {
 
 // daemonCommand is how a daemon is started: through a descriptor of its
 // binary, with its files, in new namespaces where it is root of its own
-// user namespace.
+// user namespace. It must be started with startOwnedBy.
 func (p *Provider) daemonCommand(log *os.File, files ...*os.File) *exec.Cmd {
 	base := p.cfg.UIDBase
 	return &exec.Cmd{
@@ -271,7 +285,7 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 	rec := &record{ID: spec.ID, Labels: spec.Labels, Resources: p.resources(spec.Resources),
 		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC(),
 		PID: w.cmd.Process.Pid, PIDStart: w.pidStart, Cgroup: w.cg.paths}
-	if err := w.cg.update(rec.Resources); err != nil {
+	if err := w.cg.update(rec.Resources, p.cfg.Limits.commandMemory(rec.Resources.Memory)); err != nil {
 		return nil, fmt.Errorf("set limits: %w", err)
 	}
 	// The record goes in first, and one rename publishes the directory

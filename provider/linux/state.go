@@ -26,8 +26,9 @@ import (
 //	workspace.img  the workspace's file system (see makeWorkspace)
 //
 // Beside the sandboxes: .lock, whose byte-range locks serialise each
-// sandbox's creation and destruction; .warm, the directories of warm
-// daemons; .trash, destroyed sandboxes' directories being removed; and
+// sandbox's creation and destruction; .owners, whose byte-range locks
+// each hold one user namespace owner uid (see allocOwner); .warm, the
+// directories of warm daemons; .trash, destroyed sandboxes' directories being removed; and
 // .newroot, where daemons build their roots.
 const (
 	recordFile    = "sandbox.json"

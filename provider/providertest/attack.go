@@ -25,6 +25,7 @@ import (
 func attackTests() []test {
 	return []test{
 		{name: "InotifyInstances", serial: true, fn: testInotifyInstances},
+		{name: "InotifyInstancesManySandboxes", serial: true, fn: testInotifyManySandboxes},
 		{name: "InotifyWatches", serial: true, fn: testInotifyWatches},
 		{name: "FanotifyGroups", serial: true, fn: testFanotifyGroups},
 		{name: "PendingSignals", serial: true, fn: testPendingSignals},
@@ -38,6 +39,7 @@ func attackTests() []test {
 		{name: "FillTmp", serial: true, fn: testFillTmp},
 		{name: "ManySmallProcesses", serial: true, fn: testManySmallProcesses},
 		{name: "ForkBombDaemonSurvives", serial: true, fn: testForkBombDaemon},
+		{name: "MemoryFullDaemonServes", serial: true, fn: testMemoryFull},
 	}
 }
 
@@ -101,9 +103,8 @@ func hold(t *testing.T, sb provider.Sandbox, program string, check func(held str
 	return out.String()
 }
 
-func testInotifyInstances(t *testing.T, s *suite) {
-	_, sb := s.sandbox(t)
-	hold(t, sb, `
+// inotifyInstances takes all the inotify instances it can, for hold.
+const inotifyInstances = `
 fds = []
 why = "no limit met"
 while len(fds) < 100000:
@@ -114,7 +115,11 @@ while len(fds) < 100000:
     fds.append(fd)
 print("held", len(fds), "inotify instances:", why, flush=True)
 sys.stdin.read()
-`, func(string) {
+`
+
+func testInotifyInstances(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	hold(t, sb, inotifyInstances, func(string) {
 		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
 		if err != nil {
 			t.Errorf("the host cannot create an inotify instance while a sandbox holds all it can: %v", err)
@@ -122,6 +127,49 @@ sys.stdin.read()
 		}
 		unix.Close(fd)
 	})
+}
+
+// testInotifyManySandboxes has several sandboxes take all the inotify
+// instances they can at once, more together than the host allows one user
+// (128 by default): what each takes must be charged to none but itself.
+// Each gets as many as the first, and the host's root and a new sandbox
+// can still make one.
+func testInotifyManySandboxes(t *testing.T, s *suite) {
+	p := s.open(t)
+	sbs := make([]provider.Sandbox, 10)
+	for i := range sbs {
+		sbs[i] = s.mustCreate(t, p, s.newSpec(t))
+	}
+	var held []string
+	var holdFrom func(i int)
+	holdFrom = func(i int) {
+		if i < len(sbs) {
+			hold(t, sbs[i], inotifyInstances, func(line string) {
+				n, _, _ := strings.Cut(strings.TrimPrefix(line, "held "), " ")
+				held = append(held, n)
+				holdFrom(i + 1)
+			})
+			return
+		}
+		if slices.ContainsFunc(held, func(n string) bool { return n != held[0] }) {
+			t.Errorf("instances each sandbox could take, one after another: %v; want as many each", held)
+		}
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+		if err != nil {
+			t.Errorf("the host cannot create an inotify instance while %d sandboxes hold all they can: %v", len(sbs), err)
+		} else {
+			unix.Close(fd)
+		}
+		sb := s.mustCreate(t, p, s.newSpec(t))
+		out := mustPython(t, sb, pythonPrelude+`
+fd = libc.inotify_init1(os.O_CLOEXEC)
+print(err() if fd < 0 else "ok")
+`)
+		if out != "ok\n" {
+			t.Errorf("a new sandbox cannot create an inotify instance while %d others hold all they can: %s", len(sbs), out)
+		}
+	}
+	holdFrom(0)
 }
 
 func testInotifyWatches(t *testing.T, s *suite) {
@@ -529,4 +577,78 @@ sys.stdin.read()
 	if info, err := sb.Info(ctx); err != nil || info.State != provider.StateRunning {
 		t.Errorf("Info after a fork bomb: state %q, %v; want running", info.State, err)
 	}
+}
+
+// testMemoryFull has commands take all the memory they can, in /tmp and
+// in a process that holds it, then asks the daemon for work that needs
+// memory of its own: an export, a read, a command. The daemon must do it
+// promptly, and without the kernel killing the process that holds the
+// memory. A command that takes more than it can is killed and reported
+// out of memory.
+func testMemoryFull(t *testing.T, s *suite) {
+	p := s.open(t)
+	if !p.Capabilities().Memory {
+		t.Skipf("skipped: provider %q does not enforce memory limits (Capabilities.Memory is false)", p.Name())
+	}
+	spec := s.newSpec(t)
+	spec.Resources.Memory = 128 << 20
+	sb := s.mustCreate(t, p, spec)
+	mustSh(t, sb, "head -c 8388608 /dev/urandom > data")
+	data := readFile(t, sb, "data")
+	mustSh(t, sb, "head -c 16777216 /dev/zero > /tmp/fill")
+	// How much a command can take: a MiB at a time until it is killed.
+	r, err := execute(t, sb, provider.ExecRequest{Argv: []string{python, "-c", `
+b = []
+while True:
+    b.append(bytearray(1 << 20))
+    for i in range(0, 1 << 20, 4096):
+        b[-1][i] = 1
+    print(len(b), flush=True)
+`}})
+	lines := strings.Fields(r.stdout)
+	if !errors.Is(err, provider.ErrOutOfMemory) || len(lines) == 0 {
+		t.Fatalf("a command taking all the memory it can: exit code %d, signal %q, %d MiB, err %v; want ErrOutOfMemory", r.ExitCode, r.Signal, len(lines), err)
+	}
+	most := len(lines)
+	t.Logf("a command could take %d MiB with /tmp holding 16 MiB", most)
+	checkServing(t, sb)
+
+	hold(t, sb, fmt.Sprintf(`
+b = []
+while len(b) < %d:
+    b.append(bytearray(1 << 20))
+    for i in range(0, 1 << 20, 4096):
+        b[-1][i] = 1
+print("held", len(b), "MiB", flush=True)
+sys.stdin.read()
+`, most-8), func(string) {
+		const prompt = 10 * time.Second
+		start := time.Now()
+		ctx := timeout(t, prompt)
+		rc, err := sb.Export(ctx)
+		var n int64
+		if err == nil {
+			n, err = io.Copy(io.Discard, rc)
+			rc.Close()
+		}
+		if err != nil || n < int64(len(data)) {
+			t.Errorf("Export with the memory full: %d bytes, %v", n, err)
+		}
+		t.Logf("Export with the memory full: %d bytes in %v", n, time.Since(start))
+
+		start = time.Now()
+		got, err := readFileErr(t, sb, "data")
+		if err != nil || !slices.Equal(got, data) {
+			t.Errorf("ReadFile with the memory full: %d bytes of %d, %v", len(got), len(data), err)
+		}
+		t.Logf("ReadFile with the memory full: %v", time.Since(start))
+
+		start = time.Now()
+		r, err := executeCtx(timeout(t, prompt), sb, provider.ExecRequest{Argv: []string{"/bin/true"}})
+		if err != nil || r.ExitCode != 0 {
+			t.Errorf("a command with the memory full: exit code %d, %v", r.ExitCode, err)
+		}
+		t.Logf("a command with the memory full: %v", time.Since(start))
+	})
+	checkServing(t, sb)
 }
