@@ -187,7 +187,12 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin io.Reader) (provider
 		}
 		timer := time.AfterFunc(hdr.Timeout, func() {
 			timedOut.Store(true)
-			killTree(cmd.pid, since, s.running.Load() == 1, s.procs.running)
+			// Escapees are told apart by being new sessions: only when
+			// the daemon is PID 1 of the sandbox's own PID namespace
+			// can every new session be the command's. Elsewhere (a
+			// daemon run by tests on the host) the host's are too.
+			escapees := s.running.Load() == 1 && os.Getpid() == 1
+			killTree(cmd.pid, since, escapees, s.procs.running)
 		})
 		defer timer.Stop()
 	}

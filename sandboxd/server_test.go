@@ -6,8 +6,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -127,4 +130,45 @@ func TestFilesConfined(t *testing.T) {
 	if _, err := c.ReadFile(ctx, "missing"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("read missing: %v", err)
 	}
+}
+
+// A daemon outside a PID namespace of its own (as here, in tests) must
+// not take the host's new sessions for its command's escapees: a
+// timeout once SIGKILLed other sandboxes' daemons on the same host.
+func TestExecTimeoutSparesOtherSessions(t *testing.T) {
+	c, _ := serve(t)
+	done := make(chan error, 1)
+	begun := &signalWriter{ch: make(chan struct{})}
+	go func() {
+		_, err := c.Exec(t.Context(), provider.ExecRequest{Shell: "echo begun; sleep 30", Stdout: begun, Timeout: 500 * time.Millisecond})
+		done <- err
+	}()
+	<-begun.ch
+	other := exec.Command("sleep", "30")
+	other.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { other.Wait(); close(exited) }()
+	t.Cleanup(func() { other.Process.Kill(); <-exited })
+	if err := <-done; !errors.Is(err, provider.ErrTimeout) {
+		t.Fatalf("got %v, want a timeout", err)
+	}
+	select {
+	case <-exited:
+		t.Fatal("the timeout killed a session that is not the command's")
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// signalWriter closes ch at its first write.
+type signalWriter struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.ch) })
+	return len(p), nil
 }
