@@ -44,6 +44,9 @@ const (
 type Activities struct {
 	// Providers are the providers this worker serves, by name.
 	Providers map[string]provider.Provider
+	// Unavailable are providers the worker's binary links but could not
+	// open, for ProviderStatuses to tell.
+	Unavailable []provider.Status
 	// Outputs is where whole command outputs go.
 	Outputs *blob.Bucket
 	// Snapshots is where workspace snapshots go; nil means this worker

@@ -33,9 +33,10 @@ type HostConfig struct {
 	// Queue and HostQueue are as in Options.
 	Queue, HostQueue string
 	// Providers are the names of the providers to serve, opened with
-	// provider.Open; ProviderConfig holds their settings by name. Each
-	// gets "state-dir", a directory of its own in DataDir, unless its
-	// settings name one.
+	// provider.Open; empty means every provider the binary links that
+	// opens on this host. ProviderConfig holds their settings by name.
+	// Each gets "state-dir", a directory of its own in DataDir, unless
+	// its settings name one.
 	Providers      []string
 	ProviderConfig map[string]provider.Config
 	// ReapEvery is how often the host's reaper runs; zero means never.
@@ -67,7 +68,15 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	}
 	h := &Host{}
 	ps := map[string]provider.Provider{}
-	for _, name := range cfg.Providers {
+	var unavailable []provider.Status
+	// Named providers must open; by default the host serves every
+	// provider its binary links that opens here, and says why not of
+	// the others.
+	names, required := cfg.Providers, true
+	if len(names) == 0 {
+		names, required = provider.Names(), false
+	}
+	for _, name := range names {
 		if _, dup := ps[name]; dup {
 			continue
 		}
@@ -76,12 +85,21 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 			pc[k] = v
 		}
 		p, err := provider.Open(provider.WithLogger(ctx, cfg.Logger.With("provider", name)), name, pc)
-		if err != nil {
+		if err != nil && required {
 			h.Close()
 			return nil, err
 		}
+		if err != nil {
+			cfg.Logger.Info("provider not served", "provider", name, "reason", err)
+			unavailable = append(unavailable, provider.Status{Name: name, Reason: err.Error()})
+			continue
+		}
 		h.providers = append(h.providers, p)
 		ps[name] = p
+	}
+	if len(ps) == 0 {
+		h.Close()
+		return nil, fmt.Errorf("hostworker: no provider could be opened: %v", unavailable)
 	}
 	if cfg.Blob == "" {
 		cfg.Blob = "file://" + filepath.Join(cfg.DataDir, "blobs")
@@ -102,8 +120,8 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	h.buckets = append(h.buckets, snaps)
 	h.Worker, err = Start(c, Options{
 		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
-		Queue: cfg.Queue, HostQueue: cfg.HostQueue,
-		Workflows: []any{workflows.Run, workflows.Sandbox, workflows.Reaper, workflows.Snapshots},
+		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
+		Workflows: []any{workflows.Run, workflows.Sandbox, workflows.Reaper, workflows.Snapshots, workflows.Providers},
 	})
 	if err != nil {
 		h.Close()

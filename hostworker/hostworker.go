@@ -39,6 +39,9 @@ type Options struct {
 	// one worker then serves everything, and activities are dispatched
 	// eagerly to the worker whose workflow scheduled them.
 	HostQueue string
+	// Unavailable are providers the host links but could not open, for
+	// front ends to be told why (berth providers).
+	Unavailable []provider.Status
 	// Workflows are registered on the generic queue's worker.
 	Workflows []any
 }
@@ -66,7 +69,7 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 		opts.HostQueue = opts.Queue + "@" + strings.ReplaceAll(host, "@", "_")
 	}
 	acts := &activities.Activities{
-		Providers: opts.Providers, Outputs: opts.Outputs, Snapshots: opts.Snapshots, Client: c,
+		Providers: opts.Providers, Unavailable: opts.Unavailable, Outputs: opts.Outputs, Snapshots: opts.Snapshots, Client: c,
 		GenericQueue: opts.Queue, HostQueue: opts.HostQueue,
 	}
 	w := &Worker{queue: opts.Queue, HostQueue: opts.HostQueue}

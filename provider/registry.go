@@ -64,3 +64,16 @@ func Names() []string {
 	slices.Sort(names)
 	return names
 }
+
+// Status says whether a host serves a provider, and how.
+type Status struct {
+	Name string `json:"name"`
+	// Host names the host that answered (its task queue).
+	Host string `json:"host,omitempty"`
+	// Available is true when the host serves the provider. Otherwise
+	// Reason says why not: its binary or engine missing, credentials
+	// absent...
+	Available    bool          `json:"available"`
+	Reason       string        `json:"reason,omitempty"`
+	Capabilities *Capabilities `json:"capabilities,omitempty"`
+}

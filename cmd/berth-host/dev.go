@@ -11,7 +11,6 @@ import (
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/devserver"
 	"github.com/berth-dev/berth/hostworker"
-	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 )
 
@@ -29,7 +28,8 @@ func newDev() *cobra.Command {
 		Short: "Run an embedded Temporal server and a berth worker, in one process",
 		Long: `berth dev runs a Temporal server whose state lives in a SQLite file in the
 data directory, so that workflows go on after a restart, and a berth
-worker serving the linux provider on this host.`,
+worker serving every provider that works on this host (berth providers
+tells which, and why not the others).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -78,6 +78,6 @@ worker serving the linux provider on this host.`,
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", activities.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
-	providers.register(cmd, linux.Name)
+	providers.register(cmd)
 	return cmd
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/connflags"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 )
 
@@ -67,7 +66,7 @@ of the same names that every berth command takes.`,
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy this host's sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", activities.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
-	providers.register(cmd, linux.Name)
+	providers.register(cmd)
 	return cmd
 }
 
@@ -78,9 +77,9 @@ type providerFlags struct {
 	raw    []string
 }
 
-func (f *providerFlags) register(cmd *cobra.Command, def ...string) {
-	cmd.Flags().StringSliceVar(&f.names, "provider", def,
-		fmt.Sprintf("providers to serve (linked: %s)", strings.Join(provider.Names(), ", ")))
+func (f *providerFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringSliceVar(&f.names, "provider", nil,
+		fmt.Sprintf("providers to serve, each of which must open (default: every one linked that opens here: %s)", strings.Join(provider.Names(), ", ")))
 	cmd.Flags().StringArrayVar(&f.raw, "provider-config", nil,
 		"a provider's setting, as NAME.KEY=VALUE (linux.pool=4); repeatable")
 	prev := cmd.PreRunE

@@ -1,0 +1,82 @@
+package hostworker_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/berth-dev/berth/hostworker"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/workflows"
+)
+
+// unopenable is a provider this test binary links that never opens, as
+// one whose engine is missing on a host.
+const unopenable = "test-unopenable"
+
+func init() {
+	provider.Register(unopenable, func(context.Context, provider.Config) (provider.Provider, error) {
+		return nil, errors.New("its engine is not installed here")
+	})
+}
+
+// A host serves every provider that opens and says why not of the
+// others; one named explicitly must open.
+func TestHostProviders(t *testing.T) {
+	c := server(t)
+	ctx := t.Context()
+	data := shortDataDir(t)
+	if _, err := hostworker.StartHost(ctx, c, hostworker.HostConfig{
+		DataDir: data, Providers: []string{unopenable}, Queue: "named",
+	}); err == nil || !strings.Contains(err.Error(), "not installed") {
+		t.Fatalf("a named provider that cannot open: %v, want its reason", err)
+	}
+
+	h, err := hostworker.StartHost(ctx, c, hostworker.HostConfig{
+		DataDir: data, Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue},
+		workflows.Providers, workflows.ProvidersInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []provider.Status
+	if err := run.Get(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]provider.Status{}
+	for _, s := range got {
+		byName[s.Name] = s
+	}
+	if s := byName["linux"]; !s.Available || s.Capabilities == nil || !s.Capabilities.Pause || s.Host != sandbox.DefaultQueue {
+		t.Errorf("linux: %+v, want available with its capabilities", s)
+	}
+	if s := byName[unopenable]; s.Available || !strings.Contains(s.Reason, "not installed") {
+		t.Errorf("%s: %+v, want unavailable with its reason", unopenable, s)
+	}
+	if _, err := os.Stat(filepath.Join(data, "linux")); err != nil {
+		t.Errorf("the linux provider's state is not in the data directory: %v", err)
+	}
+}
+
+// shortDataDir is a data directory with a short path: sandboxes' sockets
+// live below it.
+func shortDataDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "bh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
