@@ -74,6 +74,9 @@ func ValidateSpec(spec Spec) error {
 	if err := ValidateResources(spec.Resources); err != nil {
 		return err
 	}
+	if err := validateImage(spec.Image); err != nil {
+		return err
+	}
 	if spec.Lifetime < 0 {
 		return fmt.Errorf("%w: negative lifetime %v", ErrBadInput, spec.Lifetime)
 	}
@@ -206,4 +209,22 @@ func truncate(s string) string {
 		return s
 	}
 	return s[:max] + "..."
+}
+
+// maxImageRef bounds an image reference; Docker's own limit on a
+// repository name is 255.
+const maxImageRef = 512
+
+// validateImage checks an image reference lexically: printable, no
+// spaces, bounded. Each provider resolves it its own way.
+func validateImage(ref string) error {
+	if len(ref) > maxImageRef {
+		return fmt.Errorf("%w: image reference of %d bytes; at most %d", ErrBadInput, len(ref), maxImageRef)
+	}
+	for _, r := range ref {
+		if r <= ' ' || r == 0x7f || r > '~' {
+			return fmt.Errorf("%w: image reference %q: only printable ASCII without spaces", ErrBadInput, ref)
+		}
+	}
+	return nil
 }

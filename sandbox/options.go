@@ -14,6 +14,10 @@ import (
 type Provider struct {
 	// Type is a registered provider name ("linux").
 	Type string `json:"type"`
+	// Image is the image the sandbox's root filesystem comes from, for
+	// providers that have images (docker; linux and gvisor from a Docker
+	// image on their host). Empty means the provider's default.
+	Image string `json:"image,omitempty"`
 }
 
 // DefaultQueue is the task queue every berth worker polls for sandbox
@@ -74,6 +78,7 @@ func newConfig(p Provider, opts []Option) config {
 		Provider: p.Type, Queue: DefaultQueue,
 		IdleTimeout: DefaultIdleTimeout, HibernateAfter: DefaultHibernateAfter,
 	}
+	cfg.Spec.Image = p.Image
 	for _, o := range opts {
 		o(&cfg)
 	}

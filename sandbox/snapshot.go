@@ -46,13 +46,17 @@ func (s *Sandbox) Fork(ctx workflow.Context, p ...Provider) (*Sandbox, error) {
 }
 
 // ForkWith is Fork with settings changed: opts, those of New, apply over
-// this sandbox's; p.Type empty means the same provider.
+// this sandbox's; p.Type empty means the same provider, p.Image empty
+// the same image.
 func (s *Sandbox) ForkWith(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	if p.Type == "" {
 		p.Type = s.st.Config.Provider
 	}
 	cfg := s.st.Config
 	cfg.Provider = p.Type
+	if p.Image != "" {
+		cfg.Spec.Image = p.Image
+	}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -78,9 +82,11 @@ func (s *Sandbox) ForkWith(ctx workflow.Context, p Provider, opts ...Option) (*S
 	return fork, nil
 }
 
-// Switch moves the sandbox to provider p: its workspace is copied to a
-// new sandbox there and the old one is destroyed. The handle stays the
-// same; running processes do not survive the move.
+// Switch moves the sandbox to provider p (with p.Image, or the image it
+// had when p.Image is empty): its workspace is copied to a new sandbox
+// there and the old one is destroyed. The handle stays the same; running
+// processes do not survive the move. When the new sandbox cannot be
+// made, the old one is kept.
 func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 	// Brought back to running first (resumed, woken or recovered), then
 	// moved as a transition of its own, not as an operation in flight.
@@ -92,9 +98,13 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 		if err := s.checkpoint(ctx); err != nil {
 			return err
 		}
-		old := s.st.Ref
+		old, oldImage := s.st.Ref, s.st.Config.Spec.Image
+		if p.Image != "" {
+			s.st.Config.Spec.Image = p.Image
+		}
 		ref, err := s.provision(ctx, p.Type, s.nextID())
 		if err != nil {
+			s.st.Config.Spec.Image = oldImage
 			return err
 		}
 		s.st.Ref, s.st.Config.Provider = ref, p.Type

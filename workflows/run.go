@@ -18,11 +18,14 @@ import (
 // RunInput is a one-shot job: files in, one command, output out, and the
 // sandbox gone afterwards, whatever happens.
 type RunInput struct {
-	Provider string            `json:"provider"`
-	Files    []provider.File   `json:"files,omitempty"`
-	Env      map[string]string `json:"env,omitempty"`
-	Argv     []string          `json:"argv"`
-	Timeout  time.Duration     `json:"timeout,omitempty"`
+	Provider string `json:"provider"`
+	// Image is the image of the sandbox's root filesystem, for providers
+	// that have images; empty means the provider's default.
+	Image   string            `json:"image,omitempty"`
+	Files   []provider.File   `json:"files,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Argv    []string          `json:"argv"`
+	Timeout time.Duration     `json:"timeout,omitempty"`
 	// Stdin is the command's standard input (it enters history).
 	Stdin []byte `json:"stdin,omitempty"`
 	// MaxOutput caps what is stored of each output stream; zero means
@@ -106,7 +109,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 		return RunOutput{}, err
 	}
 	// A one-shot job is never idle long enough to pause.
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: in.Provider},
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image},
 		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env), sandbox.WithRecovery(sandbox.Fail),
 		sandbox.WithIdleTimeout(sandbox.NoIdleTimeout), sandbox.WithHibernateAfter(sandbox.NoIdleTimeout))
 	if err != nil {

@@ -17,7 +17,10 @@ import (
 
 // SandboxInput configures a standalone sandbox.
 type SandboxInput struct {
-	Provider  string             `json:"provider"`
+	Provider string `json:"provider"`
+	// Image is the image of the sandbox's root filesystem, for providers
+	// that have images; empty means the provider's default.
+	Image     string             `json:"image,omitempty"`
 	Env       map[string]string  `json:"env,omitempty"`
 	Resources provider.Resources `json:"resources,omitzero"`
 	Labels    map[string]string  `json:"labels,omitempty"`
@@ -62,6 +65,7 @@ const (
 	UpdateRemove     = "berth.remove"      // PathRequest -> nothing
 	UpdateSnapshot   = "berth.snapshot"    // nothing -> SnapshotResponse
 	UpdateFork       = "berth.fork"        // ForkRequest -> ForkResponse
+	UpdateSwitch     = "berth.switch"      // SwitchRequest -> nothing
 	UpdatePause      = "berth.pause"       // nothing -> nothing
 	UpdateResume     = "berth.resume"      // nothing -> nothing
 	UpdateHibernate  = "berth.hibernate"   // nothing -> nothing
@@ -122,6 +126,7 @@ type SnapshotResponse struct {
 type ForkRequest struct {
 	ID             string             `json:"id"`
 	Provider       string             `json:"provider,omitempty"`
+	Image          string             `json:"image,omitempty"`
 	Env            map[string]string  `json:"env,omitempty"`
 	Resources      provider.Resources `json:"resources,omitzero"`
 	Labels         map[string]string  `json:"labels,omitempty"`
@@ -138,6 +143,9 @@ func forkInput(parent SandboxInput, req ForkRequest, snap string) SandboxInput {
 	in := parent.settings()
 	if req.Provider != "" {
 		in.Provider = req.Provider
+	}
+	if req.Image != "" {
+		in.Image = req.Image
 	}
 	in.Env = merge(in.Env, req.Env)
 	in.Labels = merge(in.Labels, req.Labels)
@@ -265,7 +273,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 	var sbx *sandbox.Sandbox
 	if in.Carried != nil {
 		sbx = sandbox.Reattach(ctx, in.Carried.Sandbox)
-	} else if sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider}, opts...); err != nil {
+	} else if sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image}, opts...); err != nil {
 		return err
 	}
 	s.sbx = sbx
@@ -293,18 +301,20 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 		}
 		return workflow.GetInfo(ctx).GetContinueAsNewSuggested()
 	}
-	memo := sandbox.State("")
+	memo, memoProvider := sandbox.State(""), ""
 	for {
-		if st := sbx.State(); st != memo {
-			if err := workflow.UpsertMemo(ctx, map[string]any{MemoState: st, MemoProvider: in.Provider}); err != nil {
+		if st, prov := sbx.State(), s.config.Provider; st != memo || prov != memoProvider {
+			if err := workflow.UpsertMemo(ctx, map[string]any{MemoState: st, MemoProvider: prov}); err != nil {
 				return err
 			}
-			memo = st
+			memo, memoProvider = st, prov
 		}
 		// Continuing as new happens in one workflow task, the handle idle
 		// and no update in flight: nothing is left behind in this run.
 		canCarry := func() bool { return tooLong() && workflow.AllHandlersFinished(ctx) && !sbx.Busy() }
-		err := workflow.Await(ctx, func() bool { return s.stopping || expired || canCarry() || sbx.State() != memo })
+		err := workflow.Await(ctx, func() bool {
+			return s.stopping || expired || canCarry() || sbx.State() != memo || s.config.Provider != memoProvider
+		})
 		if err != nil {
 			return err // cancelled: the deferred Stop cleans up
 		}
@@ -312,8 +322,11 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 			break
 		}
 		if canCarry() {
-			in.Carried = &Carried{Sandbox: sbx.Carry(), Created: created}
-			return workflow.NewContinueAsNewError(ctx, Sandbox, in)
+			// The settings as they are now: a switch changed the provider.
+			next := s.config
+			next.ContinueAfter = in.ContinueAfter
+			next.Carried = &Carried{Sandbox: sbx.Carry(), Created: created}
+			return workflow.NewContinueAsNewError(ctx, Sandbox, next)
 		}
 	}
 	// Let the updates in flight (the stop among them) finish first.
@@ -359,6 +372,7 @@ func (s *standalone) register(ctx workflow.Context) error {
 		{UpdateRemove, s.remove, s.validatePath},
 		{UpdateSnapshot, s.snapshot, s.validateOpen},
 		{UpdateFork, s.fork, s.validateFork},
+		{UpdateSwitch, s.switchTo, s.validateSwitch},
 		{UpdatePause, s.pause, s.validateOpen},
 		{UpdateResume, s.resume, s.validateOpen},
 		{UpdateHibernate, s.hibernate, s.validateOpen},
@@ -539,6 +553,40 @@ func (s *standalone) fork(ctx workflow.Context, req ForkRequest) (ForkResponse, 
 		return ForkResponse{}, updateError(fmt.Errorf("start the fork: %w", err))
 	}
 	return ForkResponse{ID: started.ID}, nil
+}
+
+// SwitchRequest moves a sandbox to another provider (or image): its
+// workspace goes along, its processes do not.
+type SwitchRequest struct {
+	Provider string `json:"provider"`
+	// Image empty keeps the sandbox's image.
+	Image string `json:"image,omitempty"`
+}
+
+func (s *standalone) validateSwitch(ctx workflow.Context, req SwitchRequest) error {
+	if req.Provider == "" {
+		return updateError(fmt.Errorf("%w: switch to which provider?", provider.ErrBadInput))
+	}
+	if req.Image != "" {
+		if err := provider.ValidateSpec(provider.Spec{Image: req.Image}); err != nil {
+			return updateError(err)
+		}
+	}
+	return s.validateOpen(ctx)
+}
+
+func (s *standalone) switchTo(ctx workflow.Context, req SwitchRequest) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if err := s.sbx.Switch(ctx, sandbox.Provider{Type: req.Provider, Image: req.Image}); err != nil {
+		return updateError(err)
+	}
+	s.config.Provider = req.Provider
+	if req.Image != "" {
+		s.config.Image = req.Image
+	}
+	return nil
 }
 
 func (s *standalone) pause(ctx workflow.Context) error {

@@ -100,7 +100,8 @@ nothing of the sort: berth logs only follows it.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&in.Provider, "provider", sandbox.DefaultProvider, "where the sandbox lives")
+	f.StringVar(&in.Provider, "provider", sandbox.DefaultProvider, "where the sandbox lives (berth providers lists them)")
+	f.StringVar(&in.Image, "image", "", "the image its root filesystem comes from (default: the provider's)")
 	f.StringArrayVar(&files, "file", nil, "DEST=SRC: copy local file SRC to workspace path DEST (repeatable; 2 MiB in all: use berth sandbox cp beyond)")
 	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable (repeatable)")
 	f.DurationVar(&in.Timeout, "timeout", 0, "end the command after this long (e.g. 30s)")

@@ -35,7 +35,7 @@ operations are Workflow Updates, so other programs can drive it too (see
 README).`,
 	}
 	cmd.AddCommand(newSandboxCreate(cf), newSandboxExec(cf), newSandboxCp(cf), newSandboxLs(cf), newSandboxRm(cf),
-		newSandboxSnapshot(cf), newSandboxFork(cf),
+		newSandboxSnapshot(cf), newSandboxFork(cf), newSandboxSwitch(cf),
 		newSandboxSimple(cf, "pause", workflows.UpdatePause, "Freeze a sandbox now (the next command resumes it)"),
 		newSandboxSimple(cf, "resume", workflows.UpdateResume, "Resume a paused or hibernated sandbox"),
 		newSandboxSimple(cf, "hibernate", workflows.UpdateHibernate, "Checkpoint a sandbox and free everything it holds"))
@@ -148,7 +148,8 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&name, "name", "", "the sandbox's id (default: a random sbx-...)")
-	f.StringVar(&in.Provider, "provider", sandbox.DefaultProvider, "where the sandbox lives")
+	f.StringVar(&in.Provider, "provider", sandbox.DefaultProvider, "where the sandbox lives (berth providers lists them)")
+	f.StringVar(&in.Image, "image", "", "the image its root filesystem comes from (default: the provider's)")
 	settings.register(f, false)
 	f.StringVar(&in.FromSnapshot, "from-snapshot", "", "fill the workspace from this snapshot")
 	return cmd
@@ -440,7 +441,31 @@ func newSandboxFork(cf *connFlags) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&req.ID, "name", "", "the new sandbox's id (default: a random sbx-...)")
 	cmd.Flags().StringVar(&prov, "provider", "", "where the new sandbox lives (default: the same provider)")
+	cmd.Flags().StringVar(&req.Image, "image", "", "the image of the new sandbox's root filesystem (default: the same)")
 	settings.register(cmd.Flags(), true)
+	return cmd
+}
+
+func newSandboxSwitch(cf *connFlags) *cobra.Command {
+	var req workflows.SwitchRequest
+	cmd := &cobra.Command{
+		Use:   "switch ID --provider P",
+		Short: "Move a sandbox to another provider (or image): its workspace goes along, its processes do not",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if req.Provider == "" {
+				return usageError{fmt.Errorf("sandbox switch: --provider is required")}
+			}
+			c, err := cf.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Temporal().Close()
+			return update(cmd.Context(), c, args[0], workflows.UpdateSwitch, nil, req)
+		},
+	}
+	cmd.Flags().StringVar(&req.Provider, "provider", "", "the provider to move to (berth providers lists them)")
+	cmd.Flags().StringVar(&req.Image, "image", "", "the image of its root filesystem there (default: the same)")
 	return cmd
 }
 
