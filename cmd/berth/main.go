@@ -64,6 +64,7 @@ func newRoot() *cobra.Command {
 	var cf connFlags
 	cf.register(root)
 	root.AddCommand(newDev(), newWorker(&cf), newRun(&cf), newLogs(&cf), newSandbox(&cf), newSnapshot(&cf))
+	root.AddCommand(newVersion(root))
 	return root
 }
 
