@@ -36,6 +36,7 @@ operations are Workflow Updates, so other programs can drive it too (see
 README).`,
 	}
 	cmd.AddCommand(newSandboxCreate(cf), newSandboxExec(cf), newSandboxCp(cf), newSandboxLs(cf), newSandboxRm(cf),
+		newSandboxInspect(cf),
 		newSandboxSnapshot(cf), newSandboxFork(cf),
 		newSandboxSimple(cf, "pause", workflows.UpdatePause, "Freeze a sandbox now (the next command resumes it)"),
 		newSandboxSimple(cf, "resume", workflows.UpdateResume, "Resume a paused or hibernated sandbox"),
@@ -153,6 +154,7 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 	settings.register(f, false)
 	f.StringVar(&in.FromSnapshot, "from-snapshot", "", "fill the workspace from this snapshot")
 	out = addFormat(f, formatJSON)
+	_ = cmd.RegisterFlagCompletionFunc("from-snapshot", completeSnapshots(cf))
 	return cmd
 }
 
@@ -397,9 +399,10 @@ func listSandboxes(ctx context.Context, c tclient.Client, all bool) ([]sandboxRo
 
 func newSandboxRm(cf *connFlags) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "rm ID...",
-		Short: "Destroy sandboxes",
-		Args:  usageArgs(cobra.MinimumNArgs(1)),
+		Use:               "rm ID...",
+		Short:             "Destroy sandboxes",
+		Args:              usageArgs(cobra.MinimumNArgs(1)),
+		ValidArgsFunction: completeIDs(cf, sandboxIDs, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, err := cf.dial(cmd.Context())
@@ -432,9 +435,10 @@ func newSandboxRm(cf *connFlags) *cobra.Command {
 func newSandboxSnapshot(cf *connFlags) *cobra.Command {
 	var outFmt *format
 	cmd := &cobra.Command{
-		Use:   "snapshot ID",
-		Short: "Snapshot a sandbox's workspace and print the snapshot's id",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Use:               "snapshot ID",
+		Short:             "Snapshot a sandbox's workspace and print the snapshot's id",
+		Args:              usageArgs(cobra.ExactArgs(1)),
+		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.dial(cmd.Context())
 			if err != nil {
@@ -460,9 +464,10 @@ func newSandboxFork(cf *connFlags) *cobra.Command {
 		outFmt   *format
 	)
 	cmd := &cobra.Command{
-		Use:   "fork ID",
-		Short: "Make a new sandbox whose workspace is a copy of this one's, and print its id",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Use:               "fork ID",
+		Short:             "Make a new sandbox whose workspace is a copy of this one's, and print its id",
+		Args:              usageArgs(cobra.ExactArgs(1)),
+		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, err := cf.dial(cmd.Context())
@@ -500,9 +505,10 @@ func newSandboxFork(cf *connFlags) *cobra.Command {
 // newSandboxSimple makes a command that runs one argument-less update.
 func newSandboxSimple(cf *connFlags, use, name, short string) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   use + " ID",
-		Short: short,
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Use:               use + " ID",
+		Short:             short,
+		Args:              usageArgs(cobra.ExactArgs(1)),
+		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.dial(cmd.Context())
 			if err != nil {

@@ -124,9 +124,10 @@ func listSnapshots(ctx context.Context, c *client.Client, all bool) ([]snapshotR
 
 func newSnapshotRm(cf *connFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:   "rm ID...",
-		Short: "Delete snapshots (their data goes at the next reaping); prints the ids deleted",
-		Args:  usageArgs(cobra.MinimumNArgs(1)),
+		Use:               "rm ID...",
+		Short:             "Delete snapshots (their data goes at the next reaping); prints the ids deleted",
+		Args:              usageArgs(cobra.MinimumNArgs(1)),
+		ValidArgsFunction: completeSnapshots(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, err := cf.dial(ctx)
