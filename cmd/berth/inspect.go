@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +55,7 @@ func inspect(id string, st workflows.SandboxStatus, now time.Time) inspection {
 		if !t.IsZero() && now.After(t) {
 			d += now.Sub(t)
 		}
-		return d.Round(time.Millisecond).Seconds()
+		return math.Round(d.Seconds()*1000) / 1000
 	}
 	timeout := func(d, dflt time.Duration) *float64 {
 		if d < 0 {
@@ -97,7 +99,7 @@ func inspect(id string, st workflows.SandboxStatus, now time.Time) inspection {
 // writeText prints the inspection as key: value lines, the keys those
 // of its JSON.
 func (in inspection) writeText(w io.Writer) error {
-	secs := func(s float64) string { return time.Duration(s * float64(time.Second)).String() }
+	secs := func(s float64) string { return strconv.FormatFloat(s, 'f', -1, 64) }
 	opt := func(s *float64) string {
 		if s == nil {
 			return "never"
@@ -114,10 +116,10 @@ func (in inspection) writeText(w io.Writer) error {
 		{"id", in.ID}, {"sandbox", in.Sandbox}, {"provider", in.Provider}, {"state", in.State},
 		{"generation", fmt.Sprint(in.Generation)}, {"checkpoint", in.Checkpoint},
 		{"created", when(in.Created)}, {"last_active", when(in.LastActive)},
-		{"held_seconds", fmt.Sprint(in.Held)}, {"active_seconds", fmt.Sprint(in.Active)},
+		{"held_seconds", secs(in.Held)}, {"active_seconds", secs(in.Active)},
 		{"commands", fmt.Sprint(in.Commands)}, {"running", strings.Join(in.Running, " ")},
 		{"output_stored_bytes", fmt.Sprint(in.Output)},
-		{"cpu", fmt.Sprint(in.CPU)}, {"memory_bytes", fmt.Sprint(in.Memory)},
+		{"cpu", secs(in.CPU)}, {"memory_bytes", fmt.Sprint(in.Memory)},
 		{"disk_bytes", fmt.Sprint(in.Disk)}, {"pids", fmt.Sprint(in.Pids)},
 		{"idle_timeout_seconds", opt(in.Idle)}, {"hibernate_after_seconds", opt(in.Hibernate)},
 		{"lifetime_seconds", secs(in.Lifetime)},
@@ -125,7 +127,11 @@ func (in inspection) writeText(w io.Writer) error {
 	}
 	var b strings.Builder
 	for _, l := range lines {
-		fmt.Fprintf(&b, "%s: %s\n", l[0], l[1])
+		if l[1] == "" {
+			fmt.Fprintf(&b, "%s:\n", l[0])
+		} else {
+			fmt.Fprintf(&b, "%s: %s\n", l[0], l[1])
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -138,8 +144,8 @@ func newSandboxInspect(cf *connFlags) *cobra.Command {
 		Short: "Print a sandbox's whole state: settings, state, generation, time held and active, commands",
 		Long: `berth sandbox inspect prints a sandbox's state as key: value lines, or
 with -o json as one object with the same keys. Durations are seconds in
-JSON and Go durations in text; a timeout that never fires is null in
-JSON and "never" in text. Resources are as asked for: 0 is the
+JSON and text; a timeout that never fires is null in JSON and "never"
+in text. Resources are as asked for: 0 is the
 provider's default.`,
 		Args:              usageArgs(cobra.ExactArgs(1)),
 		ValidArgsFunction: completeSandboxes(cf),
