@@ -62,8 +62,8 @@ func TestTLS(t *testing.T) {
 			}
 
 			refused := map[string]*tls.Config{
-				"plain":     nil,
-				"other CA":  {RootCAs: pool(t, certs.OtherCA)},
+				"plain":      nil,
+				"other CA":   {RootCAs: pool(t, certs.OtherCA)},
 				"wrong name": {RootCAs: pool(t, certs.CA), ServerName: "example.com"},
 			}
 			if mutual {
