@@ -40,6 +40,7 @@ func TestTLSConnection(t *testing.T) {
 			"no client certificate": {"--address", addr, "--tls-ca-path", certs.CA},
 		} {
 			out, errOut, code := runBerth(t, berth, append([]string{"sandbox", "ls"}, args...)...)
+			t.Logf("%s: %s", what, strings.TrimSpace(errOut))
 			if code != exitBerth || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "cannot reach the Temporal server at "+addr) {
 				t.Errorf("%s: exit %d, stdout %q, stderr %q; want 125 and one line", what, code, out, errOut)
 			}
