@@ -3,6 +3,7 @@ package devserver
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -70,6 +71,10 @@ type Options struct {
 	// what go.temporal.io/server/common/dynamicconfig.StaticClient takes:
 	// plain values, or []dynamicconfig.ConstrainedValue.
 	DynamicConfig map[string]any
+
+	// TLS, when set, serves the frontend over TLS (and, with a client
+	// CA, mutual TLS). Nil means plain gRPC.
+	TLS *TLS
 }
 
 // Server is a running embedded Temporal server. Stop it when done.
@@ -79,6 +84,8 @@ type Server struct {
 	uiAddress   string
 	namespace   string
 	log         *slog.Logger
+	tls         *TLS
+	clientTLS   *tls.Config // for the server's own clients, with TLS
 
 	temporal  temporal.Server
 	srvLogger *serverLogger
@@ -105,11 +112,15 @@ func (s *Server) UIAddress() string { return s.uiAddress }
 // ClientOptions returns options for a client of this server: its address
 // and namespace, and no gRPC compression (the SDK's default is gzip, which on
 // loopback only burns CPU on both ends). Add a Logger and the like to taste.
+//
+// With Options.TLS, they dial with TLS, verifying the frontend with its
+// RootCAFile and presenting its ClientCertFile.
 func (s *Server) ClientOptions() client.Options {
 	return client.Options{
-		HostPort:          s.address,
-		Namespace:         s.namespace,
-		ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}},
+		HostPort:  s.address,
+		Namespace: s.namespace,
+		ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{},
+			TLS: s.clientTLS.Clone()},
 	}
 }
 
@@ -122,6 +133,8 @@ type settings struct {
 	namespace     string
 	logger        *slog.Logger
 	dynamicConfig dynamicconfig.StaticClient
+	tls           *TLS
+	clientTLS     *tls.Config
 }
 
 func (o Options) settings() (settings, error) {
@@ -155,6 +168,14 @@ func (o Options) settings() (settings, error) {
 		namespace:     cmp.Or(o.Namespace, defaultNamespace),
 		logger:        o.Logger,
 		dynamicConfig: dc,
+	}
+	if o.TLS != nil {
+		if err := o.TLS.check(); err != nil {
+			return settings{}, err
+		}
+		t := *o.TLS
+		st.tls = &t
+		st.clientTLS, _ = t.clientConfig() // check read it
 	}
 	if st.logger == nil {
 		st.logger = slog.Default()
@@ -216,7 +237,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 		var abandoned bool
-		srv, abandoned, err = startTemporal(ctx, serverConfig(p, sqlConfig), p, st.dynamicConfig, srvLogger, lock)
+		cfg := serverConfig(p, sqlConfig)
+		if st.tls != nil {
+			st.tls.apply(cfg)
+		}
+		srv, abandoned, err = startTemporal(ctx, cfg, p, st.dynamicConfig, srvLogger, lock)
 		if abandoned {
 			keepLock = true // the background stop releases it
 		}
@@ -238,6 +263,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		httpAddress: p.httpAddress(),
 		namespace:   st.namespace,
 		log:         st.logger,
+		tls:         st.tls,
+		clientTLS:   st.clientTLS,
 		temporal:    srv,
 		srvLogger:   srvLogger,
 		lock:        lock,
@@ -467,6 +494,7 @@ func (s *Server) startUI(ctx context.Context, host string, port int, dialHost st
 		Host:                host,
 		Port:                port,
 		TemporalGRPCAddress: s.address,
+		TLS:                 s.uiTLS(),
 		EnableUI:            true,
 		DefaultNamespace:    s.namespace,
 		CORS:                uiconfig.CORS{CookieInsecure: true},

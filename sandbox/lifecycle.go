@@ -91,7 +91,37 @@ func (s *Sandbox) transition(ctx workflow.Context, change func(workflow.Context)
 	return change(ctx)
 }
 
-func (s *Sandbox) set(st State) { s.st.State = st; s.st.epoch++ }
+// set moves the sandbox to state st, counting the time it was held:
+// running or paused, a sandbox exists and takes room on its host.
+func (s *Sandbox) set(ctx workflow.Context, st State) {
+	now := workflow.Now(ctx)
+	held := func(st State) bool { return st == StateRunning || st == StatePaused }
+	switch {
+	case held(st) && s.st.HeldSince.IsZero():
+		s.st.HeldSince = now
+	case !held(st) && !s.st.HeldSince.IsZero():
+		s.st.Held += now.Sub(s.st.HeldSince)
+		s.st.HeldSince = time.Time{}
+	}
+	s.st.State = st
+	s.st.epoch++
+}
+
+// commandStarted and commandEnded count the time commands run: while at
+// least one does, the sandbox is active.
+func (s *Sandbox) commandStarted(ctx workflow.Context) {
+	if s.st.running == 0 {
+		s.st.ActiveSince = workflow.Now(ctx)
+	}
+	s.st.running++
+}
+
+func (s *Sandbox) commandEnded(ctx workflow.Context) {
+	if s.st.running--; s.st.running == 0 {
+		s.st.Active += workflow.Now(ctx).Sub(s.st.ActiveSince)
+		s.st.ActiveSince = time.Time{}
+	}
+}
 
 // Pause freezes the sandbox now, natively where the provider can, and
 // hibernates it elsewhere. The next operation resumes it.
@@ -138,9 +168,9 @@ func (s *Sandbox) pause(ctx workflow.Context) error {
 		return s.hibernate(ctx)
 	}
 	if err != nil {
-		return s.markLost(err)
+		return s.markLost(ctx, err)
 	}
-	s.set(StatePaused)
+	s.set(ctx, StatePaused)
 	return nil
 }
 
@@ -150,9 +180,9 @@ func (s *Sandbox) resume(ctx workflow.Context) error {
 	}
 	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Resume, s.st.Ref)
 	if err != nil {
-		return s.markLost(err)
+		return s.markLost(ctx, err)
 	}
-	s.set(StateRunning)
+	s.set(ctx, StateRunning)
 	return nil
 }
 
@@ -167,10 +197,10 @@ func (s *Sandbox) hibernate(ctx workflow.Context) error {
 		}
 	}
 	if err := s.checkpoint(ctx); err != nil {
-		return s.markLost(err)
+		return s.markLost(ctx, err)
 	}
 	s.destroy(ctx, s.st.Ref)
-	s.set(StateHibernated)
+	s.set(ctx, StateHibernated)
 	return nil
 }
 
@@ -181,14 +211,14 @@ func (s *Sandbox) wake(ctx workflow.Context) error {
 		return err
 	}
 	s.st.Ref = ref
-	s.set(StateRunning)
+	s.set(ctx, StateRunning)
 	return nil
 }
 
 // markLost notes that err revealed the sandbox lost and returns err.
-func (s *Sandbox) markLost(err error) error {
+func (s *Sandbox) markLost(ctx workflow.Context, err error) error {
 	if errors.Is(err, provider.ErrLost) {
-		s.set(StateLost)
+		s.set(ctx, StateLost)
 	}
 	return err
 }
@@ -197,7 +227,7 @@ func (s *Sandbox) markLost(err error) error {
 // from its last checkpoint. Either way the operation that found it gets
 // a LostError saying what was lost.
 func (s *Sandbox) lost(ctx workflow.Context, cause error) error {
-	s.set(StateLost)
+	s.set(ctx, StateLost)
 	e := &LostError{Sandbox: s.st.Ref.ID, Checkpoint: s.st.Checkpoint, Lost: s.st.Since, Err: cause}
 	if s.st.Config.Recovery == Fail {
 		return e
@@ -209,7 +239,7 @@ func (s *Sandbox) lost(ctx workflow.Context, cause error) error {
 			return err
 		}
 		s.st.Ref, s.st.Since = ref, nil
-		s.set(StateRunning)
+		s.set(ctx, StateRunning)
 		// The lost sandbox may still hold records, or come back.
 		workflow.Go(ctx, func(ctx workflow.Context) { s.destroy(ctx, old) })
 		return nil

@@ -374,3 +374,67 @@ func TestCarryAcrossRuns(t *testing.T) {
 		t.Errorf("left behind: %v", infos)
 	}
 }
+
+// TestHeldAndActive: a sandbox is held while running or paused, not
+// while hibernated, and the count goes on across a wake and a carry to
+// another run.
+func TestHeldAndActive(t *testing.T) {
+	p := berthtest.Provider(t)
+	providers := map[string]provider.Provider{"linux": p}
+	first, _ := berthtest.WorkflowEnvWith(t, providers)
+	type report struct {
+		Hibernated, Woken Status
+		Carried           Carried
+	}
+	wf1 := func(ctx workflow.Context) (r report, err error) {
+		sbx, err := New(ctx, Provider{Type: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(3*time.Minute))
+		if err != nil {
+			return r, err
+		}
+		defer sbx.Stop(ctx)
+		if _, err := sbx.Exec(ctx, "true"); err != nil {
+			return r, err
+		}
+		if err := workflow.Sleep(ctx, 10*time.Minute); err != nil {
+			return r, err
+		}
+		r.Hibernated = sbx.Status()
+		if _, err := sbx.Exec(ctx, "true"); err != nil {
+			return r, err
+		}
+		r.Woken = sbx.Status()
+		r.Carried = sbx.Carry()
+		return r, nil
+	}
+	first.RegisterWorkflow(wf1)
+	first.ExecuteWorkflow(wf1)
+	var r report
+	must(t, first.GetWorkflowResult(&r))
+	h := r.Hibernated
+	// Running a minute, then paused two, then hibernated: three minutes,
+	// give or take the time the pause and hibernation took.
+	if h.State != StateHibernated || !h.HeldSince.IsZero() || h.Held < 3*time.Minute || h.Held > 4*time.Minute {
+		t.Errorf("hibernated: state %s, held %v since %v; want held about 3m and not now", h.State, h.Held, h.HeldSince)
+	}
+	if !h.ActiveSince.IsZero() || h.Active > h.Held {
+		t.Errorf("hibernated: active %v since %v, held %v", h.Active, h.ActiveSince, h.Held)
+	}
+	w := r.Woken
+	if w.HeldSince.IsZero() || w.Held != h.Held || w.Active < h.Active {
+		t.Errorf("woken: held %v since %v, active %v; want held %v until a new stretch", w.Held, w.HeldSince, w.Active, h.Held)
+	}
+
+	second, _ := berthtest.WorkflowEnvWith(t, providers)
+	wf2 := func(ctx workflow.Context, c Carried) (Status, error) {
+		sbx := Reattach(ctx, c)
+		defer sbx.Stop(ctx)
+		return sbx.Status(), nil
+	}
+	second.RegisterWorkflow(wf2)
+	second.ExecuteWorkflow(wf2, r.Carried)
+	var after Status
+	must(t, second.GetWorkflowResult(&after))
+	if after.Held != w.Held || !after.HeldSince.Equal(w.HeldSince) || after.Active != w.Active {
+		t.Errorf("after the carry: held %v since %v, active %v; want %v since %v, %v", after.Held, after.HeldSince, after.Active, w.Held, w.HeldSince, w.Active)
+	}
+}

@@ -68,11 +68,20 @@ type state struct {
 	// Since lists the mutating operations since the checkpoint: what a
 	// recovery loses.
 	Since []string `json:"since,omitempty"`
+	// Held is how long the sandbox has been held (running or paused),
+	// up to HeldSince, the start of the current stretch, zero when it is
+	// not held now. Active and ActiveSince count the same way the time
+	// commands run.
+	Held        time.Duration `json:"held,omitempty"`
+	HeldSince   time.Time     `json:"held_since,omitzero"`
+	Active      time.Duration `json:"active,omitempty"`
+	ActiveSince time.Time     `json:"active_since,omitzero"`
 
 	busy     bool   // a transition is in flight
 	notLocal string // a queue whose sandboxes this workflow's worker does not host
 	inflight int    // operations in flight
 	epoch    int    // bumped on every change the idle watcher cares about
+	running  int    // commands running
 }
 
 // State is where a sandbox is in its lifecycle.
@@ -150,7 +159,8 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	s.st.Ref, s.st.State, s.st.LastActive = ref, StateRunning, workflow.Now(ctx)
+	s.st.Ref, s.st.LastActive = ref, workflow.Now(ctx)
+	s.set(ctx, StateRunning)
 	workflow.Go(ctx, s.watchIdle)
 	return s, nil
 }
@@ -215,6 +225,14 @@ type Status struct {
 	// OutputStored is the command output stored so far, which counts
 	// against the sandbox's output budget.
 	OutputStored int64 `json:"output_stored,omitempty"`
+	// Held is how long a sandbox has existed (running or paused) up to
+	// HeldSince, when it has been held since, without a break; Active
+	// and ActiveSince are the same for the time commands ran. A caller
+	// adds the time since to each: a query cannot read the clock.
+	Held        time.Duration `json:"held"`
+	HeldSince   time.Time     `json:"held_since,omitzero"`
+	Active      time.Duration `json:"active"`
+	ActiveSince time.Time     `json:"active_since,omitzero"`
 }
 
 // Status describes the sandbox.
@@ -222,7 +240,8 @@ func (s *Sandbox) Status() Status {
 	return Status{ID: s.st.Ref.ID, Provider: s.st.Ref.Provider, State: s.st.State,
 		Generation: s.st.Generation, Commands: s.st.Commands,
 		Checkpoint: s.st.Checkpoint, LastActive: s.st.LastActive,
-		Resources: s.st.Config.Spec.Resources, OutputStored: s.st.OutputStored}
+		Resources: s.st.Config.Spec.Resources, OutputStored: s.st.OutputStored,
+		Held: s.st.Held, HeldSince: s.st.HeldSince, Active: s.st.Active, ActiveSince: s.st.ActiveSince}
 }
 
 // Result is what became of a command.
@@ -267,7 +286,9 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 		if cfg.started != nil {
 			cfg.started(in.ID)
 		}
+		s.commandStarted(ctx)
 		out, err := s.runExec(ctx, in)
+		s.commandEnded(ctx)
 		if err != nil {
 			return err
 		}
@@ -454,7 +475,7 @@ func (s *Sandbox) Stop(ctx workflow.Context) error {
 		}
 	}
 	s.dropCheckpoint(ctx)
-	s.set(StateStopped)
+	s.set(ctx, StateStopped)
 	return nil
 }
 

@@ -108,7 +108,7 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 			return err
 		}
 		s.st.Ref, s.st.Config.Provider = ref, p.Type
-		s.set(StateRunning)
+		s.set(ctx, StateRunning)
 		s.destroy(ctx, old)
 		return nil
 	})

@@ -48,6 +48,11 @@ type RunOutput struct {
 	Sandbox  string            `json:"sandbox"`
 }
 
+// MemoCommand is the memo key under which a front end that starts a Run
+// names its command, for listings (berth run ls): a Run's input is not
+// in the visibility store.
+const MemoCommand = "berth.command"
+
 // RunQuery is the query a Run workflow answers with its RunStatus.
 const RunQuery = "berth.run"
 

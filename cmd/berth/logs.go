@@ -8,7 +8,8 @@ import (
 )
 
 func newLogs(cf *connFlags) *cobra.Command {
-	return &cobra.Command{
+	var outFmt *format
+	cmd := &cobra.Command{
 		Use:   "logs RUN-ID",
 		Short: "Follow a run started with berth run --detach, and exit with its exit code",
 		Long: `berth logs prints a run's output, from its start, follows it live until
@@ -26,12 +27,16 @@ cancel RUN-ID, or interrupt the berth run that started it without
 				return err
 			}
 			defer c.Temporal().Close()
-			out, err := c.FollowRun(ctx, args[0], os.Stdout, os.Stderr)
+			sink := newSink(*outFmt)
+			stdout, stderr := sink.writers()
+			out, err := c.FollowRun(ctx, args[0], stdout, stderr)
 			if err != nil && ctx.Err() != nil {
 				fmt.Fprintf(os.Stderr, "berth: stopped following run %s; it goes on (berth logs %s)\n", args[0], args[0])
 				return exitError{130}
 			}
-			return runResult("run "+args[0], out, err)
+			return sink.result("run "+args[0], args[0], out, err)
 		},
 	}
+	outFmt = addResultFormat(cmd.Flags())
+	return cmd
 }

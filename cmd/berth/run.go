@@ -34,6 +34,7 @@ func newRun(cf *connFlags) *cobra.Command {
 		maxOutput  string
 		detach     bool
 		stdin      bool
+		outFmt     *format
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
@@ -46,7 +47,10 @@ with the command's exit code; when the command could not run to its end
 Interrupted (Ctrl-C, SIGTERM), berth run cancels the run: it waits for
 the run to end and its sandbox to be destroyed, then exits 130. A second
 interrupt stops waiting. A run started with --detach is cancelled by
-nothing of the sort: berth logs only follows it.`,
+nothing of the sort: berth logs only follows it; berth run cancel ends it.
+
+berth run ls and berth run cancel are subcommands: the command to run
+always follows "--", and "berth run -- ls" runs ls.`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -86,6 +90,7 @@ nothing of the sort: berth logs only follows it.`,
 				_, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{
 					ID: id, TaskQueue: sandbox.DefaultQueue,
 					WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+					Memo:                     map[string]any{workflows.MemoCommand: shorten(strings.Join(args, " "), maxMemoCommand)},
 				}, workflows.Run, in)
 				return err
 			})
@@ -93,10 +98,9 @@ nothing of the sort: berth logs only follows it.`,
 				return fmt.Errorf("start the run: %w", err)
 			}
 			if detach {
-				fmt.Println(id)
-				return nil
+				return printID(os.Stdout, *outFmt, id)
 			}
-			return followOrCancel(ctx, c, id)
+			return followOrCancel(ctx, c, id, newSink(*outFmt))
 		},
 	}
 	f := cmd.Flags()
@@ -110,6 +114,8 @@ nothing of the sort: berth logs only follows it.`,
 	f.BoolVar(&detach, "detach", false, "print the run's workflow id and return at once")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
 	f.StringVar(&maxOutput, "max-output", "", "store at most this much of each output stream, its start and its end (default 256Mi)")
+	outFmt = addResultFormat(f)
+	cmd.AddCommand(newRunLs(cf), newRunCancel(cf))
 	return cmd
 }
 
@@ -121,7 +127,7 @@ const cancelWait = 30 * time.Second
 // an interrupt (ctx done) cancels the run: the workflow destroys its
 // sandbox on the way out, and berth follows it until it is closed, at
 // most cancelWait, printing what is left of the output.
-func followOrCancel(ctx context.Context, c *client.Client, id string) error {
+func followOrCancel(ctx context.Context, c *client.Client, id string, sink *sink) error {
 	followCtx, stopFollowing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFollowing()
 	var (
@@ -160,19 +166,20 @@ func followOrCancel(ctx context.Context, c *client.Client, id string) error {
 		waited = true
 		stopFollowing()
 	}()
-	out, err := c.FollowRun(followCtx, id, os.Stdout, os.Stderr)
+	stdout, stderr := sink.writers()
+	out, err := c.FollowRun(followCtx, id, stdout, stderr)
 	stopFollowing()
 	<-watching
 	select {
 	case <-interrupted:
 	default:
-		return runResult(id, out, err)
+		return sink.result(id, id, out, err)
 	}
 	var canceled *temporal.CanceledError
 	switch {
 	case err == nil:
 		// It ended before the cancellation reached it: its own end.
-		return runResult(id, out, nil)
+		return sink.result(id, id, out, nil)
 	case errors.As(err, &canceled):
 		fmt.Fprintf(os.Stderr, "berth: run %s cancelled; its sandbox is destroyed\n", id)
 	case waited && cancelErr == nil:

@@ -35,6 +35,7 @@ operations are Workflow Updates, so other programs can drive it too (see
 README).`,
 	}
 	cmd.AddCommand(newSandboxCreate(cf), newSandboxExec(cf), newSandboxCp(cf), newSandboxLs(cf), newSandboxRm(cf),
+		newSandboxInspect(cf),
 		newSandboxSnapshot(cf), newSandboxFork(cf), newSandboxSwitch(cf),
 		newSandboxSimple(cf, "pause", workflows.UpdatePause, "Freeze a sandbox now (the next command resumes it)"),
 		newSandboxSimple(cf, "resume", workflows.UpdateResume, "Resume a paused or hibernated sandbox"),
@@ -106,6 +107,7 @@ func newSandboxCreate(cf *connFlags) *cobra.Command {
 		in       workflows.SandboxInput
 		settings settingsFlags
 		name     string
+		out      *format
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -142,8 +144,7 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 			if err != nil {
 				return err
 			}
-			fmt.Println(name)
-			return nil
+			return printID(os.Stdout, *out, name)
 		},
 	}
 	f := cmd.Flags()
@@ -152,6 +153,8 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 	f.StringVar(&in.Image, "image", "", "the image its root filesystem comes from (default: the provider's)")
 	settings.register(f, false)
 	f.StringVar(&in.FromSnapshot, "from-snapshot", "", "fill the workspace from this snapshot")
+	out = addFormat(f, formatJSON)
+	_ = cmd.RegisterFlagCompletionFunc("from-snapshot", completeSnapshots(cf))
 	return cmd
 }
 
@@ -286,9 +289,21 @@ func showProgress(ctx context.Context, c tclient.Client, id string) (stop func()
 	return func() { cancel(); <-done }
 }
 
+// sandboxRow is a line of berth sandbox ls, and its JSON.
+type sandboxRow struct {
+	ID       string    `json:"id"`
+	Provider string    `json:"provider"`
+	State    string    `json:"state"`
+	Created  time.Time `json:"created"`
+	Age      float64   `json:"age_seconds"`
+	// Owner is the sandbox a fork came from; empty for a standalone one.
+	Owner string `json:"owner"`
+}
+
 func newSandboxLs(cf *connFlags) *cobra.Command {
 	var (
-		all bool
+		all, quiet bool
+		out        *format
 	)
 	cmd := &cobra.Command{
 		Use:   "ls",
@@ -301,55 +316,93 @@ func newSandboxLs(cf *connFlags) *cobra.Command {
 				return err
 			}
 			defer c.Temporal().Close()
-			query := "WorkflowType = 'Sandbox'"
-			if !all {
-				query += " AND ExecutionStatus = 'Running'"
+			rows, err := listSandboxes(ctx, c.Temporal(), all)
+			if err != nil {
+				return err
+			}
+			switch {
+			case quiet:
+				for _, r := range rows {
+					fmt.Println(r.ID)
+				}
+				return nil
+			case *out == formatJSON:
+				if rows == nil {
+					rows = []sandboxRow{}
+				}
+				return writeJSON(os.Stdout, rows)
+			case *out == formatJSONL:
+				for _, r := range rows {
+					if err := writeJSON(os.Stdout, r); err != nil {
+						return err
+					}
+				}
+				return nil
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tPROVIDER\tSTATE\tAGE\tOWNER")
-			var token []byte
-			dc := converter.GetDefaultDataConverter()
-			for {
-				resp, err := c.Temporal().ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
-				if err != nil {
-					return fmt.Errorf("list sandboxes: %w", err)
+			for _, r := range rows {
+				owner := r.Owner
+				if owner == "" {
+					owner = "-"
 				}
-				for _, e := range resp.Executions {
-					var prov, state string
-					if p := e.GetMemo().GetFields()[workflows.MemoProvider]; p != nil {
-						_ = dc.FromPayload(p, &prov)
-					}
-					if p := e.GetMemo().GetFields()[workflows.MemoState]; p != nil {
-						_ = dc.FromPayload(p, &state)
-					}
-					if e.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-						state = strings.ToLower(e.Status.String())
-					}
-					age := time.Since(e.GetStartTime().AsTime()).Round(time.Second)
-					// A standalone sandbox owns itself; a fork started by
-					// another sandbox's workflow names it.
-					owner := "-"
-					if p := e.GetParentExecution().GetWorkflowId(); p != "" {
-						owner = p
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.Execution.GetWorkflowId(), prov, state, age, owner)
-				}
-				if token = resp.NextPageToken; len(token) == 0 {
-					break
-				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Provider, r.State,
+					time.Duration(r.Age*float64(time.Second)).Round(time.Second), owner)
 			}
 			return w.Flush()
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include ended sandboxes")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only, one a line")
+	out = addFormat(cmd.Flags(), formatJSON, formatJSONL)
 	return cmd
+}
+
+// listSandboxes lists the Sandbox workflows, running ones unless all.
+func listSandboxes(ctx context.Context, c tclient.Client, all bool) ([]sandboxRow, error) {
+	query := "WorkflowType = 'Sandbox'"
+	if !all {
+		query += " AND ExecutionStatus = 'Running'"
+	}
+	var (
+		rows  []sandboxRow
+		token []byte
+		dc    = converter.GetDefaultDataConverter()
+	)
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		for _, e := range resp.Executions {
+			r := sandboxRow{ID: e.Execution.GetWorkflowId(), Created: e.GetStartTime().AsTime()}
+			if p := e.GetMemo().GetFields()[workflows.MemoProvider]; p != nil {
+				_ = dc.FromPayload(p, &r.Provider)
+			}
+			if p := e.GetMemo().GetFields()[workflows.MemoState]; p != nil {
+				_ = dc.FromPayload(p, &r.State)
+			}
+			if e.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				r.State = strings.ToLower(e.Status.String())
+			}
+			r.Age = time.Since(r.Created).Round(time.Second).Seconds()
+			// A standalone sandbox owns itself; a fork started by
+			// another sandbox's workflow names it.
+			r.Owner = e.GetParentExecution().GetWorkflowId()
+			rows = append(rows, r)
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			return rows, nil
+		}
+	}
 }
 
 func newSandboxRm(cf *connFlags) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "rm ID...",
-		Short: "Destroy sandboxes",
-		Args:  usageArgs(cobra.MinimumNArgs(1)),
+		Use:               "rm ID...",
+		Short:             "Destroy sandboxes",
+		Args:              usageArgs(cobra.MinimumNArgs(1)),
+		ValidArgsFunction: completeIDs(cf, sandboxIDs, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, err := cf.dial(cmd.Context())
@@ -380,10 +433,12 @@ func newSandboxRm(cf *connFlags) *cobra.Command {
 }
 
 func newSandboxSnapshot(cf *connFlags) *cobra.Command {
+	var outFmt *format
 	cmd := &cobra.Command{
-		Use:   "snapshot ID",
-		Short: "Snapshot a sandbox's workspace and print the snapshot's id",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Use:               "snapshot ID",
+		Short:             "Snapshot a sandbox's workspace and print the snapshot's id",
+		Args:              usageArgs(cobra.ExactArgs(1)),
+		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.dial(cmd.Context())
 			if err != nil {
@@ -394,10 +449,10 @@ func newSandboxSnapshot(cf *connFlags) *cobra.Command {
 			if err := update(cmd.Context(), c, args[0], workflows.UpdateSnapshot, &out); err != nil {
 				return err
 			}
-			fmt.Println(out.Snapshot)
-			return nil
+			return printID(os.Stdout, *outFmt, out.Snapshot)
 		},
 	}
+	outFmt = addFormat(cmd.Flags(), formatJSON)
 	return cmd
 }
 
@@ -406,11 +461,13 @@ func newSandboxFork(cf *connFlags) *cobra.Command {
 		req      workflows.ForkRequest
 		prov     string
 		settings settingsFlags
+		outFmt   *format
 	)
 	cmd := &cobra.Command{
-		Use:   "fork ID",
-		Short: "Make a new sandbox whose workspace is a copy of this one's, and print its id",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Use:               "fork ID",
+		Short:             "Make a new sandbox whose workspace is a copy of this one's, and print its id",
+		Args:              usageArgs(cobra.ExactArgs(1)),
+		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, err := cf.dial(cmd.Context())
@@ -435,14 +492,14 @@ func newSandboxFork(cf *connFlags) *cobra.Command {
 			if err := waitReady(ctx, c, out.ID); err != nil {
 				return err
 			}
-			fmt.Println(out.ID)
-			return nil
+			return printID(os.Stdout, *outFmt, out.ID)
 		},
 	}
 	cmd.Flags().StringVar(&req.ID, "name", "", "the new sandbox's id (default: a random sbx-...)")
 	cmd.Flags().StringVar(&prov, "provider", "", "where the new sandbox lives (default: the same provider)")
 	cmd.Flags().StringVar(&req.Image, "image", "", "the image of the new sandbox's root filesystem (default: the same)")
 	settings.register(cmd.Flags(), true)
+	outFmt = addFormat(cmd.Flags(), formatJSON)
 	return cmd
 }
 
@@ -472,9 +529,10 @@ func newSandboxSwitch(cf *connFlags) *cobra.Command {
 // newSandboxSimple makes a command that runs one argument-less update.
 func newSandboxSimple(cf *connFlags, use, name, short string) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   use + " ID",
-		Short: short,
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Use:               use + " ID",
+		Short:             short,
+		Args:              usageArgs(cobra.ExactArgs(1)),
+		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.dial(cmd.Context())
 			if err != nil {

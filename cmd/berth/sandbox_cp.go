@@ -35,7 +35,8 @@ and out, as tar streams through the Temporal server to the sandbox's
 worker, in parts of 1 MiB: nothing but the server's address is needed,
 whatever their size. What comes out of a sandbox is untrusted: nothing is
 written outside DST (see README, "Copying out").`,
-		Args: usageArgs(cobra.ExactArgs(2)),
+		Args:              usageArgs(cobra.ExactArgs(2)),
+		ValidArgsFunction: completeCp(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			srcID, srcPath, srcIn := splitRemote(args[0])

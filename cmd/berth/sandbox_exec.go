@@ -17,6 +17,7 @@ func newSandboxExec(cf *connFlags) *cobra.Command {
 		env    []string
 		stdin  bool
 		maxOut string
+		outFmt *format
 	)
 	cmd := &cobra.Command{
 		Use:   "exec ID [flags] -- CMD [ARGS...]",
@@ -28,7 +29,8 @@ berth itself failed).
 
 A server restart under it is a pause: it waits for the server (--retry-for)
 and the command runs once.`,
-		Args: usageArgs(cobra.MinimumNArgs(2)),
+		Args:              usageArgs(cobra.MinimumNArgs(2)),
+		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			id := args[0]
@@ -52,11 +54,13 @@ and the command runs once.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			out, err := c.Exec(ctx, id, req, os.Stdout, os.Stderr)
+			sink := newSink(*outFmt)
+			stdout, stderr := sink.writers()
+			out, err := c.Exec(ctx, id, req, stdout, stderr)
 			if client.NotFound(err) {
 				return updateErr(id, err)
 			}
-			return runResult("sandbox "+id, out, err)
+			return sink.result("sandbox "+id, id, out, err)
 		},
 	}
 	f := cmd.Flags()
@@ -65,6 +69,7 @@ and the command runs once.`,
 	f.DurationVar(&req.Timeout, "timeout", 0, "end the command after this long (default 10m)")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
 	f.StringVar(&maxOut, "max-output", "", "store at most this much of each output stream, its start and its end (default 256Mi)")
+	outFmt = addResultFormat(f)
 	return cmd
 }
 

@@ -43,8 +43,23 @@ func snapshots(ctx context.Context, c *client.Client, in workflows.SnapshotsInpu
 	return out, err
 }
 
+// snapshotRow is a line of berth snapshot ls, and its JSON.
+type snapshotRow struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	// Sandbox is the sandbox it was taken of, by the id its user knows.
+	Sandbox string    `json:"sandbox"`
+	Files   int64     `json:"files"`
+	Size    int64     `json:"size_bytes"`
+	Created time.Time `json:"created"`
+	Age     float64   `json:"age_seconds"`
+}
+
 func newSnapshotLs(cf *connFlags) *cobra.Command {
-	var all bool
+	var (
+		all, quiet bool
+		outFmt     *format
+	)
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List snapshots: id, kind, the sandbox they were taken of, files, size, age",
@@ -56,36 +71,63 @@ func newSnapshotLs(cf *connFlags) *cobra.Command {
 				return err
 			}
 			defer c.Temporal().Close()
-			out, err := snapshots(ctx, c, workflows.SnapshotsInput{})
+			rows, err := listSnapshots(ctx, c, all)
 			if err != nil {
-				return fmt.Errorf("list snapshots: %s", oneLine(err))
+				return err
+			}
+			switch {
+			case quiet:
+				for _, r := range rows {
+					fmt.Println(r.ID)
+				}
+				return nil
+			case *outFmt == formatJSON:
+				return writeJSON(os.Stdout, rows)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tKIND\tSANDBOX\tFILES\tSIZE\tAGE")
-			for _, s := range out.Snapshots {
-				if s.Kind != activities.SnapshotUser && !all {
-					continue
-				}
-				// The sandbox as its user knows it: its workflow's id.
-				owner := s.Labels[sandbox.LabelWorkflowID]
-				if owner == "" {
-					owner = s.Labels[sandbox.LabelSandbox]
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, owner,
-					s.Files, humanBytes(s.Size), time.Since(s.Created).Round(time.Second))
+			for _, r := range rows {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Kind, r.Sandbox,
+					r.Files, humanBytes(r.Size), time.Duration(r.Age*float64(time.Second)))
 			}
 			return w.Flush()
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include berth's own checkpoints")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only, one a line")
+	outFmt = addFormat(cmd.Flags(), formatJSON)
 	return cmd
+}
+
+// listSnapshots lists users' snapshots, and berth's checkpoints too when
+// all.
+func listSnapshots(ctx context.Context, c *client.Client, all bool) ([]snapshotRow, error) {
+	out, err := snapshots(ctx, c, workflows.SnapshotsInput{})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %s", oneLine(err))
+	}
+	rows := []snapshotRow{}
+	for _, s := range out.Snapshots {
+		if s.Kind != activities.SnapshotUser && !all {
+			continue
+		}
+		// The sandbox as its user knows it: its workflow's id.
+		owner := s.Labels[sandbox.LabelWorkflowID]
+		if owner == "" {
+			owner = s.Labels[sandbox.LabelSandbox]
+		}
+		rows = append(rows, snapshotRow{ID: s.ID, Kind: string(s.Kind), Sandbox: owner, Files: int64(s.Files),
+			Size: s.Size, Created: s.Created, Age: time.Since(s.Created).Round(time.Second).Seconds()})
+	}
+	return rows, nil
 }
 
 func newSnapshotRm(cf *connFlags) *cobra.Command {
 	return &cobra.Command{
-		Use:   "rm ID...",
-		Short: "Delete snapshots (their data goes at the next reaping); prints the ids deleted",
-		Args:  usageArgs(cobra.MinimumNArgs(1)),
+		Use:               "rm ID...",
+		Short:             "Delete snapshots (their data goes at the next reaping); prints the ids deleted",
+		Args:              usageArgs(cobra.MinimumNArgs(1)),
+		ValidArgsFunction: completeSnapshots(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			c, err := cf.dial(ctx)

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/workflows"
+)
+
+// commandResult is what became of a command (berth run, berth sandbox
+// exec, berth logs), as -o json prints it, and as the last event of -o
+// jsonl, without the output.
+type commandResult struct {
+	// ID is the run's id, or the sandbox's for exec.
+	ID       string `json:"id"`
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	// Kind and Message say why the command did not run to its own end:
+	// Timeout, OutOfMemory, CommandNotFound...
+	Kind    string `json:"kind,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Stdout and Stderr are the output as text (-o json only); bytes
+	// that are not UTF-8 are replaced by U+FFFD.
+	Stdout *string `json:"stdout,omitempty"`
+	Stderr *string `json:"stderr,omitempty"`
+	// StdoutBytes and StderrBytes are the size of the whole streams;
+	// the dropped counts what of them was not kept (past --max-output),
+	// between their start and end.
+	StdoutBytes   int64 `json:"stdout_bytes"`
+	StderrBytes   int64 `json:"stderr_bytes"`
+	StdoutDropped int64 `json:"stdout_dropped"`
+	StderrDropped int64 `json:"stderr_dropped"`
+	// Truncated says the output printed is not the whole of it; Error
+	// then says why, and berth exits 125.
+	Truncated bool    `json:"truncated"`
+	Error     string  `json:"error,omitempty"`
+	Duration  float64 `json:"duration_seconds"`
+	// Sandbox is the id of the sandbox at its provider.
+	Sandbox string `json:"sandbox"`
+}
+
+// sink is where a command's output goes, as -o says: to berth's own
+// stdout and stderr (text), into memory to print in one document (json),
+// or as events, one a line, as it comes (jsonl).
+type sink struct {
+	f      format
+	out    io.Writer
+	bufs   [2]bytes.Buffer
+	events *events
+}
+
+// addResultFormat declares -o on run, exec and logs.
+func addResultFormat(fs *pflag.FlagSet) *format { return addFormat(fs, formatJSON, formatJSONL) }
+
+func newSink(f format) *sink {
+	s := &sink{f: f, out: os.Stdout}
+	if f == formatJSONL {
+		s.events = &events{w: s.out}
+	}
+	return s
+}
+
+// writers are where the command's stdout and stderr are written.
+func (s *sink) writers() (stdout, stderr io.Writer) {
+	switch s.f {
+	case formatJSON:
+		return &s.bufs[0], &s.bufs[1]
+	case formatJSONL:
+		return s.events.stream(0), s.events.stream(1)
+	}
+	return os.Stdout, os.Stderr
+}
+
+// result ends the command: it prints the result in the sink's format
+// and says how berth exits, as runResult does for text; what names the
+// command in error messages.
+func (s *sink) result(what, id string, out workflows.RunOutput, err error) error {
+	if s.f == formatText || err != nil && !errors.Is(err, client.ErrIncomplete) {
+		return runResult(what, out, err)
+	}
+	r := commandResult{
+		ID: id, ExitCode: out.ExitCode, Signal: out.Signal, Kind: string(out.Kind), Message: out.Message,
+		StdoutBytes: out.Stdout.Size, StderrBytes: out.Stderr.Size,
+		StdoutDropped: out.Stdout.Dropped, StderrDropped: out.Stderr.Dropped,
+		Truncated: err != nil, Duration: out.Duration.Seconds(), Sandbox: out.Sandbox,
+	}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	switch s.f {
+	case formatJSON:
+		o, e := strings.ToValidUTF8(s.bufs[0].String(), "\uFFFD"), strings.ToValidUTF8(s.bufs[1].String(), "\uFFFD")
+		r.Stdout, r.Stderr = &o, &e
+	case formatJSONL:
+		if ferr := s.events.flush(); ferr != nil {
+			return fmt.Errorf("%s: write the output: %w", what, ferr)
+		}
+	}
+	if werr := writeJSON(s.out, r); werr != nil {
+		return fmt.Errorf("%s: write the result: %w", what, werr)
+	}
+	return runResult(what, out, err)
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/workflows"
+)
+
+// maxMemoCommand bounds the command line berth run keeps in its run's
+// memo for listings: the memo is stored with every visibility record.
+const maxMemoCommand = 256
+
+// shorten cuts s to at most n bytes, on a rune boundary, marking the cut.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+// runRow is a line of berth run ls, and its JSON.
+type runRow struct {
+	ID      string    `json:"id"`
+	State   string    `json:"state"`
+	Created time.Time `json:"created"`
+	Age     float64   `json:"age_seconds"`
+	Command string    `json:"command"`
+}
+
+func newRunLs(cf *connFlags) *cobra.Command {
+	var (
+		all, quiet bool
+		outFmt     *format
+	)
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List one-shot runs: ID, STATE, AGE, COMMAND (running ones unless -a)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := cf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Temporal().Close()
+			rows, err := listRuns(ctx, c.Temporal(), all)
+			if err != nil {
+				return err
+			}
+			switch {
+			case quiet:
+				for _, r := range rows {
+					fmt.Println(r.ID)
+				}
+				return nil
+			case *outFmt == formatJSON:
+				return writeJSON(os.Stdout, rows)
+			case *outFmt == formatJSONL:
+				for _, r := range rows {
+					if err := writeJSON(os.Stdout, r); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tSTATE\tAGE\tCOMMAND")
+			for _, r := range rows {
+				// The command is the sandbox's: no tab or newline of it
+				// may break the table.
+				command := strings.Map(func(r rune) rune {
+					if r < ' ' || r == 0x7f {
+						return '?'
+					}
+					return r
+				}, r.Command)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.ID, r.State, time.Duration(r.Age*float64(time.Second)), command)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "include ended runs")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only, one a line")
+	outFmt = addFormat(cmd.Flags(), formatJSON, formatJSONL)
+	return cmd
+}
+
+// listRuns lists the Run workflows, running ones unless all.
+func listRuns(ctx context.Context, c tclient.Client, all bool) ([]runRow, error) {
+	query := "WorkflowType = 'Run'"
+	if !all {
+		query += " AND ExecutionStatus = 'Running'"
+	}
+	var (
+		rows  = []runRow{}
+		token []byte
+		dc    = converter.GetDefaultDataConverter()
+	)
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("list runs: %s", oneLine(err))
+		}
+		for _, e := range resp.Executions {
+			r := runRow{ID: e.Execution.GetWorkflowId(), State: strings.ToLower(e.Status.String()),
+				Created: e.GetStartTime().AsTime()}
+			r.Age = time.Since(r.Created).Round(time.Second).Seconds()
+			if p := e.GetMemo().GetFields()[workflows.MemoCommand]; p != nil {
+				_ = dc.FromPayload(p, &r.Command)
+			}
+			rows = append(rows, r)
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			return rows, nil
+		}
+	}
+}
+
+func newRunCancel(cf *connFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID...",
+		Short: "Cancel runs: each ends, its sandbox destroyed; prints the ids cancelled",
+		Long: `berth run cancel cancels one-shot runs (berth run --detach, or one whose
+berth run is gone) and waits, at most 30s each, for each to end: its
+workflow destroys its sandbox on its way out. A run that does not exist
+or has already ended is an error (exit 125).`,
+		Args:              usageArgs(cobra.MinimumNArgs(1)),
+		ValidArgsFunction: completeIDs(cf, runIDs, true),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := cf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Temporal().Close()
+			var errs []error
+			for _, id := range args {
+				if err := cancelRun(ctx, c, id); err != nil {
+					fmt.Fprintln(os.Stderr, "berth:", err)
+					errs = append(errs, err)
+					continue
+				}
+				fmt.Println(id)
+			}
+			if len(errs) > 0 {
+				return exitError{exitBerth}
+			}
+			return nil
+		},
+	}
+}
+
+// cancelRun cancels the run id and waits for it to end.
+func cancelRun(ctx context.Context, c *client.Client, id string) error {
+	var desc *workflowservice.DescribeWorkflowExecutionResponse
+	err := c.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		desc, err = c.Temporal().DescribeWorkflowExecution(ctx, id, "")
+		return err
+	})
+	switch {
+	case client.NotFound(err):
+		return fmt.Errorf("%s: run %s does not exist", provider.KindNotFound, id)
+	case err != nil:
+		return fmt.Errorf("run %s: %s", id, oneLine(err))
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	if t := info.GetType().GetName(); t != "Run" {
+		return fmt.Errorf("%s: %s is not a run but a %s workflow", provider.KindBadInput, id, t)
+	}
+	if st := info.GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return fmt.Errorf("%s: run %s has already ended (%s)", provider.KindNotFound, id, strings.ToLower(st.String()))
+	}
+	if err := c.Retry(ctx, func(ctx context.Context) error { return c.Temporal().CancelWorkflow(ctx, id, "") }); err != nil {
+		return fmt.Errorf("run %s: %s", id, oneLine(err))
+	}
+	wctx, cancel := context.WithTimeout(ctx, cancelWait)
+	defer cancel()
+	err = c.Retry(wctx, func(ctx context.Context) error {
+		return c.Temporal().GetWorkflow(ctx, id, "").Get(ctx, nil)
+	})
+	var canceled *temporal.CanceledError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("run %s: cancellation requested, the run has not ended after %v (berth logs %s)", id, cancelWait, id)
+	case err == nil, errors.As(err, &canceled):
+		// Cancelled, or ended on its own before the cancellation
+		// reached it: either way it is over, and so is its sandbox.
+		return nil
+	}
+	return fmt.Errorf("run %s: %s", id, oneLine(err))
+}
+
+func runIDs(ctx context.Context, cf *connFlags) []string {
+	c, err := cf.dial(ctx)
+	if err != nil {
+		return nil
+	}
+	defer c.Temporal().Close()
+	rows, err := listRuns(ctx, c.Temporal(), false)
+	if err != nil {
+		return nil
+	}
+	ids := make([]string, 0, len(rows))
+	for _, r := range rows {
+		ids = append(ids, r.ID+"\t"+r.Command)
+	}
+	return ids
+}
