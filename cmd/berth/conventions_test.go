@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/provider"
 )
 
 // decode parses one JSON document, failing the test if it is not one.
@@ -67,6 +70,17 @@ func TestCLIConventions(t *testing.T) {
 		}
 		return out
 	}
+
+	t.Run("providers", func(t *testing.T) {
+		text := ok("providers")
+		if !regexp.MustCompile(`(?m)^linux +ready +berth +\S*pause`).MatchString(text) {
+			t.Errorf("berth providers:\n%s", text)
+		}
+		list := decode[[]provider.Status](t, "providers -o json", ok("providers", "-o", "json"))
+		if len(list) == 0 || list[0].Name != "linux" || !list[0].Available || list[0].Capabilities == nil || !list[0].Capabilities.Disk {
+			t.Errorf("berth providers -o json: %+v", list)
+		}
+	})
 
 	t.Run("bad output format", func(t *testing.T) {
 		for _, args := range [][]string{{"sandbox", "ls", "-o", "yaml"}, {"run", "-o", "xml", "--", "true"}, {"version", "-o", "jsonl"}} {

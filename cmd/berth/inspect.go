@@ -25,6 +25,7 @@ type inspection struct {
 	// generation (a hibernation, a recovery).
 	Sandbox    string    `json:"sandbox"`
 	Provider   string    `json:"provider"`
+	Image      string    `json:"image"`
 	State      string    `json:"state"`
 	Generation int       `json:"generation"`
 	Checkpoint string    `json:"checkpoint"`
@@ -78,7 +79,7 @@ func inspect(id string, st workflows.SandboxStatus, now time.Time) inspection {
 		Idle:      timeout(cfg.IdleTimeout, sandbox.DefaultIdleTimeout),
 		Hibernate: timeout(cfg.HibernateAfter, sandbox.DefaultHibernateAfter),
 		Lifetime:  *timeout(max(cfg.MaxLifetime, 0), provider.DefaultLifetime),
-		EnvKeys:   []string{}, FromSnapshot: cfg.FromSnapshot,
+		EnvKeys:   []string{}, FromSnapshot: cfg.FromSnapshot, Image: cfg.Image,
 	}
 	if in.Provider == "" {
 		in.Provider, in.State = cfg.Provider, "creating"
@@ -113,7 +114,7 @@ func (in inspection) writeText(w io.Writer) error {
 		return t.Local().Format(time.RFC3339)
 	}
 	lines := [][2]string{
-		{"id", in.ID}, {"sandbox", in.Sandbox}, {"provider", in.Provider}, {"state", in.State},
+		{"id", in.ID}, {"sandbox", in.Sandbox}, {"provider", in.Provider}, {"image", in.Image}, {"state", in.State},
 		{"generation", fmt.Sprint(in.Generation)}, {"checkpoint", in.Checkpoint},
 		{"created", when(in.Created)}, {"last_active", when(in.LastActive)},
 		{"held_seconds", secs(in.Held)}, {"active_seconds", secs(in.Active)},

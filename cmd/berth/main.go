@@ -64,7 +64,7 @@ func newRoot() *cobra.Command {
 		newHostCommand("dev", "Run an embedded Temporal server and a berth worker, in one process"),
 		newHostCommand("worker", "Run a berth worker against a Temporal cluster"),
 		newRun(&cf), newLogs(&cf), newSandbox(&cf), newSnapshot(&cf))
-	root.AddCommand(newVersion(root))
+	root.AddCommand(newVersion(root), newProviders(&cf))
 	return root
 }
 
