@@ -110,8 +110,7 @@ func run() error {
 		UID:       cfg.UID,
 		GID:       cfg.GID,
 		Deferred:  true,
-		// The container's OOM score is -1000: the kernel never picks
-		// the daemon, and commands are its first choice.
+		// The kernel's out-of-memory killer picks commands first.
 		CommandOOMScoreAdj: 1000,
 		OOMKills:           oom,
 	})
