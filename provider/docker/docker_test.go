@@ -1,0 +1,256 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+func create(t *testing.T, p *Provider, spec provider.Spec) *sandbox {
+	t.Helper()
+	sb, err := p.Create(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Destroy(context.Background()) })
+	return sb.(*sandbox)
+}
+
+func sh(t *testing.T, sb provider.Sandbox, script string) string {
+	t.Helper()
+	var out, errOut strings.Builder
+	res, err := sb.Exec(t.Context(), provider.ExecRequest{Shell: script, Stdout: &out, Stderr: &errOut})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%q: exit %d, %v: %s", script, res.ExitCode, err, errOut.String())
+	}
+	return out.String()
+}
+
+// containers lists the containers of a state directory, warm ones too.
+func containers(t *testing.T, p *Provider) []string {
+	t.Helper()
+	list, err := p.docker.ContainerList(t.Context(), client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", LabelStateDir+"="+p.cfg.StateDir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range list.Items {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
+func TestOpenBadConfig(t *testing.T) {
+	needDocker(t)
+	for _, cfg := range []provider.Config{
+		{"no-such-setting": "1"},
+		{"pool": "many"},
+		{"daemon": "/nonexistent/berth-sandboxd"},
+		{"daemon": testEnv.daemon, "memory": "1000"},
+	} {
+		_, err := provider.Open(t.Context(), Name, cfg)
+		if !errors.Is(err, provider.ErrBadInput) && !errors.Is(err, provider.ErrUnsupported) {
+			t.Errorf("Open(%v): %v, want bad input or unsupported", cfg, err)
+		} else if strings.Contains(err.Error(), "\n") {
+			t.Errorf("Open(%v): error of more than one line: %q", cfg, err)
+		}
+	}
+}
+
+func TestImageMissing(t *testing.T) {
+	p := newTestProvider(t, Config{PullTimeout: time.Minute})
+	_, err := p.Create(t.Context(), provider.Spec{ID: "missing", Image: "berth-no-such-image:0"})
+	if !errors.Is(err, provider.ErrBadInput) {
+		t.Fatalf("Create with an image nobody has: %v, want bad input", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"berth-no-such-image:0", "docker pull", "docker load", "docker import"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the error does not say %q: %s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("the error is more than one line: %q", msg)
+	}
+	if ids := containers(t, p); len(ids) != 0 {
+		t.Errorf("a failed creation left containers: %v", ids)
+	}
+	// No spec image and no default is bad input too.
+	q := newTestProvider(t, Config{})
+	q.cfg.Image = ""
+	if _, err := q.Create(t.Context(), provider.Spec{}); !errors.Is(err, provider.ErrBadInput) {
+		t.Errorf("Create with no image at all: %v, want bad input", err)
+	}
+	if _, err := q.Create(t.Context(), provider.Spec{Image: testImage, RootFS: "/"}); !errors.Is(err, provider.ErrUnsupported) {
+		t.Errorf("Create with a root filesystem: %v, want unsupported", err)
+	}
+}
+
+// TestDestroyLeavesNothing: no container, mount, loop device, slot or
+// record is left after Destroy, and no warm container after Close.
+func TestDestroyLeavesNothing(t *testing.T) {
+	p := newTestProvider(t, Config{})
+	sb := create(t, p, provider.Spec{ID: "gone", Labels: map[string]string{"owner": "me"}})
+	sh(t, sb, "head -c 1000000 /dev/urandom > f")
+	img := filepath.Join(p.slotPath(sb.rec.UID), imageFile)
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range containers(t, p) {
+		if id == sb.rec.Container {
+			t.Errorf("container %s is still there", id)
+		}
+	}
+	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mountinfo), p.cfg.StateDir) {
+		t.Errorf("mounts below the state directory are left:\n%s", mountinfo)
+	}
+	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range backing {
+		if b, _ := os.ReadFile(f); strings.Contains(string(b), img) {
+			t.Errorf("loop device %s still holds the workspace", f)
+		}
+	}
+	for _, d := range []string{slotsDir, sandboxesDir} {
+		var names []string
+		entries, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, d))
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		if d == sandboxesDir && len(names) > 0 {
+			t.Errorf("%s holds %v after Destroy", d, names)
+		}
+		if d == slotsDir && len(names) > p.cfg.Pool {
+			t.Errorf("%s holds %v after Destroy, with a pool of %d", d, names, p.cfg.Pool)
+		}
+	}
+	if _, err := p.Get(t.Context(), "gone"); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("Get after Destroy: %v, want not found", err)
+	}
+	// The pool's containers go with the provider.
+	p.Close()
+	if ids := containers(t, p); len(ids) != 0 {
+		t.Errorf("containers left after Destroy and Close: %v", ids)
+	}
+	entries, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, slotsDir))
+	if len(entries) != 0 {
+		t.Errorf("slots left after Close: %d", len(entries))
+	}
+}
+
+// TestKilledFromOutside: a container killed behind the provider's back
+// makes its sandbox lost, at once, and Destroy still cleans up.
+func TestKilledFromOutside(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: -1})
+	sb := create(t, p, provider.Spec{ID: "killed"})
+	sh(t, sb, "true")
+	// A command running when the container dies ends too.
+	done := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"sleep", "1000"}})
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if out, err := exec.Command("docker", "kill", sb.rec.Container).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill: %v: %s", err, out)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, provider.ErrLost) {
+			t.Errorf("a command running when its container was killed: %v, want lost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a command running when its container was killed did not end")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, provider.ErrLost) {
+		t.Errorf("Exec after the container was killed: %v, want lost", err)
+	}
+	if info, err := sb.Info(ctx); err != nil || info.State != provider.StateLost {
+		t.Errorf("Info after the container was killed: %q, %v; want lost", info.State, err)
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatalf("Destroy of a lost sandbox: %v", err)
+	}
+	if ids := containers(t, p); len(ids) != 0 {
+		t.Errorf("containers left: %v", ids)
+	}
+}
+
+// TestLifetime: a sandbox past its lifetime is stopped, and lost.
+func TestLifetime(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: -1})
+	sb := create(t, p, provider.Spec{ID: "brief", Lifetime: time.Second})
+	time.Sleep(2 * time.Second)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		info, err := sb.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State == provider.StateLost {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a sandbox 10s past its lifetime of 1s is %q", info.State)
+		}
+	}
+}
+
+// TestContainer checks what Docker was asked for: native pause, the
+// spec's limits, no network, and how commands run.
+func TestContainer(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: -1})
+	spec := provider.Spec{ID: "limits", Resources: provider.Resources{CPU: 0.5, Memory: 256 << 20, Pids: 100, Disk: 64 << 20}}
+	sb := create(t, p, spec)
+	insp, err := p.docker.ContainerInspect(t.Context(), sb.rec.Container, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := insp.Container.HostConfig
+	if hc.Memory != spec.Resources.Memory || hc.NanoCPUs != 5e8 || hc.PidsLimit == nil || *hc.PidsLimit != 100 ||
+		string(hc.NetworkMode) != "none" || !hc.ReadonlyRootfs {
+		t.Errorf("container has memory %d, CPUs %d, pids %v, network %q, read-only root %v", hc.Memory, hc.NanoCPUs, hc.PidsLimit, hc.NetworkMode, hc.ReadonlyRootfs)
+	}
+	// Commands: another user, no capabilities, no_new_privs, seccomp, the
+	// root read-only, the workspace's size.
+	out := sh(t, sb, `grep -E '^(CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status; touch /etc/x 2>/dev/null && echo root-writable; df -k /workspace | tail -1 | awk '{print "ws", $2}'`)
+	for _, want := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("commands run without %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "root-writable") {
+		t.Error("a command could write /etc")
+	}
+	// Each sandbox's user is a host uid of its own.
+	other := create(t, p, provider.Spec{ID: "other"})
+	if a, b := sh(t, sb, "id -u"), sh(t, other, "id -u"); a == b {
+		t.Errorf("two sandboxes' users share host uid %s", a)
+	}
+
+	if err := sb.Pause(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	insp, err = p.docker.ContainerInspect(t.Context(), sb.rec.Container, client.ContainerInspectOptions{})
+	if err != nil || !insp.Container.State.Paused {
+		t.Errorf("after Pause, Docker says paused=%v (%v)", insp.Container.State.Paused, err)
+	}
+	if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, provider.ErrPaused) {
+		t.Errorf("Exec while paused: %v, want paused", err)
+	}
+	if err := sb.Resume(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, sb, "true")
+}
