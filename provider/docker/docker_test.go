@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,10 +112,8 @@ func TestDestroyLeavesNothing(t *testing.T) {
 			t.Errorf("container %s is still there", id)
 		}
 	}
-	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
-	if strings.Contains(string(mountinfo), p.cfg.StateDir) {
-		t.Errorf("mounts below the state directory are left:\n%s", mountinfo)
-	}
+	slot := p.slotPath(sb.rec.UID)
+	checkNoMounts(t, slot)
 	backing, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
 	for _, f := range backing {
 		if b, _ := os.ReadFile(f); strings.Contains(string(b), img) {
@@ -145,6 +144,21 @@ func TestDestroyLeavesNothing(t *testing.T) {
 	entries, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, slotsDir))
 	if len(entries) != 0 {
 		t.Errorf("slots left after Close: %d", len(entries))
+	}
+	checkNoMounts(t, p.cfg.StateDir)
+}
+
+// checkNoMounts fails the test if anything is mounted below dir.
+func checkNoMounts(t *testing.T, dir string) {
+	t.Helper()
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(mountinfo)) {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			t.Errorf("still mounted: %s", line)
+		}
 	}
 }
 
@@ -224,7 +238,7 @@ func TestContainer(t *testing.T) {
 	}
 	// Commands: another user, no capabilities, no_new_privs, seccomp, the
 	// root read-only, the workspace's size.
-	out := sh(t, sb, `grep -E '^(CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status; touch /etc/x 2>/dev/null && echo root-writable; df -k /workspace | tail -1 | awk '{print "ws", $2}'`)
+	out := sh(t, sb, `grep -E '^(CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status; touch /etc/x 2>/dev/null && echo root-writable; stat -f -c 'ws %b %S' /workspace`)
 	for _, want := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("commands run without %q:\n%s", want, out)
@@ -232,6 +246,12 @@ func TestContainer(t *testing.T) {
 	}
 	if strings.Contains(out, "root-writable") {
 		t.Error("a command could write /etc")
+	}
+	var blocks, bsize int64
+	if i := strings.Index(out, "ws "); i < 0 {
+		t.Errorf("no workspace size in %q", out)
+	} else if fmt.Sscan(out[i+3:], &blocks, &bsize); blocks*bsize > spec.Resources.Disk || blocks*bsize < spec.Resources.Disk*9/10 {
+		t.Errorf("the workspace holds %d bytes, want about %d", blocks*bsize, spec.Resources.Disk)
 	}
 	// Each sandbox's user is a host uid of its own.
 	other := create(t, p, provider.Spec{ID: "other"})
