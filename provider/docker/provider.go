@@ -427,4 +427,3 @@ func encode(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
-

@@ -235,7 +235,6 @@ func (p *Provider) containerConfig(image string, uid int) *container.Config {
 			LabelUID:      strconv.Itoa(uid),
 			LabelOwner:    strconv.Itoa(os.Getpid()),
 		},
-		NetworkDisabled: false,
 	}
 }
 
@@ -262,9 +261,9 @@ func (p *Provider) hostConfig(dir string, res provider.Resources, network provid
 		// CAP_SYS_RESOURCE where the engine runs, which some hosts
 		// lack), and gives its commands 1000: the out-of-memory killer
 		// picks any command before it.
-		Tmpfs:       map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", tmp)},
-		ShmSize:     tmp,
-		LogConfig:   container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
+		Tmpfs:     map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", tmp)},
+		ShmSize:   tmp,
+		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
 		Mounts: []mount.Mount{
 			bind(p.cfg.DaemonPath, daemonPath, true),
 			bind(filepath.Join(dir, runDir), dockerinit.RunDir, false),
