@@ -274,3 +274,25 @@ func TestContainer(t *testing.T) {
 	}
 	sh(t, sb, "true")
 }
+
+// TestOtherProcess: a process that did not create a sandbox finds it by
+// id and runs commands in it; so does the creator after it.
+func TestOtherProcess(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: -1})
+	sb := create(t, p, provider.Spec{ID: "shared"})
+	sh(t, sb, "echo from-the-creator > hello")
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "shared")
+	cmd.Env = append(os.Environ(), childEnv+"="+p.cfg.StateDir, childEnv+"_DAEMON="+testEnv.daemon)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("another process: %v: %s", err, stderr)
+	}
+	if string(out) != "from-the-creator\n" {
+		t.Errorf("another process read %q", out)
+	}
+	sh(t, sb, "true")
+}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/berth-dev/berth/provider"
 )
 
 // testImage is built from the host's Debian packages by
@@ -24,6 +26,9 @@ var testEnv struct {
 }
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(childEnv); dir != "" {
+		os.Exit(child(dir, os.Args[len(os.Args)-1]))
+	}
 	dir, err := os.MkdirTemp("", "berth-docker-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -35,6 +40,31 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	os.Exit(code)
+}
+
+// childEnv, when set, makes the test binary another process on the host
+// (see TestOtherProcess): it opens the provider on the state directory
+// the variable names, runs echo in the sandbox its last argument names,
+// and prints the output.
+const childEnv = "BERTH_DOCKER_TEST_CHILD"
+
+func child(dir, id string) int {
+	ctx := context.Background()
+	p, err := provider.Open(ctx, Name, provider.Config{"state-dir": dir, "daemon": os.Getenv(childEnv + "_DAEMON")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	sb, err := p.Get(ctx, id)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"cat", "hello"}, Stdout: os.Stdout}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 // setUp builds the daemon and the test image, and returns why tests
