@@ -296,3 +296,40 @@ func TestOtherProcess(t *testing.T) {
 	}
 	sh(t, sb, "true")
 }
+
+// TestWarmContainerDied: a warm container killed while it waits in the
+// pool does not fail the creation that takes it.
+func TestWarmContainerDied(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: 1})
+	create(t, p, provider.Spec{ID: "first"})
+	var w *warm
+	for deadline := time.Now().Add(time.Minute); w == nil; time.Sleep(10 * time.Millisecond) {
+		p.pool.mu.Lock()
+		if len(p.pool.ready) > 0 {
+			w = p.pool.ready[0]
+		}
+		p.pool.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the pool has no warm container after a minute")
+		}
+	}
+	if out, err := exec.Command("docker", "kill", w.container).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill: %v: %s", err, out)
+	}
+	sb := create(t, p, provider.Spec{ID: "second"})
+	if sb.rec.Container == w.container {
+		t.Fatal("the sandbox took the dead container")
+	}
+	sh(t, sb, "true")
+}
+
+// TestNetwork: loopback alone by default; Docker's bridge when asked.
+func TestNetwork(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: -1})
+	if out := sh(t, create(t, p, provider.Spec{ID: "closed"}), "ls /sys/class/net"); strings.Fields(out)[0] != "lo" || len(strings.Fields(out)) != 1 {
+		t.Errorf("a sandbox with no network has interfaces %q, want lo alone", out)
+	}
+	if out := sh(t, create(t, p, provider.Spec{ID: "open", Network: provider.NetworkOpen}), "ls /sys/class/net"); !strings.Contains(out, "eth0") {
+		t.Errorf("a sandbox with an open network has interfaces %q, want eth0 among them", out)
+	}
+}

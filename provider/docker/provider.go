@@ -169,26 +169,30 @@ func (p *Provider) checkSpec(spec provider.Spec) error {
 func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, error) {
 	res := p.resources(spec.Resources)
 	pooled := spec.Image == p.cfg.Image && spec.Network == provider.NetworkNone && res == p.resources(provider.Resources{})
-	var w *warm
 	if pooled {
-		w = p.pool.take()
+		defer p.pool.fill(spec.Image)
+		// A warm container may have died while it waited (killed from
+		// outside, the engine restarted): then the sandbox gets a new one.
+		if w := p.pool.take(); w != nil {
+			rec, err := p.claim(ctx, w, spec, res)
+			if err == nil {
+				return rec, nil
+			}
+			p.log.Warn("claim a warm container", "container", w.container, "err", err)
+			p.removeSlot(context.WithoutCancel(ctx), w.container, w.uid)
+		}
 	}
-	if w == nil {
-		if err := p.ensureImage(ctx, spec.Image); err != nil {
-			return nil, err
-		}
-		var err error
-		if w, err = p.startWarm(ctx, spec.Image, res, spec.Network); err != nil {
-			return nil, err
-		}
+	if err := p.ensureImage(ctx, spec.Image); err != nil {
+		return nil, err
+	}
+	w, err := p.startWarm(ctx, spec.Image, res, spec.Network)
+	if err != nil {
+		return nil, err
 	}
 	rec, err := p.claim(ctx, w, spec, res)
 	if err != nil {
 		p.removeSlot(context.WithoutCancel(ctx), w.container, w.uid)
 		return nil, err
-	}
-	if pooled {
-		p.pool.fill(spec.Image)
 	}
 	return rec, nil
 }
