@@ -333,3 +333,62 @@ func TestNetwork(t *testing.T) {
 		t.Errorf("a sandbox with an open network has interfaces %q, want eth0 among them", out)
 	}
 }
+
+// TestSweep: a provider opened after a creator died removes the warm
+// containers it kept and the slots it reserved, and nothing of a
+// sandbox's.
+func TestSweep(t *testing.T) {
+	dir := t.TempDir()
+	p := newTestProvider(t, Config{StateDir: dir, Pool: -1})
+	sb := create(t, p, provider.Spec{ID: "kept"})
+	// A warm container of a process that is gone, and an old slot that
+	// nothing names.
+	w, err := p.startWarm(t.Context(), testImage, p.resources(provider.Resources{}), provider.NetworkNone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	// Docker's labels are fixed: a warm container of the dead process
+	// is made by hand, with a slot of its own.
+	orphanUID, err := p.reserveSlot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.containerConfig(testImage, orphanUID)
+	cfg.Labels[LabelOwner] = fmt.Sprint(dead.Process.Pid)
+	orphan, err := p.docker.ContainerCreate(t.Context(), client.ContainerCreateOptions{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, err := p.reserveSlot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(p.slotPath(uid), old, old); err != nil {
+		t.Fatal(err)
+	}
+	q := newTestProvider(t, Config{StateDir: dir, Pool: -1})
+	have := map[string]bool{}
+	for _, id := range containers(t, q) {
+		have[id] = true
+	}
+	if have[orphan.ID] || !have[w.container] || !have[sb.rec.Container] {
+		t.Errorf("after the sweep: orphan there %v (want false), warm of a live process %v, sandbox's %v (want true)", have[orphan.ID], have[w.container], have[sb.rec.Container])
+	}
+	for _, u := range []int{uid, orphanUID} {
+		if _, err := os.Stat(p.slotPath(u)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("slot %d, which only the dead process used, is still there: %v", u, err)
+		}
+	}
+	for _, u := range []int{w.uid, sb.rec.UID} {
+		if _, err := os.Stat(p.slotPath(u)); err != nil {
+			t.Errorf("slot %d, in use, was swept: %v", u, err)
+		}
+	}
+	sh(t, sb, "true")
+	p.removeSlot(context.Background(), w.container, w.uid)
+}

@@ -349,8 +349,12 @@ func (q *pool) close() {
 	q.wg.Wait()
 }
 
-// sweepWarm removes the warm containers of this state directory whose
-// process has died: they were never claimed and belong to nobody.
+// sweepWarm removes what creators that died left behind: warm
+// containers of this state directory whose process is gone (never
+// claimed, they belong to nobody), and slots that neither a container
+// nor a record names (a creator killed between reserving a slot and
+// making its container). Slots younger than a minute may be another
+// process's creation in progress, and are left alone.
 func (p *Provider) sweepWarm(ctx context.Context) {
 	list, err := p.docker.ContainerList(ctx, client.ContainerListOptions{All: true,
 		Filters: make(client.Filters).Add("label", LabelStateDir+"="+p.cfg.StateDir)})
@@ -359,21 +363,38 @@ func (p *Provider) sweepWarm(ctx context.Context) {
 		return
 	}
 	claimed := map[string]bool{}
+	named := map[int]bool{} // slots in use
 	entries, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, sandboxesDir))
 	for _, e := range entries {
 		var rec record
 		if b, err := os.ReadFile(filepath.Join(p.cfg.StateDir, sandboxesDir, e.Name())); err == nil && json.Unmarshal(b, &rec) == nil {
 			claimed[rec.Container] = true
+			named[rec.UID] = true
 		}
 	}
 	for _, c := range list.Items {
 		owner, _ := strconv.Atoi(c.Labels[LabelOwner])
 		uid, err := strconv.Atoi(c.Labels[LabelUID])
-		if claimed[c.ID] || err != nil || owner <= 0 || processAlive(owner) {
+		if err != nil {
+			continue
+		}
+		if claimed[c.ID] || owner <= 0 || processAlive(owner) {
+			named[uid] = true
 			continue
 		}
 		if err := p.removeSlot(ctx, c.ID, uid); err != nil {
 			p.log.Warn("remove a stale warm container", "container", c.ID, "err", err)
+		}
+	}
+	slots, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, slotsDir))
+	for _, e := range slots {
+		uid, err := strconv.Atoi(e.Name())
+		fi, ierr := e.Info()
+		if err != nil || ierr != nil || named[uid] || time.Since(fi.ModTime()) < time.Minute {
+			continue
+		}
+		if err := p.removeSlot(ctx, "", uid); err != nil {
+			p.log.Warn("remove a stale slot", "uid", uid, "err", err)
 		}
 	}
 }
