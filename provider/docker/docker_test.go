@@ -86,6 +86,12 @@ func TestImageMissing(t *testing.T) {
 	if ids := containers(t, p); len(ids) != 0 {
 		t.Errorf("a failed creation left containers: %v", ids)
 	}
+	for _, image := range []string{"UPPER:case", "a b", strings.Repeat("x", 5000), "x@sha256:zz"} {
+		_, err := p.Create(t.Context(), provider.Spec{Image: image})
+		if !errors.Is(err, provider.ErrBadInput) || strings.Contains(err.Error(), "\n") || len(err.Error()) > 1000 {
+			t.Errorf("Create with image %.20q: %.300v; want one short line of bad input", image, err)
+		}
+	}
 	// No spec image and no default is bad input too.
 	q := newTestProvider(t, Config{})
 	q.cfg.Image = ""

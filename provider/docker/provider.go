@@ -356,8 +356,11 @@ func (p *Provider) ensureImage(ctx context.Context, image string) error {
 	if err == nil {
 		return nil
 	}
+	if cerrdefs.IsInvalidArgument(err) {
+		return fmt.Errorf("%w: image %.200q is not a valid image reference", provider.ErrBadInput, image)
+	}
 	if !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("inspect image %q: %v", image, oneLine(err))
+		return fmt.Errorf("inspect image %.200q: %v", image, oneLine(err))
 	}
 	p.log.Info("pulling image", "image", image)
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PullTimeout)
@@ -367,9 +370,9 @@ func (p *Provider) ensureImage(ctx context.Context, image string) error {
 		return nil
 	}
 	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-		return fmt.Errorf("pull image %q: not done after %v", image, p.cfg.PullTimeout)
+		return fmt.Errorf("pull image %.200q: not done after %v", image, p.cfg.PullTimeout)
 	}
-	return fmt.Errorf("%w: image %q is not on this host and cannot be pulled (%s): docker pull it where a registry is reachable, or bring it with docker load or docker import", provider.ErrBadInput, image, oneLine(err))
+	return fmt.Errorf("%w: image %.200q is not on this host and cannot be pulled (%s): docker pull it where a registry is reachable, or bring it with docker load or docker import", provider.ErrBadInput, image, oneLine(err))
 }
 
 // pull pulls an image, logging its progress.
