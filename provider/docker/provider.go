@@ -139,8 +139,12 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		return nil, err
 	}
 	defer unlock()
-	if sb, err := p.get(spec.ID); err == nil || !errors.Is(err, provider.ErrNotFound) {
-		return sb, err // it exists: creation is idempotent
+	sb, err := p.get(spec.ID)
+	if err == nil {
+		return sb, nil // it exists: creation is idempotent
+	}
+	if !errors.Is(err, provider.ErrNotFound) {
+		return nil, err
 	}
 	rec, err := p.create(ctx, spec)
 	if err != nil {
