@@ -32,12 +32,12 @@
 // container's pids limit, so that a fork bomb leaves the daemon room.
 // inotify instances and watches are held to the host's per-user limits
 // (fs.inotify.max_user_instances and max_user_watches), each sandbox to
-// its own share, and their kernel memory is charged to the sandbox's
-// memory cgroup; the seccomp filter refuses fanotify, and inotify
-// watches for reads. The daemon, the host's root without
-// CAP_SYS_RESOURCE, is exempt from
-// RLIMIT_NPROC by the kernel, and the out-of-memory killer picks any
-// command (oom_score_adj 1000) before it (0).
+// a share of its own, and their kernel memory is charged to the
+// sandbox's memory cgroup; the seccomp filter refuses fanotify, and
+// inotify watches for reads. The daemon, the host's root without
+// CAP_SYS_RESOURCE, is exempt from RLIMIT_NPROC by the kernel, and the
+// out-of-memory killer picks any command (oom_score_adj 1000) before it
+// (0).
 //
 // # Workspace and limits
 //
