@@ -320,7 +320,9 @@ func (q *pool) fill(image string) {
 	for !q.closed && len(q.ready)+q.filling < q.size {
 		q.filling++
 		q.wg.Go(func() {
-			w, err := q.p.startWarm(context.Background(), image, q.p.resources(provider.Resources{}), provider.NetworkNone)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*startTimeout)
+			defer cancel()
+			w, err := q.p.startWarm(ctx, image, q.p.resources(provider.Resources{}), provider.NetworkNone)
 			q.mu.Lock()
 			defer q.mu.Unlock()
 			q.filling--
