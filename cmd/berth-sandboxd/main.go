@@ -4,9 +4,11 @@
 // the daemon inside the berth binary, in a binary that links nothing
 // else, so that an idle sandbox costs about 2 MiB rather than the ~14
 // MiB that initialising berth's Temporal dependencies takes. Install it
-// beside berth, static for Docker's sake:
+// beside berth, static, since Docker sandboxes run it on their image's
+// libraries or none:
 //
-//	CGO_ENABLED=0 go install ./cmd/berth ./cmd/berth-sandboxd
+//	go install ./cmd/berth
+//	CGO_ENABLED=0 go install ./cmd/berth-sandboxd
 package main
 
 import (
