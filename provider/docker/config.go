@@ -1,6 +1,8 @@
 package docker
 
 import (
+	"debug/elf"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -107,8 +109,8 @@ func (c *Config) setDefaults() error {
 	if c.DaemonPath, err = filepath.Abs(c.DaemonPath); err != nil {
 		return err
 	}
-	if fi, err := os.Stat(c.DaemonPath); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("%w: daemon binary %s not found: build it with CGO_ENABLED=0 go build ./cmd/berth-sandboxd and set daemon=PATH", provider.ErrUnsupported, c.DaemonPath)
+	if err := checkStatic(c.DaemonPath); err != nil {
+		return fmt.Errorf("%w: daemon binary %s: %v: build it with CGO_ENABLED=0 go build ./cmd/berth-sandboxd and set daemon=PATH", provider.ErrUnsupported, c.DaemonPath, err)
 	}
 	if c.UIDBase == 0 {
 		c.UIDBase = DefaultUIDBase
@@ -202,4 +204,27 @@ func fromProviderConfig(pc provider.Config) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// checkStatic checks that path is an executable that needs no dynamic
+// loader: it runs on whatever libraries the image has, or none.
+func checkStatic(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return errors.New("not found")
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return errors.New("not an executable file")
+	}
+	f, err := elf.Open(path)
+	if err != nil {
+		return errors.New("not an ELF executable")
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return errors.New("dynamically linked")
+		}
+	}
+	return nil
 }

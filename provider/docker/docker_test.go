@@ -57,6 +57,8 @@ func TestOpenBadConfig(t *testing.T) {
 		{"no-such-setting": "1"},
 		{"pool": "many"},
 		{"daemon": "/nonexistent/berth-sandboxd"},
+		{"daemon": "/bin/true"}, // dynamically linked
+		{"daemon": "/etc/passwd"},
 		{"daemon": testEnv.daemon, "memory": "1000"},
 	} {
 		_, err := provider.Open(t.Context(), Name, cfg)
