@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/provider"
@@ -399,4 +400,58 @@ func TestSweep(t *testing.T) {
 	}
 	sh(t, sb, "true")
 	p.removeSlot(context.Background(), w.container, w.uid)
+}
+
+// TestImageVolumes: an image's VOLUME is no Docker volume, which would
+// be host disk bounded by nothing, but a bounded tmpfs; and Destroy
+// leaves no volume.
+func TestImageVolumes(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: -1})
+	const image = "berth-test-volume:1"
+	if _, err := p.docker.ImageInspect(t.Context(), image); err != nil {
+		base, err := p.docker.ContainerCreate(t.Context(), client.ContainerCreateOptions{Image: testImage, Config: &container.Config{Cmd: []string{"true"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.docker.ContainerRemove(context.Background(), base.ID, client.ContainerRemoveOptions{Force: true})
+		if _, err := p.docker.ContainerCommit(t.Context(), base.ID, client.ContainerCommitOptions{Reference: image, Changes: []string{"VOLUME /data"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	volumes := func() map[string]bool {
+		list, err := p.docker.VolumeList(t.Context(), client.VolumeListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, v := range list.Items {
+			m[v.Name] = true
+		}
+		return m
+	}
+	before := volumes()
+	sb := create(t, p, provider.Spec{ID: "volumes", Image: image, Resources: provider.Resources{Memory: 64 << 20}})
+	insp, err := p.docker.ContainerInspect(t.Context(), sb.rec.Container, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range insp.Container.Mounts {
+		if m.Type == "volume" {
+			t.Errorf("the container has a Docker volume at %s", m.Destination)
+		}
+	}
+	// 64 MiB of memory: the tmpfs holds 16 MiB.
+	var stderr strings.Builder
+	r, err := sb.Exec(t.Context(), provider.ExecRequest{Shell: "head -c 33554432 /dev/zero > /data/fill", Stderr: &stderr})
+	if err != nil || r.ExitCode == 0 || !strings.Contains(stderr.String(), "No space left") {
+		t.Errorf("writing 32 MiB into the image's volume of a 64 MiB sandbox: exit %d, %v, %q; want no space left", r.ExitCode, err, stderr.String())
+	}
+	if err := sb.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for v := range volumes() {
+		if !before[v] {
+			t.Errorf("volume %s is left", v)
+		}
+	}
 }

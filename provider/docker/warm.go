@@ -108,10 +108,24 @@ func (p *Provider) startWarm(ctx context.Context, image string, res provider.Res
 	if err := writeUsers(dir, uid); err != nil {
 		return nil, err
 	}
+	img, err := p.docker.ImageInspect(ctx, image)
+	if err != nil {
+		return nil, fmt.Errorf("inspect image %.200q: %v", image, oneLine(err))
+	}
+	hc := p.hostConfig(dir, res, network)
+	// The image's volumes would be Docker volumes, on the host's disk
+	// and bounded by nothing: each is a tmpfs like /tmp instead.
+	if img.Config != nil {
+		for v := range img.Config.Volumes {
+			if _, ok := hc.Tmpfs[v]; !ok && v != provider.Workspace {
+				hc.Tmpfs[v] = hc.Tmpfs["/tmp"]
+			}
+		}
+	}
 	created, err := p.docker.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name:       "berth-" + strconv.Itoa(uid) + "-" + randomHex(3),
 		Config:     p.containerConfig(image, uid),
-		HostConfig: p.hostConfig(dir, res, network),
+		HostConfig: hc,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create container: %v", oneLine(err))
