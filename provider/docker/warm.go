@@ -114,7 +114,9 @@ func (p *Provider) startWarm(ctx context.Context, image string, res provider.Res
 	}
 	hc := p.hostConfig(dir, res, network)
 	// The image's volumes would be Docker volumes, on the host's disk
-	// and bounded by nothing: each is a tmpfs like /tmp instead.
+	// and bounded by nothing (but for Landlock, which keeps commands
+	// from writing anywhere but /workspace, /tmp and /dev, where the
+	// kernel has it): each is a tmpfs like /tmp instead.
 	if img.Config != nil {
 		for v := range img.Config.Volumes {
 			if _, ok := hc.Tmpfs[v]; !ok && v != provider.Workspace {
