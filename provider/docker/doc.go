@@ -45,7 +45,9 @@
 // the linux provider (Resources.Disk, 10 GiB sparse by default): Docker
 // bounds a container's disk only on some storage drivers. Memory (no
 // swap), CPU and pids are the container's cgroup limits; /tmp and
-// /dev/shm are tmpfs of a quarter of the memory limit each.
+// /dev/shm are tmpfs of a quarter of the memory limit each, and so is
+// each of the image's VOLUMEs, which would otherwise be Docker volumes
+// on the host's disk.
 //
 // # State
 //
