@@ -123,7 +123,8 @@ func run() error {
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
 
-	var once sync.Once
+	var mu sync.Mutex
+	claimed := false
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+ClaimPath, func(w http.ResponseWriter, r *http.Request) {
 		var c Claim
@@ -131,9 +132,14 @@ func run() error {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		var err error
-		once.Do(func() { err = claim(srv, base, c) })
-		if err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		if claimed {
+			http.Error(w, "claimed already", http.StatusConflict)
+			return
+		}
+		claimed = true
+		if err := claim(srv, base, c); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -167,7 +173,8 @@ func claim(srv *sandboxd.Server, base map[string]string, c Claim) error {
 }
 
 // baseEnv is the image's environment, which Docker gave the daemon,
-// without the daemon's own configuration.
+// without the daemon's own configuration, and with a PATH if the image
+// has none.
 func baseEnv() map[string]string {
 	env := map[string]string{}
 	for _, kv := range os.Environ() {
@@ -177,6 +184,9 @@ func baseEnv() map[string]string {
 		}
 	}
 	os.Unsetenv(ConfigEnv)
+	if _, ok := env["PATH"]; !ok {
+		env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" // Docker's default
+	}
 	return env
 }
 
