@@ -54,12 +54,13 @@ func newRegistry(t *testing.T, cli *client.Client, ref string) *httptest.Server 
 			}
 		}
 	}
-	var saved []struct{ Config string }
-	var layers []struct{ Layers []string }
+	var saved []struct {
+		Config string
+		Layers []string
+	}
 	if err := json.Unmarshal(files["manifest.json"], &saved); err != nil || len(saved) != 1 {
 		t.Fatalf("docker save's manifest.json: %v", err)
 	}
-	json.Unmarshal(files["manifest.json"], &layers)
 	r := &registry{blobs: map[string][]byte{}}
 	add := func(b []byte) (string, int) {
 		sum := sha256.Sum256(b)
@@ -80,7 +81,7 @@ func newRegistry(t *testing.T, cli *client.Client, ref string) *httptest.Server 
 	}{SchemaVersion: 2, MediaType: "application/vnd.docker.distribution.manifest.v2+json"}
 	d, n := add(files[saved[0].Config])
 	m.Config = desc{"application/vnd.docker.container.image.v1+json", n, d}
-	for _, l := range layers[0].Layers {
+	for _, l := range saved[0].Layers {
 		d, n := add(files[l])
 		m.Layers = append(m.Layers, desc{"application/vnd.docker.image.rootfs.diff.tar.gzip", n, d})
 	}
