@@ -11,7 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v hyperfine >/dev/null || { apt-get update -qq && apt-get install -y -qq hyperfine >/dev/null; }
-go build -o bin/ ./cmd/...
+go build -o bin/ ./cmd/berth ./cmd/berth-host
+CGO_ENABLED=0 go build -o bin/ ./cmd/berth-sandboxd # static: it runs in Docker images too
 data=$(mktemp -d /tmp/berth-bench.XXXXXX)
 port=${PORT:-17455}
 bin/berth dev --data-dir "$data" --port "$port" --ui-port 0 2>"$data.log" &

@@ -6,7 +6,8 @@
 # stops the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go build -o bin/ ./cmd/...
+go build -o bin/ ./cmd/berth ./cmd/berth-host
+CGO_ENABLED=0 go build -o bin/ ./cmd/berth-sandboxd # static: it runs in Docker images too
 data=$(mktemp -d /tmp/berth-demo.XXXXXX)
 port=17233
 bin/berth dev --data-dir "$data" --port "$port" --ui-port 0 2>"$data.log" &

@@ -6,7 +6,7 @@
 // initialisation would make each of berth's client commands start ten
 // times slower. Install it beside berth:
 //
-//	go build -o bin/ ./cmd/...
+//	go build -o bin/ ./cmd/berth ./cmd/berth-host ./cmd/berth-sandboxd
 package main
 
 import (

@@ -259,7 +259,14 @@ func berthBinary(t *testing.T) string {
 		if shared.dir, shared.err = os.MkdirTemp("", "berth-bin"); shared.err != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", shared.dir+"/", "github.com/berth-dev/berth/cmd/berth", "github.com/berth-dev/berth/cmd/berth-host", "github.com/berth-dev/berth/cmd/berth-sandboxd")
+		// As README builds them: the daemon static, for Docker images.
+		cmd := exec.Command("go", "build", "-o", shared.dir+"/", "github.com/berth-dev/berth/cmd/berth", "github.com/berth-dev/berth/cmd/berth-host")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			shared.err = fmt.Errorf("build: %v\n%s", err, out)
+			return
+		}
+		cmd = exec.Command("go", "build", "-o", shared.dir+"/", "github.com/berth-dev/berth/cmd/berth-sandboxd")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			shared.err = fmt.Errorf("build: %v\n%s", err, out)
 		}

@@ -29,3 +29,9 @@ func confine() error {
 	}
 	return loadSeccomp(filter)
 }
+
+// Confine applies to the calling process what confine applies to a
+// linux sandbox's daemon. It is for the daemons of berth's other
+// self-hosted providers (provider/docker), which run the same binary
+// and must refuse commands the same kernel surface.
+func Confine() error { return confine() }

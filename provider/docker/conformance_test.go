@@ -1,0 +1,53 @@
+package docker
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/providertest"
+)
+
+func TestConformance(t *testing.T) {
+	p := newTestProvider(t, Config{})
+	providertest.Run(t, providertest.Harness{
+		// A new Provider on the same state directory is what another
+		// process on this host would open.
+		Open: func(t *testing.T) provider.Provider {
+			return newTestProvider(t, Config{StateDir: p.cfg.StateDir})
+		},
+		DaemonRSS: daemonRSS,
+	})
+}
+
+// daemonRSS reads the resident memory of a sandbox's daemon, the
+// container's first process.
+func daemonRSS(t *testing.T, sb provider.Sandbox) int64 {
+	t.Helper()
+	s, ok := sb.(*sandbox)
+	if !ok {
+		t.Fatalf("not a docker sandbox: %T", sb)
+	}
+	insp, err := s.p.docker.ContainerInspect(context.Background(), s.rec.Container, inspectOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(insp.Container.State.Pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in daemon status")
+	return 0
+}

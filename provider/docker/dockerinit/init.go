@@ -1,0 +1,241 @@
+// Package dockerinit is berth's daemon as the first process of a Docker
+// sandbox: the container's entrypoint is berth-sandboxd, bind-mounted
+// read-only from the host, which calls [Main]. It serves [sandboxd] on
+// a unix socket in a directory the host bind-mounts in and only root
+// can reach, and waits on a second socket there to be claimed by a
+// sandbox: told its commands' environment, working directory, process
+// limit and end of life. The container is isolated by Docker; the
+// daemon adds to it the seccomp filter and Landlock rules of the linux
+// provider's daemon, stacked on Docker's own profile, before it serves.
+//
+// It links no Docker client: it runs inside the sandbox.
+package dockerinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/sandboxd"
+)
+
+// Arg is the first argument the provider starts the daemon with; Main
+// looks for it.
+const Arg = "docker-init"
+
+// Paths inside the container.
+const (
+	// RunDir holds the sockets. The host bind-mounts it from the
+	// sandbox's state directory; it is mode 0700, root's.
+	RunDir        = "/run/berth"
+	SocketName    = "sandboxd.sock" // sandboxd's API
+	ControlSocket = "control.sock"  // the claim
+	// ConfigEnv names the environment variable that carries Config.
+	ConfigEnv = "BERTH_DOCKER_INIT"
+)
+
+// Config is what the daemon needs from its start.
+type Config struct {
+	// UID and GID are the sandbox user's, on the host as in the sandbox:
+	// containers share the host's ids.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+}
+
+// Claim is what the host tells a daemon when a sandbox takes it.
+type Claim struct {
+	Env map[string]string `json:"env"`
+	Dir string            `json:"dir,omitempty"`
+	// ExpiresAt ends the sandbox: the daemon exits, and the container
+	// with it.
+	ExpiresAt time.Time `json:"expires_at"`
+	// UserProcesses is the sandbox user's RLIMIT_NPROC.
+	UserProcesses int64 `json:"user_processes"`
+}
+
+// ClaimPath is the control socket's only route.
+const ClaimPath = "/claim"
+
+// Main runs the daemon when this process was started as a Docker
+// sandbox's entrypoint, and then never returns. Otherwise it returns at
+// once.
+func Main() {
+	if len(os.Args) < 2 || os.Args[1] != Arg {
+		return
+	}
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "berth-sandboxd: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func run() error {
+	debug.SetGCPercent(50) // see the linux provider's daemon
+	var cfg Config
+	if err := json.Unmarshal([]byte(os.Getenv(ConfigEnv)), &cfg); err != nil {
+		return fmt.Errorf("read %s: %w", ConfigEnv, err)
+	}
+	if cfg.UID <= 0 || cfg.GID <= 0 {
+		return fmt.Errorf("%s: the sandbox user must not be root", ConfigEnv)
+	}
+	base := baseEnv()
+	ln, err := listen(SocketName)
+	if err != nil {
+		return err
+	}
+	ctl, err := listen(ControlSocket)
+	if err != nil {
+		return err
+	}
+	if err := linux.Confine(); err != nil {
+		return fmt.Errorf("confine: %w", err)
+	}
+	oom := oomCounter()
+	srv, err := sandboxd.New(sandboxd.Config{
+		Workspace: "/workspace",
+		UID:       cfg.UID,
+		GID:       cfg.GID,
+		Deferred:  true,
+		// The kernel's out-of-memory killer picks commands first.
+		CommandOOMScoreAdj: 1000,
+		OOMKills:           oom,
+	})
+	if err != nil {
+		return err
+	}
+	if err := srv.WarmUp("/bin/true"); err != nil {
+		fmt.Fprintf(os.Stderr, "warm-up command: %v\n", err) // the image may have no /bin/true
+	}
+	served := make(chan error, 2)
+	go func() { served <- srv.Serve(ln) }()
+
+	var mu sync.Mutex
+	claimed := false
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+ClaimPath, func(w http.ResponseWriter, r *http.Request) {
+		var c Claim
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&c); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if claimed {
+			http.Error(w, "claimed already", http.StatusConflict)
+			return
+		}
+		claimed = true
+		if err := claim(srv, base, c); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { served <- hs.Serve(ctl) }()
+	return <-served
+}
+
+func claim(srv *sandboxd.Server, base map[string]string, c Claim) error {
+	// Lowering a limit needs no privilege. The daemon is the host's
+	// root, which the kernel exempts from RLIMIT_NPROC; the sandbox user
+	// has an id of its own on the host, so the count is the sandbox's.
+	if c.UserProcesses > 0 {
+		lim := syscall.Rlimit{Cur: uint64(c.UserProcesses), Max: uint64(c.UserProcesses)}
+		if err := syscall.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+			return fmt.Errorf("process limit: %w", err)
+		}
+	}
+	env := map[string]string{}
+	for k, v := range base {
+		env[k] = v
+	}
+	for k, v := range c.Env {
+		env[k] = v
+	}
+	srv.Configure(env, c.Dir)
+	time.AfterFunc(time.Until(c.ExpiresAt), func() { os.Exit(0) })
+	return nil
+}
+
+// baseEnv is the image's environment, which Docker gave the daemon,
+// without the daemon's own configuration, and with a PATH if the image
+// has none.
+func baseEnv() map[string]string {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		if k != ConfigEnv && k != "HOSTNAME" {
+			env[k] = v
+		}
+	}
+	os.Unsetenv(ConfigEnv)
+	if _, ok := env["PATH"]; !ok {
+		env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" // Docker's default
+	}
+	return env
+}
+
+// listen makes a socket in RunDir that only root may connect to.
+func listen(name string) (net.Listener, error) {
+	path := RunDir + "/" + name
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// oomCounter reads the container's count of out-of-memory kills from its
+// memory cgroup, which Docker mounts read-only at /sys/fs/cgroup in the
+// container's own cgroup namespace: memory.events on cgroup v2,
+// memory.oom_control on v1.
+func oomCounter() func() (int64, error) {
+	for _, c := range []struct{ path, key string }{
+		{"/sys/fs/cgroup/memory.events", "oom_kill"},
+		{"/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"},
+	} {
+		f, err := os.Open(c.path)
+		if err != nil {
+			continue
+		}
+		var mu sync.Mutex
+		return func() (int64, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			b := make([]byte, 4096)
+			n, err := f.ReadAt(b, 0)
+			if err != nil && err != io.EOF {
+				return 0, err
+			}
+			for line := range strings.Lines(string(b[:n])) {
+				if v, ok := strings.CutPrefix(line, c.key+" "); ok {
+					return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				}
+			}
+			return 0, fmt.Errorf("no %s in %s", c.key, c.path)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,441 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandboxd"
+)
+
+// Name is the provider's registered name.
+const Name = "docker"
+
+func init() {
+	provider.Register(Name, func(ctx context.Context, pc provider.Config) (provider.Provider, error) {
+		cfg, err := fromProviderConfig(pc)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Logger = provider.LoggerFrom(ctx)
+		return New(ctx, cfg)
+	})
+}
+
+// Labels berth puts on every container it makes.
+const (
+	LabelProvider = "dev.berth.provider" // "docker"
+	LabelStateDir = "dev.berth.state-dir"
+	LabelUID      = "dev.berth.uid"
+	// LabelOwner names the process (pid) that keeps a warm container;
+	// a claimed container keeps the label, which then means nothing.
+	LabelOwner = "dev.berth.warm-owner"
+)
+
+// Provider makes sandboxes as containers of the local Docker engine.
+type Provider struct {
+	cfg    Config
+	log    *slog.Logger
+	docker *client.Client
+	pool   *pool
+
+	mu      sync.Mutex
+	clients map[string]*sandboxd.Client // by sandbox id, to reuse connections
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New opens the provider: it checks that the engine answers, and makes
+// the state directory.
+func New(ctx context.Context, cfg Config) (*Provider, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: the docker provider must run as root (it mounts each sandbox's workspace)", provider.ErrUnsupported)
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("docker provider: %w", err)
+	}
+	opts := []client.Opt{client.FromEnv}
+	if cfg.Host != "" {
+		opts = append(opts, client.WithHost(cfg.Host))
+	}
+	cli, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: docker provider: %v", provider.ErrBadInput, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("%w: docker provider: the Docker engine does not answer: %v", provider.ErrUnsupported, oneLine(err))
+	}
+	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, sandboxesDir), filepath.Join(cfg.StateDir, slotsDir)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			cli.Close()
+			return nil, fmt.Errorf("docker provider: %w", err)
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(cfg.StateDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker provider: %w", err)
+	}
+	f.Close()
+	p := &Provider{cfg: cfg, log: cfg.Logger, docker: cli, clients: map[string]*sandboxd.Client{}}
+	p.pool = &pool{p: p, size: cfg.Pool}
+	p.sweepWarm(ctx)
+	return p, nil
+}
+
+// Close removes the provider's warm containers. Sandboxes are not
+// affected.
+func (p *Provider) Close() error {
+	p.pool.close()
+	p.mu.Lock()
+	for id, c := range p.clients {
+		c.Close()
+		delete(p.clients, id)
+	}
+	p.mu.Unlock()
+	return p.docker.Close()
+}
+
+// Name implements provider.Provider.
+func (p *Provider) Name() string { return Name }
+
+// Capabilities implements provider.Provider.
+func (p *Provider) Capabilities() provider.Capabilities {
+	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true,
+		Network: true, Image: true}
+}
+
+// Create implements provider.Provider.
+func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.Sandbox, error) {
+	if err := p.checkSpec(spec); err != nil {
+		return nil, err
+	}
+	if spec.Image == "" {
+		spec.Image = p.cfg.Image
+	}
+	if spec.ID == "" {
+		spec.ID = "sb-" + randomHex(8)
+	}
+	unlock, err := p.lock(spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	sb, err := p.get(spec.ID)
+	if err == nil {
+		return sb, nil // it exists: creation is idempotent
+	}
+	if !errors.Is(err, provider.ErrNotFound) {
+		return nil, err
+	}
+	rec, err := p.create(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+	}
+	return p.handle(rec), nil
+}
+
+func (p *Provider) checkSpec(spec provider.Spec) error {
+	if err := provider.ValidateSpec(spec); err != nil {
+		return err
+	}
+	if spec.RootFS != "" {
+		return fmt.Errorf("%w: the docker provider takes images, not root filesystem directories: set Image", provider.ErrUnsupported)
+	}
+	if spec.Image == "" && p.cfg.Image == "" {
+		return fmt.Errorf("%w: no image: the spec names none and the docker provider has no default (setting image)", provider.ErrBadInput)
+	}
+	if d := spec.Resources.Disk; d != 0 && d < MinDisk {
+		return fmt.Errorf("%w: a workspace of %d bytes is below the minimum of %d (16 MiB)", provider.ErrBadInput, d, int64(MinDisk))
+	}
+	return nil
+}
+
+// create makes a sandbox, from a warm container if one fits.
+func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, error) {
+	res := p.resources(spec.Resources)
+	pooled := spec.Image == p.cfg.Image && spec.Network == provider.NetworkNone && res == p.resources(provider.Resources{})
+	if pooled {
+		defer p.pool.fill(spec.Image)
+		// A warm container may have died while it waited (killed from
+		// outside, the engine restarted): then the sandbox gets a new one.
+		if w := p.pool.take(); w != nil {
+			rec, err := p.claim(ctx, w, spec, res)
+			if err == nil {
+				return rec, nil
+			}
+			p.log.Warn("claim a warm container", "container", w.container, "err", err)
+			p.removeSlot(context.WithoutCancel(ctx), w.container, w.uid)
+		}
+	}
+	if err := p.ensureImage(ctx, spec.Image); err != nil {
+		return nil, err
+	}
+	w, err := p.startWarm(ctx, spec.Image, res, spec.Network)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := p.claim(ctx, w, spec, res)
+	if err != nil {
+		p.removeSlot(context.WithoutCancel(ctx), w.container, w.uid)
+		return nil, err
+	}
+	return rec, nil
+}
+
+// claim makes a warm container a sandbox: it publishes the sandbox's
+// record and tells the daemon its configuration.
+func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec, res provider.Resources) (*record, error) {
+	now := time.Now()
+	lifetime := spec.Lifetime
+	if lifetime == 0 {
+		lifetime = provider.DefaultLifetime
+	}
+	rec := &record{ID: spec.ID, Image: spec.Image, Container: w.container, UID: w.uid, Labels: spec.Labels,
+		Resources: res, CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC(), Freezer: w.freezer}
+	// From the moment the record exists, Destroy finds everything,
+	// whatever happens to this process.
+	if err := p.writeRecord(rec); err != nil {
+		return nil, err
+	}
+	c := claimMsg(env(spec.Env), spec.Dir, rec.ExpiresAt, p.cfg.Limits.userProcesses(res.Pids))
+	if err := w.claim(ctx, c); err != nil {
+		os.Remove(p.recordPath(rec.ID))
+		return nil, err
+	}
+	p.adopt(spec.ID, w.client)
+	return rec, nil
+}
+
+func (p *Provider) resources(r provider.Resources) provider.Resources {
+	if r.Memory == 0 {
+		r.Memory = p.cfg.Defaults.Memory
+	}
+	if r.Pids == 0 {
+		r.Pids = p.cfg.Defaults.Pids
+	}
+	if r.CPU == 0 {
+		r.CPU = p.cfg.Defaults.CPU
+	}
+	if r.Disk == 0 {
+		r.Disk = p.cfg.Defaults.Disk
+	}
+	return r
+}
+
+// Get implements provider.Provider.
+func (p *Provider) Get(ctx context.Context, id string) (provider.Sandbox, error) {
+	if err := provider.ValidateID(id); err != nil {
+		return nil, err
+	}
+	return p.get(id)
+}
+
+func (p *Provider) get(id string) (*sandbox, error) {
+	rec, err := p.readRecord(id)
+	if err != nil {
+		return nil, err
+	}
+	return p.handle(rec), nil
+}
+
+func (p *Provider) handle(rec *record) *sandbox {
+	return &sandbox{p: p, rec: rec, client: p.client(rec)}
+}
+
+// client returns the shared client of a sandbox.
+func (p *Provider) client(rec *record) *sandboxd.Client {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.clients[rec.ID]
+	if !ok {
+		c = sandboxd.NewClient(sandboxd.UnixDialer(filepath.Join(p.slotPath(rec.UID), runDir, socketName)))
+		p.clients[rec.ID] = c
+	}
+	return c
+}
+
+// adopt makes c the shared client of a sandbox.
+func (p *Provider) adopt(id string, c *sandboxd.Client) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old, ok := p.clients[id]; ok {
+		old.Close()
+	}
+	p.clients[id] = c
+}
+
+func (p *Provider) forget(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.clients[id]; ok {
+		c.Close()
+		delete(p.clients, id)
+	}
+}
+
+// List implements provider.Provider.
+func (p *Provider) List(ctx context.Context, labels map[string]string) ([]provider.Info, error) {
+	entries, err := os.ReadDir(filepath.Join(p.cfg.StateDir, sandboxesDir))
+	if err != nil {
+		return nil, err
+	}
+	var infos []provider.Info
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || provider.ValidateID(id) != nil {
+			continue
+		}
+		sb, err := p.get(id)
+		if err != nil {
+			continue // destroyed meanwhile
+		}
+		if !matches(sb.rec.Labels, labels) {
+			continue
+		}
+		info, err := sb.Info(ctx)
+		if errors.Is(err, provider.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
+
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// removeSlot removes a container, its workspace's mount and its slot
+// directory. Each step tolerates what an earlier attempt already did.
+func (p *Provider) removeSlot(ctx context.Context, container string, uid int) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if container != "" {
+		_, err := p.docker.ContainerRemove(ctx, container, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("remove container: %v", oneLine(err))
+		}
+	}
+	dir := p.slotPath(uid)
+	if err := unmountWorkspace(dir); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// ensureImage makes sure an image is on the host, pulling it if a
+// registry has it.
+func (p *Provider) ensureImage(ctx context.Context, image string) error {
+	_, err := p.docker.ImageInspect(ctx, image)
+	if err == nil {
+		return nil
+	}
+	if cerrdefs.IsInvalidArgument(err) {
+		return fmt.Errorf("%w: image %.200q is not a valid image reference", provider.ErrBadInput, image)
+	}
+	if !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("inspect image %.200q: %v", image, oneLine(err))
+	}
+	p.log.Info("pulling image", "image", image)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.PullTimeout)
+	defer cancel()
+	err = p.pull(ctx, image)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		return fmt.Errorf("pull image %.200q: not done after %v", image, p.cfg.PullTimeout)
+	}
+	return fmt.Errorf("%w: image %.200q is not on this host and cannot be pulled (%s): docker pull it where a registry is reachable, or bring it with docker load or docker import", provider.ErrBadInput, image, oneLine(err))
+}
+
+// pull pulls an image, logging its progress.
+func (p *Provider) pull(ctx context.Context, image string) error {
+	resp, err := p.docker.ImagePull(ctx, image, client.ImagePullOptions{})
+	if err != nil {
+		return err
+	}
+	defer resp.Close()
+	last := time.Now()
+	for msg, err := range resp.JSONMessages(ctx) {
+		if err != nil {
+			return err
+		}
+		if msg.Error != nil {
+			return errors.New(msg.Error.Message)
+		}
+		if time.Since(last) > 2*time.Second || msg.Progress == nil {
+			last = time.Now()
+			p.log.Info("pulling image", "image", image, "layer", msg.ID, "status", msg.Status)
+		}
+	}
+	return nil
+}
+
+// oneLine keeps the first line of an error from Docker: errors berth
+// reports are one line.
+func oneLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// env is the base environment of commands, over the image's.
+func env(spec map[string]string) map[string]string {
+	m := map[string]string{
+		"HOME":    provider.Workspace,
+		"USER":    "sandbox",
+		"LOGNAME": "sandbox",
+		"TMPDIR":  "/tmp",
+	}
+	maps.Copy(m, spec)
+	return m
+}
+
+// dialUnix connects to a unix socket.
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", path)
+}
+
+// encode is json.Marshal for values that cannot fail.
+func encode(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

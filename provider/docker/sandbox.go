@@ -1,0 +1,271 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandboxd"
+)
+
+// sandbox is a handle on one sandbox of the provider.
+type sandbox struct {
+	p      *Provider
+	rec    *record
+	client *sandboxd.Client
+}
+
+var (
+	_ provider.Sandbox         = (*sandbox)(nil)
+	_ provider.Pauser          = (*sandbox)(nil)
+	_ provider.PathExporter    = (*sandbox)(nil)
+	_ provider.ChangedExporter = (*sandbox)(nil)
+)
+
+func (s *sandbox) ID() string { return s.rec.ID }
+
+// Info implements provider.Sandbox. It asks Docker nothing: the
+// container's freezer says whether it runs, is paused, or is gone.
+func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
+	if err := s.exists(); err != nil {
+		return provider.Info{}, err
+	}
+	info := s.rec.info()
+	info.State = provider.StateRunning
+	if fz, err := frozen(s.rec.Freezer); err != nil {
+		info.State = provider.StateLost
+	} else if fz {
+		info.State = provider.StatePaused
+	} else if !s.running(ctx) {
+		info.State = provider.StateLost
+	}
+	return info, nil
+}
+
+// running asks Docker whether the container runs: its freezer may
+// outlive its processes for a moment.
+func (s *sandbox) running(ctx context.Context) bool {
+	insp, err := s.p.docker.ContainerInspect(ctx, s.rec.Container, client.ContainerInspectOptions{})
+	if err != nil {
+		return !cerrdefs.IsNotFound(err)
+	}
+	return insp.Container.State.Running
+}
+
+// ready checks, before talking to the daemon, that it can answer: a
+// paused daemon would leave the caller waiting.
+func (s *sandbox) ready() error {
+	if err := s.exists(); err != nil {
+		return err
+	}
+	fz, err := frozen(s.rec.Freezer)
+	if err != nil {
+		return s.lost()
+	}
+	if fz {
+		return fmt.Errorf("%w: %s; resume it first", provider.ErrPaused, s.rec.ID)
+	}
+	return nil
+}
+
+// exists reports ErrNotFound once the sandbox has been destroyed, through
+// this handle or any other.
+func (s *sandbox) exists() error {
+	_, err := os.Stat(s.p.recordPath(s.rec.ID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s", provider.ErrNotFound, s.rec.ID)
+	}
+	return err
+}
+
+func (s *sandbox) lost() error {
+	return fmt.Errorf("%w: %s: its container is gone", provider.ErrLost, s.rec.ID)
+}
+
+// check turns a failure to reach the daemon into ErrLost when the
+// container has stopped; typed errors from the daemon pass through.
+func (s *sandbox) check(err error) error {
+	if err == nil || provider.KindOf(err) != provider.KindInternal {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	// A daemon that is killed closes its connections before Docker
+	// has seen its container stop: give Docker that moment.
+	ctx, cancel := context.WithTimeout(context.Background(), lostGrace)
+	defer cancel()
+	for {
+		if !s.running(ctx) {
+			return fmt.Errorf("%w: %w", s.lost(), err)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// lostGrace is how long a container whose daemon's connection broke may
+// take to be seen stopped before the sandbox is taken to be alive.
+const lostGrace = 2 * time.Second
+
+// Exec implements provider.Sandbox.
+func (s *sandbox) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {
+	if err := s.ready(); err != nil {
+		return provider.ExecResult{}, err
+	}
+	res, err := s.client.Exec(ctx, req)
+	return res, s.check(err)
+}
+
+// WriteFile implements provider.Sandbox.
+func (s *sandbox) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.WriteFile(ctx, path, r, mode))
+}
+
+// WriteFiles implements provider.Sandbox.
+func (s *sandbox) WriteFiles(ctx context.Context, files []provider.File) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.WriteFiles(ctx, files))
+}
+
+// ReadFile implements provider.Sandbox.
+func (s *sandbox) ReadFile(ctx context.Context, path string) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.ReadFile(ctx, path)
+	return rc, s.check(err)
+}
+
+// ListDir implements provider.Sandbox.
+func (s *sandbox) ListDir(ctx context.Context, path string) ([]provider.FileInfo, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	infos, err := s.client.ListDir(ctx, path)
+	return infos, s.check(err)
+}
+
+// Remove implements provider.Sandbox.
+func (s *sandbox) Remove(ctx context.Context, path string) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.Remove(ctx, path))
+}
+
+// Export implements provider.Sandbox.
+func (s *sandbox) Export(ctx context.Context) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.Export(ctx)
+	return rc, s.check(err)
+}
+
+// ExportPath implements provider.PathExporter.
+func (s *sandbox) ExportPath(ctx context.Context, path string) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.ExportPath(ctx, path)
+	return rc, s.check(err)
+}
+
+// ExportChanged implements provider.ChangedExporter.
+func (s *sandbox) ExportChanged(ctx context.Context, since time.Time) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.ExportChanged(ctx, since)
+	return rc, s.check(err)
+}
+
+// Import implements provider.Sandbox.
+func (s *sandbox) Import(ctx context.Context, r io.Reader) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.Import(ctx, r))
+}
+
+// Pause implements provider.Pauser with Docker's own pause: the cgroup
+// freezer stops every process, the daemon included, keeping their memory.
+func (s *sandbox) Pause(ctx context.Context) error {
+	return s.setPaused(ctx, true)
+}
+
+// Resume implements provider.Pauser.
+func (s *sandbox) Resume(ctx context.Context) error {
+	return s.setPaused(ctx, false)
+}
+
+func (s *sandbox) setPaused(ctx context.Context, pause bool) error {
+	if err := s.exists(); err != nil {
+		return err
+	}
+	fz, err := frozen(s.rec.Freezer)
+	if err != nil {
+		return s.lost()
+	}
+	if fz == pause {
+		return nil
+	}
+	if pause {
+		_, err = s.p.docker.ContainerPause(ctx, s.rec.Container, client.ContainerPauseOptions{})
+	} else {
+		_, err = s.p.docker.ContainerUnpause(ctx, s.rec.Container, client.ContainerUnpauseOptions{})
+	}
+	if err == nil {
+		return nil
+	}
+	// Paused or resumed by another handle meanwhile, or gone.
+	if fz, ferr := frozen(s.rec.Freezer); ferr != nil || !s.running(ctx) {
+		return s.lost()
+	} else if fz == pause {
+		return nil
+	}
+	return fmt.Errorf("pause or resume %s: %v", s.rec.ID, oneLine(err))
+}
+
+// Destroy implements provider.Sandbox: it removes the container, its
+// workspace's mount and image, its slot, and last its record, so that a
+// Destroy cut short is finished by the next.
+func (s *sandbox) Destroy(ctx context.Context) error {
+	unlock, err := s.p.lock(s.rec.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := s.p.readRecord(s.rec.ID)
+	if errors.Is(err, provider.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	s.p.forget(rec.ID)
+	if err := s.p.removeSlot(ctx, rec.Container, rec.UID); err != nil {
+		return fmt.Errorf("destroy %s: %w", rec.ID, err)
+	}
+	if err := os.Remove(s.p.recordPath(rec.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("destroy %s: %w", rec.ID, err)
+	}
+	return nil
+}
