@@ -97,7 +97,12 @@ func (f *connFlags) dial(ctx context.Context) (*client.Client, error) {
 	defer cancel()
 	c, err := tclient.DialContext(dctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the Temporal server at %s (is berth dev running?): %v", opts.HostPort, rootCause(err))
+		// A handshake refused looks like a server gone: say what to check.
+		hint := "is berth dev running, or does the server want TLS?"
+		if opts.ConnectionOptions.TLS != nil {
+			hint = "are --tls-ca-path, --tls-cert-path and --tls-key-path right?"
+		}
+		return nil, fmt.Errorf("cannot reach the Temporal server at %s (%s): %v", opts.HostPort, hint, rootCause(err))
 	}
 	return client.New(c, client.WithRetryFor(f.retryFor), client.OnWait(func(err error) {
 		fmt.Fprintf(os.Stderr, "berth: the Temporal server at %s is unavailable; retrying for up to %v\n", opts.HostPort, f.retryFor)
