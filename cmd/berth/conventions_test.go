@@ -245,6 +245,9 @@ func TestCLIConventions(t *testing.T) {
 		if len(rows) != 1 || rows[0].ID != snap || rows[0].Sandbox != id || rows[0].Kind != "user" {
 			t.Errorf("snapshot ls -o json: %+v", rows)
 		}
+		if row := decode[snapshotRow](t, "snapshot ls -o jsonl", ok("snapshot", "ls", "-o", "jsonl")); row.ID != snap {
+			t.Errorf("snapshot ls -o jsonl: %+v", row)
+		}
 	})
 
 	t.Run("completion", func(t *testing.T) {

@@ -83,6 +83,13 @@ func newSnapshotLs(cf *connFlags) *cobra.Command {
 				return nil
 			case *outFmt == formatJSON:
 				return writeJSON(os.Stdout, rows)
+			case *outFmt == formatJSONL:
+				for _, r := range rows {
+					if err := writeJSON(os.Stdout, r); err != nil {
+						return err
+					}
+				}
+				return nil
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tKIND\tSANDBOX\tFILES\tSIZE\tAGE")
@@ -95,7 +102,7 @@ func newSnapshotLs(cf *connFlags) *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include berth's own checkpoints")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only, one a line")
-	outFmt = addFormat(cmd.Flags(), formatJSON)
+	outFmt = addFormat(cmd.Flags(), formatJSON, formatJSONL)
 	return cmd
 }
 

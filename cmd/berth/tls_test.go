@@ -41,7 +41,8 @@ func TestTLSConnection(t *testing.T) {
 		} {
 			out, errOut, code := runBerth(t, berth, append([]string{"sandbox", "ls"}, args...)...)
 			t.Logf("%s: %s", what, strings.TrimSpace(errOut))
-			if code != exitBerth || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "cannot reach the Temporal server at "+addr) {
+			if code != exitBerth || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "cannot reach the Temporal server at "+addr) ||
+				strings.Contains(errOut, "TLS?") != (what == "plain") {
 				t.Errorf("%s: exit %d, stdout %q, stderr %q; want 125 and one line", what, code, out, errOut)
 			}
 		}

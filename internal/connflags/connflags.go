@@ -90,7 +90,12 @@ func Dial(ctx context.Context, opts client.Options) (client.Client, error) {
 	defer cancel()
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the Temporal server at %s (is berth dev running?): %v", opts.HostPort, RootCause(err))
+		// A handshake refused looks like a server gone: say what to check.
+		hint := "is berth dev running, or does the server want TLS?"
+		if opts.ConnectionOptions.TLS != nil {
+			hint = "are --tls-ca-path, --tls-cert-path and --tls-key-path right?"
+		}
+		return nil, fmt.Errorf("cannot reach the Temporal server at %s (%s): %v", opts.HostPort, hint, RootCause(err))
 	}
 	return c, nil
 }
