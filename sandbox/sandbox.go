@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/transfer"
 )
 
 // acts names the activities; its methods are only used as names.
@@ -194,8 +195,16 @@ func newID() string {
 // sandbox is re-created: after a hibernation, a recovery or a switch.
 func (s *Sandbox) ID() string { return s.st.Ref.ID }
 
+// Ref names a sandbox outside its handle: its provider, its id, and the
+// task queue of the workers that can reach it.
+type Ref struct {
+	Provider string `json:"provider"`
+	ID       string `json:"id"`
+	Queue    string `json:"queue"`
+}
+
 // Ref is the sandbox's reference, to hand to another workflow.
-func (s *Sandbox) Ref() activities.Ref { return s.st.Ref }
+func (s *Sandbox) Ref() Ref { return Ref(s.st.Ref) }
 
 // State is where the sandbox is in its lifecycle.
 func (s *Sandbox) State() State { return s.st.State }
@@ -234,7 +243,7 @@ type Result struct {
 	// they hold its head and tail, and Output has the whole.
 	Stdout, Stderr string
 	Truncated      bool
-	Output         [2]activities.Output // stdout, stderr
+	Output         [2]transfer.Output // stdout, stderr
 	Duration       time.Duration
 }
 
@@ -271,7 +280,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 		if err != nil {
 			return err
 		}
-		for _, o := range []activities.Output{out.Stdout, out.Stderr} {
+		for _, o := range []transfer.Output{out.Stdout, out.Stderr} {
 			if o.Blob != "" {
 				s.st.OutputStored += o.Size - o.Dropped
 			}
@@ -280,7 +289,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 			ID: in.ID, ExitCode: out.ExitCode, Signal: out.Signal,
 			Stdout: string(out.Stdout.Inline), Stderr: string(out.Stderr.Inline),
 			Truncated: out.Stdout.Truncated || out.Stderr.Truncated,
-			Output:    [2]activities.Output{out.Stdout, out.Stderr},
+			Output:    [2]transfer.Output{out.Stdout, out.Stderr},
 			Duration:  out.Duration,
 		}
 		switch {
@@ -298,7 +307,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 // the command's own cap, within what is left of the sandbox's budget.
 func (s *Sandbox) outputCap(asked int64) int64 {
 	if asked <= 0 {
-		asked = activities.DefaultMaxOutput
+		asked = transfer.DefaultMaxOutput
 	}
 	budget := s.st.Config.OutputBudget
 	if budget == 0 {
@@ -345,7 +354,7 @@ func (s *Sandbox) runExec(ctx workflow.Context, in activities.ExecInput) (activi
 }
 
 // WriteFiles writes files into the workspace. Their contents enter
-// workflow history, so they are bounded by activities.MaxInlineFiles.
+// workflow history, so they are bounded by transfer.MaxInlineFiles.
 func (s *Sandbox) WriteFiles(ctx workflow.Context, files ...provider.File) error {
 	names := make([]string, len(files))
 	for i, f := range files {
@@ -359,7 +368,7 @@ func (s *Sandbox) WriteFiles(ctx workflow.Context, files ...provider.File) error
 }
 
 // Import unpacks a tar stream that a front end stored in the output blob
-// store (under activities.UploadPrefix), in parts (zero: one object),
+// store (under transfer.Uploads), in parts (zero: one object),
 // into the workspace: how files too large for history get in.
 func (s *Sandbox) Import(ctx workflow.Context, blob string, parts int) error {
 	return s.do(ctx, "import "+shorten(blob), func(ref activities.Ref) error {
@@ -374,7 +383,7 @@ func (s *Sandbox) Import(ctx workflow.Context, blob string, parts int) error {
 var ErrTooLarge = errors.New("file too large to read inline")
 
 // ReadFile reads a file of the workspace. A file larger than
-// activities.DefaultInlineCap comes back as its head, with ErrTooLarge.
+// transfer.DefaultInlineCap comes back as its head, with ErrTooLarge.
 func (s *Sandbox) ReadFile(ctx workflow.Context, path string) ([]byte, error) {
 	out, err := s.ReadFileOutput(ctx, path)
 	if err != nil {
@@ -388,11 +397,11 @@ func (s *Sandbox) ReadFile(ctx workflow.Context, path string) ([]byte, error) {
 
 // ReadFileOutput reads a file of the workspace whole: inline when it is
 // small, else its head inline and the whole in the blob store, for a
-// front end to fetch (activities.Open).
-func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (activities.Output, error) {
-	var out activities.Output
+// front end to fetch (transfer.Open).
+func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (transfer.Output, error) {
+	var out transfer.Output
 	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
-		out, err = call[activities.Output](ctx, s.opts(ref.Queue, 0), acts.ReadFile,
+		out, err = call[transfer.Output](ctx, s.opts(ref.Queue, 0), acts.ReadFile,
 			activities.ReadFileInput{Sandbox: ref, Path: path})
 		return err
 	})
@@ -403,10 +412,10 @@ func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (activities.
 // worker's blob store, for a front end to fetch: the result locates it
 // (see provider.PathExporter for its names). Whoever fetches it deletes
 // it.
-func (s *Sandbox) Export(ctx workflow.Context, path string) (activities.Output, error) {
-	var out activities.Output
+func (s *Sandbox) Export(ctx workflow.Context, path string) (transfer.Output, error) {
+	var out transfer.Output
 	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
-		out, err = call[activities.Output](ctx, s.transfer(ref.Queue), acts.ExportPath,
+		out, err = call[transfer.Output](ctx, s.transfer(ref.Queue), acts.ExportPath,
 			activities.PathInput{Sandbox: ref, Path: path})
 		return err
 	})

@@ -8,11 +8,11 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/devserver"
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/transfer"
 )
 
 func newDev() *cobra.Command {
@@ -75,7 +75,7 @@ worker serving the linux provider on this host.`,
 	cmd.Flags().IntVar(&port, "port", 7233, "the Temporal frontend's port on 127.0.0.1")
 	cmd.Flags().IntVar(&uiPort, "ui-port", 8233, "the Temporal Web UI's port; 0 for none")
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", defaultReapEvery, "how often to destroy sandboxes whose owner is gone; 0 for never")
-	cmd.Flags().DurationVar(&outputRetention, "output-retention", activities.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
+	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	return cmd
 }

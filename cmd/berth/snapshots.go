@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	tclient "go.temporal.io/sdk/client"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
@@ -63,7 +62,7 @@ func newSnapshotLs(cf *connFlags) *cobra.Command {
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tKIND\tSANDBOX\tFILES\tSIZE\tAGE")
 			for _, s := range out.Snapshots {
-				if s.Kind != activities.SnapshotUser && !all {
+				if s.Kind != sandbox.SnapshotUser && !all {
 					continue
 				}
 				// The sandbox as its user knows it: its workflow's id.
