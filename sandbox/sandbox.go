@@ -43,8 +43,8 @@ type Sandbox struct {
 // state is everything a handle knows, kept so that it can be carried
 // across continue-as-new.
 type state struct {
-	Config config         `json:"config"`
-	Ref    activities.Ref `json:"ref"`
+	Config config `json:"config"`
+	Ref    Ref    `json:"ref"`
 	// Base is the id of the first sandbox; its successors (after a
 	// hibernation, a recovery, a switch) are Base-2, Base-3...
 	Base       string `json:"base"`
@@ -158,14 +158,15 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 
 // provision creates a sandbox with the given id and fills its workspace
 // from the checkpoint, if there is one.
-func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.Ref, error) {
+func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (Ref, error) {
 	spec := s.st.Config.Spec
 	spec.ID = id
 	// Creation runs to its end even when the workflow is cancelled
 	// meanwhile, so that what it made is known, and destroyed.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	ref, err := call[activities.Ref](dctx, s.opts(s.st.Config.Queue, 0), acts.Create,
+	made, err := call[activities.Ref](dctx, s.opts(s.st.Config.Queue, 0), acts.Create,
 		activities.CreateInput{Provider: prov, Spec: spec})
+	ref := Ref(made)
 	if err != nil {
 		return ref, err
 	}
@@ -175,7 +176,7 @@ func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.R
 	}
 	if s.st.Checkpoint != "" {
 		restored, err := call[activities.RestoreOutput](ctx, s.transfer(ref.Queue), acts.Restore,
-			activities.RestoreInput{Sandbox: ref, Snapshot: s.st.Checkpoint})
+			activities.RestoreInput{Sandbox: made, Snapshot: s.st.Checkpoint})
 		if err != nil {
 			s.destroy(dctx, ref)
 			return ref, fmt.Errorf("fill the workspace: %w", err) // the error names the snapshot
@@ -204,7 +205,7 @@ type Ref struct {
 }
 
 // Ref is the sandbox's reference, to hand to another workflow.
-func (s *Sandbox) Ref() Ref { return Ref(s.st.Ref) }
+func (s *Sandbox) Ref() Ref { return s.st.Ref }
 
 // State is where the sandbox is in its lifecycle.
 func (s *Sandbox) State() State { return s.st.State }
@@ -457,7 +458,7 @@ func (s *Sandbox) Stop(ctx workflow.Context) error {
 		return nil
 	}
 	if s.st.State != StateHibernated {
-		_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Destroy, s.st.Ref)
+		_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Destroy, activities.Ref(s.st.Ref))
 		if err != nil && !errors.Is(err, provider.ErrLost) {
 			return fmt.Errorf("stop sandbox %s: %w", s.st.Ref.ID, err)
 		}
