@@ -310,12 +310,16 @@ func TestExecLocalAbandoned(t *testing.T) {
 	if out := f.execLocal(t, in); !out.Handed {
 		t.Fatalf("not handed over: %+v", out)
 	}
-	time.Sleep(200 * time.Millisecond)
-	f.acts.handoffs.mu.Lock()
-	left := len(f.acts.handoffs.runs)
-	f.acts.handoffs.mu.Unlock()
-	if left != 0 {
-		t.Errorf("%d runs still held past their grace", left)
+	held := func() int {
+		f.acts.handoffs.mu.Lock()
+		defer f.acts.handoffs.mu.Unlock()
+		return len(f.acts.handoffs.runs)
+	}
+	// Polled here: berthtest's Eventually imports this package.
+	for deadline := time.Now().Add(5 * time.Second); held() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d runs still held 100 times past their grace", held())
+		}
 	}
 	out := f.exec(t, in)
 	if !out.Attached || string(out.Stdout.Inline) != "start\nend\n" {
