@@ -49,8 +49,7 @@ type RunOutput struct {
 const RunQuery = "berth.run"
 
 // RunStatus says where a run's output is stored while it runs, for front
-// ends that follow it live. It is empty until the
-// sandbox exists.
+// ends that follow it live. It is empty until the sandbox exists.
 type RunStatus struct {
 	Sandbox string `json:"sandbox,omitempty"`
 	Stdout  string `json:"stdout,omitempty"` // blob keys
