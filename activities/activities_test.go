@@ -20,6 +20,7 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/fileblob"
 
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/transfer"
@@ -310,17 +311,11 @@ func TestExecLocalAbandoned(t *testing.T) {
 	if out := f.execLocal(t, in); !out.Handed {
 		t.Fatalf("not handed over: %+v", out)
 	}
-	held := func() int {
+	testkit.Eventually(t, "the run handed over to be let go after its grace", 5*time.Second, func() bool {
 		f.acts.handoffs.mu.Lock()
 		defer f.acts.handoffs.mu.Unlock()
-		return len(f.acts.handoffs.runs)
-	}
-	// Polled here: berthtest's Eventually imports this package.
-	for deadline := time.Now().Add(5 * time.Second); held() != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d runs still held 100 times past their grace", held())
-		}
-	}
+		return len(f.acts.handoffs.runs) == 0
+	})
 	out := f.exec(t, in)
 	if !out.Attached || string(out.Stdout.Inline) != "start\nend\n" {
 		t.Errorf("Exec after the grace: attached %v, stdout %q; want attached, the whole output", out.Attached, out.Stdout.Inline)

@@ -23,7 +23,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/devserver"
-	"github.com/berth-dev/berth/internal/berthtest"
+	"github.com/berth-dev/berth/internal/testkit"
 )
 
 // Environment of a child process that runs only a server (see TestMain).
@@ -75,7 +75,7 @@ func TestStart(t *testing.T) {
 		srv, err = devserver.Start(t.Context(), devserver.Options{
 			DataDir: dataDir,
 			Address: "127.0.0.1:0",
-			UIPort:  berthtest.FreePort(t),
+			UIPort:  testkit.FreePort(t),
 			Logger:  testLogger(),
 		})
 		if !errors.Is(err, devserver.ErrAddressInUse) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/berthtest"
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/snapshot"
@@ -183,7 +184,7 @@ func update(ctx context.Context, c client.Client, id, name string, arg any) erro
 func waitRunning(t *testing.T, c client.Client, id string) workflows.RunStatus {
 	t.Helper()
 	var st workflows.RunStatus
-	berthtest.Eventually(t, "the run's command to start", 30*time.Second, func() bool {
+	testkit.Eventually(t, "the run's command to start", 30*time.Second, func() bool {
 		v, err := c.QueryWorkflow(t.Context(), id, "", workflows.RunQuery)
 		return err == nil && v.Get(&st) == nil && st.Sandbox != ""
 	})

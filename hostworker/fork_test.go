@@ -7,7 +7,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/berth-dev/berth/internal/berthtest"
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
@@ -18,7 +18,7 @@ import (
 func sandboxStatus(t *testing.T, c client.Client, id string) workflows.SandboxStatus {
 	t.Helper()
 	var st workflows.SandboxStatus
-	berthtest.Eventually(t, "sandbox "+id+" to be created", 30*time.Second, func() bool {
+	testkit.Eventually(t, "sandbox "+id+" to be created", 30*time.Second, func() bool {
 		v, err := c.QueryWorkflow(t.Context(), id, "", workflows.QuerySandbox)
 		return err == nil && v.Get(&st) == nil && st.ID != ""
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/berthtest"
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/snapshot"
@@ -88,7 +89,7 @@ func TestHostLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	var first string
-	berthtest.Eventually(t, "the sandbox to be created", 30*time.Second, func() bool {
+	testkit.Eventually(t, "the sandbox to be created", 30*time.Second, func() bool {
 		v, err := c.QueryWorkflow(ctx, run.GetID(), "", "queue")
 		return err == nil && v.Get(&first) == nil && first != ""
 	})

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/berthtest"
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider/linux"
 )
 
@@ -25,13 +25,13 @@ func build(t *testing.T) string { return berthBinary(t) }
 // startDev starts berth dev on port (or, when port is 0, on a free one,
 // trying another when a port found free is taken before berth dev binds
 // it) and waits until it is ready.
-func startDev(t *testing.T, berth, data string, port int, log *berthtest.SyncBuffer, flags ...string) (*exec.Cmd, int) {
+func startDev(t *testing.T, berth, data string, port int, log *testkit.SyncBuffer, flags ...string) (*exec.Cmd, int) {
 	t.Helper()
 start:
 	for attempt := 0; ; attempt++ {
 		p := port
 		if p == 0 {
-			p = berthtest.FreePort(t)
+			p = testkit.FreePort(t)
 		}
 		dev := exec.Command(berth, append([]string{"dev", "--data-dir", data, "--port", fmt.Sprint(p), "--ui-port", "0"}, flags...)...)
 		dev.Stdout, dev.Stderr = log, log
@@ -66,7 +66,7 @@ const commandTimeout = 3 * time.Minute
 // exit code.
 func runBerth(t *testing.T, berth string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	var o, e berthtest.SyncBuffer
+	var o, e testkit.SyncBuffer
 	code = runCommand(t, berth, args, &o, &e)
 	return o.String(), e.String(), code
 }
@@ -74,7 +74,7 @@ func runBerth(t *testing.T, berth string, args ...string) (stdout, stderr string
 // runCommand runs berth with args, its output going to stdout and
 // stderr, and returns its exit code; it fails the test if berth runs
 // longer than commandTimeout.
-func runCommand(t *testing.T, berth string, args []string, stdout io.Writer, stderr *berthtest.SyncBuffer) int {
+func runCommand(t *testing.T, berth string, args []string, stdout io.Writer, stderr *testkit.SyncBuffer) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), commandTimeout)
 	defer cancel()
@@ -114,7 +114,7 @@ func dataDir(t *testing.T) string {
 // reasons.
 func TestDevAndRun(t *testing.T) {
 	berth, data := build(t), dataDir(t)
-	var devLog berthtest.SyncBuffer
+	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
@@ -189,7 +189,7 @@ func TestDevAndRun(t *testing.T) {
 		}
 	})
 	t.Run("server unreachable", func(t *testing.T) {
-		_, stderr, code := runBerth(t, berth, "run", "--address", fmt.Sprintf("127.0.0.1:%d", berthtest.FreePort(t)), "--", "true")
+		_, stderr, code := runBerth(t, berth, "run", "--address", fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)), "--", "true")
 		if code == 0 || !strings.Contains(stderr, "cannot reach the Temporal server") {
 			t.Errorf("got exit %d, %q", code, stderr)
 		}
@@ -202,7 +202,7 @@ func TestDevAndRun(t *testing.T) {
 // command still running in the sandbox, and the command runs once.
 func TestDevKilledMidCommand(t *testing.T) {
 	berth, data := build(t), dataDir(t)
-	var devLog berthtest.SyncBuffer
+	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	id, _, _ := runBerth(t, berth, "run", "--address", addr, "--detach", "--",
@@ -213,11 +213,11 @@ func TestDevKilledMidCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait belongs to startDev: a process is gone once it is reaped.
-	berthtest.Eventually(t, "the killed berth dev to be reaped", 15*time.Second, func() bool {
+	testkit.Eventually(t, "the killed berth dev to be reaped", 15*time.Second, func() bool {
 		return syscall.Kill(dev.Process.Pid, 0) != nil
 	})
 
-	var again berthtest.SyncBuffer
+	var again testkit.SyncBuffer
 	dev, _ = startDev(t, berth, data, port, &again)
 	t.Cleanup(func() {
 		if t.Failed() {

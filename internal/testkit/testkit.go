@@ -1,4 +1,9 @@
-package berthtest
+// Package testkit holds the test helpers every package's tests share:
+// waiting for a condition, a free port, a buffer written while read. It
+// imports nothing of berth, so that the tests of the packages berthtest
+// is built on (the linux provider, its conformance suite, activities)
+// can use it too.
+package testkit
 
 import (
 	"bytes"
