@@ -28,17 +28,6 @@ type Ref struct {
 	Queue string `json:"queue"`
 }
 
-// Limits on what travels inline through workflow history.
-const (
-	// DefaultInlineCap is how much of each output stream a result
-	// carries inline: its head and tail, half each.
-	DefaultInlineCap = 256 << 10
-	// MaxInlineFiles bounds the file contents one WriteFiles carries.
-	MaxInlineFiles = 2 << 20
-	// DefaultPartSize is the size of the parts outputs are stored in.
-	DefaultPartSize = 1 << 20
-)
-
 // Activities are the sandbox activities of one worker. Register a value
 // with a worker; its exported methods are the activities.
 type Activities struct {
@@ -59,10 +48,10 @@ type Activities struct {
 	// HostQueue the one only this worker polls.
 	GenericQueue, HostQueue string
 	// InlineCap is how much of each output stream results carry inline;
-	// zero means DefaultInlineCap.
+	// zero means transfer.DefaultInlineCap.
 	InlineCap int
 	// PartSize is the size of stored output parts; zero means
-	// DefaultPartSize.
+	// transfer.DefaultPartSize.
 	PartSize int
 
 	handoffs handoffs // commands ExecLocal handed to Exec
@@ -168,8 +157,8 @@ func (a *Activities) writeFiles(ctx context.Context, in WriteFilesInput) error {
 	for _, f := range in.Files {
 		total += len(f.Data)
 	}
-	if total > MaxInlineFiles {
-		return fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", provider.ErrBadInput, total, MaxInlineFiles)
+	if total > transfer.MaxInlineFiles {
+		return fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", provider.ErrBadInput, total, transfer.MaxInlineFiles)
 	}
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
@@ -189,35 +178,35 @@ type PathInput struct {
 type ReadFileInput struct {
 	Sandbox   Ref    `json:"sandbox"`
 	Path      string `json:"path"`
-	MaxInline int    `json:"max_inline,omitempty"` // zero means DefaultInlineCap
+	MaxInline int    `json:"max_inline,omitempty"` // zero means transfer.DefaultInlineCap
 }
 
 // ReadFile reads a file; a large one is stored whole in the blob store.
-func (a *Activities) ReadFile(ctx context.Context, in ReadFileInput) (Output, error) {
+func (a *Activities) ReadFile(ctx context.Context, in ReadFileInput) (transfer.Output, error) {
 	return returned(a.readFile(ctx, in))
 }
 
-func (a *Activities) readFile(ctx context.Context, in ReadFileInput) (Output, error) {
+func (a *Activities) readFile(ctx context.Context, in ReadFileInput) (transfer.Output, error) {
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
-		return Output{}, err
+		return transfer.Output{}, err
 	}
 	rc, err := sb.ReadFile(ctx, in.Path)
 	if err != nil {
-		return Output{}, err
+		return transfer.Output{}, err
 	}
 	defer rc.Close()
 	max := in.MaxInline
 	if max <= 0 {
-		max = DefaultInlineCap
+		max = transfer.DefaultInlineCap
 	}
 	head := make([]byte, max+1)
 	n, err := io.ReadFull(rc, head)
 	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
-		return Output{}, err
+		return transfer.Output{}, err
 	}
 	if n <= max {
-		return Output{Inline: head[:n], Size: int64(n), HeadLen: n}, nil
+		return transfer.Output{Inline: head[:n], Size: int64(n), HeadLen: n}, nil
 	}
 	// The same key on every attempt: a retry overwrites, leaves nothing.
 	key := transfer.Files + in.Sandbox.ID + "/" + attemptKey(ctx)
@@ -227,9 +216,9 @@ func (a *Activities) readFile(ctx context.Context, in ReadFileInput) (Output, er
 		err = w.Close()
 	}
 	if err != nil {
-		return Output{}, err
+		return transfer.Output{}, err
 	}
-	return Output{Inline: head[:max], HeadLen: max, Size: size, Truncated: true, Blob: key, Parts: w.Parts()}, nil
+	return transfer.Output{Inline: head[:max], HeadLen: max, Size: size, Truncated: true, Blob: key, Parts: w.Parts()}, nil
 }
 
 // ListDir lists a directory.
@@ -263,14 +252,14 @@ func (a *Activities) inlineCap() int {
 	if a.InlineCap > 0 {
 		return a.InlineCap
 	}
-	return DefaultInlineCap
+	return transfer.DefaultInlineCap
 }
 
 func (a *Activities) partSize() int {
 	if a.PartSize > 0 {
 		return a.PartSize
 	}
-	return DefaultPartSize
+	return transfer.DefaultPartSize
 }
 
 // providerNames lists the providers in a stable order.
@@ -286,22 +275,22 @@ func (a *Activities) providerNames() []string {
 // ExportPath writes a file or directory of a sandbox's workspace as a
 // tar stream into the blob store (see provider.PathExporter for its
 // names), and says where. Retries write to the same place.
-func (a *Activities) ExportPath(ctx context.Context, in PathInput) (Output, error) {
+func (a *Activities) ExportPath(ctx context.Context, in PathInput) (transfer.Output, error) {
 	return returned(a.exportPath(ctx, in))
 }
 
-func (a *Activities) exportPath(ctx context.Context, in PathInput) (Output, error) {
+func (a *Activities) exportPath(ctx context.Context, in PathInput) (transfer.Output, error) {
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
-		return Output{}, err
+		return transfer.Output{}, err
 	}
 	pe, ok := sb.(provider.PathExporter)
 	if !ok {
-		return Output{}, fmt.Errorf("%w: provider %q cannot export part of a workspace", provider.ErrUnsupported, in.Sandbox.Provider)
+		return transfer.Output{}, fmt.Errorf("%w: provider %q cannot export part of a workspace", provider.ErrUnsupported, in.Sandbox.Provider)
 	}
 	rc, err := pe.ExportPath(ctx, in.Path)
 	if err != nil {
-		return Output{}, err
+		return transfer.Output{}, err
 	}
 	defer rc.Close()
 	key := transfer.Exports + in.Sandbox.ID + "/" + attemptKey(ctx)
@@ -311,9 +300,9 @@ func (a *Activities) exportPath(ctx context.Context, in PathInput) (Output, erro
 		err = w.Close()
 	}
 	if err != nil {
-		return Output{}, fmt.Errorf("export %q: %w", in.Path, err)
+		return transfer.Output{}, fmt.Errorf("export %q: %w", in.Path, err)
 	}
-	return Output{Size: size, Truncated: true, Blob: key, Parts: w.Parts()}, nil
+	return transfer.Output{Size: size, Truncated: true, Blob: key, Parts: w.Parts()}, nil
 }
 
 // attemptKey names what an activity stores, the same on every attempt

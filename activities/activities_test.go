@@ -20,6 +20,7 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/fileblob"
 
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/transfer"
@@ -185,9 +186,9 @@ func seqOutput(n int) []byte {
 	return b.Bytes()
 }
 
-func readAll(t *testing.T, bucket *blob.Bucket, o Output) []byte {
+func readAll(t *testing.T, bucket *blob.Bucket, o transfer.Output) []byte {
 	t.Helper()
-	r, err := Open(t.Context(), bucket, o)
+	r, err := transfer.Open(t.Context(), bucket, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func TestFollowLive(t *testing.T) {
 		}
 		done <- out
 	}()
-	key := OutputKey(f.ref.ID, "live", "stdout")
+	key := transfer.OutputKey(f.ref.ID, "live", "stdout")
 	var got []byte
 	sawMarkerEarly := false
 	var out ExecOutput
@@ -310,13 +311,11 @@ func TestExecLocalAbandoned(t *testing.T) {
 	if out := f.execLocal(t, in); !out.Handed {
 		t.Fatalf("not handed over: %+v", out)
 	}
-	time.Sleep(200 * time.Millisecond)
-	f.acts.handoffs.mu.Lock()
-	left := len(f.acts.handoffs.runs)
-	f.acts.handoffs.mu.Unlock()
-	if left != 0 {
-		t.Errorf("%d runs still held past their grace", left)
-	}
+	testkit.Eventually(t, "the run handed over to be let go after its grace", 5*time.Second, func() bool {
+		f.acts.handoffs.mu.Lock()
+		defer f.acts.handoffs.mu.Unlock()
+		return len(f.acts.handoffs.runs) == 0
+	})
 	out := f.exec(t, in)
 	if !out.Attached || string(out.Stdout.Inline) != "start\nend\n" {
 		t.Errorf("Exec after the grace: attached %v, stdout %q; want attached, the whole output", out.Attached, out.Stdout.Inline)
@@ -335,10 +334,10 @@ func TestSweepTransfers(t *testing.T) {
 	acts := &Activities{Outputs: bucket}
 	old := time.Now().Add(-2 * time.Hour)
 	keys := map[string]bool{ // key: old?
-		UploadPrefix + "sb-1-aa.tar":           true,
-		ExportPrefix + "sb-1/run-1.tar/000000": true,
-		UploadPrefix + "sb-1-bb.tar":           false,
-		"outputs/sb-1/sb-1-c1/stdout/000000":   true,
+		transfer.Uploads + "sb-1-aa.tar":           true,
+		transfer.Exports + "sb-1/run-1.tar/000000": true,
+		transfer.Uploads + "sb-1-bb.tar":           false,
+		"outputs/sb-1/sb-1-c1/stdout/000000":       true,
 	}
 	for key, isOld := range keys {
 		if err := bucket.WriteAll(t.Context(), key, []byte("x"), nil); err != nil {
@@ -376,7 +375,7 @@ func TestOutputCap(t *testing.T) {
 			o.Size, o.Dropped, o.Incomplete, len(want), len(want)-max)
 	}
 	stored := readAll(t, f.acts.Outputs, o)
-	head, tail := want[:max-OutputTail], want[len(want)-OutputTail:]
+	head, tail := want[:max-transfer.OutputTail], want[len(want)-transfer.OutputTail:]
 	if !bytes.Equal(stored, append(append([]byte{}, head...), tail...)) {
 		t.Errorf("stored %d bytes: not the first %d and the last %d of the output", len(stored), len(head), len(tail))
 	}

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/transfer"
 )
 
 // ExecInput is a command to run in a sandbox.
@@ -27,7 +28,7 @@ type ExecInput struct {
 	Dir     string            `json:"dir,omitempty"`
 	Timeout time.Duration     `json:"timeout,omitempty"`
 	// MaxOutput caps what is stored of each output stream; zero means
-	// DefaultMaxOutput.
+	// transfer.DefaultMaxOutput.
 	MaxOutput int64 `json:"max_output,omitempty"`
 }
 
@@ -35,13 +36,13 @@ type ExecInput struct {
 // ran out of memory is a result, not an activity failure: retrying would
 // not change it.
 type ExecOutput struct {
-	ExitCode  int           `json:"exit_code"`
-	Signal    string        `json:"signal,omitempty"`
-	TimedOut  bool          `json:"timed_out,omitempty"`
-	OOMKilled bool          `json:"oom_killed,omitempty"`
-	Duration  time.Duration `json:"duration"`
-	Stdout    Output        `json:"stdout"`
-	Stderr    Output        `json:"stderr"`
+	ExitCode  int             `json:"exit_code"`
+	Signal    string          `json:"signal,omitempty"`
+	TimedOut  bool            `json:"timed_out,omitempty"`
+	OOMKilled bool            `json:"oom_killed,omitempty"`
+	Duration  time.Duration   `json:"duration"`
+	Stdout    transfer.Output `json:"stdout"`
+	Stderr    transfer.Output `json:"stderr"`
 	// Attached: the command had been started by an earlier attempt.
 	Attached bool `json:"attached,omitempty"`
 }
@@ -180,8 +181,8 @@ func (a *Activities) startExec(ctx context.Context, in ExecInput, prog execProgr
 	ctx, cancel := context.WithCancel(ctx)
 	r := &execRun{cancel: cancel, done: make(chan struct{})}
 	r.streams = [2]*capture{
-		newCapture(ctx, a, OutputKey(in.Sandbox.ID, in.ID, "stdout"), prog.Parts[0], in.MaxOutput),
-		newCapture(ctx, a, OutputKey(in.Sandbox.ID, in.ID, "stderr"), prog.Parts[1], in.MaxOutput),
+		newCapture(ctx, a, transfer.OutputKey(in.Sandbox.ID, in.ID, "stdout"), prog.Parts[0], in.MaxOutput),
+		newCapture(ctx, a, transfer.OutputKey(in.Sandbox.ID, in.ID, "stderr"), prog.Parts[1], in.MaxOutput),
 	}
 	go r.run(ctx, sb, in)
 	return r, nil

@@ -5,33 +5,8 @@ import (
 	"io"
 	"sync"
 
-	"gocloud.dev/blob"
-
 	"github.com/berth-dev/berth/transfer"
 )
-
-// Output is a stream of bytes as a result carries it; see transfer.Output.
-type Output = transfer.Output
-
-// Open reads the whole of an output, from the blob store when needed.
-func Open(ctx context.Context, bucket *blob.Bucket, o Output) (io.ReadCloser, error) {
-	return transfer.Open(ctx, bucket, o)
-}
-
-// OutputKey is where the output stream ("stdout" or "stderr") of command
-// execID in sandbox sandboxID is stored.
-func OutputKey(sandboxID, execID, stream string) string {
-	return transfer.OutputKey(sandboxID, execID, stream)
-}
-
-// DefaultMaxOutput is how much of each output stream of a command is
-// stored by default: a command that prints more keeps its first bytes
-// and its last (OutputTail), and the result says how many were dropped
-// between them.
-const DefaultMaxOutput = 256 << 20
-
-// OutputTail is how much of the end of a stream past its cap is kept.
-const OutputTail = 1 << 20
 
 // capture receives one output stream of a command: it keeps the first
 // inlineCap bytes in memory, and once the stream outgrows them, stores
@@ -54,13 +29,13 @@ type capture struct {
 }
 
 // newCapture starts a capture, after the parts an earlier attempt stored;
-// maxOutput caps what is stored (zero: DefaultMaxOutput).
+// maxOutput caps what is stored (zero: transfer.DefaultMaxOutput).
 func newCapture(ctx context.Context, a *Activities, key string, storedParts int, maxOutput int64) *capture {
 	if maxOutput <= 0 {
-		maxOutput = DefaultMaxOutput
+		maxOutput = transfer.DefaultMaxOutput
 	}
 	c := &capture{a: a, ctx: ctx, key: key, inlineCap: a.inlineCap()}
-	c.tailCap = int(min(OutputTail, maxOutput/2))
+	c.tailCap = int(min(transfer.OutputTail, maxOutput/2))
 	c.headCap = maxOutput - int64(c.tailCap)
 	c.parts = transfer.NewPartWriter(ctx, a.Outputs, key, a.partSize(), storedParts)
 	c.total = int64(storedParts) * int64(a.partSize())
@@ -120,24 +95,24 @@ func (c *capture) flushLive() {
 }
 
 // finish ends the stream and describes it.
-func (c *capture) finish(incomplete bool) (Output, error) {
+func (c *capture) finish(incomplete bool) (transfer.Output, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.resumed && c.total <= int64(c.inlineCap) {
 		c.parts.DropPartial()
-		return Output{Inline: c.inline, HeadLen: len(c.inline), Size: c.total, Incomplete: incomplete}, nil
+		return transfer.Output{Inline: c.inline, HeadLen: len(c.inline), Size: c.total, Incomplete: incomplete}, nil
 	}
 	if len(c.tail) > 0 {
 		if _, err := c.parts.Write(c.tail); err != nil {
-			return Output{}, err
+			return transfer.Output{}, err
 		}
 		c.stored += int64(len(c.tail))
 		c.tail = nil
 	}
 	if err := c.parts.Close(); err != nil {
-		return Output{}, err
+		return transfer.Output{}, err
 	}
-	out := Output{Size: c.total, Truncated: true, Blob: c.key, Parts: c.parts.Parts(), Incomplete: incomplete,
+	out := transfer.Output{Size: c.total, Truncated: true, Blob: c.key, Parts: c.parts.Parts(), Incomplete: incomplete,
 		Dropped: c.total - c.stored}
 	if out.Dropped > 0 {
 		out.Incomplete = true
@@ -145,11 +120,11 @@ func (c *capture) finish(incomplete bool) (Output, error) {
 	half := int64(c.inlineCap / 2)
 	head, err := c.readRange(0, half)
 	if err != nil {
-		return Output{}, err
+		return transfer.Output{}, err
 	}
 	tail, err := c.readRange(max(c.stored-half, half), half)
 	if err != nil {
-		return Output{}, err
+		return transfer.Output{}, err
 	}
 	out.Inline = append(head, tail...)
 	out.HeadLen = len(head)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/snapshot"
+	"github.com/berth-dev/berth/transfer"
 )
 
 // Owner names the workflow run that owns a sandbox or a checkpoint.
@@ -91,7 +92,7 @@ func (a *Activities) SweepTransfers(ctx context.Context, maxAge time.Duration) (
 	}
 	cutoff := time.Now().Add(-maxAge)
 	deleted := 0
-	for _, prefix := range []string{UploadPrefix, ExportPrefix} {
+	for _, prefix := range []string{transfer.Uploads, transfer.Exports} {
 		it := a.Outputs.List(&blob.ListOptions{Prefix: prefix})
 		for {
 			obj, err := it.Next(ctx)

@@ -17,11 +17,6 @@ import (
 	"github.com/berth-dev/berth/transfer"
 )
 
-// DefaultOutputRetention is how long what a sandbox stored in the blob
-// store (its commands' outputs, files read, exports) is kept after its
-// owner workflow closed: long enough to read a finished run's output.
-const DefaultOutputRetention = 24 * time.Hour
-
 // ownersPrefix holds one record per sandbox: the labels naming its owner.
 const ownersPrefix = "owners/"
 
@@ -43,7 +38,7 @@ func (a *Activities) recordOwner(ctx context.Context, id string, labels map[stri
 }
 
 // SweepOutputsInput says which labels name a sandbox's owner, and how
-// long its outputs outlive the owner (zero: DefaultOutputRetention).
+// long its outputs outlive the owner (zero: transfer.DefaultOutputRetention).
 type SweepOutputsInput struct {
 	LabelWorkflowID string        `json:"label_workflow_id"`
 	LabelRunID      string        `json:"label_run_id"`
@@ -64,7 +59,7 @@ func (a *Activities) sweepOutputs(ctx context.Context, in SweepOutputsInput) (in
 	}
 	retention := in.Retention
 	if retention <= 0 {
-		retention = DefaultOutputRetention
+		retention = transfer.DefaultOutputRetention
 	}
 	swept := 0
 	it := a.Outputs.List(&blob.ListOptions{Prefix: ownersPrefix})

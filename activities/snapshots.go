@@ -218,13 +218,6 @@ func (b *beatingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Where front ends put what they import into sandboxes, and where
-// ExportPath leaves the archives they fetch.
-const (
-	UploadPrefix = transfer.Uploads
-	ExportPrefix = transfer.Exports
-)
-
 // CheckUpload refuses a blob key that does not name an upload: Import
 // must not read outputs or snapshots into a sandbox.
 func CheckUpload(key string) error {

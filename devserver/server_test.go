@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/devserver"
+	"github.com/berth-dev/berth/internal/testkit"
 )
 
 // Environment of a child process that runs only a server (see TestMain).
@@ -74,7 +75,7 @@ func TestStart(t *testing.T) {
 		srv, err = devserver.Start(t.Context(), devserver.Options{
 			DataDir: dataDir,
 			Address: "127.0.0.1:0",
-			UIPort:  freePort(t),
+			UIPort:  testkit.FreePort(t),
 			Logger:  testLogger(),
 		})
 		if !errors.Is(err, devserver.ErrAddressInUse) {
@@ -370,14 +371,4 @@ func startChild(t *testing.T, dataDir, address string) (*exec.Cmd, string) {
 		t.Fatal("server child not ready after 60s")
 		return nil, ""
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/berthtest"
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/snapshot"
@@ -182,17 +183,12 @@ func update(ctx context.Context, c client.Client, id, name string, arg any) erro
 // waitRunning waits until a Run's command has started.
 func waitRunning(t *testing.T, c client.Client, id string) workflows.RunStatus {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var st workflows.RunStatus
-		if v, err := c.QueryWorkflow(t.Context(), id, "", workflows.RunQuery); err == nil && v.Get(&st) == nil && st.Sandbox != "" {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the run's command did not start")
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition
-	}
+	var st workflows.RunStatus
+	testkit.Eventually(t, "the run's command to start", 30*time.Second, func() bool {
+		v, err := c.QueryWorkflow(t.Context(), id, "", workflows.RunQuery)
+		return err == nil && v.Get(&st) == nil && st.Sandbox != ""
+	})
+	return st
 }
 
 // TestRunLostIsFinal: a one-shot run whose sandbox dies mid-command

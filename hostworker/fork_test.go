@@ -7,6 +7,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
@@ -16,17 +17,12 @@ import (
 // returns its status.
 func sandboxStatus(t *testing.T, c client.Client, id string) workflows.SandboxStatus {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var st workflows.SandboxStatus
-		if v, err := c.QueryWorkflow(t.Context(), id, "", workflows.QuerySandbox); err == nil && v.Get(&st) == nil && st.ID != "" {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox %s was not created", id)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition
-	}
+	var st workflows.SandboxStatus
+	testkit.Eventually(t, "sandbox "+id+" to be created", 30*time.Second, func() bool {
+		v, err := c.QueryWorkflow(t.Context(), id, "", workflows.QuerySandbox)
+		return err == nil && v.Get(&st) == nil && st.ID != ""
+	})
+	return st
 }
 
 func execIn(t *testing.T, c client.Client, id string, req workflows.ExecRequest) workflows.RunOutput {

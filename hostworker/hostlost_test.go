@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/berthtest"
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/snapshot"
@@ -88,16 +89,10 @@ func TestHostLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	var first string
-	deadline := time.Now().Add(30 * time.Second)
-	for first == "" {
-		if v, err := c.QueryWorkflow(ctx, run.GetID(), "", "queue"); err == nil {
-			v.Get(&first)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sandbox was not created")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, "the sandbox to be created", 30*time.Second, func() bool {
+		v, err := c.QueryWorkflow(ctx, run.GetID(), "", "queue")
+		return err == nil && v.Get(&first) == nil && first != ""
+	})
 	hosts[first].Stop() // the host is gone: nobody serves its queue
 	delete(hosts, first)
 	if err := c.SignalWorkflow(ctx, run.GetID(), "", "host-gone", nil); err != nil {

@@ -181,13 +181,22 @@ func WorkspacePath(p string) (string, error) {
 		}
 		p = "." + rel
 	}
+	if Escapes(p) {
+		return "", fmt.Errorf("%w: path %q leaves %s", ErrBadInput, truncate(p), Workspace)
+	}
+	return path.Clean(p), nil
+}
+
+// Escapes reports whether the slash-separated name p, taken from a
+// directory (an archive's entry, a link's target, a path in the
+// workspace), leads out of it by its text alone: absolute, or climbing
+// above it with "..". Symbolic links on the way are the opener's to
+// check.
+func Escapes(p string) bool {
 	// Cleaning a relative path keeps leading ".." elements, so one check
 	// catches every lexical escape.
 	clean := path.Clean(p)
-	if clean == ".." || strings.HasPrefix(clean, "../") {
-		return "", fmt.Errorf("%w: path %q leaves %s", ErrBadInput, truncate(p), Workspace)
-	}
-	return clean, nil
+	return path.IsAbs(p) || clean == ".." || strings.HasPrefix(clean, "../")
 }
 
 func printable(s string) bool {

@@ -39,3 +39,14 @@ func TestValidateResources(t *testing.T) {
 		})
 	}
 }
+
+func TestEscapes(t *testing.T) {
+	for p, want := range map[string]bool{
+		"a": false, "a/b": false, ".": false, "./a": false, "a/..": false, "a/../b": false, "..a": false, "a/..b": false,
+		"..": true, "../a": true, "a/../..": true, "./../a": true, "/a": true, "/": true, "a/../../b": true, "../": true,
+	} {
+		if got := Escapes(p); got != want {
+			t.Errorf("Escapes(%q) = %v, want %v", p, got, want)
+		}
+	}
+}

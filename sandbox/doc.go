@@ -1,6 +1,8 @@
 // Package sandbox is the handle a Temporal workflow uses to drive a
 // sandbox: create it, run commands, move files, stop it. It is layer 3
-// of berth, built only on the activities of package activities.
+// of berth, built on the activities of package activities, which its
+// API does not show: workflows need only this package (and transfer for
+// the outputs results locate).
 //
 //	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
 //	if err != nil {

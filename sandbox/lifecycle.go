@@ -33,7 +33,7 @@ func (s *Sandbox) do(ctx workflow.Context, what string, op func(activities.Ref) 
 		return err
 	}
 	ref := s.st.Ref
-	err := op(ref)
+	err := op(activities.Ref(ref))
 	s.st.inflight--
 	s.st.LastActive = workflow.Now(ctx)
 	s.st.epoch++
@@ -163,7 +163,7 @@ func (s *Sandbox) Hibernate(ctx workflow.Context) error {
 }
 
 func (s *Sandbox) pause(ctx workflow.Context) error {
-	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Pause, s.st.Ref)
+	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Pause, activities.Ref(s.st.Ref))
 	if errors.Is(err, provider.ErrUnsupported) {
 		return s.hibernate(ctx)
 	}
@@ -178,7 +178,7 @@ func (s *Sandbox) resume(ctx workflow.Context) error {
 	if s.st.State == StateHibernated {
 		return s.wake(ctx)
 	}
-	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Resume, s.st.Ref)
+	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Resume, activities.Ref(s.st.Ref))
 	if err != nil {
 		return s.markLost(ctx, err)
 	}
@@ -295,7 +295,7 @@ func (s *Sandbox) snapshotFor(ctx workflow.Context, kind, owner string) (activit
 	s.st.Snapshots++
 	id := fmt.Sprintf("%s-s%d", s.st.Base, s.st.Snapshots)
 	return call[activities.SnapshotInfo](ctx, s.transfer(s.st.Ref.Queue), acts.Snapshot,
-		activities.SnapshotInput{Sandbox: s.st.Ref, ID: id, Kind: kind, Parent: parent, Labels: labels, RestoredAt: restoredAt})
+		activities.SnapshotInput{Sandbox: activities.Ref(s.st.Ref), ID: id, Kind: kind, Parent: parent, Labels: labels, RestoredAt: restoredAt})
 }
 
 // dropCheckpoint deletes the handle's own checkpoint, if it has one; a
@@ -313,8 +313,8 @@ func (s *Sandbox) dropCheckpoint(ctx workflow.Context) {
 
 // destroy destroys a sandbox the handle is done with; a failure leaves it
 // to the reaper.
-func (s *Sandbox) destroy(ctx workflow.Context, ref activities.Ref) {
-	_, err := call[struct{}](ctx, s.opts(ref.Queue, 0), acts.Destroy, ref)
+func (s *Sandbox) destroy(ctx workflow.Context, ref Ref) {
+	_, err := call[struct{}](ctx, s.opts(ref.Queue, 0), acts.Destroy, activities.Ref(ref))
 	if err != nil && !errors.Is(err, provider.ErrLost) {
 		workflow.GetLogger(ctx).Warn("destroy sandbox", "sandbox", ref.ID, "error", err)
 	}

@@ -206,7 +206,7 @@ func WithStdin(b []byte) ExecOption { return func(c *execConfig) { c.stdin = b }
 
 // OnStart calls f with the command's id just before the command is sent
 // to the sandbox, once it is resumed if it had to be: with
-// activities.OutputKey, where its output will be stored, so that a front
+// transfer.OutputKey, where its output will be stored, so that a front
 // end can follow it live. f runs in workflow code.
 func OnStart(f func(commandID string)) ExecOption { return func(c *execConfig) { c.started = f } }
 
@@ -235,7 +235,7 @@ func WithKey(key string) ExecOption { return func(c *execConfig) { c.key = key }
 
 // WithMaxOutput caps what is stored of each of the command's output
 // streams; past it, its first and last bytes are kept, and the result
-// says how many were dropped. Zero means activities.DefaultMaxOutput.
+// says how many were dropped. Zero means transfer.DefaultMaxOutput.
 func WithMaxOutput(n int64) ExecOption { return func(c *execConfig) { c.maxOut = n } }
 
 // DefaultExecTimeout bounds commands that name no timeout.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/transfer"
 )
 
 // acts names the activities; its methods are only used as names.
@@ -42,8 +43,8 @@ type Sandbox struct {
 // state is everything a handle knows, kept so that it can be carried
 // across continue-as-new.
 type state struct {
-	Config config         `json:"config"`
-	Ref    activities.Ref `json:"ref"`
+	Config config `json:"config"`
+	Ref    Ref    `json:"ref"`
 	// Base is the id of the first sandbox; its successors (after a
 	// hibernation, a recovery, a switch) are Base-2, Base-3...
 	Base       string `json:"base"`
@@ -167,14 +168,15 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 
 // provision creates a sandbox with the given id and fills its workspace
 // from the checkpoint, if there is one.
-func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.Ref, error) {
+func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (Ref, error) {
 	spec := s.st.Config.Spec
 	spec.ID = id
 	// Creation runs to its end even when the workflow is cancelled
 	// meanwhile, so that what it made is known, and destroyed.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	ref, err := call[activities.Ref](dctx, s.opts(s.st.Config.Queue, 0), acts.Create,
+	made, err := call[activities.Ref](dctx, s.opts(s.st.Config.Queue, 0), acts.Create,
 		activities.CreateInput{Provider: prov, Spec: spec})
+	ref := Ref(made)
 	if err != nil {
 		return ref, err
 	}
@@ -184,7 +186,7 @@ func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (activities.R
 	}
 	if s.st.Checkpoint != "" {
 		restored, err := call[activities.RestoreOutput](ctx, s.transfer(ref.Queue), acts.Restore,
-			activities.RestoreInput{Sandbox: ref, Snapshot: s.st.Checkpoint})
+			activities.RestoreInput{Sandbox: made, Snapshot: s.st.Checkpoint})
 		if err != nil {
 			s.destroy(dctx, ref)
 			return ref, fmt.Errorf("fill the workspace: %w", err) // the error names the snapshot
@@ -204,8 +206,16 @@ func newID() string {
 // sandbox is re-created: after a hibernation, a recovery or a switch.
 func (s *Sandbox) ID() string { return s.st.Ref.ID }
 
+// Ref names a sandbox outside its handle: its provider, its id, and the
+// task queue of the workers that can reach it.
+type Ref struct {
+	Provider string `json:"provider"`
+	ID       string `json:"id"`
+	Queue    string `json:"queue"`
+}
+
 // Ref is the sandbox's reference, to hand to another workflow.
-func (s *Sandbox) Ref() activities.Ref { return s.st.Ref }
+func (s *Sandbox) Ref() Ref { return s.st.Ref }
 
 // State is where the sandbox is in its lifecycle.
 func (s *Sandbox) State() State { return s.st.State }
@@ -253,7 +263,7 @@ type Result struct {
 	// they hold its head and tail, and Output has the whole.
 	Stdout, Stderr string
 	Truncated      bool
-	Output         [2]activities.Output // stdout, stderr
+	Output         [2]transfer.Output // stdout, stderr
 	Duration       time.Duration
 }
 
@@ -292,7 +302,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 		if err != nil {
 			return err
 		}
-		for _, o := range []activities.Output{out.Stdout, out.Stderr} {
+		for _, o := range []transfer.Output{out.Stdout, out.Stderr} {
 			if o.Blob != "" {
 				s.st.OutputStored += o.Size - o.Dropped
 			}
@@ -301,7 +311,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 			ID: in.ID, ExitCode: out.ExitCode, Signal: out.Signal,
 			Stdout: string(out.Stdout.Inline), Stderr: string(out.Stderr.Inline),
 			Truncated: out.Stdout.Truncated || out.Stderr.Truncated,
-			Output:    [2]activities.Output{out.Stdout, out.Stderr},
+			Output:    [2]transfer.Output{out.Stdout, out.Stderr},
 			Duration:  out.Duration,
 		}
 		switch {
@@ -319,7 +329,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 // the command's own cap, within what is left of the sandbox's budget.
 func (s *Sandbox) outputCap(asked int64) int64 {
 	if asked <= 0 {
-		asked = activities.DefaultMaxOutput
+		asked = transfer.DefaultMaxOutput
 	}
 	budget := s.st.Config.OutputBudget
 	if budget == 0 {
@@ -366,7 +376,7 @@ func (s *Sandbox) runExec(ctx workflow.Context, in activities.ExecInput) (activi
 }
 
 // WriteFiles writes files into the workspace. Their contents enter
-// workflow history, so they are bounded by activities.MaxInlineFiles.
+// workflow history, so they are bounded by transfer.MaxInlineFiles.
 func (s *Sandbox) WriteFiles(ctx workflow.Context, files ...provider.File) error {
 	names := make([]string, len(files))
 	for i, f := range files {
@@ -380,7 +390,7 @@ func (s *Sandbox) WriteFiles(ctx workflow.Context, files ...provider.File) error
 }
 
 // Import unpacks a tar stream that a front end stored in the output blob
-// store (under activities.UploadPrefix), in parts (zero: one object),
+// store (under transfer.Uploads), in parts (zero: one object),
 // into the workspace: how files too large for history get in.
 func (s *Sandbox) Import(ctx workflow.Context, blob string, parts int) error {
 	return s.do(ctx, "import "+shorten(blob), func(ref activities.Ref) error {
@@ -395,7 +405,7 @@ func (s *Sandbox) Import(ctx workflow.Context, blob string, parts int) error {
 var ErrTooLarge = errors.New("file too large to read inline")
 
 // ReadFile reads a file of the workspace. A file larger than
-// activities.DefaultInlineCap comes back as its head, with ErrTooLarge.
+// transfer.DefaultInlineCap comes back as its head, with ErrTooLarge.
 func (s *Sandbox) ReadFile(ctx workflow.Context, path string) ([]byte, error) {
 	out, err := s.ReadFileOutput(ctx, path)
 	if err != nil {
@@ -409,11 +419,11 @@ func (s *Sandbox) ReadFile(ctx workflow.Context, path string) ([]byte, error) {
 
 // ReadFileOutput reads a file of the workspace whole: inline when it is
 // small, else its head inline and the whole in the blob store, for a
-// front end to fetch (activities.Open).
-func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (activities.Output, error) {
-	var out activities.Output
+// front end to fetch (transfer.Open).
+func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (transfer.Output, error) {
+	var out transfer.Output
 	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
-		out, err = call[activities.Output](ctx, s.opts(ref.Queue, 0), acts.ReadFile,
+		out, err = call[transfer.Output](ctx, s.opts(ref.Queue, 0), acts.ReadFile,
 			activities.ReadFileInput{Sandbox: ref, Path: path})
 		return err
 	})
@@ -424,10 +434,10 @@ func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (activities.
 // worker's blob store, for a front end to fetch: the result locates it
 // (see provider.PathExporter for its names). Whoever fetches it deletes
 // it.
-func (s *Sandbox) Export(ctx workflow.Context, path string) (activities.Output, error) {
-	var out activities.Output
+func (s *Sandbox) Export(ctx workflow.Context, path string) (transfer.Output, error) {
+	var out transfer.Output
 	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
-		out, err = call[activities.Output](ctx, s.transfer(ref.Queue), acts.ExportPath,
+		out, err = call[transfer.Output](ctx, s.transfer(ref.Queue), acts.ExportPath,
 			activities.PathInput{Sandbox: ref, Path: path})
 		return err
 	})
@@ -469,7 +479,7 @@ func (s *Sandbox) Stop(ctx workflow.Context) error {
 		return nil
 	}
 	if s.st.State != StateHibernated {
-		_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Destroy, s.st.Ref)
+		_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Destroy, activities.Ref(s.st.Ref))
 		if err != nil && !errors.Is(err, provider.ErrLost) {
 			return fmt.Errorf("stop sandbox %s: %w", s.st.Ref.ID, err)
 		}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/internal/sparsetar"
+	"github.com/berth-dev/berth/internal/untar"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -283,111 +284,151 @@ func (s *Server) importTar(r io.Reader) error {
 		return s.fileError("import", stage, err)
 	}
 	defer s.root.RemoveAll(stage)
-
-	type deferred struct {
-		name, target string
-		mode         fs.FileMode
-		mtime        time.Time
+	im := &importer{s: s, stage: stage, opened: map[string]*os.File{}, buf: make([]byte, 256<<10)}
+	defer im.close()
+	if err := im.unpack(tar.NewReader(r)); err != nil {
+		return err
 	}
-	var links []deferred // symbolic links, made after everything else
-	var dirs []deferred  // directory modes and times, set after their contents
-	// Files are made relative to their directory, opened once: resolving
-	// every path from the workspace's root, component by component, cost
-	// more than writing the files. In a sandbox every system call is dear
-	// (seccomp takes the slow path in and out of the kernel), so files
-	// are written with the few calls they need.
-	opened := map[string]*os.File{}
-	defer func() {
-		for _, d := range opened {
-			d.Close()
-		}
-	}()
-	dirOf := func(dir string) (int, error) {
-		if d, ok := opened[dir]; ok {
-			return int(d.Fd()), nil
-		}
-		if err := s.root.MkdirAll(dir, 0o755); err != nil {
-			return -1, err
-		}
-		d, err := s.root.Open(dir)
-		if err != nil {
-			return -1, err
-		}
-		opened[dir] = d
-		return int(d.Fd()), nil
-	}
-	buf := make([]byte, 256<<10)
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("%w: import: reading archive: %v", provider.ErrBadInput, err)
-		}
-		rel, err := archivePath(hdr.Name)
-		if err != nil {
-			return err
-		}
-		if rel == "." {
-			continue
-		}
-		dst := path.Join(stage, rel)
-		mode := sanitizeMode(fs.FileMode(hdr.Mode))
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := s.root.MkdirAll(dst, 0o755); err != nil {
-				return s.fileError("import", hdr.Name, err)
-			}
-			dirs = append(dirs, deferred{name: dst, mode: mode, mtime: hdr.ModTime})
-		case tar.TypeReg:
-			dir, err := dirOf(path.Dir(dst))
-			if err != nil {
-				return s.fileError("import", hdr.Name, err)
-			}
-			if err := s.unpackFile(dir, path.Base(dst), hdr, tr, mode, buf); err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			if hdr.Linkname == "" || strings.ContainsRune(hdr.Linkname, 0) || len(hdr.Linkname) > provider.MaxPathLen {
-				return fmt.Errorf("%w: import %q: bad link target", provider.ErrBadInput, hdr.Name)
-			}
-			links = append(links, deferred{name: dst, target: hdr.Linkname})
-		case tar.TypeLink:
-			old, err := archivePath(hdr.Linkname)
-			if err != nil {
-				return err
-			}
-			if err := s.root.MkdirAll(path.Dir(dst), 0o755); err != nil {
-				return s.fileError("import", hdr.Name, err)
-			}
-			if err := s.root.Link(path.Join(stage, old), dst); err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("%w: import %q: hard link to %q, which is not an earlier file of the archive", provider.ErrBadInput, hdr.Name, hdr.Linkname)
-				}
-				return s.fileError("import", hdr.Name, err)
-			}
-		default:
-			return fmt.Errorf("%w: import %q: entries of type %q are not allowed", provider.ErrBadInput, hdr.Name, hdr.Typeflag)
-		}
-	}
-	for _, l := range links {
-		if err := s.root.MkdirAll(path.Dir(l.name), 0o755); err != nil {
-			return s.fileError("import", l.name, err)
-		}
-		if err := s.root.Symlink(l.target, l.name); err != nil {
-			return s.fileError("import", strings.TrimPrefix(l.name, stage+"/"), err)
-		}
-	}
-	for _, d := range slices.Backward(dirs) {
-		_ = s.root.Chmod(d.name, d.mode|0o700)
-		_ = s.root.Chtimes(d.name, d.mtime, d.mtime)
+	if err := im.finish(); err != nil {
+		return err
 	}
 	if err := s.merge(stage, ".", true); err != nil {
 		return err
 	}
 	return s.merge(stage, ".", false)
+}
+
+// importer unpacks an archive into a staging directory of the workspace.
+type importer struct {
+	s     *Server
+	stage string
+	links []deferred // symbolic links, made after everything else
+	dirs  []deferred // directory modes and times, set after their contents
+	// Files are made relative to their directory, opened once: resolving
+	// every path from the workspace's root, component by component, cost
+	// more than writing the files. In a sandbox every system call is dear
+	// (seccomp takes the slow path in and out of the kernel), so files
+	// are written with the few calls they need.
+	opened map[string]*os.File
+	buf    []byte
+}
+
+// deferred is what an entry leaves to be done once every file is in.
+type deferred struct {
+	name, target string
+	mode         fs.FileMode
+	mtime        time.Time
+}
+
+func (im *importer) close() {
+	for _, d := range im.opened {
+		d.Close()
+	}
+}
+
+func (im *importer) unpack(tr *tar.Reader) error {
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: import: reading archive: %v", provider.ErrBadInput, err)
+		}
+		if err := im.entry(hdr, tr); err != nil {
+			return err
+		}
+	}
+}
+
+// entry unpacks one entry of the archive, whose data r holds.
+func (im *importer) entry(hdr *tar.Header, r io.Reader) error {
+	s := im.s
+	rel, err := archivePath(hdr.Name)
+	if err != nil || rel == "." {
+		return err
+	}
+	dst := path.Join(im.stage, rel)
+	mode := sanitizeMode(fs.FileMode(hdr.Mode))
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if err := s.root.MkdirAll(dst, 0o755); err != nil {
+			return s.fileError("import", hdr.Name, err)
+		}
+		im.dirs = append(im.dirs, deferred{name: dst, mode: mode, mtime: hdr.ModTime})
+	case tar.TypeReg:
+		dir, err := im.dir(path.Dir(dst))
+		if err != nil {
+			return s.fileError("import", hdr.Name, err)
+		}
+		return s.unpackFile(dir, path.Base(dst), hdr, r, mode, im.buf)
+	case tar.TypeSymlink:
+		if hdr.Linkname == "" || strings.ContainsRune(hdr.Linkname, 0) || len(hdr.Linkname) > provider.MaxPathLen {
+			return fmt.Errorf("%w: import %q: bad link target", provider.ErrBadInput, hdr.Name)
+		}
+		im.links = append(im.links, deferred{name: dst, target: hdr.Linkname})
+	case tar.TypeLink:
+		return im.hardLink(hdr, dst)
+	default:
+		return fmt.Errorf("%w: import %q: entries of type %q are not allowed", provider.ErrBadInput, hdr.Name, hdr.Typeflag)
+	}
+	return nil
+}
+
+// hardLink links dst to an earlier file of the archive.
+func (im *importer) hardLink(hdr *tar.Header, dst string) error {
+	s := im.s
+	old, err := archivePath(hdr.Linkname)
+	if err != nil {
+		return err
+	}
+	if err := s.root.MkdirAll(path.Dir(dst), 0o755); err != nil {
+		return s.fileError("import", hdr.Name, err)
+	}
+	if err := s.root.Link(path.Join(im.stage, old), dst); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: import %q: hard link to %q, which is not an earlier file of the archive", provider.ErrBadInput, hdr.Name, hdr.Linkname)
+		}
+		return s.fileError("import", hdr.Name, err)
+	}
+	return nil
+}
+
+// dir is the directory dir of the staging tree, made if need be, as an
+// open descriptor.
+func (im *importer) dir(dir string) (int, error) {
+	if d, ok := im.opened[dir]; ok {
+		return int(d.Fd()), nil
+	}
+	if err := im.s.root.MkdirAll(dir, 0o755); err != nil {
+		return -1, err
+	}
+	d, err := im.s.root.Open(dir)
+	if err != nil {
+		return -1, err
+	}
+	im.opened[dir] = d
+	return int(d.Fd()), nil
+}
+
+// finish makes the symbolic links, then sets the directories' modes and
+// times, deepest first: a directory made read-only before its contents
+// were in would refuse them.
+func (im *importer) finish() error {
+	s := im.s
+	for _, l := range im.links {
+		if err := s.root.MkdirAll(path.Dir(l.name), 0o755); err != nil {
+			return s.fileError("import", l.name, err)
+		}
+		if err := s.root.Symlink(l.target, l.name); err != nil {
+			return s.fileError("import", strings.TrimPrefix(l.name, im.stage+"/"), err)
+		}
+	}
+	for _, d := range slices.Backward(im.dirs) {
+		_ = s.root.Chmod(d.name, d.mode|0o700)
+		_ = s.root.Chtimes(d.name, d.mtime, d.mtime)
+	}
+	return nil
 }
 
 // archivePath checks an entry name from an archive: relative, inside.
@@ -401,11 +442,10 @@ func archivePath(name string) (string, error) {
 	if name == "" || len(name) > provider.MaxPathLen || strings.IndexByte(name, 0) >= 0 {
 		return "", fmt.Errorf("%w: import: entry %q must be 1 to %d bytes without NUL", provider.ErrBadInput, truncate(name), provider.MaxPathLen)
 	}
-	clean := path.Clean(name)
-	if clean == ".." || strings.HasPrefix(clean, "../") {
+	if provider.Escapes(name) {
 		return "", fmt.Errorf("%w: import: entry %q leaves %s", provider.ErrBadInput, truncate(name), provider.Workspace)
 	}
-	return clean, nil
+	return path.Clean(name), nil
 }
 
 // unpackFile writes one file of an archive as name in the directory
@@ -416,7 +456,7 @@ func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r io.Reader
 	if err != nil {
 		return s.fileError("import", hdr.Name, err)
 	}
-	err = writeAll(fd, r, buf)
+	_, err = untar.WriteData(fd, r, buf)
 	if err == nil {
 		err = unix.Fchmod(fd, uint32(mode))
 	}
@@ -431,44 +471,6 @@ func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r io.Reader
 		return s.fileError("import", hdr.Name, err)
 	}
 	return nil
-}
-
-// writeAll copies r to the new, empty file fd through buf. Blocks of
-// zeros are skipped with a seek rather than written, so that a sparse
-// file (see internal/sparsetar) comes back sparse, and an import never
-// takes more space than its data: runs of zeros cost nothing on disk.
-func writeAll(fd int, r io.Reader, buf []byte) error {
-	var size int64
-	for {
-		n, err := io.ReadFull(r, buf)
-		for b := buf[:n]; len(b) > 0; {
-			blk := b[:min(len(b), sparsetar.BlockSize)]
-			if sparsetar.ZeroBlock(blk) {
-				if _, serr := unix.Seek(fd, int64(len(blk)), io.SeekCurrent); serr != nil {
-					return serr
-				}
-				b = b[len(blk):]
-				continue
-			}
-			m, werr := unix.Write(fd, blk)
-			if werr == unix.EINTR {
-				continue
-			}
-			if werr != nil {
-				return werr
-			}
-			b = b[m:]
-		}
-		size += int64(n)
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			// A file ending in zeros ends in a hole, which only a
-			// truncate makes part of the file.
-			return unix.Ftruncate(fd, size)
-		}
-		if err != nil {
-			return err
-		}
-	}
 }
 
 // merge moves the contents of staging directory src over dst. Where both

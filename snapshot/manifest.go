@@ -390,7 +390,7 @@ func checkPath(p string) error {
 		return fmt.Errorf("path %q holds a NUL", truncate(p))
 	case path.IsAbs(p):
 		return fmt.Errorf("absolute path %q", truncate(p))
-	case p == ".." || strings.HasPrefix(p, "../") || strings.HasSuffix(p, "/..") || strings.Contains(p, "/../"):
+	case provider.Escapes(p) || strings.HasSuffix(p, "/..") || strings.Contains(p, "/../"):
 		return fmt.Errorf("path %q leaves the workspace", truncate(p))
 	case path.Clean(p) != p:
 		return fmt.Errorf("path %q is not in canonical form", truncate(p))

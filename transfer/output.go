@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"gocloud.dev/blob"
 )
@@ -14,11 +15,29 @@ import (
 const (
 	// DefaultPartSize is the size of the parts streams are stored in.
 	DefaultPartSize = 1 << 20
+	// DefaultInlineCap is how much of each output stream a result
+	// carries inline: its head and tail, half each.
+	DefaultInlineCap = 256 << 10
+	// MaxInlineFiles bounds the file contents one WriteFiles carries
+	// through workflow history.
+	MaxInlineFiles = 2 << 20
+	// DefaultMaxOutput is how much of each output stream of a command is
+	// stored by default: a command that prints more keeps its first
+	// bytes and its last (OutputTail), and the result says how many were
+	// dropped between them.
+	DefaultMaxOutput = 256 << 20
+	// OutputTail is how much of the end of a stream past its cap is kept.
+	OutputTail = 1 << 20
 	// MaxChunk is the most one relay query carries: below the size
 	// (512 KiB) past which the SDK and the server log a warning for each
 	// payload, with room for the envelope.
 	MaxChunk = 500 << 10
 )
+
+// DefaultOutputRetention is how long what a sandbox stored in the blob
+// store (its commands' outputs, files read, exports) is kept after its
+// owner workflow closed: long enough to read a finished run's output.
+const DefaultOutputRetention = 24 * time.Hour
 
 // Key prefixes in the blob store.
 const (

@@ -10,9 +10,9 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/transfer"
 )
 
 // RunInput is a one-shot job: files in, one command, output out, and the
@@ -29,7 +29,7 @@ type RunInput struct {
 	// Stdin is the command's standard input (it enters history).
 	Stdin []byte `json:"stdin,omitempty"`
 	// MaxOutput caps what is stored of each output stream; zero means
-	// activities.DefaultMaxOutput.
+	// transfer.DefaultMaxOutput.
 	MaxOutput int64              `json:"max_output,omitempty"`
 	Resources provider.Resources `json:"resources,omitzero"`
 }
@@ -38,14 +38,14 @@ type RunInput struct {
 // did not run to its own end, when it did not (a provider.Kind: Timeout,
 // OutOfMemory, CommandNotFound...).
 type RunOutput struct {
-	ExitCode int               `json:"exit_code"`
-	Signal   string            `json:"signal,omitempty"`
-	Kind     provider.Kind     `json:"kind,omitempty"`
-	Message  string            `json:"message,omitempty"`
-	Stdout   activities.Output `json:"stdout"`
-	Stderr   activities.Output `json:"stderr"`
-	Duration time.Duration     `json:"duration"`
-	Sandbox  string            `json:"sandbox"`
+	ExitCode int             `json:"exit_code"`
+	Signal   string          `json:"signal,omitempty"`
+	Kind     provider.Kind   `json:"kind,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	Stdout   transfer.Output `json:"stdout"`
+	Stderr   transfer.Output `json:"stderr"`
+	Duration time.Duration   `json:"duration"`
+	Sandbox  string          `json:"sandbox"`
 }
 
 // MemoCommand is the memo key under which a front end that starts a Run
@@ -57,8 +57,7 @@ const MemoCommand = "berth.command"
 const RunQuery = "berth.run"
 
 // RunStatus says where a run's output is stored while it runs, for front
-// ends that follow it live (activities.Follower). It is empty until the
-// sandbox exists.
+// ends that follow it live. It is empty until the sandbox exists.
 type RunStatus struct {
 	Sandbox string `json:"sandbox,omitempty"`
 	Stdout  string `json:"stdout,omitempty"` // blob keys
@@ -92,8 +91,8 @@ func validateFiles(files []provider.File) error {
 		}
 		total += len(f.Data)
 	}
-	if total > activities.MaxInlineFiles {
-		return fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", provider.ErrBadInput, total, activities.MaxInlineFiles)
+	if total > transfer.MaxInlineFiles {
+		return fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", provider.ErrBadInput, total, transfer.MaxInlineFiles)
 	}
 	return nil
 }
@@ -134,7 +133,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	}
 	opts := []sandbox.ExecOption{sandbox.OnStart(func(cmd string) {
 		status = RunStatus{Sandbox: sbx.ID(),
-			Stdout: activities.OutputKey(sbx.ID(), cmd, "stdout"), Stderr: activities.OutputKey(sbx.ID(), cmd, "stderr")}
+			Stdout: transfer.OutputKey(sbx.ID(), cmd, "stdout"), Stderr: transfer.OutputKey(sbx.ID(), cmd, "stderr")}
 	})}
 	if in.Timeout > 0 {
 		opts = append(opts, sandbox.WithTimeout(in.Timeout))

@@ -10,9 +10,9 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/transfer"
 )
 
 // SandboxInput configures a standalone sandbox.
@@ -59,9 +59,9 @@ const (
 	UpdateExec       = "berth.exec"        // ExecRequest -> RunOutput
 	UpdateWriteFiles = "berth.write_files" // WriteFilesRequest -> nothing
 	UpdateImport     = "berth.import"      // ImportRequest -> nothing
-	UpdateReadFile   = "berth.read_file"   // PathRequest -> activities.Output
+	UpdateReadFile   = "berth.read_file"   // PathRequest -> transfer.Output
 	UpdateListFiles  = "berth.list_files"  // PathRequest -> []provider.FileInfo
-	UpdateExport     = "berth.export"      // PathRequest -> activities.Output (a tar in the blob store)
+	UpdateExport     = "berth.export"      // PathRequest -> transfer.Output (a tar in the blob store)
 	UpdateRemove     = "berth.remove"      // PathRequest -> nothing
 	UpdateSnapshot   = "berth.snapshot"    // nothing -> SnapshotResponse
 	UpdateFork       = "berth.fork"        // ForkRequest -> ForkResponse
@@ -88,12 +88,12 @@ type ExecRequest struct {
 	Timeout time.Duration     `json:"timeout,omitempty"` // nanoseconds
 	Stdin   []byte            `json:"stdin,omitempty"`   // base64
 	// MaxOutput caps what is stored of each output stream; zero means
-	// activities.DefaultMaxOutput.
+	// transfer.DefaultMaxOutput.
 	MaxOutput int64 `json:"max_output,omitempty"`
 }
 
 // WriteFilesRequest carries files inline, at most
-// activities.MaxInlineFiles bytes in all.
+// transfer.MaxInlineFiles bytes in all.
 type WriteFilesRequest struct {
 	Files []provider.File `json:"files"`
 }
@@ -416,7 +416,10 @@ func (s *standalone) validateImport(ctx workflow.Context, req ImportRequest) err
 	if err := s.validateOpen(ctx); err != nil {
 		return err
 	}
-	return updateError(activities.CheckUpload(req.Blob))
+	if err := transfer.CheckUpload(req.Blob); err != nil {
+		return updateError(fmt.Errorf("%w: %v", provider.ErrBadInput, err))
+	}
+	return nil
 }
 
 func (s *standalone) validatePath(ctx workflow.Context, req PathRequest) error {
@@ -457,7 +460,7 @@ func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (RunOutput, err
 		sandbox.OnStart(func(id string) {
 			sb := s.sbx.ID()
 			s.running[update] = CommandStatus{Update: update, Command: id,
-				Stdout: activities.OutputKey(sb, id, "stdout"), Stderr: activities.OutputKey(sb, id, "stderr")}
+				Stdout: transfer.OutputKey(sb, id, "stdout"), Stderr: transfer.OutputKey(sb, id, "stderr")}
 		}),
 	}
 	if req.Timeout > 0 {
@@ -490,17 +493,17 @@ func (s *standalone) importBlob(ctx workflow.Context, req ImportRequest) error {
 	return updateError(s.sbx.Import(ctx, req.Blob, req.Parts))
 }
 
-func (s *standalone) readFile(ctx workflow.Context, req PathRequest) (activities.Output, error) {
+func (s *standalone) readFile(ctx workflow.Context, req PathRequest) (transfer.Output, error) {
 	if err := s.ready(ctx); err != nil {
-		return activities.Output{}, err
+		return transfer.Output{}, err
 	}
 	out, err := s.sbx.ReadFileOutput(ctx, req.Path)
 	return out, updateError(err)
 }
 
-func (s *standalone) export(ctx workflow.Context, req PathRequest) (activities.Output, error) {
+func (s *standalone) export(ctx workflow.Context, req PathRequest) (transfer.Output, error) {
 	if err := s.ready(ctx); err != nil {
-		return activities.Output{}, err
+		return transfer.Output{}, err
 	}
 	out, err := s.sbx.Export(ctx, req.Path)
 	return out, updateError(err)
@@ -633,7 +636,7 @@ func updateError(err error) error { return sandbox.Failure(err) }
 type ReaperInput struct {
 	Queue string `json:"queue"`
 	// OutputRetention is how long sandboxes' outputs outlive their
-	// owner; zero means activities.DefaultOutputRetention.
+	// owner; zero means transfer.DefaultOutputRetention.
 	OutputRetention time.Duration `json:"output_retention,omitempty"`
 }
 

@@ -8,11 +8,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/connflags"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/transfer"
 )
 
 func newWorker(cf *connflags.Flags) *cobra.Command {
@@ -64,7 +64,7 @@ of the same names that every berth command takes.`,
 	cmd.Flags().StringVar(&queue, "queue", sandbox.DefaultQueue, "the task queue every berth worker polls")
 	cmd.Flags().StringVar(&hostQueue, "host-queue", "", "this host's own task queue (default QUEUE@hostname)")
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy this host's sandboxes whose owner is gone; 0 for never")
-	cmd.Flags().DurationVar(&outputRetention, "output-retention", activities.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
+	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)
 	return cmd

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -32,7 +33,7 @@ func lines(s string) []string { return strings.Split(strings.TrimSuffix(s, "\n")
 // a server (the address names nothing), and -o json has the fields.
 func TestVersionCommand(t *testing.T) {
 	berth := build(t)
-	nowhere := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	nowhere := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	text, errOut, code := runBerth(t, berth, "version", "--address", nowhere)
 	if code != 0 || !strings.HasPrefix(text, "berth ") || !strings.Contains(text, "\ngo: go1.") ||
 		!strings.Contains(text, "temporal sdk: v1.") {
@@ -54,7 +55,7 @@ func TestVersionCommand(t *testing.T) {
 // ls), and completion of ids through cobra's __complete.
 func TestCLIConventions(t *testing.T) {
 	berth, data := build(t), dataDir(t)
-	var devLog syncBuffer
+	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
 	addr := fmt.Sprintf("127.0.0.1:%d", port)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/berth-dev/berth/devserver"
 	"github.com/berth-dev/berth/hostworker"
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -56,7 +57,7 @@ func TestWorkerKilledMidCommand(t *testing.T) {
 			id := detach(t, berth, addr, data, "sh", "-c", "echo before; echo ran >> log; "+waitGo+"; echo after; cat log; exit 4")
 			waitSandboxFile(t, data, "log")
 			if when == "activity" {
-				waitFor(t, "the Exec activity on the first worker", func() bool { return execRunningOn(t, c, id, w1) })
+				testkit.Eventually(t, "the Exec activity on the first worker", time.Minute, func() bool { return execRunningOn(t, c, id, w1) })
 			}
 
 			w1.kill(t)
@@ -64,7 +65,7 @@ func TestWorkerKilledMidCommand(t *testing.T) {
 			// The new worker is slow to take over: the server waits for
 			// the workflow task's timeout, or the heartbeat's (20s), to
 			// take the first worker for dead.
-			waitFor(t, "the Exec activity on the second worker", func() bool { return execRunningOn(t, c, id, w2) })
+			testkit.Eventually(t, "the Exec activity on the second worker", time.Minute, func() bool { return execRunningOn(t, c, id, w2) })
 			touchSandboxFile(t, data, "go")
 
 			stdout, stderr, code := runBerth(t, berth, "logs", "--address", addr, id)
@@ -115,7 +116,7 @@ func TestServerRestartedMidRun(t *testing.T) {
 // Interrupting berth logs, on the other hand, leaves the run alone.
 func TestRunCancelled(t *testing.T) {
 	berth, data := berthBinary(t), dataDir(t)
-	var devLog syncBuffer
+	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
@@ -157,7 +158,7 @@ func TestRunCancelled(t *testing.T) {
 		id := detach(t, berth, addr, data, "sh", "-c", "echo begun; sleep 2; echo done")
 		logs := startBerth(t, berth, "logs", "--address", addr, id)
 		// berth logs follows the run once it has printed its start.
-		waitFor(t, "berth logs to print the run's output", func() bool { return logs.stdout.String() != "" })
+		testkit.Eventually(t, "berth logs to print the run's output", time.Minute, func() bool { return logs.stdout.String() != "" })
 		if err := logs.cmd.Process.Signal(os.Interrupt); err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +178,7 @@ func TestRunCancelled(t *testing.T) {
 func TestLargeOutputHistorySmall(t *testing.T) {
 	const size = 100 << 20
 	berth, data := berthBinary(t), dataDir(t)
-	var devLog syncBuffer
+	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
@@ -290,7 +291,7 @@ func TestMain(m *testing.M) {
 // without keeping it.
 func hashBerth(t *testing.T, berth string, args ...string) (n int64, sum, stderr string, code int) {
 	t.Helper()
-	var e syncBuffer
+	var e testkit.SyncBuffer
 	h := &countingHash{Hash: sha256.New()}
 	code = runCommand(t, berth, args, h, &e)
 	return h.n, hex.EncodeToString(h.Sum(nil)), e.String(), code
@@ -311,7 +312,7 @@ func (h *countingHash) Write(p []byte) (int, error) {
 // the test's process, and stops it when the test ends.
 func startServer(t *testing.T, data, addr string) *devserver.Server {
 	t.Helper()
-	var log syncBuffer
+	var log testkit.SyncBuffer
 	srv, err := devserver.Start(t.Context(), devserver.Options{
 		DataDir: filepath.Join(data, "temporal"),
 		Address: addr,
@@ -344,7 +345,7 @@ type worker struct {
 // stopped when the test ends, and its log shown if the test failed.
 func startWorker(t *testing.T, berth, addr, data, name string) *worker {
 	t.Helper()
-	log := new(syncBuffer)
+	log := new(testkit.SyncBuffer)
 	dumpOnFailure(t, name, log)
 	cmd := exec.Command(berth, "worker", "--data-dir", data)
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+addr, "TEMPORAL_NAMESPACE=default")
@@ -389,7 +390,7 @@ func (w *worker) kill(t *testing.T) {
 // process is a berth command running in the background.
 type process struct {
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
+	stdout, stderr testkit.SyncBuffer
 	exited         chan struct{}
 }
 
@@ -439,7 +440,7 @@ func detach(t *testing.T, berth, addr, data string, argv ...string) string {
 // workspace: the command is running.
 func waitSandboxFile(t *testing.T, data, path string) {
 	t.Helper()
-	waitFor(t, path+" in a sandbox's workspace (the command to start)", func() bool {
+	testkit.Eventually(t, path+" in a sandbox's workspace (the command to start)", time.Minute, func() bool {
 		for _, dir := range sandboxDirs(t, data) {
 			if ws := sandboxWorkspace(data, dir); ws != "" {
 				if _, err := os.Stat(filepath.Join(ws, path)); err == nil {
@@ -466,16 +467,6 @@ func sandboxWorkspace(data, dir string) string {
 		return ""
 	}
 	return fmt.Sprintf("/proc/%d/root/workspace", rec.PID)
-}
-
-// waitFor waits until cond holds, at most a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited a minute for %s", what)
-		}
-	}
 }
 
 // touchSandboxFile creates an empty file at path in the workspace of
@@ -539,7 +530,7 @@ func dial1(t *testing.T, addr string) client.Client {
 }
 
 // stopDev stops berth dev, and shows its log if the test failed.
-func stopDev(t *testing.T, dev *exec.Cmd, log *syncBuffer) {
+func stopDev(t *testing.T, dev *exec.Cmd, log *testkit.SyncBuffer) {
 	// Wait belongs to startDev: poll for the process to be gone.
 	dev.Process.Signal(os.Interrupt)
 	for deadline := time.Now().Add(15 * time.Second); syscall.Kill(dev.Process.Pid, 0) == nil; {
@@ -555,7 +546,7 @@ func stopDev(t *testing.T, dev *exec.Cmd, log *syncBuffer) {
 }
 
 // dumpOnFailure shows a log when the test has failed, at its end.
-func dumpOnFailure(t *testing.T, name string, log *syncBuffer) {
+func dumpOnFailure(t *testing.T, name string, log *testkit.SyncBuffer) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("%s:\n%s", name, log.String())

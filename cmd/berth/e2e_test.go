@@ -2,20 +2,19 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider/linux"
 )
 
@@ -23,44 +22,16 @@ import (
 // once for all the package's tests.
 func build(t *testing.T) string { return berthBinary(t) }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// syncBuffer is a buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // startDev starts berth dev on port (or, when port is 0, on a free one,
 // trying another when a port found free is taken before berth dev binds
 // it) and waits until it is ready.
-func startDev(t *testing.T, berth, data string, port int, log *syncBuffer, flags ...string) (*exec.Cmd, int) {
+func startDev(t *testing.T, berth, data string, port int, log *testkit.SyncBuffer, flags ...string) (*exec.Cmd, int) {
 	t.Helper()
 start:
 	for attempt := 0; ; attempt++ {
 		p := port
 		if p == 0 {
-			p = freePort(t)
+			p = testkit.FreePort(t)
 		}
 		dev := exec.Command(berth, append([]string{"dev", "--data-dir", data, "--port", fmt.Sprint(p), "--ui-port", "0"}, flags...)...)
 		dev.Stdout, dev.Stderr = log, log
@@ -95,7 +66,7 @@ const commandTimeout = 3 * time.Minute
 // exit code.
 func runBerth(t *testing.T, berth string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	var o, e syncBuffer
+	var o, e testkit.SyncBuffer
 	code = runCommand(t, berth, args, &o, &e)
 	return o.String(), e.String(), code
 }
@@ -103,7 +74,7 @@ func runBerth(t *testing.T, berth string, args ...string) (stdout, stderr string
 // runCommand runs berth with args, its output going to stdout and
 // stderr, and returns its exit code; it fails the test if berth runs
 // longer than commandTimeout.
-func runCommand(t *testing.T, berth string, args []string, stdout io.Writer, stderr *syncBuffer) int {
+func runCommand(t *testing.T, berth string, args []string, stdout io.Writer, stderr *testkit.SyncBuffer) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), commandTimeout)
 	defer cancel()
@@ -143,7 +114,7 @@ func dataDir(t *testing.T) string {
 // reasons.
 func TestDevAndRun(t *testing.T) {
 	berth, data := build(t), dataDir(t)
-	var devLog syncBuffer
+	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
@@ -218,7 +189,7 @@ func TestDevAndRun(t *testing.T) {
 		}
 	})
 	t.Run("server unreachable", func(t *testing.T) {
-		_, stderr, code := runBerth(t, berth, "run", "--address", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--", "true")
+		_, stderr, code := runBerth(t, berth, "run", "--address", fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)), "--", "true")
 		if code == 0 || !strings.Contains(stderr, "cannot reach the Temporal server") {
 			t.Errorf("got exit %d, %q", code, stderr)
 		}
@@ -231,19 +202,22 @@ func TestDevAndRun(t *testing.T) {
 // command still running in the sandbox, and the command runs once.
 func TestDevKilledMidCommand(t *testing.T) {
 	berth, data := build(t), dataDir(t)
-	var devLog syncBuffer
+	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	id, _, _ := runBerth(t, berth, "run", "--address", addr, "--detach", "--",
 		"sh", "-c", "echo ran >> log; sleep 6; cat log; exit 4")
 	id = strings.TrimSpace(id)
-	time.Sleep(2 * time.Second) // the command is running
+	waitSandboxFile(t, data, "log") // the command is running
 	if err := dev.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // Wait belongs to startDev
+	// Wait belongs to startDev: a process is gone once it is reaped.
+	testkit.Eventually(t, "the killed berth dev to be reaped", 15*time.Second, func() bool {
+		return syscall.Kill(dev.Process.Pid, 0) != nil
+	})
 
-	var again syncBuffer
+	var again testkit.SyncBuffer
 	dev, _ = startDev(t, berth, data, port, &again)
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/testkit"
 )
 
 // remoteArgs wraps a berth command so that it runs as a client on
@@ -29,7 +31,7 @@ func remoteArgs(data, berth string, args ...string) (string, []string) {
 // 2 GiB directory goes in and out intact.
 func TestRemoteClient(t *testing.T) {
 	berth, data := berthBinary(t), dataDir(t)
-	var devLog syncBuffer
+	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
@@ -52,7 +54,7 @@ func TestRemoteClient(t *testing.T) {
 	t.Run("100MiB output", func(t *testing.T) {
 		const size = 100 << 20
 		h := &countingHash{Hash: sha256.New()}
-		var errOut syncBuffer
+		var errOut testkit.SyncBuffer
 		cmd := remote("sandbox", "exec", "--address", addr, id, "--", "sh", "-c", fmt.Sprintf("seq 1 100000000 | head -c %d", size))
 		cmd.Stdout, cmd.Stderr = h, &errOut
 		start := time.Now()

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/testkit"
 )
 
 // TestClientsRideOutRestarts SIGKILLs berth dev, server and worker, at
@@ -16,10 +18,10 @@ import (
 // code, and every command ran exactly once.
 func TestClientsRideOutRestarts(t *testing.T) {
 	berth, data := berthBinary(t), dataDir(t)
-	var devLog syncBuffer
+	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	logs := []*syncBuffer{&devLog}
+	logs := []*testkit.SyncBuffer{&devLog}
 	t.Cleanup(func() {
 		stopDev(t, dev, logs[len(logs)-1])
 		destroyLeftovers(t, data)
@@ -54,8 +56,8 @@ func TestClientsRideOutRestarts(t *testing.T) {
 		if err := dev.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "berth dev to die", func() bool { return syscall.Kill(dev.Process.Pid, 0) != nil })
-		var again syncBuffer
+		testkit.Eventually(t, "berth dev to die", time.Minute, func() bool { return syscall.Kill(dev.Process.Pid, 0) != nil })
+		var again testkit.SyncBuffer
 		logs = append(logs, &again)
 		dev, _ = startDev(t, berth, data, port, &again)
 	}

@@ -20,9 +20,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/transfer"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -204,8 +204,8 @@ func readFiles(specs []string) ([]provider.File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--file %s: %w", s, err)
 		}
-		if total += len(data); total > activities.MaxInlineFiles {
-			return nil, fmt.Errorf("--file: more than %d bytes of files in all", activities.MaxInlineFiles)
+		if total += len(data); total > transfer.MaxInlineFiles {
+			return nil, fmt.Errorf("--file: more than %d bytes of files in all", transfer.MaxInlineFiles)
 		}
 		fi, _ := os.Stat(src)
 		files = append(files, provider.File{Path: dest, Data: data, Mode: fi.Mode().Perm()})

@@ -14,9 +14,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/transfer"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -58,7 +58,7 @@ written outside DST (see README, "Copying out").`,
 				if strings.HasSuffix(dstPath, "/") || dstPath == "" || dstPath == "." {
 					dstPath = path.Join(dstPath, fileBase(args[0]))
 				}
-				if fi.IsDir() || fi.Size() > activities.MaxInlineFiles {
+				if fi.IsDir() || fi.Size() > transfer.MaxInlineFiles {
 					return copyIn(ctx, c, dstID, args[0], dstPath)
 				}
 				data, err := os.ReadFile(args[0])

@@ -15,28 +15,17 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
-
-// eventually polls cond until it holds or a deadline passes.
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 // TestSandboxCLI drives a standalone sandbox through the CLI, as a user
 // would: create, exec, cp, ls, idle pause, snapshot, fork, hibernate, rm;
 // then shows the reaper destroying the sandbox of a terminated workflow.
 func TestSandboxCLI(t *testing.T) {
 	berth, data := build(t), dataDir(t)
-	var devLog syncBuffer
+	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog, "--reap-every", "1s")
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
@@ -148,7 +137,7 @@ func TestSandboxCLI(t *testing.T) {
 
 	// Idle: paused after two seconds, processes kept; a command resumes.
 	ok("exec", id, "--", "sh", "-c", "sleep 1000 > /dev/null 2>&1 &")
-	eventually(t, "idle sandbox paused", 30*time.Second, func() bool { return state(id) == "paused" })
+	testkit.Eventually(t, "idle sandbox paused", 30*time.Second, func() bool { return state(id) == "paused" })
 	if out := ok("exec", id, "--", "sh", "-c", "pgrep -x sleep > /dev/null && echo alive"); out != "alive\n" {
 		t.Errorf("after the pause: %q", out)
 	}
@@ -206,7 +195,7 @@ func TestSandboxCLI(t *testing.T) {
 	if err := c.TerminateWorkflow(t.Context(), orphan, "", "test: no cleanup"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "orphan reaped", 60*time.Second, func() bool { return len(sandboxDirs(t, data)) == 0 })
+	testkit.Eventually(t, "orphan reaped", 60*time.Second, func() bool { return len(sandboxDirs(t, data)) == 0 })
 }
 
 // TestSandboxContinuesAsNew: a standalone sandbox's workflow continues
@@ -214,7 +203,7 @@ func TestSandboxCLI(t *testing.T) {
 // background processes go on across runs.
 func TestSandboxContinuesAsNew(t *testing.T) {
 	berth, data := build(t), dataDir(t)
-	var devLog syncBuffer
+	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
 	addr := fmt.Sprintf("127.0.0.1:%d", port)

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	tclient "go.temporal.io/sdk/client"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
@@ -115,7 +114,7 @@ func listSnapshots(ctx context.Context, c *client.Client, all bool) ([]snapshotR
 	}
 	rows := []snapshotRow{}
 	for _, s := range out.Snapshots {
-		if s.Kind != activities.SnapshotUser && !all {
+		if s.Kind != sandbox.SnapshotUser && !all {
 			continue
 		}
 		// The sandbox as its user knows it: its workflow's id.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/berth-dev/berth/devserver"
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/internal/testtls"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestTLSConnection(t *testing.T) {
 	berth, data := build(t), dataDir(t)
 	certs := testtls.Make(t)
-	var log syncBuffer
+	var log testkit.SyncBuffer
 	srv, err := devserver.Start(t.Context(), devserver.Options{
 		DataDir: filepath.Join(data, "temporal"), Address: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(&log, nil)),

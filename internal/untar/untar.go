@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/internal/sparsetar"
+	"github.com/berth-dev/berth/provider"
 )
 
 // Default bounds, raised through Options: a workspace copied out whole is
@@ -201,7 +202,7 @@ func (x *extractor) run(tr *tar.Reader) error {
 // "." for the top entry itself.
 func (x *extractor) relName(name string, first bool) (string, error) {
 	clean := path.Clean(strings.TrimPrefix(name, "./"))
-	if name == "" || path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") {
+	if name == "" || provider.Escapes(name) {
 		return "", bad(name, "it leaves the destination")
 	}
 	if x.opts.Root {
@@ -368,18 +369,47 @@ func (x *extractor) write(dirfd int, name, rel string, hdr *tar.Header, r io.Rea
 }
 
 // copyData writes a regular file's data, exactly as many bytes as its
-// header says, counting them against the budget. Blocks of zeros are
-// skipped with a seek, so sparse files (see internal/sparsetar) stay
-// sparse on the host.
+// header says, counting them against the budget.
 func (x *extractor) copyData(fd int, r io.Reader, hdr *tar.Header) error {
-	var n int64
+	n, err := WriteData(fd, readErrors{r, hdr.Name}, x.buf)
+	x.budget -= n
+	if err != nil {
+		return err
+	}
+	if n != hdr.Size {
+		return bad(hdr.Name, "%d bytes of data, its header says %d", n, hdr.Size)
+	}
+	return nil
+}
+
+// readErrors reports an error reading an entry's data as the archive's.
+type readErrors struct {
+	r    io.Reader
+	name string
+}
+
+func (r readErrors) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		err = fmt.Errorf("%w: %s: %v", ErrBadArchive, truncate(r.name), err)
+	}
+	return n, err
+}
+
+// WriteData copies r to fd, a new, empty file, through buf, and returns
+// the bytes read. Blocks of zeros are skipped with a seek rather than
+// written, so that a sparse file (see internal/sparsetar) stays sparse,
+// and runs of zeros take no disk: an unpacked file never takes more
+// space than its data. A stream cut short ends the file where it stops.
+func WriteData(fd int, r io.Reader, buf []byte) (int64, error) {
+	var size int64
 	for {
-		k, err := io.ReadFull(r, x.buf)
-		for b := x.buf[:k]; len(b) > 0; {
+		n, err := io.ReadFull(r, buf)
+		for b := buf[:n]; len(b) > 0; {
 			blk := b[:min(len(b), sparsetar.BlockSize)]
 			if sparsetar.ZeroBlock(blk) {
 				if _, serr := unix.Seek(fd, int64(len(blk)), io.SeekCurrent); serr != nil {
-					return serr
+					return size, serr
 				}
 				b = b[len(blk):]
 				continue
@@ -389,23 +419,20 @@ func (x *extractor) copyData(fd int, r io.Reader, hdr *tar.Header) error {
 				continue
 			}
 			if werr != nil {
-				return werr
+				return size, werr
 			}
 			b = b[m:]
 		}
-		n += int64(k)
-		x.budget -= int64(k)
+		size += int64(n)
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			break
+			// A file ending in zeros ends in a hole, which only a
+			// truncate makes part of the file.
+			return size, unix.Ftruncate(fd, size)
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrBadArchive, truncate(hdr.Name), err)
+			return size, err
 		}
 	}
-	if n != hdr.Size {
-		return bad(hdr.Name, "%d bytes of data, its header says %d", n, hdr.Size)
-	}
-	return unix.Ftruncate(fd, n) // a file ending in a hole
 }
 
 func (x *extractor) setDirMode(d dirMode) error {

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -39,18 +40,6 @@ func sh(t *testing.T, sb provider.Sandbox, script string) string {
 	return out.String()
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not so after %v", what, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestLost kills a sandbox's daemon from outside, as an OOM killer or an
 // operator would: operations report it lost, Info says so, and Destroy
 // still cleans everything up.
@@ -61,7 +50,7 @@ func TestLost(t *testing.T) {
 	if err := unix.Kill(sb.rec.PID, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "daemon gone", 5*time.Second, func() bool { return !sb.rec.alive() })
+	testkit.Eventually(t, "daemon gone", 5*time.Second, func() bool { return !sb.rec.alive() })
 
 	_, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}})
 	if !errors.Is(err, provider.ErrLost) {
@@ -192,7 +181,7 @@ func TestLifetime(t *testing.T) {
 	if !errors.Is(err, provider.ErrLost) {
 		t.Errorf("a command outliving the sandbox: %v, want ErrLost", err)
 	}
-	waitFor(t, "sandbox stopped", 5*time.Second, func() bool {
+	testkit.Eventually(t, "sandbox stopped", 5*time.Second, func() bool {
 		info, err := sb.Info(t.Context())
 		return err == nil && info.State == provider.StateLost
 	})
@@ -540,7 +529,7 @@ func TestOwnerReleased(t *testing.T) {
 		t.Errorf("the owner uid %d of a destroyed sandbox is still taken: %v", owner, err)
 	}
 	// The thread ends just after the daemon starts.
-	waitFor(t, "every thread of the test process is host root", 2*time.Second, func() bool {
+	testkit.Eventually(t, "every thread of the test process is host root", 2*time.Second, func() bool {
 		tasks, _ := os.ReadDir("/proc/self/task")
 		for _, task := range tasks {
 			b, _ := os.ReadFile("/proc/self/task/" + task.Name() + "/status")

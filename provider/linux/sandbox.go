@@ -21,9 +21,13 @@ type sandbox struct {
 	client *sandboxd.Client
 }
 
+// What Capabilities announces (Pause), and the optional interfaces
+// snapshots and copies use, checked by the compiler.
 var (
-	_ provider.Sandbox = (*sandbox)(nil)
-	_ provider.Pauser  = (*sandbox)(nil)
+	_ provider.Sandbox         = (*sandbox)(nil)
+	_ provider.Pauser          = (*sandbox)(nil)
+	_ provider.PathExporter    = (*sandbox)(nil)
+	_ provider.ChangedExporter = (*sandbox)(nil)
 )
 
 func (s *sandbox) ID() string { return s.rec.ID }

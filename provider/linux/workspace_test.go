@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -116,7 +117,7 @@ func TestWorkspace(t *testing.T) {
 		t.Errorf("%d loop devices hold the sandbox's image, want 1 (all: %q)", n, loopsUnder(t, p.cfg.StateDir))
 	}
 	checkDestroyLeavesNothing(t, p, sb)
-	waitFor(t, "the sandbox's loop device detached", 10*time.Second, func() bool { return own() == 0 })
+	testkit.Eventually(t, "the sandbox's loop device detached", 10*time.Second, func() bool { return own() == 0 })
 	for _, img := range imagesUnder(t, p.cfg.StateDir) {
 		if strings.Contains(img, sb.ID()) {
 			t.Errorf("image %s survived", img)
@@ -178,7 +179,7 @@ func TestWorkspaceCrash(t *testing.T) {
 		if _, err := p.Create(t.Context(), provider.Spec{ID: "crashed", Lifetime: 10 * time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "warm daemons", 10*time.Second, func() bool {
+		testkit.Eventually(t, "warm daemons", 10*time.Second, func() bool {
 			p.pool.mu.Lock()
 			defer p.pool.mu.Unlock()
 			return len(p.pool.ready) == p.pool.size
@@ -203,7 +204,7 @@ func TestWorkspaceCrash(t *testing.T) {
 	}
 	// The warm daemons exit when their host's end of the control socket
 	// closes, and their loop devices go with them.
-	waitFor(t, "the warm daemons' loop devices detached", 10*time.Second, func() bool {
+	testkit.Eventually(t, "the warm daemons' loop devices detached", 10*time.Second, func() bool {
 		return len(loopsUnder(t, dir)) == 1
 	})
 	if l := loopsUnder(t, dir); !strings.Contains(l[0], "/crashed/") {
@@ -230,7 +231,7 @@ func TestWorkspaceCrash(t *testing.T) {
 	sb := got.(*sandbox)
 	sh(t, sb, "echo survived > f")
 	checkDestroyLeavesNothing(t, p, sb)
-	waitFor(t, "the sandbox's loop device detached", 10*time.Second, func() bool { return len(loopsUnder(t, dir)) == 0 })
+	testkit.Eventually(t, "the sandbox's loop device detached", 10*time.Second, func() bool { return len(loopsUnder(t, dir)) == 0 })
 	if images := imagesUnder(t, dir); len(images) != 0 {
 		t.Errorf("images survived: %q", images)
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -206,7 +207,7 @@ func execute(t *testing.T, sb provider.Sandbox, req provider.ExecRequest) (resul
 }
 
 func executeCtx(ctx context.Context, sb provider.Sandbox, req provider.ExecRequest) (result, error) {
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.SyncBuffer
 	if req.Stdout == nil {
 		req.Stdout = &stdout
 	}
@@ -405,29 +406,10 @@ func randomName() string { return randomPrefix + randomHex(6) }
 
 const randomPrefix = "berth-providertest-"
 
-// syncBuffer is a bytes.Buffer that providers may write from any
-// goroutine while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // signalWriter records output and closes first on the first write that
 // carries bytes, noting when it came.
 type signalWriter struct {
-	syncBuffer
+	testkit.SyncBuffer
 	once  sync.Once
 	first chan struct{}
 	at    atomic.Int64 // UnixNano of the first write
@@ -436,7 +418,7 @@ type signalWriter struct {
 func newSignalWriter() *signalWriter { return &signalWriter{first: make(chan struct{})} }
 
 func (w *signalWriter) Write(p []byte) (int, error) {
-	n, err := w.syncBuffer.Write(p)
+	n, err := w.SyncBuffer.Write(p)
 	if len(p) > 0 {
 		w.once.Do(func() {
 			w.at.Store(time.Now().UnixNano())

@@ -1,0 +1,272 @@
+package layers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"go/importer"
+	"go/token"
+	"go/types"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/berth-dev/berth"
+
+// pkg is what go list says of a package.
+type pkg struct {
+	ImportPath string
+	Imports    []string // direct, not counting tests
+	Deps       []string // transitive, not counting tests
+	Export     string
+}
+
+// goList runs go list -json with args over the module's packages.
+func goList(t *testing.T, args ...string) map[string]pkg {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-json"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v: %s", err, stderr.Bytes())
+	}
+	pkgs := map[string]pkg{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs[p.ImportPath] = p
+	}
+	return pkgs
+}
+
+// within says whether path is the berth package rel or one below it.
+func within(path, rel string) bool {
+	full := module + "/" + rel
+	return path == full || strings.HasPrefix(path, full+"/")
+}
+
+// A rule forbids the packages matching from to depend on those matching
+// to: directly, or through any chain of imports.
+type rule struct {
+	from, to   func(string) bool
+	transitive bool
+	why        string
+}
+
+func under(rels ...string) func(string) bool {
+	return func(path string) bool {
+		for _, rel := range rels {
+			if within(path, rel) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func prefix(p string) func(string) bool {
+	return func(path string) bool { return strings.HasPrefix(path, p) }
+}
+
+// providerImpl matches the providers themselves, not their interface or
+// its conformance suite.
+func providerImpl(path string) bool {
+	return within(path, "provider") && !under("provider/providertest")(path) && path != module+"/provider"
+}
+
+var rules = []rule{
+	{under("provider", "sandboxd", "snapshot", "internal/untar", "internal/sparsetar", "cmd/berth-sandboxd"),
+		prefix("go.temporal.io/"), true,
+		"layer 1 (providers, the in-sandbox daemon, snapshots) is plain Go: it knows nothing of Temporal"},
+	{under("provider", "sandboxd", "snapshot", "transfer", "activities", "sandbox", "workflows"),
+		under("client", "cmd", "hostworker", "devserver"), true,
+		"layers 1 to 4 know nothing of the front ends and hosts built on them"},
+	{under("transfer"), func(path string) bool { return within(path, "") && !under("internal")(path) }, true,
+		"transfer is the output and transfer format: it stands below every layer that moves bytes"},
+	{under("activities"), under("sandbox", "workflows"), true,
+		"activities (layer 2) know nothing of the handle or the workflows above them"},
+	{under("sandbox"), under("workflows"), true,
+		"the handle (layer 3) knows nothing of the ready-made workflows"},
+	{under("workflows"), under("activities"), false,
+		"workflows (layer 4) are built from the sandbox handle alone"},
+	{under("cmd/berth", "client"), under("activities"), false,
+		"front ends reach sandboxes through workflows, never through activities"},
+	{under("cmd/berth"), func(path string) bool {
+		return prefix("go.temporal.io/server")(path) || under("devserver", "hostworker")(path) || providerImpl(path)
+	}, true,
+		"the berth command links neither the Temporal server, nor a host, nor a provider: it starts in milliseconds, and hands dev and worker to berth-host"},
+	{under("client"), providerImpl, true,
+		"a front end's library links no provider: providers live in workers"},
+	{under("sandbox", "workflows", "activities"), providerImpl, true,
+		"layers 2 to 4 reach providers only through the provider interface and the registry"},
+}
+
+func TestLayers(t *testing.T) {
+	pkgs := goList(t, module+"/...")
+	for _, r := range rules {
+		for _, p := range pkgs {
+			if !r.from(p.ImportPath) {
+				continue
+			}
+			deps := p.Imports
+			if r.transitive {
+				deps = p.Deps
+			}
+			for _, d := range deps {
+				if r.to(d) && d != p.ImportPath {
+					t.Errorf("%s depends on %s: %s", p.ImportPath, d, r.why)
+				}
+			}
+		}
+	}
+}
+
+// TestRulesBite checks that each rule applies to some package, so that a
+// package renamed or moved cannot leave a rule that no longer checks
+// anything.
+func TestRulesBite(t *testing.T) {
+	pkgs := goList(t, module+"/...")
+	for _, r := range rules {
+		n := 0
+		for path := range pkgs {
+			if r.from(path) {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Errorf("no package is subject to the rule %q", r.why)
+		}
+	}
+}
+
+// TestSandboxAPI checks that nothing the sandbox package exports (its
+// functions, types, their exported fields and methods) names a type of
+// package activities: workflows use the handle without knowing the
+// activities behind it, which may change without breaking them.
+func TestSandboxAPI(t *testing.T) {
+	for _, bad := range exposed(t, module+"/sandbox", module+"/activities") {
+		t.Error(bad)
+	}
+}
+
+// exposed lists where the exported API of package path names a type of
+// package hidden.
+func exposed(t *testing.T, path, hidden string) []string {
+	t.Helper()
+	deps := goList(t, "-export", "-deps", path)
+	fset := token.NewFileSet()
+	imp := importer.ForCompiler(fset, "gc", func(p string) (io.ReadCloser, error) {
+		d, ok := deps[p]
+		if !ok || d.Export == "" {
+			return nil, fmt.Errorf("no export data for %s", p)
+		}
+		return os.Open(d.Export)
+	})
+	api, err := imp.Import(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := walker{pkg: api, hidden: hidden, seen: map[types.Type]bool{}}
+	scope := api.Scope()
+	for _, name := range scope.Names() {
+		obj := scope.Lookup(name)
+		if !obj.Exported() {
+			continue
+		}
+		w.where = name
+		w.walk(obj.Type())
+		if tn, ok := obj.(*types.TypeName); ok {
+			if n, ok := types.Unalias(tn.Type()).(*types.Named); ok && n.Obj().Pkg() == api {
+				w.walk(n.Underlying())
+				for m := range n.Methods() {
+					if m.Exported() {
+						w.where = name + "." + m.Name()
+						w.walk(m.Type())
+					}
+				}
+			}
+		}
+	}
+	return w.found
+}
+
+// walker finds the types of package hidden in a type, following what a
+// user of package pkg sees: exported fields and methods of pkg's own
+// types, and the type arguments of others.
+type walker struct {
+	pkg    *types.Package
+	hidden string
+	where  string
+	seen   map[types.Type]bool
+	found  []string
+}
+
+func (w *walker) walk(t types.Type) {
+	if t == nil || w.seen[t] {
+		return
+	}
+	w.seen[t] = true
+	switch t := t.(type) {
+	case *types.Alias:
+		if t.Obj().Pkg() != nil && t.Obj().Pkg().Path() == w.hidden {
+			w.found = append(w.found, fmt.Sprintf("%s shows %s", w.where, t))
+		}
+		w.walk(types.Unalias(t))
+	case *types.Named:
+		if t.Obj().Pkg() != nil && t.Obj().Pkg().Path() == w.hidden {
+			w.found = append(w.found, fmt.Sprintf("%s shows %s", w.where, t))
+			return
+		}
+		for a := range t.TypeArgs().Types() {
+			w.walk(a)
+		}
+		if t.Obj().Pkg() == w.pkg {
+			w.walk(t.Underlying())
+			for m := range t.Methods() {
+				if m.Exported() {
+					w.walk(m.Type())
+				}
+			}
+		}
+	case *types.Pointer:
+		w.walk(t.Elem())
+	case *types.Slice:
+		w.walk(t.Elem())
+	case *types.Array:
+		w.walk(t.Elem())
+	case *types.Map:
+		w.walk(t.Key())
+		w.walk(t.Elem())
+	case *types.Chan:
+		w.walk(t.Elem())
+	case *types.Signature:
+		w.walk(t.Params())
+		w.walk(t.Results())
+	case *types.Tuple:
+		for v := range t.Variables() {
+			w.walk(v.Type())
+		}
+	case *types.Struct:
+		for f := range t.Fields() {
+			if f.Exported() {
+				w.walk(f.Type())
+			}
+		}
+	case *types.Interface:
+		for m := range t.Methods() {
+			if m.Exported() {
+				w.walk(m.Type())
+			}
+		}
+	}
+}
