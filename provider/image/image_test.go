@@ -341,6 +341,20 @@ func TestRemove(t *testing.T) {
 	if err := c.Remove(t.Context(), layout1); err != nil {
 		t.Errorf("removing an image not in the cache: %v", err)
 	}
+	if err := c.Remove(t.Context(), "sha256:"+strings.Repeat("0", 64)); err != nil {
+		t.Errorf("removing a digest not in the cache: %v", err)
+	}
+	// By the reference it was unpacked for, once its layout is gone.
+	gone := t.TempDir()
+	imagetest.WriteLayout(t, gone, "v1", imagetest.Layer(t, imagetest.File("gone", "1")))
+	if _, err := c.RootFS(t.Context(), gone); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(gone)
+	if err := c.Remove(t.Context(), gone); err != nil {
+		t.Errorf("removing an image whose layout is gone: %v", err)
+	}
+	checkEmpty(t, c)
 	root2, err := c.RootFS(t.Context(), layout2)
 	if err != nil {
 		t.Fatal(err)
@@ -392,17 +406,28 @@ func TestIDShift(t *testing.T) {
 	}
 }
 
+// BenchmarkRootFS measures the first unpack of an image and a cached
+// lookup: of the test image, or of the Docker image BERTH_BENCH_IMAGE
+// names.
 func BenchmarkRootFS(b *testing.B) {
 	cli := docker(b)
-	ref := fmt.Sprintf("berth-image-bench:%d", time.Now().UnixNano())
-	imagetest.DockerImport(b, cli, ref, imagetest.Layer(b, imagetest.RootFS(b)...))
+	ref := os.Getenv("BERTH_BENCH_IMAGE")
+	if ref == "" {
+		ref = fmt.Sprintf("berth-image-bench:%d", time.Now().UnixNano())
+		imagetest.DockerImport(b, cli, ref, imagetest.Layer(b, imagetest.RootFS(b)...))
+	}
 	b.Run("unpack", func(b *testing.B) {
+		var img Image
 		for b.Loop() {
 			c, _ := open(b, b.TempDir())
 			if _, err := c.RootFS(b.Context(), ref); err != nil {
 				b.Fatal(err)
 			}
+			imgs, _ := c.List(b.Context())
+			img = imgs[0]
 		}
+		b.ReportMetric(float64(img.Size)/1e6, "MB")
+		b.ReportMetric(float64(img.Files), "files")
 	})
 	b.Run("cached", func(b *testing.B) {
 		c, _ := open(b, b.TempDir())

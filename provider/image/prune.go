@@ -84,15 +84,25 @@ func (c *Cache) describe(d digest.Digest, used func(string) bool) Image {
 // ErrInUse, since its files would vanish from under the sandboxes that
 // have it mounted.
 func (c *Cache) Remove(ctx context.Context, ref string) error {
-	d, err := digest.Parse(ref)
-	if err != nil || !isDir(c.imageDir(d)) {
-		src, err := c.resolve(ctx, ref)
-		if err != nil {
+	if d, err := digest.Parse(ref); err == nil {
+		return c.remove(ctx, d, 0)
+	}
+	src, err := c.resolve(ctx, ref)
+	if err != nil {
+		// An image gone from where it came from is still found by the
+		// references it was unpacked for.
+		imgs, lerr := c.List(ctx)
+		if lerr != nil {
 			return err
 		}
-		d = src.digest
+		for _, img := range imgs {
+			if slices.Contains(img.Refs, ref) {
+				return c.remove(ctx, digest.Digest(img.Digest), 0)
+			}
+		}
+		return err
 	}
-	return c.remove(ctx, d, 0)
+	return c.remove(ctx, src.digest, 0)
 }
 
 // Prune removes every image of the cache that is not in use and was not
