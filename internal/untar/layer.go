@@ -105,29 +105,64 @@ func (x *extractor) layerLink(dirfd int, name, rel string, hdr *tar.Header) erro
 func (x *extractor) whiteout(hdr *tar.Header, rel string) error {
 	dir, base := path.Dir(rel), path.Base(rel)
 	name := strings.TrimPrefix(base, whiteoutPrefix)
-	opaque := base == opaqueMarker
-	if !opaque && (name == "" || name == "." || name == ".." || strings.HasPrefix(name, whiteoutPrefix)) {
+	switch {
+	case base == opaqueMarker:
+	case strings.HasPrefix(name, whiteoutPrefix):
+		// Other ".wh..wh." names are aufs's own bookkeeping.
+		x.warn(hdr.Name, "aufs metadata is not copied")
+		return nil
+	case name == "" || name == "." || name == "..":
 		return bad(hdr.Name, "a whiteout of %q", truncate(name))
 	}
 	dirfd, err := x.layerDir(hdr, dir)
 	if err != nil {
 		return err
 	}
-	names := []string{name}
-	if opaque {
-		if names, err = readDirNames(dirfd); err != nil {
-			return &os.PathError{Op: "readdir", Path: x.tree.path(dir), Err: err}
-		}
+	if base == opaqueMarker {
+		return x.opaque(dirfd, dir)
+	}
+	if x.seen[path.Join(dir, name)] {
+		return nil
+	}
+	return x.removeLower(dirfd, dir, name)
+}
+
+// opaque empties the directory dir, open as dirfd, of what the layers
+// below left in it, keeping what this layer made at any depth.
+func (x *extractor) opaque(dirfd int, dir string) error {
+	names, err := readDirNames(dirfd)
+	if err != nil {
+		return &os.PathError{Op: "readdir", Path: x.tree.path(dir), Err: err}
 	}
 	for _, n := range names {
-		if x.seen[path.Join(dir, n)] {
+		child := path.Join(dir, n)
+		if !x.seen[child] {
+			if err := x.removeLower(dirfd, dir, n); err != nil {
+				return err
+			}
 			continue
 		}
-		if err := removeAllAt(dirfd, n); err != nil {
-			return &os.PathError{Op: "whiteout", Path: x.tree.path(path.Join(dir, n)), Err: err}
+		fd, err := unix.Openat(dirfd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == unix.ENOTDIR || err == unix.ELOOP {
+			continue // a file or link of this layer
 		}
-		delete(x.files, path.Join(dir, n))
+		if err != nil {
+			return &os.PathError{Op: "open", Path: x.tree.path(child), Err: err}
+		}
+		err = x.opaque(fd, child)
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+func (x *extractor) removeLower(dirfd int, dir, name string) error {
+	if err := removeAllAt(dirfd, name); err != nil {
+		return &os.PathError{Op: "whiteout", Path: x.tree.path(path.Join(dir, name)), Err: err}
+	}
+	delete(x.files, path.Join(dir, name))
 	return nil
 }
 

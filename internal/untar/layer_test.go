@@ -38,21 +38,28 @@ func TestLayers(t *testing.T) {
 	tmp := dir("tmp/")
 	tmp.mode = 0o1777
 	if err := layer(t, root, dir("etc/"), file("etc/a", "a"), file("etc/b", "b"), dir("etc/d/"), file("etc/d/x", "x"),
-		dir("opt/"), file("opt/old", "old"), dir("usr/"), dir("usr/bin/"), suid, tmp,
+		dir("opt/"), file("opt/old", "old"), dir("opt/keep/"), file("opt/keep/lower", "l"), dir("usr/"), dir("usr/bin/"), suid, tmp,
 		symlink("bin", "usr/bin"), symlink("etc/abs", "/usr/bin/su"), file("data", "d"), dir("was-dir/"), file("was-dir/f", "f")); err != nil {
 		t.Fatal(err)
 	}
 	// Layer 2: remove etc/a and etc/d, empty opt but for what this layer
 	// puts there, a file over a directory, a hard link to layer 1's file.
-	if err := layer(t, root, file("etc/.wh.a", ""), file("etc/.wh.d", ""), file("opt/new", "new"), file("opt/.wh..wh..opq", ""),
+	if err := layer(t, root, file("etc/.wh.a", ""), file("etc/.wh.d", ""), file("opt/new", "new"), dir("opt/keep/"), file("opt/keep/upper", "u"), file("opt/.wh..wh..opq", ""),
+		file(".wh..wh.plnk", ""), file("mine", "this layer's"), file(".wh.mine", ""),
 		file("was-dir", "now a file"), hardlink("hl", "data"), file(".wh.nothing-there", "")); err != nil {
 		t.Fatal(err)
 	}
 	if got := names(t, filepath.Join(root, "etc")); !slices.Equal(got, []string{"abs", "b"}) {
 		t.Errorf("etc after whiteouts: %v", got)
 	}
-	if got := names(t, filepath.Join(root, "opt")); !slices.Equal(got, []string{"new"}) {
+	if got := names(t, filepath.Join(root, "opt")); !slices.Equal(got, []string{"keep", "new"}) {
 		t.Errorf("opt after the opaque marker: %v", got)
+	}
+	if got := names(t, filepath.Join(root, "opt/keep")); !slices.Equal(got, []string{"upper"}) {
+		t.Errorf("opt/keep after the opaque marker above it: %v", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "mine")); err != nil || string(b) != "this layer's" {
+		t.Errorf("a whiteout removed its own layer's file: %q, %v", b, err)
 	}
 	if b, err := os.ReadFile(filepath.Join(root, "was-dir")); err != nil || string(b) != "now a file" {
 		t.Errorf("a file over a directory: %q, %v", b, err)
