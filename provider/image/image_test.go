@@ -441,3 +441,70 @@ func BenchmarkRootFS(b *testing.B) {
 		}
 	})
 }
+
+// childEnv, set to "DIR LAYOUT", makes the test binary a process that
+// opens the cache in DIR and unpacks LAYOUT (see TestCrash).
+const childEnv = "BERTH_IMAGE_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(childEnv); v != "" {
+		dir, layout, _ := strings.Cut(v, " ")
+		c, err := Open(dir, WithIDShift(shift))
+		if err == nil {
+			_, err = c.RootFS(context.Background(), layout)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestCrash: a process killed while it unpacks leaves no image in place;
+// the next one to open the cache removes what it left, and unpacks the
+// image whole.
+func TestCrash(t *testing.T) {
+	layout, dir := t.TempDir(), t.TempDir()
+	big := make([]byte, 96<<20)
+	for i := range big {
+		big[i] = byte(i*7 + i>>12)
+	}
+	d := imagetest.WriteLayout(t, layout, "v1", imagetest.Layer(t, imagetest.RootFS(t)...), imagetest.Layer(t, imagetest.File("big", string(big))))
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), childEnv+"="+dir+" "+layout)
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(dir, tmpDir, tmpName(d), "rootfs", "big")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := os.Stat(work); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			child.Process.Kill()
+			t.Fatal("the child never started unpacking")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	child.Process.Kill()
+	child.Wait()
+	final := filepath.Join(dir, "sha256", d.Encoded())
+	if _, err := os.Stat(final); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a killed unpack left an image in place: %v", err)
+	}
+	c, _ := open(t, dir)
+	if left, _ := os.ReadDir(filepath.Join(dir, tmpDir)); len(left) != 0 {
+		t.Errorf("left in tmp after Open: %v", left)
+	}
+	root, err := c.RootFS(t.Context(), layout)
+	if err != nil || root != final {
+		t.Fatalf("after the crash: %s, %v", root, err)
+	}
+	if fi, err := os.Stat(filepath.Join(root, "big")); err != nil || fi.Size() != int64(len(big)) {
+		t.Errorf("big: %v, %v", fi, err)
+	}
+	checkRoot(t, root)
+}
