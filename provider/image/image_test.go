@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/provider"
@@ -206,6 +207,30 @@ func TestOCILayout(t *testing.T) {
 		t.Errorf("a corrupt layer: %v", err)
 	}
 	checkEmpty(t, c2)
+}
+
+// TestCompressed: layers compressed with zstd, or with gzip, are told
+// by their magic numbers.
+func TestCompressed(t *testing.T) {
+	var z bytes.Buffer
+	zw, err := zstd.NewWriter(&z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(imagetest.Layer(t, imagetest.File("etc/zstd", "zstd")))
+	zw.Close()
+	layout := t.TempDir()
+	imagetest.WriteLayout(t, layout, "v1", imagetest.Layer(t, imagetest.Dir("etc/", 0, 0), imagetest.File("etc/gzip", "gzip")), z.Bytes())
+	c, _ := open(t, t.TempDir())
+	root, err := c.RootFS(t.Context(), layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"gzip", "zstd"} {
+		if b, err := os.ReadFile(filepath.Join(root, "etc", f)); err != nil || string(b) != f {
+			t.Errorf("%s layer: %q, %v", f, b, err)
+		}
+	}
 }
 
 // TestConcurrent: RootFS calls of one image at once, from caches opened

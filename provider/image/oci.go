@@ -27,6 +27,10 @@ const (
 	dockerLayer        = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 )
 
+// maxZstdWindow bounds the memory a zstd layer may make its decoder
+// take: 8 MiB windows are the default, 128 MiB zstd --long's.
+const maxZstdWindow = 128 << 20
+
 // Bounds of the JSON documents of a layout: an index or a manifest is a
 // few KiB.
 const maxDocument = 4 << 20
@@ -237,7 +241,7 @@ func decompress(r io.Reader, c io.Closer) (io.ReadCloser, error) {
 		}
 		return readCloser{zr, func() error { zr.Close(); return c.Close() }}, nil
 	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<30))
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("%w: zstd: %v", provider.ErrBadInput, err)
