@@ -141,6 +141,21 @@ func TestDockerImage(t *testing.T) {
 	}
 }
 
+// TestDockerHostile: an image of the engine whose layer has a device
+// node is refused as bad input, and leaves nothing.
+func TestDockerHostile(t *testing.T) {
+	cli := docker(t)
+	ref := fmt.Sprintf("berth-image-hostile:%d", time.Now().UnixNano())
+	imagetest.DockerImport(t, cli, ref, imagetest.Layer(t, imagetest.Dir("dev/", 0, 0),
+		imagetest.Entry{Name: "dev/sda", Type: tar.TypeBlock, Mode: 0o666}, imagetest.File("f", "x")))
+	c, _ := open(t, t.TempDir())
+	_, err := c.RootFS(t.Context(), ref)
+	if !errors.Is(err, provider.ErrBadInput) || !strings.Contains(err.Error(), "device") {
+		t.Errorf("RootFS: %v, want bad input", err)
+	}
+	checkEmpty(t, c)
+}
+
 // TestMissingImage: what cannot be found says what to do, in one line.
 func TestMissingImage(t *testing.T) {
 	docker(t)
