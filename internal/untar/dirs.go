@@ -15,6 +15,11 @@ import (
 type dirs struct {
 	root  string // the tree's path on the host, for messages
 	stack []openDirEnt
+	// strict: a component that is not a directory is an error rather
+	// than replaced by one.
+	strict bool
+	// made, if not nil, is called with each directory made on the way.
+	made func(fd int) error
 }
 
 type openDirEnt struct {
@@ -60,7 +65,12 @@ func (d *dirs) open(rel string) (int, error) {
 		if cur.rel != "." {
 			next = cur.rel + "/" + name
 		}
-		fd, err := openDir(cur.fd, name)
+		fd, made, err := openDir(cur.fd, name, d.strict)
+		if err == nil && made && d.made != nil {
+			if err = d.made(fd); err != nil {
+				unix.Close(fd)
+			}
+		}
 		if err != nil {
 			return -1, &os.PathError{Op: "mkdir", Path: d.path(next), Err: err}
 		}
@@ -81,7 +91,7 @@ func (d *dirs) openFresh(rel string) (int, error) {
 		return fd, nil
 	}
 	for _, name := range strings.Split(rel, "/") {
-		next, err := openDir(fd, name)
+		next, _, err := openDir(fd, name, d.strict)
 		unix.Close(fd)
 		if err != nil {
 			return -1, &os.PathError{Op: "open", Path: d.path(rel), Err: err}

@@ -21,6 +21,9 @@
 //
 // The path the caller names as the target's parent is the caller's: it is
 // resolved as the kernel resolves it, links included, as cp does.
+//
+// With Options.Layer, the stream is a layer of a container image applied
+// over a root filesystem, and the rules are an image's: see [Options].
 package untar
 
 import (
@@ -77,6 +80,37 @@ type Options struct {
 	// Warn, if not nil, is told of every entry skipped, by its name in
 	// the archive, and why.
 	Warn func(name, reason string)
+
+	// Layer unpacks the archive as a layer of an OCI or Docker image over
+	// the tree at the target, which earlier layers made (Root is
+	// implied). What leaves the tree is refused rather than skipped, and
+	// what an image needs is kept:
+	//
+	//   - whiteouts (".wh.name") remove name as the layers below left it,
+	//     and an opaque marker (".wh..wh..opq") empties its directory of
+	//     what they left; a whiteout of ".", ".." or "" is refused;
+	//   - symbolic links are made whatever their target, since they are
+	//     resolved in the image's root, never on the host, where nothing
+	//     follows them; an entry below one (a parent that is not a
+	//     directory) is refused;
+	//   - hard links must name a regular file already in the tree;
+	//   - device files are refused; fifos and other types are skipped;
+	//   - set-user-id, set-group-id and sticky bits are kept, and a
+	//     directory's mode is kept as it is;
+	//   - a file or a directory replaces whatever is at its name.
+	Layer bool
+	// Owner, if not nil, says who owns each entry on the host given the
+	// uid and gid its header names. Nil leaves entries to the caller.
+	Owner func(uid, gid int) (int, int)
+	// Usage, if not nil, is added what was unpacked, also when an error
+	// stopped the extraction.
+	Usage *Usage
+}
+
+// Usage counts what extractions unpacked.
+type Usage struct {
+	Bytes   int64 // of file data, holes included
+	Entries int   // of the archives
 }
 
 // Extract unpacks the tar stream r to target (see Options.Root). It stops
@@ -88,9 +122,21 @@ func Extract(r io.Reader, target string, opts Options) error {
 	if opts.MaxEntries <= 0 {
 		opts.MaxEntries = DefaultMaxEntries
 	}
+	if opts.Layer {
+		opts.Root = true
+	}
 	target = filepath.Clean(target)
 	x := &extractor{opts: opts, budget: opts.MaxBytes, parent: -1, files: map[string]bool{}, buf: make([]byte, 256<<10)}
+	if opts.Layer {
+		x.seen = map[string]bool{}
+	}
 	defer x.close()
+	if opts.Usage != nil {
+		defer func() {
+			opts.Usage.Bytes += opts.MaxBytes - x.budget
+			opts.Usage.Entries += x.entries
+		}()
+	}
 	if opts.Root {
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			return err
@@ -100,6 +146,10 @@ func Extract(r io.Reader, target string, opts Options) error {
 			return &os.PathError{Op: "open", Path: target, Err: err}
 		}
 		x.tree = newDirs(fd, target)
+		if opts.Layer {
+			x.tree.strict = true
+			x.tree.made = x.chown
+		}
 	} else {
 		parent := filepath.Dir(target)
 		if err := os.MkdirAll(parent, 0o755); err != nil {
@@ -130,6 +180,7 @@ type extractor struct {
 
 	tree     *dirs           // the unpacked tree's directories, nil until made
 	files    map[string]bool // regular files unpacked, by their path in the tree
+	seen     map[string]bool // Layer: every path this layer made
 	dirModes []dirMode       // set when everything is unpacked
 	buf      []byte
 }
@@ -224,6 +275,9 @@ func (x *extractor) relName(name string, first bool) (string, error) {
 }
 
 func (x *extractor) entry(hdr *tar.Header, rel string, r io.Reader) error {
+	if x.opts.Layer {
+		return x.layerEntry(hdr, rel, r)
+	}
 	if x.single {
 		return bad(hdr.Name, "below a top entry that is not a directory")
 	}
@@ -276,7 +330,7 @@ func (x *extractor) ensureTree() error {
 	if x.tree != nil {
 		return nil
 	}
-	fd, err := openDir(x.parent, x.base)
+	fd, _, err := openDir(x.parent, x.base, false)
 	if err != nil {
 		return &os.PathError{Op: "mkdir", Path: x.target, Err: err}
 	}
@@ -295,12 +349,23 @@ func (x *extractor) write(dirfd int, name, rel string, hdr *tar.Header, r io.Rea
 	fail := func(op string, err error) error { return &os.PathError{Op: op, Path: where, Err: err} }
 	switch hdr.Typeflag {
 	case tar.TypeDir:
-		fd, err := openDir(dirfd, name)
+		fd, _, err := openDir(dirfd, name, false)
 		if err != nil {
 			return fail("mkdir", err)
 		}
+		if x.opts.Owner != nil {
+			uid, gid := x.opts.Owner(hdr.Uid, hdr.Gid)
+			err = unix.Fchown(fd, uid, gid)
+		}
 		unix.Close(fd)
-		x.dirModes = append(x.dirModes, dirMode{rel: rel, mode: perm | 0o700, mtime: hdr.ModTime})
+		if err != nil {
+			return fail("chown", err)
+		}
+		mode := perm | 0o700
+		if x.opts.Layer {
+			mode = x.mode(hdr)
+		}
+		x.dirModes = append(x.dirModes, dirMode{rel: rel, mode: mode, mtime: hdr.ModTime})
 		return nil
 	case tar.TypeReg:
 		if hdr.Size < 0 || hdr.Size > x.budget {
@@ -314,8 +379,13 @@ func (x *extractor) write(dirfd int, name, rel string, hdr *tar.Header, r io.Rea
 			return fail("create", err)
 		}
 		err = x.copyData(fd, r, hdr)
+		if err == nil && x.opts.Owner != nil {
+			// Before the mode: a change of owner clears set-user-id.
+			uid, gid := x.opts.Owner(hdr.Uid, hdr.Gid)
+			err = unix.Fchown(fd, uid, gid)
+		}
 		if err == nil {
-			err = unix.Fchmod(fd, perm) // not through the umask
+			err = unix.Fchmod(fd, x.mode(hdr)) // not through the umask
 		}
 		if err == nil {
 			ts := unix.NsecToTimespec(hdr.ModTime.UnixNano())
@@ -342,8 +412,17 @@ func (x *extractor) write(dirfd int, name, rel string, hdr *tar.Header, r io.Rea
 		if err := unix.Symlinkat(hdr.Linkname, dirfd, name); err != nil {
 			return fail("symlink", err)
 		}
+		if x.opts.Owner != nil {
+			uid, gid := x.opts.Owner(hdr.Uid, hdr.Gid)
+			if err := unix.Fchownat(dirfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return fail("chown", err)
+			}
+		}
 		return nil
 	case tar.TypeLink:
+		if x.opts.Layer {
+			return x.layerLink(dirfd, name, rel, hdr)
+		}
 		old, err := x.relName(hdr.Linkname, false)
 		if err != nil || !x.files[old] {
 			x.warn(hdr.Name, "a hard link to "+strconv.Quote(truncate(hdr.Linkname))+", which is not a file copied before it")
@@ -510,28 +589,33 @@ func removeNonDir(dirfd int, name string) error {
 }
 
 // openDir opens the directory name in dirfd, making it if it is missing
-// and replacing whatever else is there, a symbolic link included, never
-// following one.
-func openDir(dirfd int, name string) (int, error) {
+// (made says so) and, unless strict, replacing whatever else is there, a
+// symbolic link included, never following one. Strict, what is there
+// and is not a directory is an error, ENOTDIR.
+func openDir(dirfd int, name string, strict bool) (fd int, made bool, err error) {
 	for range 3 { // a second try after making or replacing it
 		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		switch err {
 		case nil:
-			return fd, nil
+			return fd, made, nil
 		case unix.ENOENT:
 			if err := unix.Mkdirat(dirfd, name, 0o755); err != nil && err != unix.EEXIST {
-				return -1, err
+				return -1, false, err
 			}
+			made = true
 		case unix.ELOOP, unix.ENOTDIR:
 			// A symbolic link or a file where a directory goes.
+			if strict {
+				return -1, false, unix.ENOTDIR
+			}
 			if err := unix.Unlinkat(dirfd, name, 0); err != nil && err != unix.ENOENT {
-				return -1, err
+				return -1, false, err
 			}
 		default:
-			return -1, err
+			return -1, false, err
 		}
 	}
-	return -1, unix.ELOOP
+	return -1, false, unix.ELOOP
 }
 
 func truncate(s string) string {

@@ -42,6 +42,12 @@ type Config struct {
 	// that no cgroup holds. Zero fields mean the defaults documented on
 	// KernelLimits.
 	Limits KernelLimits
+	// ImageDir is the cache of root filesystems unpacked from images
+	// (Spec.Image; see package image), owned from UIDBase so that files
+	// of an image's root are root's in the sandbox. Zero means
+	// StateDir/images. Another cache directory may be shared only by
+	// providers with the same UIDBase.
+	ImageDir string
 	// Logger receives the provider's own events. Nil discards them.
 	Logger *slog.Logger
 }
@@ -139,6 +145,9 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	c.StateDir = dir
+	if c.ImageDir == "" {
+		c.ImageDir = filepath.Join(c.StateDir, "images")
+	}
 	if c.DaemonPath == "" {
 		self, err := os.Executable()
 		if err != nil {
@@ -192,6 +201,8 @@ func fromProviderConfig(pc provider.Config) (Config, error) {
 			c.StateDir = v
 		case "daemon":
 			c.DaemonPath = v
+		case "image-dir":
+			c.ImageDir = v
 		case "uid-base":
 			c.UIDBase, err = strconv.Atoi(v)
 		case "memory":

@@ -4,7 +4,9 @@
 // A sandbox is the berth binary re-executed as the sandbox's first
 // process, in new user, mount, PID, network, IPC, UTS and cgroup
 // namespaces. It mounts a root of read-only binds of the host's /usr and
-// /etc (or of a root filesystem directory), a writable /workspace of
+// /etc (or of a root filesystem directory, or of an image's, unpacked
+// once into a cache shared by sandboxes: see package image and
+// Config.ImageDir), a writable /workspace of
 // bounded size and file count (a sparse ext4 image of its own, on a loop
 // device: 10 GiB by default, see [Config]), a private /tmp, /proc and a
 // minimal /dev; brings up a loopback interface

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/image"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -36,6 +37,7 @@ type Provider struct {
 	cfg      Config
 	log      *slog.Logger
 	pool     *pool
+	images   *image.Cache
 	cleanups sync.WaitGroup // removals of destroyed sandboxes' cgroups and files
 	closing  context.CancelFunc
 
@@ -78,7 +80,15 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
 	f.Close()
-	p := &Provider{cfg: cfg, log: cfg.Logger, clients: map[string]*sandboxd.Client{}, held: map[string]*os.File{}}
+	images, err := image.Open(cfg.ImageDir, image.WithIDShift(cfg.UIDBase), image.WithLogger(cfg.Logger))
+	if err != nil {
+		return nil, fmt.Errorf("linux provider: %w", err)
+	}
+	if err := checkTraversable(images.Dir()); err != nil {
+		images.Close()
+		return nil, fmt.Errorf("linux provider: %w", err)
+	}
+	p := &Provider{cfg: cfg, log: cfg.Logger, images: images, clients: map[string]*sandboxd.Client{}, held: map[string]*os.File{}}
 	p.pool = &pool{p: p, size: cfg.Pool}
 	p.sweepWarm()
 	p.sweepTrash()
@@ -99,7 +109,7 @@ func (p *Provider) Close() error {
 	p.pool.close()
 	p.cleanups.Wait()
 	p.releaseWorkspaces()
-	return nil
+	return p.images.Close()
 }
 
 func (p *Provider) newRoot() string { return filepath.Join(p.cfg.StateDir, newRootDir) }
@@ -109,7 +119,7 @@ func (p *Provider) Name() string { return Name }
 
 // Capabilities implements provider.Provider.
 func (p *Provider) Capabilities() provider.Capabilities {
-	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true, RootFS: true}
+	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true, RootFS: true, Image: true}
 }
 
 // Create implements provider.Provider.
@@ -143,8 +153,8 @@ func (p *Provider) checkSpec(spec provider.Spec) error {
 	if err := provider.ValidateSpec(spec); err != nil {
 		return err
 	}
-	if spec.Image != "" {
-		return fmt.Errorf("%w: the linux provider has no images; give a root filesystem directory as RootFS", provider.ErrUnsupported)
+	if spec.Image != "" && spec.RootFS != "" {
+		return fmt.Errorf("%w: a sandbox has an image or a root filesystem, not both", provider.ErrBadInput)
 	}
 	if spec.Network != provider.NetworkNone {
 		return fmt.Errorf("%w: the linux provider offers no network beyond loopback", provider.ErrUnsupported)
@@ -335,7 +345,7 @@ func checkTraversable(dir string) error {
 			return err
 		}
 		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("state directory %s: %s must be searchable by others (chmod o+x), for sandboxes to reach their workspaces", dir, d)
+			return fmt.Errorf("%s: %s must be searchable by others (chmod o+x), for sandboxes to reach what is in it", dir, d)
 		}
 		if d == "/" {
 			return nil

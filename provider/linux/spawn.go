@@ -320,6 +320,13 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 
 // create makes a sandbox, from a warm daemon of the pool if there is one.
 func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, error) {
+	if spec.Image != "" {
+		root, err := p.images.RootFS(ctx, spec.Image)
+		if err != nil {
+			return nil, err
+		}
+		spec.RootFS = root
+	}
 	res := p.resources(spec.Resources)
 	var w *warm
 	// Warm daemons have /tmp sized for the default memory limit, and a
