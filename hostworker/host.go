@@ -137,6 +137,15 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	return h, nil
 }
 
+// Providers names the providers the host serves.
+func (h *Host) Providers() []string {
+	names := make([]string, 0, len(h.providers))
+	for _, p := range h.providers {
+		names = append(names, p.Name())
+	}
+	return names
+}
+
 // Close stops the workers and closes the providers and blob stores.
 func (h *Host) Close() {
 	if h.Worker != nil {

@@ -62,7 +62,7 @@ tells which, and why not the others).`,
 				return err
 			}
 			defer h.Close()
-			attrs := []any{"address", srv.Address(), "namespace", srv.Namespace(), "data", dataDir}
+			attrs := []any{"address", srv.Address(), "namespace", srv.Namespace(), "data", dataDir, "providers", h.Providers()}
 			if srv.UIAddress() != "" {
 				attrs = append(attrs, "ui", "http://"+srv.UIAddress())
 			}

@@ -53,7 +53,7 @@ of the same names that every berth command takes.`,
 			}
 			defer h.Close()
 			log.Info("berth worker is ready", "address", opts.HostPort, "namespace", opts.Namespace,
-				"queue", queue, "host-queue", h.HostQueue, "providers", providers.names)
+				"queue", queue, "host-queue", h.HostQueue, "providers", h.Providers())
 			<-ctx.Done()
 			log.Info("berth worker is stopping")
 			return nil

@@ -78,7 +78,8 @@ func TestCLIConventions(t *testing.T) {
 			t.Errorf("berth providers:\n%s", text)
 		}
 		list := decode[[]provider.Status](t, "providers -o json", ok("providers", "-o", "json"))
-		if len(list) == 0 || list[0].Name != "linux" || !list[0].Available || list[0].Capabilities == nil || !list[0].Capabilities.Disk {
+		i := slices.IndexFunc(list, func(s provider.Status) bool { return s.Name == "linux" })
+		if i < 0 || !list[i].Available || list[i].Capabilities == nil || !list[i].Capabilities.Disk {
 			t.Errorf("berth providers -o json: %+v", list)
 		}
 	})

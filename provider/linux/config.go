@@ -45,8 +45,9 @@ type Config struct {
 	// ImageDir is the cache of root filesystems unpacked from images
 	// (Spec.Image; see package image), owned from UIDBase so that files
 	// of an image's root are root's in the sandbox. Zero means
-	// StateDir/images. Another cache directory may be shared only by
-	// providers with the same UIDBase.
+	// StateDir/.images (a dot-directory, as the provider's own are).
+	// Another cache directory may be shared only by providers with the
+	// same UIDBase.
 	ImageDir string
 	// Logger receives the provider's own events. Nil discards them.
 	Logger *slog.Logger
@@ -146,7 +147,7 @@ func (c *Config) setDefaults() error {
 	}
 	c.StateDir = dir
 	if c.ImageDir == "" {
-		c.ImageDir = filepath.Join(c.StateDir, "images")
+		c.ImageDir = filepath.Join(c.StateDir, ".images")
 	}
 	if c.DaemonPath == "" {
 		self, err := os.Executable()
