@@ -34,8 +34,8 @@ names=("berth version" "berth sandbox exec ID -- /bin/true" "berth run -- /bin/t
 if command -v temporal >/dev/null; then
   cmds+=(
     "temporal --version"
-    "temporal workflow update execute --workflow-id $id --name berth.exec --input {\"argv\":[\"/bin/true\"]}"
-    "temporal workflow execute --type Run --task-queue berth --input {\"provider\":\"linux\",\"argv\":[\"/bin/true\"]}"
+    "temporal workflow update execute --workflow-id $id --name berth.exec --input '{\"argv\":[\"/bin/true\"]}'"
+    "temporal workflow execute --type Run --task-queue berth --input '{\"provider\":\"linux\",\"argv\":[\"/bin/true\"]}'"
   )
   names+=("temporal --version" "temporal workflow update execute (berth.exec, same sandbox)" "temporal workflow execute (Run)")
 else

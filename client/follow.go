@@ -5,6 +5,8 @@ import (
 	"io"
 	"time"
 
+	tclient "go.temporal.io/sdk/client"
+
 	"github.com/berth-dev/berth/transfer"
 	"github.com/berth-dev/berth/workflows"
 )
@@ -153,10 +155,29 @@ func (c *Client) FollowRun(ctx context.Context, runID string, stdout, stderr io.
 		return st.Stdout, st.Stderr, true
 	}
 	return f.follow(ctx, func(ctx context.Context) (workflows.RunOutput, error) {
+		if out, ok := c.commandResult(ctx, runID); ok {
+			return out, nil
+		}
 		var out workflows.RunOutput
 		err := c.retry(ctx, func(ctx context.Context) error {
 			return c.temporal.GetWorkflow(ctx, runID, "").Get(ctx, &out)
 		})
 		return out, c.unavailable(err, "run "+runID, true, "berth logs "+runID)
 	})
+}
+
+// commandResult asks a run for its command's result, which it gives as
+// soon as the command ended, without waiting for its sandbox to be
+// destroyed. Anything else (the run failed, ended already, or predates
+// the Update; the server went away) is left to the run's own result.
+func (c *Client) commandResult(ctx context.Context, runID string) (workflows.RunOutput, bool) {
+	var out workflows.RunOutput
+	h, err := c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
+		WorkflowID: runID, UpdateName: workflows.UpdateRunResult,
+		WaitForStage: tclient.WorkflowUpdateStageCompleted,
+	})
+	if err != nil || h.Get(ctx, &out) != nil {
+		return workflows.RunOutput{}, false
+	}
+	return out, true
 }

@@ -56,6 +56,13 @@ const MemoCommand = "berth.command"
 // RunQuery is the query a Run workflow answers with its RunStatus.
 const RunQuery = "berth.run"
 
+// UpdateRunResult is the Update a Run workflow answers with its
+// command's RunOutput as soon as the command has ended, before the
+// sandbox is destroyed: what a caller waits on to return at once. The
+// workflow's own result comes after the destruction, and is a failure
+// when the sandbox could not be destroyed.
+const UpdateRunResult = "berth.run.result"
+
 // RunStatus says where a run's output is stored while it runs, for front
 // ends that follow it live. It is empty until the sandbox exists.
 type RunStatus struct {
@@ -112,6 +119,23 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	if err := workflow.SetQueryHandler(ctx, RunQuery, func() (RunStatus, error) { return status, nil }); err != nil {
 		return RunOutput{}, err
 	}
+	var (
+		result *RunOutput // the command's, once it ended
+		failed bool       // the run ends without one: its result says why
+	)
+	err = workflow.SetUpdateHandler(ctx, UpdateRunResult, func(ctx workflow.Context) (RunOutput, error) {
+		if err := workflow.Await(ctx, func() bool { return result != nil || failed }); err != nil {
+			return RunOutput{}, err
+		}
+		if result == nil {
+			return RunOutput{}, errors.New("the run failed: its result says why")
+		}
+		return *result, nil
+	})
+	if err != nil {
+		return RunOutput{}, err
+	}
+	defer func() { failed = result == nil }()
 	// A one-shot job is never idle long enough to pause.
 	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image},
 		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env), sandbox.WithRecovery(sandbox.Fail),
@@ -141,6 +165,9 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	opts = append(opts, sandbox.WithMaxOutput(in.MaxOutput), sandbox.WithStdin(in.Stdin))
 	res, err := sbx.ExecArgv(ctx, in.Argv, opts...)
 	out, err := execOutput(res, sbx.ID(), err)
+	if err == nil {
+		result = &out
+	}
 	return out, lostMidRun(err)
 }
 
