@@ -68,9 +68,12 @@ var sandboxEtc = map[string]string{
 
 // daemonCaps are what the daemon needs of root inside the sandbox: to
 // run commands as the sandbox user and act on files as them (SETUID,
-// SETGID), to kill its commands (KILL), and to remove what the user made
-// read-only (DAC_OVERRIDE). Commands have none.
-var daemonCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE"}
+// SETGID), to kill its commands (KILL), to remove what the user made
+// read-only (DAC_OVERRIDE), to confine its file operations to the
+// workspace (SYS_CHROOT: see sandboxd's asUser), and to mount the
+// writable places nodev, which runsc does not (SYS_ADMIN, in gVisor's
+// kernel, not the host's). Commands have none.
+var daemonCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_SYS_CHROOT", "CAP_SYS_ADMIN"}
 
 // bundleSpec is what a container is made from.
 type bundleSpec struct {
@@ -162,12 +165,12 @@ func writeBundle(b bundleSpec) error {
 	)
 	bindRO(b.daemon, daemonPath)
 
-	cfg, err := json.Marshal(daemonConfig{UID: sandboxUID, GID: sandboxGID})
+	cfg, err := json.Marshal(daemonConfig{UID: sandboxUID, GID: sandboxGID, Memory: b.resources.Memory})
 	if err != nil {
 		return err
 	}
-	pids := b.resources.Pids
-	memory := b.resources.Memory
+	pids := hostPids(b.resources.Pids)
+	memory := hostMemory(b.resources.Memory)
 	swap := memory // no swap beyond the limit
 	res := &specs.LinuxResources{
 		Memory: &specs.LinuxMemory{Limit: &memory, Swap: &swap},
@@ -211,6 +214,20 @@ func writeBundle(b bundleSpec) error {
 	}
 	return os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o600)
 }
+
+// hostMemory is the host's memory limit of a sandbox limited to memory
+// bytes: its processes' memory, which the daemon holds to memory (see
+// oomKiller), and the sentry's and gofer's own, with room for what the
+// processes take between two looks of the daemon. Reaching it loses
+// the sandbox.
+func hostMemory(memory int64) int64 { return memory + max(memory/2, 128<<20) }
+
+// hostPids is the host's process limit of a sandbox limited to pids
+// processes: the sandbox's processes are tasks of the sentry, bounded
+// by the sandbox user's RLIMIT_NPROC in it, and the sentry runs them on
+// host threads of its own, which must not run out first (the sentry
+// would die).
+func hostPids(pids int64) int64 { return 2*pids + 512 }
 
 // mountPoint makes in the bundle's root what an entry src of a root
 // needs: a copy of a symbolic link, or an empty directory or file to

@@ -10,7 +10,10 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +47,9 @@ const (
 type daemonConfig struct {
 	UID int `json:"uid"`
 	GID int `json:"gid"`
+	// Memory is the sandbox's memory limit, which the daemon enforces
+	// (see oomKiller).
+	Memory int64 `json:"memory"`
 }
 
 // claimMsg turns a warm daemon into one sandbox's daemon.
@@ -81,6 +87,9 @@ func runDaemon() error {
 	if cfg.UID <= 0 || cfg.GID <= 0 {
 		return fmt.Errorf("%s: the sandbox user must not be root", configEnv)
 	}
+	if err := remountNodev(); err != nil {
+		return err
+	}
 	ln, err := listen(socketName)
 	if err != nil {
 		return err
@@ -89,14 +98,14 @@ func runDaemon() error {
 	if err != nil {
 		return err
 	}
+	oom := &oomKiller{limit: cfg.Memory, self: os.Getpid()}
+	go oom.run()
 	srv, err := sandboxd.New(sandboxd.Config{
 		Workspace: "/workspace",
 		UID:       cfg.UID,
 		GID:       cfg.GID,
 		Deferred:  true, // configured when claimed
-		// The sentry's out-of-memory killer picks the command before
-		// the daemon.
-		CommandOOMScoreAdj: 1000,
+		OOMKills:  oom.count,
 	})
 	if err != nil {
 		return err
@@ -144,6 +153,26 @@ func claim(srv *sandboxd.Server, c claimMsg) error {
 	return nil
 }
 
+// writable are the places commands may write, and their mount flags:
+// runsc mounts a bundle's mounts without nodev, which the daemon adds.
+var writable = []struct {
+	dir   string
+	flags uintptr
+}{
+	{"/workspace", unix.MS_NOSUID | unix.MS_NODEV},
+	{"/tmp", unix.MS_NOSUID | unix.MS_NODEV},
+	{"/dev/shm", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+}
+
+func remountNodev() error {
+	for _, m := range writable {
+		if err := unix.Mount("", m.dir, "", unix.MS_REMOUNT|unix.MS_BIND|m.flags, ""); err != nil {
+			return fmt.Errorf("remount %s nodev: %w", m.dir, err)
+		}
+	}
+	return nil
+}
+
 // listen makes a socket in runDir that only the sandbox's root may
 // connect to from inside.
 func listen(name string) (net.Listener, error) {
@@ -160,4 +189,109 @@ func listen(name string) (net.Listener, error) {
 		return nil, err
 	}
 	return ln, nil
+}
+
+// oomKiller enforces a sandbox's memory limit. gVisor's sentry keeps
+// the memory of all the sandbox's processes, and the host's cgroup limit
+// counts it whole: reached, the host's out-of-memory killer would take
+// the sentry and with it the sandbox (the sentry's memory cgroup files
+// are stubs, so nothing in it limits its processes). So the host's limit
+// has headroom above the sandbox's (see hostMemory), and the daemon
+// watches the sentry's count of the sandbox's memory: past the limit,
+// it kills the command process that holds the most, as the kernel's
+// killer would, and counts a kill, which sandboxd reports as the
+// command running out of memory.
+type oomKiller struct {
+	limit int64
+	self  int
+	kills atomic.Int64
+}
+
+func (o *oomKiller) count() (int64, error) { return o.kills.Load(), nil }
+
+// Polling intervals: short once usage is past half the limit, since
+// a process can take hundreds of MiB a second.
+const (
+	oomPollIdle = 25 * time.Millisecond
+	oomPollBusy = 2 * time.Millisecond
+)
+
+func (o *oomKiller) run() {
+	if o.limit <= 0 {
+		return
+	}
+	for {
+		used, err := memoryUsed()
+		wait := oomPollIdle
+		switch {
+		case err != nil:
+			fmt.Fprintf(os.Stderr, "memory usage: %v\n", err)
+		case used > o.limit:
+			if o.killLargest() {
+				o.kills.Add(1)
+				// The memory comes back as the process exits.
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			wait = oomPollBusy
+		case used > o.limit/2:
+			wait = oomPollBusy
+		}
+		time.Sleep(wait)
+	}
+}
+
+// memoryUsed is the sentry's count of the sandbox's memory: anonymous
+// memory, tmpfs, page cache and mappings.
+func memoryUsed() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	var total, free int64
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "MemTotal:":
+			total = v << 10
+		case "MemFree:":
+			free = v << 10
+		}
+	}
+	if total == 0 {
+		return 0, errors.New("no MemTotal in /proc/meminfo")
+	}
+	return total - free, nil
+}
+
+// killLargest kills the process, other than the daemon, with the most
+// resident memory, and reports whether there was one.
+func (o *oomKiller) killLargest() bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	victim, most := 0, int64(-1)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == o.self {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/statm")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			continue
+		}
+		if rss, _ := strconv.ParseInt(f[1], 10, 64); rss > most {
+			victim, most = pid, rss
+		}
+	}
+	return victim != 0 && unix.Kill(victim, unix.SIGKILL) == nil
 }

@@ -5,13 +5,19 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/berth-dev/berth/provider/linux"
 )
 
 // unavailable says why the tests cannot run on this machine, or is "".
 var unavailable string
 
 func TestMain(m *testing.M) {
-	Main() // the test binary is the sandboxes' daemon
+	Main()       // the test binary is the sandboxes' daemon
+	linux.Main() // and the linux provider's, which benchmarks compare with
+	if arg := os.Getenv(childEnv); arg != "" {
+		os.Exit(child(arg))
+	}
 	switch {
 	case os.Geteuid() != 0:
 		unavailable = "the gvisor provider needs root"
