@@ -217,10 +217,10 @@ func writeBundle(b bundleSpec) error {
 
 // hostMemory is the host's memory limit of a sandbox limited to memory
 // bytes: its processes' memory, which the daemon holds to memory (see
-// oomKiller), and the sentry's and gofer's own, with room for what the
-// processes take between two looks of the daemon. Reaching it loses
-// the sandbox.
-func hostMemory(memory int64) int64 { return memory + max(memory/2, 128<<20) }
+// oomKiller), and the sentry's and gofer's own (50-60 MiB), with room
+// for what the processes take between two looks of the daemon.
+// Reaching it loses the sandbox.
+func hostMemory(memory int64) int64 { return memory + max(memory/2, 160<<20) }
 
 // hostPids is the host's process limit of a sandbox limited to pids
 // processes: the sandbox's processes are tasks of the sentry, bounded

@@ -26,7 +26,7 @@
 //     it and lose the sandbox; so the daemon enforces Resources.Memory,
 //     killing the command process that holds the most when the sandbox
 //     goes past it (reported as ErrOutOfMemory), and the host's cgroup
-//     limit is higher by half, at least 128 MiB, for gVisor's own memory;
+//     limit is higher by half, at least 160 MiB, for gVisor's own memory;
 //   - processes: the sandbox user's RLIMIT_NPROC, which gVisor enforces,
 //     is Resources.Pids less a reserve of 32 for the daemon; the host's
 //     cgroup allows twice that and 512 more, for the threads gVisor runs
