@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/berth-dev/berth/internal/wsimage"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandboxd"
@@ -32,6 +34,34 @@ type container struct {
 	rootfs   string
 	res      provider.Resources
 	client   *sandboxd.Client // a connection open already
+	// owner holds the container's owner lock until a sandbox claims it
+	// (see ownerFile).
+	owner *os.File
+}
+
+// ownerFile, in a container's directory, is locked (flock) by the
+// process that started the container for as long as no sandbox has
+// claimed it: a container that no record names and whose lock is free
+// was left by a process that died, and is swept.
+const ownerFile = "owner.lock"
+
+// lockOwner takes a container's owner lock, without waiting.
+func lockOwner(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, ownerFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// release ends this process's hold on a container's handle.
+func (c *container) release() {
+	c.client.Close()
+	c.owner.Close()
 }
 
 // startContainer makes a container's bundle and workspace and starts it.
@@ -50,6 +80,15 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
+	owner, err := lockOwner(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			owner.Close()
+		}
+	}()
 	err = writeBundle(bundleSpec{dir: dir, rootfs: rootfs, daemon: p.cfg.DaemonPath, resources: res,
 		openFiles: p.cfg.OpenFiles, cgroup: cgroupPath(cid)})
 	if err != nil {
@@ -71,7 +110,7 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 		return nil, fmt.Errorf("sandbox process %d: %w%s", st.PID, err, logTail(dir))
 	}
 	c = &container{id: cid, dir: dir, pid: st.PID, pidStart: start, rootfs: rootfs, res: res,
-		client: p.newClient(cid)}
+		client: p.newClient(cid), owner: owner}
 	// The daemon's socket appears once it listens; one request opens
 	// the connection the sandbox's first command will use.
 	for {
@@ -122,6 +161,7 @@ func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, 
 		return nil, err
 	}
 	p.adopt(spec.ID, c.client)
+	c.owner.Close() // the record names it now
 	return rec, nil
 }
 

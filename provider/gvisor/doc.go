@@ -23,10 +23,12 @@
 //   - no network (--network=none): loopback only;
 //   - memory: gVisor's kernel keeps all the sandbox's memory and has no
 //     limit of its own, and the host's cgroup limit, reached, would kill
-//     it and lose the sandbox; so the daemon enforces Resources.Memory,
-//     killing the command process that holds the most when the sandbox
-//     goes past it (reported as ErrOutOfMemory), and the host's cgroup
-//     limit is higher by half, at least 160 MiB, for gVisor's own memory;
+//     it and lose the sandbox; so the daemon enforces Resources.Memory
+//     (less a reserve of its own, as in the linux provider), killing the
+//     command that holds the most when commands go past it (reported as
+//     ErrOutOfMemory), and the host's cgroup limit is higher by half, at
+//     least 160 MiB, for gVisor's own memory. The daemon polls, so the
+//     limit is approximate;
 //   - processes: the sandbox user's RLIMIT_NPROC, which gVisor enforces,
 //     is Resources.Pids less a reserve of 32 for the daemon; the host's
 //     cgroup allows twice that and 512 more, for the threads gVisor runs

@@ -281,3 +281,27 @@ func TestConfig(t *testing.T) {
 		t.Errorf("a missing runsc: %v, want ErrUnsupported", err)
 	}
 }
+
+// TestSweep: a provider opened on a state directory removes the warm
+// containers a dead process left, and not those of a live one.
+func TestSweep(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: -1})
+	c, err := p.startContainer(t.Context(), "", p.cfg.Defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.teardown(context.Background(), c.id) })
+	old := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(c.dir, old, old); err != nil {
+		t.Fatal(err)
+	}
+	q := newTestProvider(t, Config{StateDir: p.cfg.StateDir, Pool: -1})
+	if _, err := os.Stat(c.dir); err != nil || !hasProcess(t, c.id) {
+		t.Fatalf("a live process's warm container was swept: %v", err)
+	}
+	c.release() // as if its process died
+	q.sweep(t.Context())
+	if _, err := os.Stat(c.dir); !errors.Is(err, fs.ErrNotExist) || hasProcess(t, c.id) || hasMount(t, c.id) {
+		t.Errorf("a dead process's warm container was not swept: %v", err)
+	}
+}

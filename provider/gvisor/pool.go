@@ -76,7 +76,7 @@ func (pl *pool) refill() {
 }
 
 func (pl *pool) discard(c *container) {
-	c.client.Close()
+	c.release()
 	if err := pl.p.teardown(context.Background(), c.id); err != nil {
 		pl.p.log.Warn("remove a warm container", "container", c.id, "err", err)
 	}

@@ -115,7 +115,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 	}
 	rec, err := p.claim(ctx, c, spec, res)
 	if err != nil {
-		c.client.Close()
+		c.release()
 		if terr := p.teardown(context.WithoutCancel(ctx), c.id); terr != nil {
 			p.log.Warn("remove a container whose claim failed", "container", c.id, "err", terr)
 		}
@@ -254,30 +254,42 @@ func matches(have, want map[string]string) bool {
 	return true
 }
 
-// sweep removes the containers that no record names and that are not
-// recent (another process may be starting them right now): warm
-// containers of processes that died, and sandboxes whose destruction
-// was cut short.
+// sweep removes the containers that no record names and whose owner
+// lock is free (see ownerFile): warm containers of processes that died,
+// and sandboxes whose creation or destruction was cut short. Recent
+// ones are left alone: their creator may not have locked them yet.
 func (p *Provider) sweep(ctx context.Context) {
-	named := map[string]bool{}
-	entries, _ := os.ReadDir(p.cfg.StateDir)
-	for _, e := range entries {
-		if id, ok := strings.CutSuffix(e.Name(), recordSuffix); ok {
-			if rec, err := p.readRecord(id); err == nil {
-				named[rec.Container] = true
-			}
-		}
-	}
 	containers, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, containersDir))
 	for _, e := range containers {
 		fi, err := e.Info()
-		if named[e.Name()] || err != nil || time.Since(fi.ModTime()) < time.Minute {
+		if err != nil || time.Since(fi.ModTime()) < time.Minute {
 			continue
 		}
-		if err := p.teardown(ctx, e.Name()); err != nil {
-			p.log.Warn("sweep a stale container", "container", e.Name(), "err", err)
+		owner, err := lockOwner(p.containerDir(e.Name()))
+		if err != nil {
+			continue // its creator lives
+		}
+		// Looked at after the lock: a claim writes the record first.
+		if !p.named(e.Name()) {
+			if err := p.teardown(ctx, e.Name()); err != nil {
+				p.log.Warn("sweep a stale container", "container", e.Name(), "err", err)
+			}
+		}
+		owner.Close()
+	}
+}
+
+// named reports whether a record names container cid.
+func (p *Provider) named(cid string) bool {
+	entries, _ := os.ReadDir(p.cfg.StateDir)
+	for _, e := range entries {
+		if id, ok := strings.CutSuffix(e.Name(), recordSuffix); ok {
+			if rec, err := p.readRecord(id); err == nil && rec.Container == cid {
+				return true
+			}
 		}
 	}
+	return false
 }
 
 // remove destroys a sandbox: its container, then its record. The caller
