@@ -78,6 +78,7 @@ func TestLost(t *testing.T) {
 	if err := sb.Destroy(t.Context()); err != nil {
 		t.Fatalf("Destroy of a lost sandbox: %v", err)
 	}
+	p.cleanups.Wait()
 	checkGone(t, p, sb.rec)
 }
 
@@ -100,6 +101,10 @@ func TestDestroyLeavesNothing(t *testing.T) {
 		if err := sb.Destroy(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+		if sb.rec.alive() {
+			t.Errorf("runsc's sandbox process, which runs every process of the sandbox, outlived Destroy")
+		}
+		p.cleanups.Wait() // runsc's cleanup, the mount and the files follow
 		checkGone(t, p, sb.rec)
 		if err := sb.Destroy(t.Context()); err != nil {
 			t.Errorf("second Destroy: %v", err)
