@@ -35,7 +35,7 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
 	}
 	top := "."
 	if r.URL.Query().Has("path") {
-		name, rel, err := relPath(r)
+		name, rel, err := s.relPath(r, true)
 		if err == nil {
 			if _, err = s.root.Stat(rel); err != nil {
 				err = s.fileError("export", name, err)
@@ -185,7 +185,13 @@ func (s *Server) exportRegular(tw *tar.Writer, w io.Writer, hdr *tar.Header, nam
 	}
 	hdr.Typeflag, hdr.Size, hdr.ModTime = tar.TypeReg, fi.Size(), fi.ModTime()
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < fi.Size() {
-		if ext, ok := dataExtents(f, fi.Size()); ok {
+		if ext, ok := dataExtents(f, fi.Size(), st.Blocks*512); ok {
+			return true, exportSparse(tw, w, hdr, f, ext)
+		}
+	} else if s.noFsuid && fi.Size() >= scanMin {
+		// gVisor reports every file fully allocated, and all data: the
+		// file is read once more, for its blocks of zeros.
+		if ext, ok := scanExtents(f, fi.Size()); ok && extentsLen(ext) <= fi.Size()/2 {
 			return true, exportSparse(tw, w, hdr, f, ext)
 		}
 	}
@@ -200,9 +206,61 @@ func (s *Server) exportRegular(tw *tar.Writer, w io.Writer, hdr *tar.Header, nam
 	return true, err
 }
 
-// dataExtents lists where a file's data is, by SEEK_DATA and SEEK_HOLE,
-// or reports false when the filesystem cannot tell.
-func dataExtents(f *os.File, size int64) ([]sparsetar.Extent, bool) {
+// dataExtents lists where the data of a file of size bytes, allocated
+// bytes of it on disk, is: by SEEK_DATA and SEEK_HOLE, or, where these
+// call everything data (gVisor), by reading it for blocks of zeros. It
+// reports false when it cannot tell.
+func dataExtents(f *os.File, size, allocated int64) ([]sparsetar.Extent, bool) {
+	ext, ok := seekExtents(f, size)
+	if ok && extentsLen(ext) > 2*allocated+sparsetar.BlockSize {
+		return scanExtents(f, size)
+	}
+	return ext, ok
+}
+
+// scanMin is the smallest file worth reading twice to find its holes
+// where the file system does not say (see exportRegular).
+const scanMin = 1 << 20
+
+func extentsLen(ext []sparsetar.Extent) int64 {
+	var n int64
+	for _, e := range ext {
+		n += e.Len
+	}
+	return n
+}
+
+// scanExtents lists the blocks of a file that are not all zeros.
+func scanExtents(f *os.File, size int64) ([]sparsetar.Extent, bool) {
+	var ext []sparsetar.Extent
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; {
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		for i := 0; i < n; i += sparsetar.BlockSize {
+			blk := buf[i:min(n, i+sparsetar.BlockSize)]
+			if sparsetar.ZeroBlock(blk) {
+				continue
+			}
+			at := off + int64(i)
+			if k := len(ext) - 1; k >= 0 && ext[k].Off+ext[k].Len == at {
+				ext[k].Len += int64(len(blk))
+			} else {
+				ext = append(ext, sparsetar.Extent{Off: at, Len: int64(len(blk))})
+			}
+		}
+		off += int64(n)
+		if err == io.EOF || n == 0 {
+			break // shrank meanwhile: exportSparse pads it
+		}
+		if err != nil {
+			return nil, false
+		}
+	}
+	return sparsetar.Coalesce(ext, sparsetar.MaxExtents), true
+}
+
+// seekExtents lists where a file's data is by SEEK_DATA and SEEK_HOLE.
+func seekExtents(f *os.File, size int64) ([]sparsetar.Extent, bool) {
 	fd := int(f.Fd())
 	var ext []sparsetar.Extent
 	for off := int64(0); off < size; {

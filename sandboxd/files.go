@@ -32,6 +32,9 @@ func (s *Server) asUser(fn func() error) error {
 	runtime.LockOSThread()
 	// setfsuid and setfsgid change only the calling thread, and report
 	// the previous value rather than an error.
+	if s.noFsuid {
+		return s.asUserEffective(fn)
+	}
 	prevGID, _ := unix.SetfsgidRetGid(s.cfg.GID)
 	prevUID, _ := unix.SetfsuidRetUid(s.cfg.UID)
 	err := fn()
@@ -39,6 +42,51 @@ func (s *Server) asUser(fn func() error) error {
 	_, _ = unix.SetfsgidRetGid(prevGID)
 	runtime.UnlockOSThread()
 	return err
+}
+
+// asUserEffective is asUser where there is no setfsuid (gVisor): the
+// file-system ids follow the effective ids, which the raw system calls
+// change for the calling thread alone (Go's syscall.Setresuid would
+// change every thread).
+//
+// gVisor also follows a final symbolic link that open is told not to
+// follow when it is also told to open a directory (O_NOfalse with
+// O_DIRECTORY; Linux refuses), which os.Root relies on to see links: so
+// the thread first gets a root directory of its own, the workspace,
+// where links resolve inside the workspace whatever they say.
+//
+// The work runs in a goroutine of its own, whose thread is never
+// unlocked: it ends with the goroutine, and nothing else ever runs on it
+// as the sandbox user or in its root. (The caller's goroutine may live
+// on: an HTTP connection's serves request after request.)
+func (s *Server) asUserEffective(fn func() error) error {
+	runtime.UnlockOSThread() // asUser's, on the caller's thread
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		done <- s.confined(fn)
+	}()
+	return <-done
+}
+
+func (s *Server) confined(fn func() error) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("confine file operations: %w", err)
+	}
+	if err := unix.Chroot(s.cfg.Workspace); err != nil {
+		return fmt.Errorf("confine file operations: %w", err)
+	}
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); errno != 0 {
+		return fmt.Errorf("drop supplementary groups: %w", errno)
+	}
+	gid, uid := uintptr(s.cfg.GID), uintptr(s.cfg.UID)
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, gid, gid, gid); errno != 0 {
+		return fmt.Errorf("switch to the sandbox user's group: %w", errno)
+	}
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uid, uid, uid); errno != 0 {
+		return fmt.Errorf("switch to the sandbox user: %w", errno)
+	}
+	return fn()
 }
 
 // fileError turns a failure on a workspace path into a typed error.
@@ -61,10 +109,79 @@ func (s *Server) fileError(op, name string, err error) error {
 }
 
 // relPath reads the path parameter of a request as a workspace path.
-func relPath(r *http.Request) (string, string, error) {
+// Where links are not seen by os.Root (see linkEscapes), a path that
+// leaves the workspace through one is refused here; followFinal says
+// whether the operation follows a link that is the path's last
+// component (reads do; writes and removals replace or remove the link).
+func (s *Server) relPath(r *http.Request, followFinal bool) (string, string, error) {
 	name := r.URL.Query().Get("path")
 	rel, err := provider.WorkspacePath(name)
+	if err == nil && s.noFsuid && s.linkEscapes(rel, followFinal) {
+		err = fmt.Errorf("%w: %q: path leaves %s", provider.ErrBadInput, name, provider.Workspace)
+	}
 	return name, rel, err
+}
+
+// fsuidMissing reports whether the kernel lacks setfsuid, as gVisor
+// does. An invalid id changes nothing and returns the current one.
+func fsuidMissing() bool {
+	_, err := unix.SetfsuidRetUid(-1)
+	return errors.Is(err, unix.ENOSYS)
+}
+
+// maxLinks is how many links a path may go through, as in Linux.
+const maxLinks = 40
+
+// linkEscapes reports whether resolving rel in the workspace goes
+// through a symbolic link out of it. os.Root finds that out itself,
+// except on gVisor, which follows a link that open is told not to
+// follow when it is also told to open a directory: there file
+// operations run in a root of their own, the workspace (asUserEffective),
+// so that a link cannot take them out whatever it says, and this check
+// gives such paths the answer they get elsewhere, bad input. A link
+// changed between the check and the operation changes only the answer.
+func (s *Server) linkEscapes(rel string, followFinal bool) bool {
+	parts := strings.Split(rel, "/")
+	var resolved []string // components inside the workspace, not links
+	links := 0
+	for len(parts) > 0 {
+		p := parts[0]
+		parts = parts[1:]
+		switch p {
+		case "", ".":
+			continue
+		case "..":
+			if len(resolved) == 0 {
+				return true
+			}
+			resolved = resolved[:len(resolved)-1]
+			continue
+		}
+		if len(parts) == 0 && !followFinal {
+			return false
+		}
+		cur := path.Join(append(resolved, p)...)
+		fi, err := s.root.Lstat(cur)
+		if err != nil {
+			return false // the operation reports it
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			resolved = append(resolved, p)
+			continue
+		}
+		if links++; links > maxLinks {
+			return false
+		}
+		target, err := s.root.Readlink(cur)
+		if err != nil {
+			return false
+		}
+		if path.IsAbs(target) {
+			return true
+		}
+		parts = append(strings.Split(target, "/"), parts...)
+	}
+	return false
 }
 
 // open opens a workspace path for reading without ever waiting on it:
@@ -77,7 +194,7 @@ func (s *Server) open(rel string) (*os.File, error) {
 }
 
 func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
-	name, rel, err := relPath(r)
+	name, rel, err := s.relPath(r, true)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -107,7 +224,7 @@ func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
-	name, rel, err := relPath(r)
+	name, rel, err := s.relPath(r, false)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -171,7 +288,7 @@ func sanitizeMode(m fs.FileMode) fs.FileMode {
 }
 
 func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
-	name, rel, err := relPath(r)
+	name, rel, err := s.relPath(r, false)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -200,7 +317,7 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleListDir(w http.ResponseWriter, r *http.Request) {
-	name, rel, err := relPath(r)
+	name, rel, err := s.relPath(r, true)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -78,6 +78,8 @@ type Server struct {
 	running    atomic.Int64
 	devNull    *os.File // every command's stdin, unless it has one
 	switchUser bool     // commands and file operations switch to UID/GID
+	// noFsuid: the kernel has no setfsuid (gVisor); see asUserEffective.
+	noFsuid bool
 }
 
 // New makes a daemon serving cfg.Workspace.
@@ -112,6 +114,7 @@ func New(cfg Config) (*Server, error) {
 		journal:    newJournal(cfg.OutputCap, cfg.JournalBudget),
 		started:    time.Now(),
 		switchUser: cfg.UID != os.Geteuid() || cfg.GID != os.Getegid(),
+		noFsuid:    fsuidMissing(),
 		configured: make(chan struct{}),
 	}
 	if !cfg.Deferred {

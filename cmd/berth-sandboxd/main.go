@@ -1,6 +1,6 @@
 // Command berth-sandboxd is berth's in-sandbox daemon, on its own: the
-// linux provider starts it as each sandbox's first process, and the
-// docker provider as each container's entrypoint. It is the same code as
+// linux and gvisor providers start it as each sandbox's first process,
+// and the docker provider as each container's entrypoint. It is the same code as
 // the daemon inside the berth binary, in a binary that links nothing
 // else, so that an idle sandbox costs about 2 MiB rather than the ~14
 // MiB that initialising berth's Temporal dependencies takes. Install it
@@ -16,12 +16,14 @@ import (
 	"os"
 
 	"github.com/berth-dev/berth/provider/docker/dockerinit"
+	"github.com/berth-dev/berth/provider/gvisor"
 	"github.com/berth-dev/berth/provider/linux"
 )
 
 func main() {
 	linux.Main()      // does not return when started by the linux provider
 	dockerinit.Main() // nor when started by the docker provider
-	fmt.Fprintln(os.Stderr, "berth-sandboxd is started by berth's linux and docker providers, not by hand")
+	gvisor.Main()     // nor by the gvisor provider
+	fmt.Fprintln(os.Stderr, "berth-sandboxd is started by berth's linux, docker and gvisor providers, not by hand")
 	os.Exit(2)
 }

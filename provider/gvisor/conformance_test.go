@@ -1,0 +1,50 @@
+package gvisor
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/providertest"
+)
+
+func TestConformance(t *testing.T) {
+	p := newTestProvider(t, Config{})
+	providertest.Run(t, providertest.Harness{
+		// A new Provider on the same state directory is what another
+		// process on this host would open.
+		Open: func(t *testing.T) provider.Provider {
+			q, err := New(Config{StateDir: p.cfg.StateDir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { q.Close() })
+			return q
+		},
+		DaemonRSS: daemonRSS,
+	})
+}
+
+// daemonRSS reads the resident memory of a sandbox's daemon, the first
+// process of its container, as gVisor's sentry counts it.
+func daemonRSS(t *testing.T, sb provider.Sandbox) int64 {
+	t.Helper()
+	var out bytes.Buffer
+	res, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"cat", "/proc/1/status"}, Stdout: &out})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("read the daemon's status: exit %d, %v", res.ExitCode, err)
+	}
+	for line := range strings.Lines(out.String()) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmRSS in the daemon's status: %s", out.String())
+	return 0
+}

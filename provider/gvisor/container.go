@@ -1,0 +1,244 @@
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/internal/wsimage"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandboxd"
+)
+
+// startTimeout bounds how long a container may take to start serving.
+const startTimeout = 30 * time.Second
+
+// container is a started runsc container whose daemon serves and waits
+// to be claimed by a sandbox.
+type container struct {
+	id       string // runsc's container id
+	dir      string
+	pid      int // runsc's sandbox process
+	pidStart uint64
+	rootfs   string
+	res      provider.Resources
+	client   *sandboxd.Client // a connection open already
+	// owner holds the container's owner lock until a sandbox claims it
+	// (see ownerFile).
+	owner *os.File
+}
+
+// ownerFile, in a container's directory, is locked (flock) by the
+// process that started the container for as long as no sandbox has
+// claimed it: a container that no record names and whose lock is free
+// was left by a process that died, and is swept.
+const ownerFile = "owner.lock"
+
+// lockOwner takes a container's owner lock, without waiting.
+func lockOwner(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, ownerFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// release ends this process's hold on a container's handle.
+func (c *container) release() {
+	c.client.Close()
+	c.owner.Close()
+}
+
+// startContainer makes a container's bundle and workspace and starts it.
+func (p *Provider) startContainer(ctx context.Context, rootfs string, res provider.Resources) (c *container, err error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	cid := "g-" + randomHex(8)
+	dir := p.containerDir(cid)
+	defer func() {
+		if err != nil {
+			if terr := p.teardown(context.WithoutCancel(ctx), cid); terr != nil {
+				p.log.Warn("remove a container that failed to start", "container", cid, "err", terr)
+			}
+		}
+	}()
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	owner, err := lockOwner(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			owner.Close()
+		}
+	}()
+	err = writeBundle(bundleSpec{dir: dir, rootfs: rootfs, daemon: p.cfg.DaemonPath, resources: res,
+		openFiles: p.cfg.OpenFiles, cgroup: cgroupPath(cid)})
+	if err != nil {
+		return nil, err
+	}
+	err = wsimage.Make(filepath.Join(dir, imageFile), filepath.Join(dir, workspaceDir), res.Disk, sandboxUID, sandboxGID)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.runContainer(ctx, cid, dir); err != nil {
+		return nil, err
+	}
+	st, err := p.state(ctx, cid)
+	if err != nil {
+		return nil, err
+	}
+	start, err := processStart(st.PID)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox process %d: %w%s", st.PID, err, logTail(dir))
+	}
+	c = &container{id: cid, dir: dir, pid: st.PID, pidStart: start, rootfs: rootfs, res: res,
+		client: p.newClient(cid), owner: owner}
+	// The daemon's socket appears once it listens; one request opens
+	// the connection the sandbox's first command will use.
+	for {
+		hctx, hcancel := context.WithTimeout(ctx, time.Second)
+		_, err = c.client.Health(hctx)
+		hcancel()
+		if err == nil {
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("daemon did not answer: %w%s", err, logTail(dir))
+		}
+		if s, serr := processStart(c.pid); serr != nil || s != c.pidStart {
+			return nil, fmt.Errorf("sandbox exited%s", logTail(dir))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// cgroupPath is where runsc puts a container's cgroups.
+func cgroupPath(cid string) string { return "/berth-gvisor/" + cid }
+
+func (p *Provider) socket(cid, name string) string {
+	return filepath.Join(p.containerDir(cid), runSubdir, name)
+}
+
+func (p *Provider) newClient(cid string) *sandboxd.Client {
+	sock := p.socket(cid, socketName)
+	return sandboxd.NewClient(func(ctx context.Context) (net.Conn, error) { return dialUnix(ctx, sock) })
+}
+
+// claim makes a started container the container of a new sandbox: it
+// tells the daemon, then records the sandbox.
+func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, res provider.Resources) (*record, error) {
+	now := time.Now()
+	lifetime := spec.Lifetime
+	if lifetime == 0 {
+		lifetime = provider.DefaultLifetime
+	}
+	rec := &record{ID: spec.ID, Container: c.id, Labels: spec.Labels, Resources: res,
+		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC(), PID: c.pid, PIDStart: c.pidStart}
+	msg := claimMsg{Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt,
+		UserProcesses: userProcesses(res.Pids)}
+	if err := p.sendClaim(ctx, c.id, msg); err != nil {
+		return nil, fmt.Errorf("claim daemon: %w%s", err, logTail(c.dir))
+	}
+	if err := p.writeRecord(rec); err != nil {
+		return nil, err
+	}
+	p.adopt(spec.ID, c.client)
+	c.owner.Close() // the record names it now
+	return rec, nil
+}
+
+func (p *Provider) sendClaim(ctx context.Context, cid string, msg claimMsg) error {
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	sock := p.socket(cid, controlName)
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dialUnix(ctx, sock) },
+	}}
+	defer hc.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://sandbox"+claimRoute, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
+		return fmt.Errorf("daemon: %s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
+// daemonReserve is how many of a sandbox's processes are kept for its
+// daemon: the sandbox user's RLIMIT_NPROC is the rest, so that a fork
+// bomb leaves the daemon room to serve.
+const daemonReserve = 32
+
+func userProcesses(pids int64) int64 { return pids - min(daemonReserve, pids/4) }
+
+// teardown stops a container and removes all it held: runsc's sandbox
+// and gofer processes, its cgroups and state, the workspace's mount and
+// loop device, and its directory. A container that is already gone is
+// not an error.
+func (p *Provider) teardown(ctx context.Context, cid string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	dir := p.containerDir(cid)
+	// A paused sandbox cannot be killed until it is resumed.
+	if _, err := os.Stat(filepath.Join(dir, pausedFile)); err == nil {
+		_, _ = p.runsc(ctx, "resume", cid)
+	}
+	if _, err := p.runsc(ctx, "delete", "--force", cid); err != nil {
+		if _, serr := p.state(ctx, cid); serr == nil {
+			return fmt.Errorf("destroy container %s: %w", cid, err)
+		}
+		// runsc no longer knows it: never started, or deleted already.
+	}
+	if err := wsimage.Unmount(filepath.Join(dir, workspaceDir)); err != nil {
+		return fmt.Errorf("destroy container %s: %w", cid, err)
+	}
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("destroy container %s: %w", cid, err)
+	}
+	return nil
+}
+
+// dialUnix connects to a unix socket by path, however long the path:
+// past what a socket address holds, through a descriptor of its
+// directory.
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	if len(path) <= 107 {
+		return d.DialContext(ctx, "unix", path)
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path)))
+}

@@ -1,0 +1,251 @@
+package gvisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandboxd"
+)
+
+// sandbox is a handle on one sandbox of the provider.
+type sandbox struct {
+	p      *Provider
+	rec    *record
+	client *sandboxd.Client
+}
+
+var (
+	_ provider.Sandbox         = (*sandbox)(nil)
+	_ provider.Pauser          = (*sandbox)(nil)
+	_ provider.PathExporter    = (*sandbox)(nil)
+	_ provider.ChangedExporter = (*sandbox)(nil)
+)
+
+func (s *sandbox) ID() string { return s.rec.ID }
+
+func (s *sandbox) dir() string { return s.p.containerDir(s.rec.Container) }
+
+func (s *sandbox) paused() bool {
+	_, err := os.Stat(filepath.Join(s.dir(), pausedFile))
+	return err == nil
+}
+
+// Info implements provider.Sandbox.
+func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
+	if err := s.exists(); err != nil {
+		return provider.Info{}, err
+	}
+	info := s.rec.info()
+	switch {
+	case !s.rec.alive():
+		info.State = provider.StateLost
+	case s.paused():
+		info.State = provider.StatePaused
+	default:
+		info.State = provider.StateRunning
+	}
+	return info, nil
+}
+
+// exists reports ErrNotFound once the sandbox has been destroyed, through
+// this handle or any other.
+func (s *sandbox) exists() error {
+	_, err := os.Stat(s.p.recordPath(s.rec.ID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %s", provider.ErrNotFound, s.rec.ID)
+	}
+	return err
+}
+
+// ready checks, before talking to the daemon, that it can answer: a
+// paused daemon would leave the caller waiting.
+func (s *sandbox) ready() error {
+	if err := s.exists(); err != nil {
+		return err
+	}
+	if s.paused() {
+		return fmt.Errorf("%w: %s; resume it first", provider.ErrPaused, s.rec.ID)
+	}
+	return nil
+}
+
+func (s *sandbox) lost() error {
+	return fmt.Errorf("%w: %s: its gVisor sandbox process is gone", provider.ErrLost, s.rec.ID)
+}
+
+// check turns a failure to reach the daemon into ErrLost when the
+// sandbox's process is gone; typed errors from the daemon pass through.
+func (s *sandbox) check(err error) error {
+	if err == nil || provider.KindOf(err) != provider.KindInternal {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	// The daemon's connections close as the sandbox goes down: give its
+	// process the moment it takes to exit.
+	if s.rec.exitsWithin(lostGrace) {
+		return fmt.Errorf("%w: %w", s.lost(), err)
+	}
+	return err
+}
+
+// lostGrace is how long a sandbox whose connection broke may take to
+// exit before it is taken to be alive after all.
+const lostGrace = 500 * time.Millisecond
+
+// Exec implements provider.Sandbox.
+func (s *sandbox) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {
+	if err := s.ready(); err != nil {
+		return provider.ExecResult{}, err
+	}
+	res, err := s.client.Exec(ctx, req)
+	return res, s.check(err)
+}
+
+// WriteFile implements provider.Sandbox.
+func (s *sandbox) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.WriteFile(ctx, path, r, mode))
+}
+
+// WriteFiles implements provider.Sandbox.
+func (s *sandbox) WriteFiles(ctx context.Context, files []provider.File) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.WriteFiles(ctx, files))
+}
+
+// ReadFile implements provider.Sandbox.
+func (s *sandbox) ReadFile(ctx context.Context, path string) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.ReadFile(ctx, path)
+	return rc, s.check(err)
+}
+
+// ListDir implements provider.Sandbox.
+func (s *sandbox) ListDir(ctx context.Context, path string) ([]provider.FileInfo, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	infos, err := s.client.ListDir(ctx, path)
+	return infos, s.check(err)
+}
+
+// Remove implements provider.Sandbox.
+func (s *sandbox) Remove(ctx context.Context, path string) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.Remove(ctx, path))
+}
+
+// Export implements provider.Sandbox.
+func (s *sandbox) Export(ctx context.Context) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.Export(ctx)
+	return rc, s.check(err)
+}
+
+// ExportPath implements provider.PathExporter.
+func (s *sandbox) ExportPath(ctx context.Context, path string) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.ExportPath(ctx, path)
+	return rc, s.check(err)
+}
+
+// ExportChanged implements provider.ChangedExporter.
+func (s *sandbox) ExportChanged(ctx context.Context, since time.Time) (io.ReadCloser, error) {
+	if err := s.ready(); err != nil {
+		return nil, err
+	}
+	rc, err := s.client.ExportChanged(ctx, since)
+	return rc, s.check(err)
+}
+
+// Import implements provider.Sandbox.
+func (s *sandbox) Import(ctx context.Context, r io.Reader) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	return s.check(s.client.Import(ctx, r))
+}
+
+// Pause implements provider.Pauser with runsc pause, which stops every
+// task of the sandbox, the daemon's included, keeping their memory.
+func (s *sandbox) Pause(ctx context.Context) error {
+	return s.setPaused(ctx, true)
+}
+
+// Resume implements provider.Pauser.
+func (s *sandbox) Resume(ctx context.Context) error {
+	return s.setPaused(ctx, false)
+}
+
+func (s *sandbox) setPaused(ctx context.Context, pause bool) error {
+	unlock, err := s.p.lock(s.rec.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.exists(); err != nil {
+		return err
+	}
+	if !s.rec.alive() {
+		return s.lost()
+	}
+	if s.paused() == pause {
+		return nil
+	}
+	marker := filepath.Join(s.dir(), pausedFile)
+	if pause {
+		// The marker goes first: callers that see it wait for Resume
+		// rather than talk to a daemon that may not answer.
+		if err := os.WriteFile(marker, nil, 0o600); err != nil {
+			return err
+		}
+		if _, err := s.p.runsc(ctx, "pause", s.rec.Container); err != nil {
+			os.Remove(marker)
+			return s.check(err)
+		}
+		return nil
+	}
+	if _, err := s.p.runsc(ctx, "resume", s.rec.Container); err != nil {
+		return s.check(err)
+	}
+	return os.Remove(marker)
+}
+
+// Destroy implements provider.Sandbox.
+func (s *sandbox) Destroy(ctx context.Context) error {
+	unlock, err := s.p.lock(s.rec.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := s.p.readRecord(s.rec.ID)
+	if errors.Is(err, provider.ErrNotFound) {
+		// Gone already, or its destruction was cut short after the
+		// record went: finish the container's.
+		return s.p.teardown(ctx, s.rec.Container)
+	} else if err != nil {
+		return err
+	}
+	return s.p.remove(ctx, rec)
+}
