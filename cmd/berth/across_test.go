@@ -14,8 +14,8 @@ import (
 const testImage = "berth-test:1"
 
 // TestAcrossBackends moves one workspace between providers through the
-// CLI, in every direction the providers on this machine allow: switch
-// and fork, with files, modes, symlinks, an empty file and 1 GiB of data
+// CLI, in every direction among linux, docker and gvisor: switch and
+// fork, with files, modes, symlinks, an empty file and 1 GiB of data
 // checked at each step.
 func TestAcrossBackends(t *testing.T) {
 	if out, err := exec.Command("docker", "image", "inspect", testImage).CombinedOutput(); err != nil {
@@ -94,6 +94,21 @@ for i in 1 2 3 4 5 6 7 8; do yes "berth block $i" | head -c 134217728 > data/par
 	fork2 := strings.TrimSpace(ok("sandbox", "fork", fork, "--provider", "docker"))
 	t.Cleanup(func() { rm(fork2) })
 	check(fork2, "linux to docker (fork)")
+	// gVisor, where runsc is installed (.ci/run installs it): from linux,
+	// from docker, and back to docker.
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Logf("gvisor not tried: runsc is not installed here (%v)", err)
+	} else {
+		ok("sandbox", "switch", id, "--provider", "gvisor")
+		check(id, "linux to gvisor (switch)")
+		ok("sandbox", "switch", fork2, "--provider", "gvisor")
+		check(fork2, "docker to gvisor (switch)")
+		ok("sandbox", "switch", id, "--provider", "docker")
+		check(id, "gvisor to docker (switch)")
+		if p := provider(fork2); p != "gvisor" {
+			t.Errorf("after switch --provider gvisor: provider %q", p)
+		}
+	}
 	if out := ok("sandbox", "rm", id, fork, fork2); len(lines(out)) != 3 {
 		t.Errorf("rm printed %q, want the three ids", out)
 	}
