@@ -15,7 +15,7 @@ import (
 
 // sandboxStatus waits until a Sandbox workflow has its sandbox, and
 // returns its status.
-func sandboxStatus(t *testing.T, c client.Client, id string) workflows.SandboxStatus {
+func sandboxStatus(t testing.TB, c client.Client, id string) workflows.SandboxStatus {
 	t.Helper()
 	var st workflows.SandboxStatus
 	testkit.Eventually(t, "sandbox "+id+" to be created", 30*time.Second, func() bool {
@@ -25,7 +25,7 @@ func sandboxStatus(t *testing.T, c client.Client, id string) workflows.SandboxSt
 	return st
 }
 
-func execIn(t *testing.T, c client.Client, id string, req workflows.ExecRequest) workflows.RunOutput {
+func execIn(t testing.TB, c client.Client, id string, req workflows.ExecRequest) workflows.RunOutput {
 	t.Helper()
 	h, err := c.UpdateWorkflow(t.Context(), client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: workflows.UpdateExec,
 		Args: []any{req}, WaitForStage: client.WorkflowUpdateStageCompleted})

@@ -191,7 +191,9 @@ func (p *Provider) get(id string) (*sandbox, error) {
 }
 
 func (p *Provider) handle(rec *record) *sandbox {
-	return &sandbox{p: p, rec: rec, client: p.client(rec.ID)}
+	s := &sandbox{p: p, rec: rec, client: p.client(rec.ID)}
+	s.Served = sandboxd.Served{Client: s.client, Ready: s.ready, Check: s.check}
+	return s
 }
 
 // client returns the shared client of a sandbox.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -16,6 +15,9 @@ import (
 
 // sandbox is a handle on one sandbox of the provider.
 type sandbox struct {
+	// Served gives commands, files and archives to the daemon, with
+	// this sandbox's ready and check.
+	sandboxd.Served
 	p      *Provider
 	rec    *record
 	client *sandboxd.Client
@@ -100,92 +102,6 @@ func (s *sandbox) check(err error) error {
 // lostGrace is how long a daemon whose connection broke may take to exit
 // before the sandbox is taken to be alive after all.
 const lostGrace = 500 * time.Millisecond
-
-// Exec implements provider.Sandbox.
-func (s *sandbox) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {
-	if err := s.ready(); err != nil {
-		return provider.ExecResult{}, err
-	}
-	res, err := s.client.Exec(ctx, req)
-	return res, s.check(err)
-}
-
-// WriteFile implements provider.Sandbox.
-func (s *sandbox) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
-	if err := s.ready(); err != nil {
-		return err
-	}
-	return s.check(s.client.WriteFile(ctx, path, r, mode))
-}
-
-// WriteFiles implements provider.Sandbox.
-func (s *sandbox) WriteFiles(ctx context.Context, files []provider.File) error {
-	if err := s.ready(); err != nil {
-		return err
-	}
-	return s.check(s.client.WriteFiles(ctx, files))
-}
-
-// ReadFile implements provider.Sandbox.
-func (s *sandbox) ReadFile(ctx context.Context, path string) (io.ReadCloser, error) {
-	if err := s.ready(); err != nil {
-		return nil, err
-	}
-	rc, err := s.client.ReadFile(ctx, path)
-	return rc, s.check(err)
-}
-
-// ListDir implements provider.Sandbox.
-func (s *sandbox) ListDir(ctx context.Context, path string) ([]provider.FileInfo, error) {
-	if err := s.ready(); err != nil {
-		return nil, err
-	}
-	infos, err := s.client.ListDir(ctx, path)
-	return infos, s.check(err)
-}
-
-// Remove implements provider.Sandbox.
-func (s *sandbox) Remove(ctx context.Context, path string) error {
-	if err := s.ready(); err != nil {
-		return err
-	}
-	return s.check(s.client.Remove(ctx, path))
-}
-
-// Export implements provider.Sandbox.
-func (s *sandbox) Export(ctx context.Context) (io.ReadCloser, error) {
-	if err := s.ready(); err != nil {
-		return nil, err
-	}
-	rc, err := s.client.Export(ctx)
-	return rc, s.check(err)
-}
-
-// ExportPath implements provider.PathExporter.
-func (s *sandbox) ExportPath(ctx context.Context, path string) (io.ReadCloser, error) {
-	if err := s.ready(); err != nil {
-		return nil, err
-	}
-	rc, err := s.client.ExportPath(ctx, path)
-	return rc, s.check(err)
-}
-
-// ExportChanged implements provider.ChangedExporter.
-func (s *sandbox) ExportChanged(ctx context.Context, since time.Time) (io.ReadCloser, error) {
-	if err := s.ready(); err != nil {
-		return nil, err
-	}
-	rc, err := s.client.ExportChanged(ctx, since)
-	return rc, s.check(err)
-}
-
-// Import implements provider.Sandbox.
-func (s *sandbox) Import(ctx context.Context, r io.Reader) error {
-	if err := s.ready(); err != nil {
-		return err
-	}
-	return s.check(s.client.Import(ctx, r))
-}
 
 // Pause implements provider.Pauser: the cgroup freezer stops every
 // process, the daemon included, keeping their memory.
