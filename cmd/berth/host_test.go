@@ -47,6 +47,7 @@ func TestHostCommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"worker", "--data-dir", t.TempDir(), "--address", "127.0.0.1:1"}, exitBerth, "cannot reach the Temporal server at 127.0.0.1:1"},
+		{[]string{"--address", "127.0.0.1:2", "worker", "--data-dir", t.TempDir()}, exitBerth, "cannot reach the Temporal server at 127.0.0.1:2"},
 		{[]string{"worker", "--provider", "nosuch", "--data-dir", t.TempDir()}, 2, `unknown provider "nosuch"`},
 		{[]string{"--address", "127.0.0.1:1", "worker", "--provider-config", "nodot=1", "--data-dir", t.TempDir()}, 2, "NAME.KEY=VALUE"},
 		{[]string{"dev", "--no-such-flag"}, 2, "unknown flag"},
