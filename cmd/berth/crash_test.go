@@ -72,9 +72,7 @@ func TestWorkerKilledMidCommand(t *testing.T) {
 			if code != 4 || stdout != "before\nafter\nran\n" {
 				t.Errorf("after the worker was killed: exit %d, stdout %q, stderr %q; want exit 4, the whole output and one run", code, stdout, stderr)
 			}
-			if left := sandboxDirs(t, data); len(left) > 0 {
-				t.Errorf("sandboxes left after the run: %v", left)
-			}
+			sandboxesDestroyed(t, data)
 		})
 	}
 }
@@ -106,9 +104,7 @@ func TestServerRestartedMidRun(t *testing.T) {
 		t.Errorf("berth run across the restart: exit %d, stdout %q, stderr %q; want exit 4 and one run",
 			code, run.stdout.String(), run.stderr.String())
 	}
-	if left := sandboxDirs(t, data); len(left) > 0 {
-		t.Errorf("sandboxes left after the run: %v", left)
-	}
+	sandboxesDestroyed(t, data)
 }
 
 // TestRunCancelled interrupts a berth run: it cancels its run, whose
@@ -220,9 +216,7 @@ func TestLargeOutputHistorySmall(t *testing.T) {
 	if bytes > 2<<20 || events > 50 {
 		t.Errorf("history of a run printing %d bytes: %d events, %d bytes; want at most 50 events and 2 MiB", size, events, bytes)
 	}
-	if left := sandboxDirs(t, data); len(left) > 0 {
-		t.Errorf("sandboxes left after the run: %v", left)
-	}
+	sandboxesDestroyed(t, data)
 }
 
 // seqHash is the sha256 of the first size bytes of seq 1 N's output.
@@ -480,6 +474,16 @@ func touchSandboxFile(t *testing.T, data, path string) {
 	if err := os.WriteFile(filepath.Join(sandboxWorkspace(data, dirs[0]), path), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sandboxesDestroyed waits for a finished run's sandbox to be gone: berth
+// run and berth logs return with the command's result, and the run
+// destroys its sandbox after.
+func sandboxesDestroyed(t *testing.T, data string) {
+	t.Helper()
+	testkit.Eventually(t, "the run's sandbox destroyed", 30*time.Second, func() bool {
+		return len(sandboxDirs(t, data)) == 0
+	})
 }
 
 // sandboxDirs lists the sandboxes whose state is in data: the linux
