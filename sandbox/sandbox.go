@@ -81,6 +81,7 @@ type state struct {
 	busy     bool   // a transition is in flight
 	notLocal string // a queue whose sandboxes this workflow's worker does not host
 	inflight int    // operations in flight
+	behind   int    // sandboxes left behind (by Switch) still being destroyed
 	epoch    int    // bumped on every change the idle watcher cares about
 	running  int    // commands running
 }
@@ -169,13 +170,28 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 // provision creates a sandbox with the given id and fills its workspace
 // from the checkpoint, if there is one.
 func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (Ref, error) {
+	return s.fill(ctx, s.create(ctx, prov, id))
+}
+
+// create starts making a sandbox with the given id and the handle's
+// spec; fill waits for it and fills its workspace. Between the two, the
+// workflow may do other work, as Switch does.
+func (s *Sandbox) create(ctx workflow.Context, prov, id string) workflow.Future {
 	spec := s.st.Config.Spec
 	spec.ID = id
 	// Creation runs to its end even when the workflow is cancelled
 	// meanwhile, so that what it made is known, and destroyed.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	made, err := call[activities.Ref](dctx, s.opts(s.st.Config.Queue, 0), acts.Create,
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, s.opts(s.st.Config.Queue, 0)), acts.Create,
 		activities.CreateInput{Provider: prov, Spec: spec})
+}
+
+// fill waits for the sandbox create started and restores the
+// checkpoint, if there is one, into its workspace. A sandbox that cannot
+// be filled, or that was made after ctx was cancelled, is destroyed.
+func (s *Sandbox) fill(ctx workflow.Context, created workflow.Future) (Ref, error) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	made, err := result[activities.Ref](dctx, created, s.st.Config.Queue)
 	ref := Ref(made)
 	if err != nil {
 		return ref, err
@@ -472,7 +488,7 @@ func (s *Sandbox) Stop(ctx workflow.Context) error {
 		return nil
 	}
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
-	if err := workflow.Await(ctx, func() bool { return !s.st.busy }); err != nil {
+	if err := workflow.Await(ctx, func() bool { return !s.st.busy && s.st.behind == 0 }); err != nil {
 		return err
 	}
 	if s.st.State == StateStopped {
@@ -502,14 +518,20 @@ func shorten(s string) string {
 // error it was. An operation no worker picked up in time means the
 // sandbox's host is gone: the sandbox is lost.
 func call[T any](ctx workflow.Context, opts workflow.ActivityOptions, activity, in any) (T, error) {
+	return result[T](ctx, workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activity, in), opts.TaskQueue)
+}
+
+// result waits for an activity scheduled on queue and returns its
+// result, its error as call's.
+func result[T any](ctx workflow.Context, f workflow.Future, queue string) (T, error) {
 	var out T
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), activity, in).Get(ctx, &out)
+	err := f.Get(ctx, &out)
 	if err == nil {
 		return out, nil
 	}
 	var timeout *temporal.TimeoutError
 	if errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
-		return out, fmt.Errorf("%w: no worker serves its host (queue %s): %w", provider.ErrLost, opts.TaskQueue, err)
+		return out, fmt.Errorf("%w: no worker serves its host (queue %s): %w", provider.ErrLost, queue, err)
 	}
 	return out, activities.FromTemporal(err)
 }
@@ -521,7 +543,7 @@ type Carried struct {
 }
 
 // Busy reports whether an operation or a transition is in flight.
-func (s *Sandbox) Busy() bool { return s.st.busy || s.st.inflight > 0 }
+func (s *Sandbox) Busy() bool { return s.st.busy || s.st.inflight > 0 || s.st.behind > 0 }
 
 // Carry detaches the handle and returns its state; call it when the
 // handle is not Busy. The handle is then done: Stop does nothing, so

@@ -95,27 +95,72 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 	}
 	s.st.inflight--
 	err := s.transition(ctx, func(ctx workflow.Context) error {
-		if err := s.checkpoint(ctx); err != nil {
-			return err
-		}
 		old, oldImage := s.st.Ref, s.st.Config.Spec.Image
 		if p.Image != "" {
 			s.st.Config.Spec.Image = p.Image
 		}
-		ref, err := s.provision(ctx, p.Type, s.nextID())
+		var created workflow.Future
+		overlap := workflow.GetVersion(ctx, switchOverlapVersion, workflow.DefaultVersion, 1) == 1
+		if overlap {
+			// The new sandbox is made while the workspace is saved:
+			// on another provider, neither waits for the other.
+			created = s.create(ctx, p.Type, s.nextID())
+		}
+		if err := s.checkpoint(ctx); err != nil {
+			s.st.Config.Spec.Image = oldImage
+			if created != nil {
+				s.discard(ctx, created)
+			}
+			return err
+		}
+		if created == nil {
+			created = s.create(ctx, p.Type, s.nextID())
+		}
+		ref, err := s.fill(ctx, created)
 		if err != nil {
 			s.st.Config.Spec.Image = oldImage
 			return err
 		}
 		s.st.Ref, s.st.Config.Provider = ref, p.Type
 		s.set(ctx, StateRunning)
-		s.destroy(ctx, old)
+		if overlap {
+			s.leaveBehind(ctx, old)
+		} else {
+			s.destroy(ctx, old)
+		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("switch sandbox to %s: %w", p.Type, err)
 	}
 	return nil
+}
+
+// switchOverlapVersion marks the histories in which Switch creates the
+// new sandbox while the checkpoint is taken, not after it, and returns
+// without waiting for the old one's destruction.
+const switchOverlapVersion = "switch-create-during-checkpoint"
+
+// leaveBehind destroys a sandbox the handle no longer uses without
+// making the caller wait for it: a container's removal can take longer
+// than the rest of a switch. Stop waits for it, and the handle is Busy
+// (not to be carried across continue-as-new) until it is done.
+func (s *Sandbox) leaveBehind(ctx workflow.Context, ref Ref) {
+	s.st.behind++
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	workflow.Go(dctx, func(ctx workflow.Context) {
+		defer func() { s.st.behind-- }()
+		s.destroy(ctx, ref)
+	})
+}
+
+// discard destroys the sandbox create started, once it is made; a
+// creation that failed left nothing to destroy.
+func (s *Sandbox) discard(ctx workflow.Context, created workflow.Future) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	if made, err := result[activities.Ref](dctx, created, s.st.Config.Queue); err == nil {
+		s.destroy(dctx, Ref(made))
+	}
 }
 
 func (s *Sandbox) deleteSnapshot(ctx workflow.Context, id string) {
