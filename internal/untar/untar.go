@@ -485,22 +485,29 @@ func WriteData(fd int, r io.Reader, buf []byte) (int64, error) {
 	for {
 		n, err := io.ReadFull(r, buf)
 		for b := buf[:n]; len(b) > 0; {
-			blk := b[:min(len(b), sparsetar.BlockSize)]
-			if sparsetar.ZeroBlock(blk) {
-				if _, serr := unix.Seek(fd, int64(len(blk)), io.SeekCurrent); serr != nil {
+			// Runs of data blocks are written with one call, and runs
+			// of zero blocks skipped with one: a call per block costs
+			// much in a sandbox (gVisor's writes of 4 KiB reach 60 MB/s,
+			// of 256 KiB over 1 GB/s).
+			run, zero := blockRun(b)
+			if zero {
+				if _, serr := unix.Seek(fd, int64(run), io.SeekCurrent); serr != nil {
 					return size, serr
 				}
-				b = b[len(blk):]
+				b = b[run:]
 				continue
 			}
-			m, werr := unix.Write(fd, blk)
-			if werr == unix.EINTR {
-				continue
+			for data := b[:run]; len(data) > 0; {
+				m, werr := unix.Write(fd, data)
+				if werr == unix.EINTR {
+					continue
+				}
+				if werr != nil {
+					return size, werr
+				}
+				data = data[m:]
 			}
-			if werr != nil {
-				return size, werr
-			}
-			b = b[m:]
+			b = b[run:]
 		}
 		size += int64(n)
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
@@ -512,6 +519,20 @@ func WriteData(fd int, r io.Reader, buf []byte) (int64, error) {
 			return size, err
 		}
 	}
+}
+
+// blockRun returns the length of the run of blocks at the head of b
+// that are all zeros, or all not, and which of the two they are.
+func blockRun(b []byte) (n int, zero bool) {
+	zero = sparsetar.ZeroBlock(b[:min(len(b), sparsetar.BlockSize)])
+	for n < len(b) {
+		blk := b[n:min(len(b), n+sparsetar.BlockSize)]
+		if sparsetar.ZeroBlock(blk) != zero {
+			break
+		}
+		n += len(blk)
+	}
+	return n, zero
 }
 
 func (x *extractor) setDirMode(d dirMode) error {

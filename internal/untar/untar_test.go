@@ -337,3 +337,34 @@ func TestExtractSparse(t *testing.T) {
 		t.Errorf("img holds %q at 1 MiB", got)
 	}
 }
+
+// TestWriteDataRuns: runs of data and of zeros, in buffers that end
+// mid-block, come out byte for byte, the zeros as holes, and each run
+// of data with one write.
+func TestWriteDataRuns(t *testing.T) {
+	const block = sparsetar.BlockSize
+	var want []byte
+	data := bytes.Repeat([]byte{7}, 3*block+100)
+	want = append(want, data...)
+	want = append(want, make([]byte, 64*block)...) // a hole
+	want = append(want, data...)
+	want = append(want, make([]byte, 10)...) // zeros at the end
+	for _, bufSize := range []int{block, 5*block + 3, 1 << 20} {
+		f, err := os.Create(filepath.Join(t.TempDir(), "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := WriteData(int(f.Fd()), bytes.NewReader(want), make([]byte, bufSize))
+		if err != nil || n != int64(len(want)) {
+			t.Fatalf("buffer %d: WriteData: %d, %v", bufSize, n, err)
+		}
+		got, err := os.ReadFile(f.Name())
+		f.Close()
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("buffer %d: the file differs (%d bytes, want %d; %v)", bufSize, len(got), len(want), err)
+		}
+		if n, zero := blockRun(want); n != 4*block || zero { // the fourth block holds 100 bytes of data
+			t.Errorf("first run: %d bytes, zero %v; want %d of data", n, zero, 4*block)
+		}
+	}
+}
