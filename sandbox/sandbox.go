@@ -166,15 +166,20 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	return s, nil
 }
 
-// provision creates a sandbox with the given id and fills its workspace
-// from the checkpoint, if there is one.
+// provision creates a sandbox with the given id, on a worker that
+// serves its provider, and fills its workspace from the checkpoint, if
+// there is one.
 func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (Ref, error) {
 	spec := s.st.Config.Spec
 	spec.ID = id
 	// Creation runs to its end even when the workflow is cancelled
 	// meanwhile, so that what it made is known, and destroyed.
+	queue, err := s.createQueue(ctx, prov)
+	if err != nil {
+		return Ref{}, err
+	}
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	made, err := call[activities.Ref](dctx, s.opts(s.st.Config.Queue, 0), acts.Create,
+	made, err := call[activities.Ref](dctx, s.opts(queue, 0), acts.Create,
 		activities.CreateInput{Provider: prov, Spec: spec})
 	ref := Ref(made)
 	if err != nil {
