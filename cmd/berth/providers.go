@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -42,19 +43,7 @@ busy) is shown as one line, STATUS unreachable; the others still are.`,
 			if *out == formatJSON {
 				return writeJSON(os.Stdout, list)
 			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "PROVIDER\tSTATUS\tHOST\tDETAILS")
-			for _, s := range list {
-				name, status, details := s.Name, "ready", capabilities(s.Capabilities)
-				switch {
-				case s.Unreachable:
-					name, status, details = "-", "unreachable", flatten(s.Reason)
-				case !s.Available:
-					status, details = "unavailable", flatten(s.Reason)
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", name, status, s.Host, details)
-			}
-			return w.Flush()
+			return printProviders(os.Stdout, list)
 		},
 	}
 	out = addFormat(cmd.Flags(), formatJSON)
@@ -83,6 +72,23 @@ func providerRows(hosts []sandbox.HostProviders) []providerRow {
 		}
 	}
 	return rows
+}
+
+// printProviders writes the rows as a table.
+func printProviders(out io.Writer, rows []providerRow) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PROVIDER\tSTATUS\tHOST\tDETAILS")
+	for _, s := range rows {
+		name, status, details := s.Name, "ready", capabilities(s.Capabilities)
+		switch {
+		case s.Unreachable:
+			name, status, details = "-", "unreachable", flatten(s.Reason)
+		case !s.Available:
+			status, details = "unavailable", flatten(s.Reason)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", name, status, s.Host, details)
+	}
+	return w.Flush()
 }
 
 // providerStatuses runs the Providers workflow: only workers know.
