@@ -172,12 +172,12 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (Ref, error) {
 	spec := s.st.Config.Spec
 	spec.ID = id
-	// Creation runs to its end even when the workflow is cancelled
-	// meanwhile, so that what it made is known, and destroyed.
 	queue, err := s.createQueue(ctx, prov)
 	if err != nil {
 		return Ref{}, err
 	}
+	// Creation runs to its end even when the workflow is cancelled
+	// meanwhile, so that what it made is known, and destroyed.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	made, err := call[activities.Ref](dctx, s.opts(queue, 0), acts.Create,
 		activities.CreateInput{Provider: prov, Spec: spec})
