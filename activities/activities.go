@@ -45,7 +45,9 @@ type Activities struct {
 	// workflow is still running.
 	Client client.Client
 	// GenericQueue is the queue every worker with a provider polls, and
-	// HostQueue the one only this worker polls.
+	// HostQueue the one only this worker polls (this host's workers, when
+	// it runs several). Each provider has a queue of its own besides, for
+	// creation: see ProviderQueue.
 	GenericQueue, HostQueue string
 	// InlineCap is how much of each output stream results carry inline;
 	// zero means transfer.DefaultInlineCap.
@@ -104,7 +106,13 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (Ref, error) {
 	if err != nil {
 		return Ref{}, err
 	}
+	// A host-bound sandbox's operations go to its host; the others' to
+	// the queue this creation came from, whose workers serve its
+	// provider.
 	queue := a.GenericQueue
+	if activity.IsActivity(ctx) {
+		queue = activity.GetInfo(ctx).TaskQueue
+	}
 	if p.Capabilities().HostBound {
 		queue = a.HostQueue
 	}

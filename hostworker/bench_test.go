@@ -133,3 +133,53 @@ func BenchmarkDurableExec(b *testing.B) {
 		b.ReportMetric(median(took), "median-ms")
 	})
 }
+
+// BenchmarkCreateExec measures what berth run waits for: from the start
+// of a Run workflow of /bin/true on a linux sandbox to its result, read
+// through the run's result Update (the sandbox's destruction follows,
+// untimed). "dev" is one host serving everything on one queue, as berth
+// dev runs; "cluster" is one host of a cluster, with a host queue of its
+// own.
+func BenchmarkCreateExec(b *testing.B) {
+	for _, bc := range []struct{ name, hostQueue string }{
+		{"dev", sandbox.DefaultQueue},
+		{"cluster", sandbox.DefaultQueue + "@a"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := b.Context()
+			c := server(b)
+			w, err := hostworker.Start(c, hostworker.Options{
+				Providers: map[string]provider.Provider{"linux": berthtest.Provider(b)}, Outputs: berthtest.Bucket(b),
+				Queue: sandbox.DefaultQueue, HostQueue: bc.hostQueue,
+				Workflows: []any{workflows.Run},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Stop()
+			in := workflows.RunInput{Provider: "linux", Argv: []string{"/bin/true"}}
+			var took []time.Duration
+			for i := 0; b.Loop(); i++ {
+				start := time.Now()
+				run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("create-%d", i), TaskQueue: sandbox.DefaultQueue}, workflows.Run, in)
+				if err != nil {
+					b.Fatal(err)
+				}
+				h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: run.GetID(), RunID: run.GetRunID(),
+					UpdateName: workflows.UpdateRunResult, WaitForStage: client.WorkflowUpdateStageCompleted})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var out workflows.RunOutput
+				if err := h.Get(ctx, &out); err != nil {
+					b.Fatal(err)
+				}
+				took = append(took, time.Since(start))
+				if err := run.Get(ctx, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(median(took), "median-ms")
+		})
+	}
+}

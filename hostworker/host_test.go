@@ -50,12 +50,15 @@ func TestHostProviders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []provider.Status
+	var got []sandbox.HostProviders
 	if err := run.Get(ctx, &got); err != nil {
 		t.Fatal(err)
 	}
+	if len(got) != 1 || got[0].Host != sandbox.DefaultQueue || got[0].Unreachable {
+		t.Fatalf("hosts: %+v, want the one, on %s", got, sandbox.DefaultQueue)
+	}
 	byName := map[string]provider.Status{}
-	for _, s := range got {
+	for _, s := range got[0].Providers {
 		byName[s.Name] = s
 	}
 	if s := byName["linux"]; !s.Available || s.Capabilities == nil || !s.Capabilities.Pause || s.Host != sandbox.DefaultQueue {

@@ -1,13 +1,19 @@
 // Package hostworker runs berth's Temporal workers on one host: one on
-// the queue every berth worker polls, for sandbox creation, and one on
-// this host's own queue, for the operations of the host-bound sandboxes
-// it created. Both serve the same activities over the host's providers.
+// the queue every berth worker polls (sandbox.DefaultQueue), for
+// workflows and shared work; one per provider the host serves, on that
+// provider's queue (activities.ProviderQueue), for the creation of its
+// sandboxes, so that a sandbox is created by a host that can serve it;
+// and one on this host's own queue, for the operations of the
+// host-bound sandboxes it created. All serve the same activities over
+// the host's providers. Every worker's identity names the host's queue
+// (activities.Identity), which is how berth providers finds every host.
 package hostworker
 
 import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 
 	"go.temporal.io/sdk/client"
@@ -32,7 +38,8 @@ type Options struct {
 	// with them hibernation, forks and recovery from checkpoints.
 	Snapshots *snapshot.Store
 	// Queue is the queue every berth worker polls; zero means
-	// sandbox.DefaultQueue.
+	// sandbox.DefaultQueue. The workers also poll, for each provider
+	// served, activities.ProviderQueue(Queue, name).
 	Queue string
 	// HostQueue is this host's own queue; zero means Queue + "@" + the
 	// host name. A single-host deployment (berth dev) sets it to Queue:
@@ -46,10 +53,11 @@ type Options struct {
 	Workflows []any
 }
 
-// Worker is the running pair of workers.
+// Worker is the running set of workers.
 type Worker struct {
 	generic, host worker.Worker
-	queue         string // the generic queue
+	providers     []worker.Worker // one per provider served
+	queue         string          // the generic queue
 	HostQueue     string
 }
 
@@ -75,7 +83,9 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 	w := &Worker{queue: opts.Queue, HostQueue: opts.HostQueue}
 	// Every workflow answers the relay's queries: front ends read
 	// outputs and write uploads through the server, never the disk.
+	identity := activities.Identity(opts.HostQueue)
 	w.generic = worker.New(c, opts.Queue, worker.Options{
+		Identity:     identity,
 		Interceptors: []interceptor.WorkerInterceptor{transfer.Interceptor(opts.Outputs, 0)},
 	})
 	w.generic.RegisterActivity(acts)
@@ -85,14 +95,34 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 	if err := w.generic.Start(); err != nil {
 		return nil, fmt.Errorf("hostworker: start worker on %s: %w", opts.Queue, err)
 	}
-	if opts.HostQueue == opts.Queue {
-		return w, nil
+	// Activities only: the providers' queues and the host's carry no
+	// workflow tasks.
+	start := func(queue string) (worker.Worker, error) {
+		aw := worker.New(c, queue, worker.Options{Identity: identity, DisableWorkflowWorker: true})
+		aw.RegisterActivity(acts)
+		if err := aw.Start(); err != nil {
+			w.Stop()
+			return nil, fmt.Errorf("hostworker: start worker on %s: %w", queue, err)
+		}
+		return aw, nil
 	}
-	w.host = worker.New(c, opts.HostQueue, worker.Options{})
-	w.host.RegisterActivity(acts)
-	if err := w.host.Start(); err != nil {
-		w.generic.Stop()
-		return nil, fmt.Errorf("hostworker: start worker on %s: %w", opts.HostQueue, err)
+	names := make([]string, 0, len(opts.Providers))
+	for name := range opts.Providers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		pw, err := start(activities.ProviderQueue(opts.Queue, name))
+		if err != nil {
+			return nil, err
+		}
+		w.providers = append(w.providers, pw)
+	}
+	if opts.HostQueue != opts.Queue {
+		var err error
+		if w.host, err = start(opts.HostQueue); err != nil {
+			return nil, err
+		}
 	}
 	return w, nil
 }
@@ -101,6 +131,9 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 func (w *Worker) Stop() {
 	if w.host != nil {
 		w.host.Stop()
+	}
+	for _, pw := range w.providers {
+		pw.Stop()
 	}
 	w.generic.Stop()
 }

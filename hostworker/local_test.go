@@ -78,12 +78,14 @@ func TestExecLocalFirst(t *testing.T) {
 				t.Errorf("an activity ran %d times", a.GetAttempt())
 			}
 		case enumspb.EVENT_TYPE_MARKER_RECORDED:
-			if e.GetMarkerRecordedEventAttributes().GetMarkerName() == "LocalActivity" {
+			// Besides the commands', the creation's Route.
+			m := e.GetMarkerRecordedEventAttributes()
+			if m.GetMarkerName() == "LocalActivity" && strings.Contains(string(m.GetDetails()["data"].GetPayloads()[0].GetData()), `"ExecLocal"`) {
 				markers++
 			}
 		}
 	}
 	if execs != 1 || markers != 2 {
-		t.Errorf("history: %d Exec activities and %d local activities; want 1 (the long command's) and 2", execs, markers)
+		t.Errorf("history: %d Exec activities and %d local activities; want 1 (the long command's) and 2 ExecLocal", execs, markers)
 	}
 }

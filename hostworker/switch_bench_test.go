@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -34,12 +32,7 @@ func BenchmarkSwitch(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { os.RemoveAll(data) })
-	daemon := filepath.Join(data, "berth-sandboxd")
-	build := exec.Command("go", "build", "-o", daemon, "github.com/berth-dev/berth/cmd/berth-sandboxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build the daemon: %v\n%s", err, out)
-	}
+	daemon := buildDaemon(b, data)
 	h, err := hostworker.StartHost(ctx, c, hostworker.HostConfig{
 		DataDir: data, Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 		Providers: []string{"linux", "docker", "gvisor"},

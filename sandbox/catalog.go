@@ -33,9 +33,7 @@ func ListSnapshots(ctx workflow.Context, queue string) ([]SnapshotListing, error
 	if queue == "" {
 		queue = DefaultQueue
 	}
-	o := activityOptions(queue, 0)
-	o.ScheduleToStartTimeout = 0
-	listed, err := call[[]activities.SnapshotListing](ctx, o, acts.ListSnapshots, nil)
+	listed, err := call[[]activities.SnapshotListing](ctx, sharedOptions(queue), acts.ListSnapshots, nil)
 	out := make([]SnapshotListing, len(listed))
 	for i, l := range listed {
 		out[i] = SnapshotListing(l)
@@ -50,8 +48,6 @@ func RemoveSnapshot(ctx workflow.Context, queue, id string) error {
 	if queue == "" {
 		queue = DefaultQueue
 	}
-	o := activityOptions(queue, 0)
-	o.ScheduleToStartTimeout = 0
-	_, err := call[struct{}](ctx, o, acts.RemoveSnapshot, id)
+	_, err := call[struct{}](ctx, sharedOptions(queue), acts.RemoveSnapshot, id)
 	return err
 }

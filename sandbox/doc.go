@@ -24,6 +24,15 @@
 // take a handle across continue-as-new; Reap destroys the sandboxes whose
 // owner is gone.
 //
+// # Routing
+//
+// A sandbox is created by a worker that serves its provider: on the
+// provider's own task queue (activities.ProviderQueue), which every
+// worker serving it polls; its operations then go to its host's queue.
+// A provider no worker serves fails creation at once with an
+// *UnservedError (bad input) naming those served. Providers asks every
+// host what it serves.
+//
 // # Determinism
 //
 // Everything here is workflow code: no I/O, only activities. Sandbox and

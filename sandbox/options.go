@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -20,8 +21,9 @@ type Provider struct {
 	Image string `json:"image,omitempty"`
 }
 
-// DefaultQueue is the task queue every berth worker polls for sandbox
-// creation.
+// DefaultQueue is the task queue every berth worker polls. A sandbox is
+// created on its provider's queue among those of DefaultQueue's workers
+// (see activities.ProviderQueue), and operated on its host's.
 const DefaultQueue = "berth"
 
 // DefaultProvider is the provider front ends ask for when the user names
@@ -116,8 +118,8 @@ func WithLabels(labels map[string]string) Option { return func(c *config) { c.Sp
 // provider.DefaultLifetime.
 func WithMaxLifetime(d time.Duration) Option { return func(c *config) { c.Spec.Lifetime = d } }
 
-// WithQueue sends sandbox creation to another task queue than
-// DefaultQueue.
+// WithQueue sends sandbox creation to the workers of another task queue
+// than DefaultQueue (to its providers' queues).
 func WithQueue(q string) Option { return func(c *config) { c.Queue = q } }
 
 // WithIdleTimeout pauses the sandbox when no operation has come for d
@@ -254,7 +256,33 @@ const (
 	// missing this long, its worker is taken for dead and it is retried,
 	// attaching to the command.
 	heartbeatTimeout = 20 * time.Second
+	// askTimeout bounds the local activities that ask the server about
+	// its workers (where to create a sandbox, which hosts there are).
+	askTimeout = 10 * time.Second
+	// hostAnswerTimeout is how long Providers waits for each host to
+	// take its question before showing it unreachable.
+	hostAnswerTimeout = 5 * time.Second
 )
+
+// localOptions are those of the local activities that ask the server
+// about its workers: an error of the server's is retried a few times.
+func localOptions() workflow.LocalActivityOptions {
+	return workflow.LocalActivityOptions{
+		StartToCloseTimeout: askTimeout,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: 100 * time.Millisecond, BackoffCoefficient: 2,
+			MaximumInterval: 2 * time.Second, MaximumAttempts: 5,
+		},
+	}
+}
+
+// sharedOptions are those of operations any worker of queue may serve:
+// they wait for one as long as it takes.
+func sharedOptions(queue string) workflow.ActivityOptions {
+	o := activityOptions(queue, 0)
+	o.ScheduleToStartTimeout = 0
+	return o
+}
 
 // activityOptions are those of the operations on a sandbox served from
 // queue; runFor, when not zero, is how long the operation itself may run.
@@ -295,12 +323,12 @@ func (s *Sandbox) transfer(queue string) workflow.ActivityOptions {
 }
 
 // hostTimeout sets how long an operation waits for the sandbox's host.
-// Operations on the queue every worker polls wait as long as it takes:
-// no host of theirs can be lost, and the server then has no timer to keep
-// for each of them.
+// Operations on the queue every worker polls, or on a provider's (a
+// creation), wait as long as it takes: no host of theirs can be lost,
+// and the server then has no timer to keep for each of them.
 func (s *Sandbox) hostTimeout(o workflow.ActivityOptions) workflow.ActivityOptions {
 	switch d := s.st.Config.HostTimeout; {
-	case o.TaskQueue == s.st.Config.Queue:
+	case o.TaskQueue == s.st.Config.Queue, activities.IsProviderQueue(s.st.Config.Queue, o.TaskQueue):
 		o.ScheduleToStartTimeout = 0
 	case d > 0:
 		o.ScheduleToStartTimeout = d

@@ -167,31 +167,48 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	return s, nil
 }
 
-// provision creates a sandbox with the given id and fills its workspace
-// from the checkpoint, if there is one.
+// provision creates a sandbox with the given id, on a worker that
+// serves its provider, and fills its workspace from the checkpoint, if
+// there is one.
 func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (Ref, error) {
 	return s.fill(ctx, s.create(ctx, prov, id))
+}
+
+// creation is a sandbox being made: the Create activity, and the queue
+// it was scheduled on. An empty queue means it was not: made holds why.
+type creation struct {
+	made  workflow.Future
+	queue string
 }
 
 // create starts making a sandbox with the given id and the handle's
 // spec; fill waits for it and fills its workspace. Between the two, the
 // workflow may do other work, as Switch does.
-func (s *Sandbox) create(ctx workflow.Context, prov, id string) workflow.Future {
+func (s *Sandbox) create(ctx workflow.Context, prov, id string) creation {
 	spec := s.st.Config.Spec
 	spec.ID = id
+	queue, err := s.createQueue(ctx, prov)
+	if err != nil {
+		failed, settle := workflow.NewFuture(ctx)
+		settle.SetError(err)
+		return creation{made: failed}
+	}
 	// Creation runs to its end even when the workflow is cancelled
 	// meanwhile, so that what it made is known, and destroyed.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	return workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, s.opts(s.st.Config.Queue, 0)), acts.Create,
-		activities.CreateInput{Provider: prov, Spec: spec})
+	return creation{queue: queue, made: workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, s.opts(queue, 0)), acts.Create,
+		activities.CreateInput{Provider: prov, Spec: spec})}
 }
 
 // fill waits for the sandbox create started and restores the
 // checkpoint, if there is one, into its workspace. A sandbox that cannot
 // be filled, or that was made after ctx was cancelled, is destroyed.
-func (s *Sandbox) fill(ctx workflow.Context, created workflow.Future) (Ref, error) {
+func (s *Sandbox) fill(ctx workflow.Context, c creation) (Ref, error) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	made, err := result[activities.Ref](dctx, created, s.st.Config.Queue)
+	if c.queue == "" {
+		return Ref{}, c.made.Get(dctx, nil)
+	}
+	made, err := result[activities.Ref](dctx, c.made, c.queue)
 	ref := Ref(made)
 	if err != nil {
 		return ref, err

@@ -99,24 +99,30 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 		if p.Image != "" {
 			s.st.Config.Spec.Image = p.Image
 		}
-		var created workflow.Future
+		var created *creation
 		overlap := workflow.GetVersion(ctx, switchOverlapVersion, workflow.DefaultVersion, 1) == 1
 		if overlap {
 			// The new sandbox is made while the workspace is saved:
 			// on another provider, neither waits for the other.
-			created = s.create(ctx, p.Type, s.nextID())
+			c := s.create(ctx, p.Type, s.nextID())
+			if c.queue == "" { // no worker serves p: nothing to save for
+				s.st.Config.Spec.Image = oldImage
+				return c.made.Get(ctx, nil)
+			}
+			created = &c
 		}
 		if err := s.checkpoint(ctx); err != nil {
 			s.st.Config.Spec.Image = oldImage
 			if created != nil {
-				s.discard(ctx, created)
+				s.discard(ctx, *created)
 			}
 			return err
 		}
 		if created == nil {
-			created = s.create(ctx, p.Type, s.nextID())
+			c := s.create(ctx, p.Type, s.nextID())
+			created = &c
 		}
-		ref, err := s.fill(ctx, created)
+		ref, err := s.fill(ctx, *created)
 		if err != nil {
 			s.st.Config.Spec.Image = oldImage
 			return err
@@ -156,9 +162,12 @@ func (s *Sandbox) leaveBehind(ctx workflow.Context, ref Ref) {
 
 // discard destroys the sandbox create started, once it is made; a
 // creation that failed left nothing to destroy.
-func (s *Sandbox) discard(ctx workflow.Context, created workflow.Future) {
+func (s *Sandbox) discard(ctx workflow.Context, c creation) {
+	if c.queue == "" {
+		return
+	}
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	if made, err := result[activities.Ref](dctx, created, s.st.Config.Queue); err == nil {
+	if made, err := result[activities.Ref](dctx, c.made, c.queue); err == nil {
 		s.destroy(dctx, Ref(made))
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -20,10 +21,12 @@ func newProviders(cf *connFlags) *cobra.Command {
 	var out *format
 	cmd := &cobra.Command{
 		Use:   "providers",
-		Short: "List the providers the workers serve, with what they can do, and why not the others",
-		Long: `berth providers asks a worker which providers it serves (PROVIDER, STATUS
+		Short: "List the providers every host serves, with what they can do, and why not the others",
+		Long: `berth providers asks every host which providers it serves (PROVIDER, STATUS
 ready, HOST its queue, and what each does natively) and, of the others
-its binary links, why it does not (a binary or engine missing...).`,
+its binary links, why it does not (a binary or engine missing...). A
+host that does not answer within a few seconds (stopped lately, or too
+busy) is shown as one line, STATUS unreachable; the others still are.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -32,36 +35,66 @@ its binary links, why it does not (a binary or engine missing...).`,
 				return err
 			}
 			defer c.Temporal().Close()
-			list, err := providerStatuses(ctx, c)
+			hosts, err := providerStatuses(ctx, c)
 			if err != nil {
 				return fmt.Errorf("list providers: %s", oneLine(err))
 			}
+			list := providerRows(hosts)
 			if *out == formatJSON {
-				if list == nil {
-					list = []provider.Status{}
-				}
 				return writeJSON(os.Stdout, list)
 			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "PROVIDER\tSTATUS\tHOST\tDETAILS")
-			for _, s := range list {
-				status, details := "ready", capabilities(s.Capabilities)
-				if !s.Available {
-					status, details = "unavailable", flatten(s.Reason)
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, status, s.Host, details)
-			}
-			return w.Flush()
+			return printProviders(os.Stdout, list)
 		},
 	}
 	out = addFormat(cmd.Flags(), formatJSON)
 	return cmd
 }
 
+// providerRow is a line of berth providers: a provider of a host, or a
+// host that did not answer (Unreachable, no Name, Reason why).
+type providerRow struct {
+	provider.Status
+	Unreachable bool `json:"unreachable,omitempty"`
+}
+
+// providerRows flattens the hosts' answers into one row per provider
+// of each host, hosts in order, and one per host that did not answer.
+func providerRows(hosts []sandbox.HostProviders) []providerRow {
+	rows := []providerRow{}
+	for _, h := range hosts {
+		if h.Unreachable {
+			rows = append(rows, providerRow{Status: provider.Status{Host: h.Host, Reason: h.Error}, Unreachable: true})
+			continue
+		}
+		for _, s := range h.Providers {
+			s.Host = h.Host
+			rows = append(rows, providerRow{Status: s})
+		}
+	}
+	return rows
+}
+
+// printProviders writes the rows as a table.
+func printProviders(out io.Writer, rows []providerRow) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PROVIDER\tSTATUS\tHOST\tDETAILS")
+	for _, s := range rows {
+		name, status, details := s.Name, "ready", capabilities(s.Capabilities)
+		switch {
+		case s.Unreachable:
+			name, status, details = "-", "unreachable", flatten(s.Reason)
+		case !s.Available:
+			status, details = "unavailable", flatten(s.Reason)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", name, status, s.Host, details)
+	}
+	return w.Flush()
+}
+
 // providerStatuses runs the Providers workflow: only workers know.
-func providerStatuses(ctx context.Context, c *client.Client) ([]provider.Status, error) {
+func providerStatuses(ctx context.Context, c *client.Client) ([]sandbox.HostProviders, error) {
 	id := client.NewID("providers-")
-	var out []provider.Status
+	var out []sandbox.HostProviders
 	err := c.Retry(ctx, func(ctx context.Context) error {
 		run, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
 			workflows.Providers, workflows.ProvidersInput{})

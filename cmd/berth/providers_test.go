@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
+)
+
+// berth providers shows every host's providers, one row each, and a
+// host that did not answer as one unreachable row; its JSON keeps the
+// fields of a provider's status.
+func TestProviderRows(t *testing.T) {
+	hosts := []sandbox.HostProviders{
+		{Host: "berth@a", Providers: []provider.Status{
+			{Name: "docker", Available: true, Capabilities: &provider.Capabilities{Pause: true, HostBound: true}},
+			{Name: "gvisor", Reason: "runsc\nnot found"},
+		}},
+		{Host: "berth@b", Unreachable: true, Error: "no worker took the question within 5s"},
+		{Host: "berth@c", Providers: []provider.Status{{Name: "linux", Available: true, Capabilities: &provider.Capabilities{}}}},
+	}
+	rows := providerRows(hosts)
+	var table bytes.Buffer
+	if err := printProviders(&table, rows); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"PROVIDER  STATUS       HOST     DETAILS",
+		"docker    ready        berth@a  pause,host-bound",
+		"gvisor    unavailable  berth@a  runsc ...",
+		"-         unreachable  berth@b  no worker took the question within 5s",
+		"linux     ready        berth@c",
+	}
+	for i, line := range strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n") {
+		if i >= len(want) || strings.TrimRight(line, " ") != want[i] {
+			t.Errorf("table line %d: %q\nwhole:\n%s", i, line, table.String())
+		}
+	}
+
+	b, err := json.Marshal(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("JSON: %s, want 4 rows", b)
+	}
+	if r := got[0]; r["name"] != "docker" || r["host"] != "berth@a" || r["available"] != true || r["capabilities"].(map[string]any)["host_bound"] != true || r["unreachable"] != nil {
+		t.Errorf("JSON of a ready provider: %v", r)
+	}
+	if r := got[2]; r["name"] != "" || r["host"] != "berth@b" || r["available"] != false || r["unreachable"] != true || r["reason"] == "" {
+		t.Errorf("JSON of an unreachable host: %v", r)
+	}
+}
