@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -70,11 +69,7 @@ func (s *sandbox) ready() error {
 // exists reports ErrNotFound once the sandbox has been destroyed, through
 // this handle or any other.
 func (s *sandbox) exists() error {
-	_, err := os.Stat(filepath.Join(s.p.cfg.StateDir, s.rec.ID, recordFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", provider.ErrNotFound, s.rec.ID)
-	}
-	return err
+	return records.Exists(filepath.Join(s.p.cfg.StateDir, s.rec.ID, recordFile), s.rec.ID)
 }
 
 func (s *sandbox) lost() error {
@@ -129,8 +124,8 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	rec, err := readRecord(filepath.Join(s.p.cfg.StateDir, s.rec.ID))
-	if errors.Is(err, fs.ErrNotExist) {
+	rec, err := readRecord(filepath.Join(s.p.cfg.StateDir, s.rec.ID), s.rec.ID)
+	if errors.Is(err, provider.ErrNotFound) {
 		rec = s.rec
 	} else if err != nil {
 		return err

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/provider/internal/settings"
 )
 
 // Each sandbox's workspace is a file system of its own, so that filling
@@ -112,7 +114,7 @@ func findMkfs() (string, error) {
 		return p, nil
 	}
 	for _, p := range []string{"/usr/sbin/mke2fs", "/sbin/mke2fs"} {
-		if isFile(p) {
+		if settings.IsFile(p) {
 			return p, nil
 		}
 	}
