@@ -18,6 +18,8 @@ import (
 
 	"github.com/berth-dev/berth/internal/wsimage"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/hostproc"
+	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -105,7 +107,7 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 	if err != nil {
 		return nil, err
 	}
-	start, err := processStart(st.PID)
+	start, err := hostproc.Start(st.PID)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox process %d: %w%s", st.PID, err, logTail(dir))
 	}
@@ -123,7 +125,7 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("daemon did not answer: %w%s", err, logTail(dir))
 		}
-		if s, serr := processStart(c.pid); serr != nil || s != c.pidStart {
+		if !hostproc.Alive(c.pid, c.pidStart) {
 			return nil, fmt.Errorf("sandbox exited%s", logTail(dir))
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -150,8 +152,8 @@ func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, 
 	if lifetime == 0 {
 		lifetime = provider.DefaultLifetime
 	}
-	rec := &record{ID: spec.ID, Container: c.id, Labels: spec.Labels, Resources: res,
-		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC(), PID: c.pid, PIDStart: c.pidStart}
+	rec := &record{Base: records.Base{ID: spec.ID, Labels: spec.Labels, Resources: res,
+		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC()}, Container: c.id, PID: c.pid, PIDStart: c.pidStart}
 	msg := claimMsg{Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt,
 		UserProcesses: userProcesses(res.Pids)}
 	if err := p.sendClaim(ctx, c.id, msg); err != nil {
@@ -160,7 +162,7 @@ func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, 
 	if err := p.writeRecord(rec); err != nil {
 		return nil, err
 	}
-	p.adopt(spec.ID, c.client)
+	p.clients.Adopt(spec.ID, c.client)
 	c.owner.Close() // the record names it now
 	return rec, nil
 }

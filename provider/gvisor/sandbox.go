@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -59,11 +59,7 @@ func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
 // exists reports ErrNotFound once the sandbox has been destroyed, through
 // this handle or any other.
 func (s *sandbox) exists() error {
-	_, err := os.Stat(s.p.recordPath(s.rec.ID))
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", provider.ErrNotFound, s.rec.ID)
-	}
-	return err
+	return records.Exists(s.p.recordPath(s.rec.ID), s.rec.ID)
 }
 
 // ready checks, before talking to the daemon, that it can answer: a

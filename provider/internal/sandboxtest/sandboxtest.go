@@ -6,6 +6,7 @@ package sandboxtest
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -138,4 +139,21 @@ func VmRSS(t testing.TB, status string) int64 {
 	}
 	t.Fatalf("no VmRSS in the process's status: %s", status)
 	return 0
+}
+
+// SearchableTempDir makes a temporary directory that others may search,
+// as the linux provider's daemons, under ids of their own, must. It goes
+// when the test ends. (t.TempDir is below a directory others may not
+// search.)
+func SearchableTempDir(t testing.TB, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
