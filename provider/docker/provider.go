@@ -14,13 +14,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/clients"
+	"github.com/berth-dev/berth/provider/internal/idlock"
+	"github.com/berth-dev/berth/provider/internal/records"
+	"github.com/berth-dev/berth/provider/internal/settings"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -55,8 +58,7 @@ type Provider struct {
 	docker *client.Client
 	pool   *pool
 
-	mu      sync.Mutex
-	clients map[string]*sandboxd.Client // by sandbox id, to reuse connections
+	clients clients.Cache
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -90,13 +92,11 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("docker provider: %w", err)
 		}
 	}
-	f, err := os.OpenFile(filepath.Join(cfg.StateDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
+	if err := idlock.Create(filepath.Join(cfg.StateDir, lockFile)); err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("docker provider: %w", err)
 	}
-	f.Close()
-	p := &Provider{cfg: cfg, log: cfg.Logger, docker: cli, clients: map[string]*sandboxd.Client{}}
+	p := &Provider{cfg: cfg, log: cfg.Logger, docker: cli}
 	p.pool = &pool{p: p, size: cfg.Pool}
 	p.sweepWarm(ctx)
 	return p, nil
@@ -106,12 +106,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 // affected.
 func (p *Provider) Close() error {
 	p.pool.close()
-	p.mu.Lock()
-	for id, c := range p.clients {
-		c.Close()
-		delete(p.clients, id)
-	}
-	p.mu.Unlock()
+	p.clients.Close()
 	return p.docker.Close()
 }
 
@@ -133,7 +128,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		spec.Image = p.cfg.Image
 	}
 	if spec.ID == "" {
-		spec.ID = "sb-" + randomHex(8)
+		spec.ID = records.NewID()
 	}
 	unlock, err := p.lock(spec.ID)
 	if err != nil {
@@ -210,8 +205,8 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec, res p
 	if lifetime == 0 {
 		lifetime = provider.DefaultLifetime
 	}
-	rec := &record{ID: spec.ID, Image: spec.Image, Container: w.container, UID: w.uid, Labels: spec.Labels,
-		Resources: res, CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC(), Freezer: w.freezer}
+	rec := &record{Base: records.Base{ID: spec.ID, Labels: spec.Labels, Resources: res, CreatedAt: now.UTC(),
+		ExpiresAt: now.Add(lifetime).UTC()}, Image: spec.Image, Container: w.container, UID: w.uid, Freezer: w.freezer}
 	// From the moment the record exists, Destroy finds everything,
 	// whatever happens to this process.
 	if err := p.writeRecord(rec); err != nil {
@@ -222,24 +217,12 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec, res p
 		os.Remove(p.recordPath(rec.ID))
 		return nil, err
 	}
-	p.adopt(spec.ID, w.client)
+	p.clients.Adopt(spec.ID, w.client)
 	return rec, nil
 }
 
 func (p *Provider) resources(r provider.Resources) provider.Resources {
-	if r.Memory == 0 {
-		r.Memory = p.cfg.Defaults.Memory
-	}
-	if r.Pids == 0 {
-		r.Pids = p.cfg.Defaults.Pids
-	}
-	if r.CPU == 0 {
-		r.CPU = p.cfg.Defaults.CPU
-	}
-	if r.Disk == 0 {
-		r.Disk = p.cfg.Defaults.Disk
-	}
-	return r
+	return settings.Fill(r, p.cfg.Defaults)
 }
 
 // Get implements provider.Provider.
@@ -266,73 +249,24 @@ func (p *Provider) handle(rec *record) *sandbox {
 
 // client returns the shared client of a sandbox.
 func (p *Provider) client(rec *record) *sandboxd.Client {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	c, ok := p.clients[rec.ID]
-	if !ok {
-		c = sandboxd.NewClient(sandboxd.UnixDialer(filepath.Join(p.slotPath(rec.UID), runDir, socketName)))
-		p.clients[rec.ID] = c
-	}
-	return c
-}
-
-// adopt makes c the shared client of a sandbox.
-func (p *Provider) adopt(id string, c *sandboxd.Client) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if old, ok := p.clients[id]; ok {
-		old.Close()
-	}
-	p.clients[id] = c
-}
-
-func (p *Provider) forget(id string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.clients[id]; ok {
-		c.Close()
-		delete(p.clients, id)
-	}
+	return p.clients.Get(rec.ID, func() *sandboxd.Client {
+		return sandboxd.NewClient(sandboxd.UnixDialer(filepath.Join(p.slotPath(rec.UID), runDir, socketName)))
+	})
 }
 
 // List implements provider.Provider.
 func (p *Provider) List(ctx context.Context, labels map[string]string) ([]provider.Info, error) {
-	entries, err := os.ReadDir(filepath.Join(p.cfg.StateDir, sandboxesDir))
+	ids, err := records.IDs(filepath.Join(p.cfg.StateDir, sandboxesDir), ".json")
 	if err != nil {
 		return nil, err
 	}
-	var infos []provider.Info
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || provider.ValidateID(id) != nil {
-			continue
-		}
+	return records.List(ctx, ids, func(id string) (*sandbox, map[string]string, error) {
 		sb, err := p.get(id)
 		if err != nil {
-			continue // destroyed meanwhile
+			return nil, nil, err // destroyed meanwhile
 		}
-		if !matches(sb.rec.Labels, labels) {
-			continue
-		}
-		info, err := sb.Info(ctx)
-		if errors.Is(err, provider.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		infos = append(infos, info)
-	}
-	return infos, nil
-}
-
-func matches(have, want map[string]string) bool {
-	for k, v := range want {
-		if hv, ok := have[k]; !ok || hv != v {
-			return false
-		}
-	}
-	return true
+		return sb, sb.rec.Labels, nil
+	}, labels)
 }
 
 // removeSlot removes a container, its workspace's mount and its slot

@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -81,11 +82,7 @@ func (s *sandbox) ready() error {
 // exists reports ErrNotFound once the sandbox has been destroyed, through
 // this handle or any other.
 func (s *sandbox) exists() error {
-	_, err := os.Stat(s.p.recordPath(s.rec.ID))
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", provider.ErrNotFound, s.rec.ID)
-	}
-	return err
+	return records.Exists(s.p.recordPath(s.rec.ID), s.rec.ID)
 }
 
 func (s *sandbox) lost() error {
@@ -176,7 +173,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.p.forget(rec.ID)
+	s.p.clients.Forget(rec.ID)
 	if err := s.p.removeSlot(ctx, rec.Container, rec.UID); err != nil {
 		return fmt.Errorf("destroy %s: %w", rec.ID, err)
 	}
