@@ -1,12 +1,9 @@
 package gvisor
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -20,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/hostproc"
 	"github.com/berth-dev/berth/provider/internal/records"
+	"github.com/berth-dev/berth/provider/internal/warmclaim"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -154,7 +152,7 @@ func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, 
 	}
 	rec := &record{Base: records.Base{ID: spec.ID, Labels: spec.Labels, Resources: res,
 		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC()}, Container: c.id, PID: c.pid, PIDStart: c.pidStart}
-	msg := claimMsg{Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt,
+	msg := warmclaim.Claim{Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt,
 		UserProcesses: userProcesses(res.Pids)}
 	if err := p.sendClaim(ctx, c.id, msg); err != nil {
 		return nil, fmt.Errorf("claim daemon: %w%s", err, logTail(c.dir))
@@ -167,11 +165,7 @@ func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, 
 	return rec, nil
 }
 
-func (p *Provider) sendClaim(ctx context.Context, cid string, msg claimMsg) error {
-	body, err := json.Marshal(msg)
-	if err != nil {
-		return err
-	}
+func (p *Provider) sendClaim(ctx context.Context, cid string, msg warmclaim.Claim) error {
 	sock := p.socket(cid, controlName)
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dialUnix(ctx, sock) },
@@ -179,20 +173,7 @@ func (p *Provider) sendClaim(ctx context.Context, cid string, msg claimMsg) erro
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://sandbox"+claimRoute, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
-		return fmt.Errorf("daemon: %s: %s", resp.Status, bytes.TrimSpace(b))
-	}
-	return nil
+	return warmclaim.Send(ctx, hc, msg)
 }
 
 // daemonReserve is how many of a sandbox's processes are kept for its
