@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/provider/internal/idlock"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/provider/internal/settings"
+	"github.com/berth-dev/berth/provider/internal/specs"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -150,17 +150,11 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	if err := provider.ValidateSpec(spec); err != nil {
+	if err := (specs.Offer{Name: Name, MinDisk: MinDisk, Network: true}).Check(spec); err != nil {
 		return err
-	}
-	if spec.RootFS != "" {
-		return fmt.Errorf("%w: the docker provider takes images, not root filesystem directories: set Image", provider.ErrUnsupported)
 	}
 	if spec.Image == "" && p.cfg.Image == "" {
 		return fmt.Errorf("%w: no image: the spec names none and the docker provider has no default (setting image)", provider.ErrBadInput)
-	}
-	if d := spec.Resources.Disk; d != 0 && d < MinDisk {
-		return fmt.Errorf("%w: a workspace of %d bytes is below the minimum of %d (16 MiB)", provider.ErrBadInput, d, int64(MinDisk))
 	}
 	return nil
 }
@@ -200,13 +194,7 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, err
 // claim makes a warm container a sandbox: it publishes the sandbox's
 // record and tells the daemon its configuration.
 func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec, res provider.Resources) (*record, error) {
-	now := time.Now()
-	lifetime := spec.Lifetime
-	if lifetime == 0 {
-		lifetime = provider.DefaultLifetime
-	}
-	rec := &record{Base: records.Base{ID: spec.ID, Labels: spec.Labels, Resources: res, CreatedAt: now.UTC(),
-		ExpiresAt: now.Add(lifetime).UTC()}, Image: spec.Image, Container: w.container, UID: w.uid, Freezer: w.freezer}
+	rec := &record{Base: records.NewBase(spec, res), Image: spec.Image, Container: w.container, UID: w.uid, Freezer: w.freezer}
 	// From the moment the record exists, Destroy finds everything,
 	// whatever happens to this process.
 	if err := p.writeRecord(rec); err != nil {
@@ -354,14 +342,7 @@ func randomHex(n int) string {
 
 // env is the base environment of commands, over the image's.
 func env(spec map[string]string) map[string]string {
-	m := map[string]string{
-		"HOME":    provider.Workspace,
-		"USER":    "sandbox",
-		"LOGNAME": "sandbox",
-		"TMPDIR":  "/tmp",
-	}
-	maps.Copy(m, spec)
-	return m
+	return specs.Env(spec)
 }
 
 // dialUnix connects to a unix socket.

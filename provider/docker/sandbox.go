@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/lost"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
 )
@@ -92,23 +93,22 @@ func (s *sandbox) lost() error {
 // check turns a failure to reach the daemon into ErrLost when the
 // container has stopped; typed errors from the daemon pass through.
 func (s *sandbox) check(err error) error {
-	if err == nil || provider.KindOf(err) != provider.KindInternal {
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	// A daemon that is killed closes its connections before Docker
-	// has seen its container stop: give Docker that moment.
+	return lost.Check(err, s.lost(), s.stopped)
+}
+
+// stopped reports whether the container stops within lostGrace: a
+// daemon that is killed closes its connections before Docker has seen
+// its container stop.
+func (s *sandbox) stopped() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), lostGrace)
 	defer cancel()
 	for {
 		if !s.running(ctx) {
-			return fmt.Errorf("%w: %w", s.lost(), err)
+			return true
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			return false
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

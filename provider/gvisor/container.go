@@ -145,13 +145,7 @@ func (p *Provider) newClient(cid string) *sandboxd.Client {
 // claim makes a started container the container of a new sandbox: it
 // tells the daemon, then records the sandbox.
 func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, res provider.Resources) (*record, error) {
-	now := time.Now()
-	lifetime := spec.Lifetime
-	if lifetime == 0 {
-		lifetime = provider.DefaultLifetime
-	}
-	rec := &record{Base: records.Base{ID: spec.ID, Labels: spec.Labels, Resources: res,
-		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC()}, Container: c.id, PID: c.pid, PIDStart: c.pidStart}
+	rec := &record{Base: records.NewBase(spec, res), Container: c.id, PID: c.pid, PIDStart: c.pidStart}
 	msg := warmclaim.Claim{Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt,
 		UserProcesses: userProcesses(res.Pids)}
 	if err := p.sendClaim(ctx, c.id, msg); err != nil {

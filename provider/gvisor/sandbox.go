@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/lost"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
 )
@@ -81,18 +82,9 @@ func (s *sandbox) lost() error {
 // check turns a failure to reach the daemon into ErrLost when the
 // sandbox's process is gone; typed errors from the daemon pass through.
 func (s *sandbox) check(err error) error {
-	if err == nil || provider.KindOf(err) != provider.KindInternal {
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
 	// The daemon's connections close as the sandbox goes down: give its
 	// process the moment it takes to exit.
-	if s.rec.exitsWithin(lostGrace) {
-		return fmt.Errorf("%w: %w", s.lost(), err)
-	}
-	return err
+	return lost.Check(err, s.lost(), func() bool { return s.rec.exitsWithin(lostGrace) })
 }
 
 // lostGrace is how long a sandbox whose connection broke may take to

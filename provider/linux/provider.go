@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/provider/internal/clients"
 	"github.com/berth-dev/berth/provider/internal/idlock"
 	"github.com/berth-dev/berth/provider/internal/records"
+	"github.com/berth-dev/berth/provider/internal/specs"
 	"github.com/berth-dev/berth/provider/internal/warmpool"
 	"github.com/berth-dev/berth/sandboxd"
 )
@@ -153,25 +153,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	if err := provider.ValidateSpec(spec); err != nil {
-		return err
-	}
-	if spec.Image != "" && spec.RootFS != "" {
-		return fmt.Errorf("%w: a sandbox has an image or a root filesystem, not both", provider.ErrBadInput)
-	}
-	if spec.Network != provider.NetworkNone {
-		return fmt.Errorf("%w: the linux provider offers no network beyond loopback", provider.ErrUnsupported)
-	}
-	if d := spec.Resources.Disk; d != 0 && d < MinDisk {
-		return fmt.Errorf("%w: a workspace of %d bytes is below the minimum of %d (16 MiB)", provider.ErrBadInput, d, int64(MinDisk))
-	}
-	if spec.RootFS != "" {
-		fi, err := os.Stat(spec.RootFS)
-		if err != nil || !fi.IsDir() || !filepath.IsAbs(spec.RootFS) {
-			return fmt.Errorf("%w: root filesystem %q must be an absolute path to a directory", provider.ErrBadInput, spec.RootFS)
-		}
-	}
-	return nil
+	return specs.Offer{Name: Name, MinDisk: MinDisk, RootFS: true}.Check(spec)
 }
 
 // Get implements provider.Provider.
@@ -308,14 +290,5 @@ func checkTraversable(dir string) error {
 
 // env is the base environment of commands in a sandbox.
 func env(spec map[string]string) map[string]string {
-	m := map[string]string{
-		"PATH":    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME":    provider.Workspace,
-		"USER":    "sandbox",
-		"LOGNAME": "sandbox",
-		"LANG":    "C.UTF-8",
-		"TMPDIR":  "/tmp",
-	}
-	maps.Copy(m, spec)
-	return m
+	return specs.HostEnv(spec)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/lost"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
 )
@@ -79,19 +80,10 @@ func (s *sandbox) lost() error {
 // check turns a failure to reach the daemon into ErrLost when the daemon
 // is gone; typed errors from the daemon pass through.
 func (s *sandbox) check(err error) error {
-	if err == nil || provider.KindOf(err) != provider.KindInternal {
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
 	// A daemon that is going closes its connections as it starts to
 	// exit; as the first process of its PID namespace it finishes only
 	// when every process in it has died. Give it that moment.
-	if s.rec.exitsWithin(lostGrace) {
-		return fmt.Errorf("%w: %w", s.lost(), err)
-	}
-	return err
+	return lost.Check(err, s.lost(), func() bool { return s.rec.exitsWithin(lostGrace) })
 }
 
 // lostGrace is how long a daemon whose connection broke may take to exit

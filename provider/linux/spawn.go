@@ -279,13 +279,7 @@ func daemonError(err error, logPath string) error {
 // daemon's state directory the sandbox's id, sets the sandbox's limits,
 // records it, and tells the daemon.
 func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*record, error) {
-	now := time.Now()
-	lifetime := spec.Lifetime
-	if lifetime == 0 {
-		lifetime = provider.DefaultLifetime
-	}
-	rec := &record{Base: records.Base{ID: spec.ID, Labels: spec.Labels, Resources: p.resources(spec.Resources),
-		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC()},
+	rec := &record{Base: records.NewBase(spec, p.resources(spec.Resources)),
 		PID: w.cmd.Process.Pid, PIDStart: w.pidStart, Cgroup: w.cg.paths}
 	if err := w.cg.update(rec.Resources, p.cfg.Limits.commandMemory(rec.Resources.Memory)); err != nil {
 		return nil, fmt.Errorf("set limits: %w", err)

@@ -173,3 +173,13 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// NewBase is the record of a sandbox made now of spec, with limits res.
+func NewBase(spec provider.Spec, res provider.Resources) Base {
+	now := time.Now()
+	lifetime := spec.Lifetime
+	if lifetime == 0 {
+		lifetime = provider.DefaultLifetime
+	}
+	return Base{ID: spec.ID, Labels: spec.Labels, Resources: res, CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC()}
+}
