@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/image"
 	"github.com/berth-dev/berth/provider/internal/clients"
 	"github.com/berth-dev/berth/provider/internal/idlock"
 	"github.com/berth-dev/berth/provider/internal/records"
@@ -280,51 +281,28 @@ func (p *Provider) removeSlot(ctx context.Context, container string, uid int) er
 
 // ensureImage makes sure an image is on the host, pulling it if a
 // registry has it.
-func (p *Provider) ensureImage(ctx context.Context, image string) error {
-	_, err := p.docker.ImageInspect(ctx, image)
+func (p *Provider) ensureImage(ctx context.Context, ref string) error {
+	_, err := p.docker.ImageInspect(ctx, ref)
 	if err == nil {
 		return nil
 	}
 	if cerrdefs.IsInvalidArgument(err) {
-		return fmt.Errorf("%w: image %.200q is not a valid image reference", provider.ErrBadInput, image)
+		return fmt.Errorf("%w: image %.200q is not a valid image reference", provider.ErrBadInput, ref)
 	}
 	if !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("inspect image %.200q: %v", image, oneLine(err))
+		return fmt.Errorf("inspect image %.200q: %v", ref, oneLine(err))
 	}
-	p.log.Info("pulling image", "image", image)
+	p.log.Info("pulling image", "image", ref)
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PullTimeout)
 	defer cancel()
-	err = p.pull(ctx, image)
+	err = image.Pull(ctx, p.docker, ref, p.log)
 	if err == nil {
 		return nil
 	}
 	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-		return fmt.Errorf("pull image %.200q: not done after %v", image, p.cfg.PullTimeout)
+		return fmt.Errorf("pull image %.200q: not done after %v", ref, p.cfg.PullTimeout)
 	}
-	return fmt.Errorf("%w: image %.200q is not on this host and cannot be pulled (%s): docker pull it where a registry is reachable, or bring it with docker load or docker import", provider.ErrBadInput, image, oneLine(err))
-}
-
-// pull pulls an image, logging its progress.
-func (p *Provider) pull(ctx context.Context, image string) error {
-	resp, err := p.docker.ImagePull(ctx, image, client.ImagePullOptions{})
-	if err != nil {
-		return err
-	}
-	defer resp.Close()
-	last := time.Now()
-	for msg, err := range resp.JSONMessages(ctx) {
-		if err != nil {
-			return err
-		}
-		if msg.Error != nil {
-			return errors.New(msg.Error.Message)
-		}
-		if time.Since(last) > 2*time.Second || msg.Progress == nil {
-			last = time.Now()
-			p.log.Info("pulling image", "image", image, "layer", msg.ID, "status", msg.Status)
-		}
-	}
-	return nil
+	return fmt.Errorf("%w: image %.200q is not on this host and cannot be pulled (%s): docker pull it where a registry is reachable, or bring it with docker load or docker import", provider.ErrBadInput, ref, oneLine(err))
 }
 
 // oneLine keeps the first line of an error from Docker: errors berth
