@@ -28,26 +28,16 @@ import (
 //     the provider formats and mounts its workspace meanwhile;
 //   - docker-run: the docker CLI.
 func BenchmarkCreateExec(b *testing.B) {
-	oneShot := func(b *testing.B, p *Provider, warm bool) {
-		var wait func()
-		if warm {
-			wait = func() { waitWarm(b, p) }
-		}
-		sandboxtest.OneShot(b, p, wait, false)
-	}
-	b.Run("berth", func(b *testing.B) { oneShot(b, newTestProvider(b, Config{}), true) })
-	b.Run("berth-cold", func(b *testing.B) { oneShot(b, newTestProvider(b, Config{Pool: -1}), false) })
+	b.Run("berth", func(b *testing.B) {
+		p := newTestProvider(b, Config{})
+		sandboxtest.OneShot(b, p, func() { waitWarm(b, p) }, false)
+	})
+	b.Run("berth-cold", func(b *testing.B) { sandboxtest.OneShot(b, newTestProvider(b, Config{Pool: -1}), nil, false) })
 	b.Run("docker-run", func(b *testing.B) {
 		needDocker(b)
-		var samples []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if out, err := exec.Command("docker", "run", "--rm", "--network", "none", testImage, "true").CombinedOutput(); err != nil {
-				b.Fatalf("docker run: %v: %s", err, out)
-			}
-			samples = append(samples, time.Since(start))
-		}
-		sandboxtest.ReportMedian(b, samples)
+		sandboxtest.Baseline(b, func() *exec.Cmd {
+			return exec.Command("docker", "run", "--rm", "--network", "none", testImage, "true")
+		})
 	})
 }
 

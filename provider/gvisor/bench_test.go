@@ -19,27 +19,16 @@ import (
 //   - berth-cold: no pool, every container started on demand;
 //   - runsc-do: runsc do true, with the same platform and no network.
 func BenchmarkCreateExec(b *testing.B) {
-	oneShot := func(b *testing.B, p *Provider, warm bool) {
-		var wait func()
-		if warm {
-			wait = func() { waitWarm(b, p) }
-		}
-		sandboxtest.OneShot(b, p, wait, true)
-	}
-	b.Run("berth", func(b *testing.B) { oneShot(b, newTestProvider(b, Config{}), true) })
-	b.Run("berth-cold", func(b *testing.B) { oneShot(b, newTestProvider(b, Config{Pool: -1}), false) })
+	b.Run("berth", func(b *testing.B) {
+		p := newTestProvider(b, Config{})
+		sandboxtest.OneShot(b, p, func() { waitWarm(b, p) }, true)
+	})
+	b.Run("berth-cold", func(b *testing.B) { sandboxtest.OneShot(b, newTestProvider(b, Config{Pool: -1}), nil, true) })
 	b.Run("runsc-do", func(b *testing.B) {
 		p := newTestProvider(b, Config{Pool: -1})
-		var samples []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			cmd := exec.Command(p.cfg.Runsc, "--root", b.TempDir(), "--platform", p.cfg.Platform, "--network", "none", "do", "/bin/true")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				b.Fatalf("runsc do: %v: %s", err, out)
-			}
-			samples = append(samples, time.Since(start))
-		}
-		sandboxtest.ReportMedian(b, samples)
+		sandboxtest.Baseline(b, func() *exec.Cmd {
+			return exec.Command(p.cfg.Runsc, "--root", b.TempDir(), "--platform", p.cfg.Platform, "--network", "none", "do", "/bin/true")
+		})
 	})
 }
 

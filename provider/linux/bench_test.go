@@ -20,15 +20,11 @@ import (
 //     pool runs dry and creation waits for daemons to start;
 //   - berth-cold: no pool, every daemon started on demand.
 func BenchmarkCreateExec(b *testing.B) {
-	oneShot := func(b *testing.B, p *Provider, warm bool) {
-		var wait func()
-		if warm {
-			wait = func() { waitWarm(b, p) }
-		}
-		sandboxtest.OneShot(b, p, wait, true)
-	}
-	b.Run("berth", func(b *testing.B) { oneShot(b, newTestProvider(b), true) })
-	b.Run("berth-burst", func(b *testing.B) { oneShot(b, newTestProvider(b), false) })
+	b.Run("berth", func(b *testing.B) {
+		p := newTestProvider(b)
+		sandboxtest.OneShot(b, p, func() { waitWarm(b, p) }, true)
+	})
+	b.Run("berth-burst", func(b *testing.B) { sandboxtest.OneShot(b, newTestProvider(b), nil, true) })
 	b.Run("berth-cold", func(b *testing.B) {
 		dir := shortTempDir(b)
 		p, err := New(Config{StateDir: dir, Pool: -1})
@@ -36,7 +32,7 @@ func BenchmarkCreateExec(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { p.Close() })
-		oneShot(b, p, false)
+		sandboxtest.OneShot(b, p, nil, true)
 	})
 	b.Run("bwrap", func(b *testing.B) {
 		bwrap, err := exec.LookPath("bwrap")
@@ -57,15 +53,7 @@ func BenchmarkCreateExec(b *testing.B) {
 		args = append(args, "--bind", ws, "/workspace", "--tmpfs", "/tmp", "--proc", "/proc",
 			"--dev", "/dev", "--new-session", "--die-with-parent", "--cap-drop", "ALL",
 			"--chdir", "/workspace", "/bin/true")
-		var samples []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if out, err := exec.Command(bwrap, args...).CombinedOutput(); err != nil {
-				b.Fatalf("bwrap: %v: %s", err, out)
-			}
-			samples = append(samples, time.Since(start))
-		}
-		sandboxtest.ReportMedian(b, samples)
+		sandboxtest.Baseline(b, func() *exec.Cmd { return exec.Command(bwrap, args...) })
 	})
 }
 

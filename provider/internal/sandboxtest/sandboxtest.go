@@ -7,6 +7,7 @@ package sandboxtest
 import (
 	"context"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,4 +157,19 @@ func SearchableTempDir(t testing.TB, pattern string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// Baseline measures a command of the host, made afresh by cmd for each
+// run: what a provider's figures are set beside.
+func Baseline(b *testing.B, cmd func() *exec.Cmd) {
+	var samples []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		c := cmd()
+		if out, err := c.CombinedOutput(); err != nil {
+			b.Fatalf("%s: %v: %s", c.Args[0], err, out)
+		}
+		samples = append(samples, time.Since(start))
+	}
+	ReportMedian(b, samples)
 }
