@@ -13,7 +13,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
@@ -50,11 +49,9 @@ func newRunLs(cf *connFlags) *cobra.Command {
 	return listing[runRow]{
 		short:   "List one-shot runs: ID, STATE, AGE, COMMAND (running ones unless -a)",
 		allHelp: "include ended runs",
-		list: func(ctx context.Context, c *client.Client, all bool) ([]runRow, error) {
-			return listRuns(ctx, c.Temporal(), all)
-		},
-		id:     func(r runRow) string { return r.ID },
-		header: "ID\tSTATE\tAGE\tCOMMAND",
+		list:    listRuns,
+		id:      func(r runRow) string { return r.ID },
+		header:  "ID\tSTATE\tAGE\tCOMMAND",
 		line: func(r runRow) string {
 			// The command is the sandbox's: no tab or newline of it may
 			// break the table.
@@ -70,9 +67,9 @@ func newRunLs(cf *connFlags) *cobra.Command {
 }
 
 // listRuns lists the Run workflows, running ones unless all.
-func listRuns(ctx context.Context, c tclient.Client, all bool) ([]runRow, error) {
+func listRuns(ctx context.Context, c *client.Client, all bool) ([]runRow, error) {
 	dc := converter.GetDefaultDataConverter()
-	rows, err := listWorkflows(ctx, c, "Run", all, func(e *workflowpb.WorkflowExecutionInfo) runRow {
+	rows, err := listWorkflows(ctx, c.Temporal(), "Run", all, func(e *workflowpb.WorkflowExecutionInfo) runRow {
 		r := runRow{ID: e.Execution.GetWorkflowId(), State: strings.ToLower(e.Status.String()),
 			Created: e.GetStartTime().AsTime()}
 		r.Age = time.Since(r.Created).Round(time.Second).Seconds()
@@ -171,7 +168,7 @@ func runIDs(ctx context.Context, cf *connFlags) []string {
 		return nil
 	}
 	defer c.Temporal().Close()
-	rows, err := listRuns(ctx, c.Temporal(), false)
+	rows, err := listRuns(ctx, c, false)
 	if err != nil {
 		return nil
 	}

@@ -304,11 +304,9 @@ func newSandboxLs(cf *connFlags) *cobra.Command {
 	return listing[sandboxRow]{
 		short:   "List sandboxes with their provider, state and age",
 		allHelp: "include ended sandboxes",
-		list: func(ctx context.Context, c *client.Client, all bool) ([]sandboxRow, error) {
-			return listSandboxes(ctx, c.Temporal(), all)
-		},
-		id:     func(r sandboxRow) string { return r.ID },
-		header: "ID\tPROVIDER\tSTATE\tAGE\tOWNER",
+		list:    listSandboxes,
+		id:      func(r sandboxRow) string { return r.ID },
+		header:  "ID\tPROVIDER\tSTATE\tAGE\tOWNER",
 		line: func(r sandboxRow) string {
 			owner := r.Owner
 			if owner == "" {
@@ -321,9 +319,9 @@ func newSandboxLs(cf *connFlags) *cobra.Command {
 }
 
 // listSandboxes lists the Sandbox workflows, running ones unless all.
-func listSandboxes(ctx context.Context, c tclient.Client, all bool) ([]sandboxRow, error) {
+func listSandboxes(ctx context.Context, c *client.Client, all bool) ([]sandboxRow, error) {
 	dc := converter.GetDefaultDataConverter()
-	rows, err := listWorkflows(ctx, c, "Sandbox", all, func(e *workflowpb.WorkflowExecutionInfo) sandboxRow {
+	rows, err := listWorkflows(ctx, c.Temporal(), "Sandbox", all, func(e *workflowpb.WorkflowExecutionInfo) sandboxRow {
 		r := sandboxRow{ID: e.Execution.GetWorkflowId(), Created: e.GetStartTime().AsTime()}
 		if p := e.GetMemo().GetFields()[workflows.MemoProvider]; p != nil {
 			_ = dc.FromPayload(p, &r.Provider)
