@@ -2,7 +2,6 @@ package docker
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,11 +78,7 @@ func BenchmarkExec(b *testing.B) {
 			b.Run(pr.name+strings.ReplaceAll(argv[0], "/", "-"), func(b *testing.B) {
 				p := pr.open(b)
 				ctx := b.Context()
-				sb, err := p.Create(ctx, provider.Spec{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer sb.Destroy(context.Background())
+				sb := sandboxtest.Create(b, p, provider.Spec{})
 				if err := sb.WriteFile(ctx, "static", bytes.NewReader(static), 0o755); err != nil {
 					b.Fatal(err)
 				}

@@ -23,8 +23,8 @@ import (
 	"github.com/berth-dev/berth/provider/internal/clients"
 	"github.com/berth-dev/berth/provider/internal/idlock"
 	"github.com/berth-dev/berth/provider/internal/records"
+	"github.com/berth-dev/berth/provider/internal/sandboxspec"
 	"github.com/berth-dev/berth/provider/internal/settings"
-	"github.com/berth-dev/berth/provider/internal/specs"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -151,7 +151,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	if err := (specs.Offer{Name: Name, MinDisk: MinDisk, Network: true}).Check(spec); err != nil {
+	if err := (sandboxspec.Offer{Name: Name, MinDisk: MinDisk, Network: true}).Check(spec); err != nil {
 		return err
 	}
 	if spec.Image == "" && p.cfg.Image == "" {
@@ -320,7 +320,7 @@ func randomHex(n int) string {
 
 // env is the base environment of commands, over the image's.
 func env(spec map[string]string) map[string]string {
-	return specs.Env(spec)
+	return sandboxspec.Env(spec)
 }
 
 // dialUnix connects to a unix socket.

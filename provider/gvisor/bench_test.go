@@ -43,12 +43,7 @@ func waitWarm(b *testing.B, p *Provider) {
 // of this provider and of the linux provider.
 func BenchmarkExec(b *testing.B) {
 	bench := func(b *testing.B, p provider.Provider) {
-		ctx := b.Context()
-		sb, err := p.Create(ctx, provider.Spec{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer sb.Destroy(ctx)
+		sb := sandboxtest.Create(b, p, provider.Spec{})
 		sandboxtest.Exec(b, sb, []string{"/bin/true"})
 	}
 	b.Run("gvisor", func(b *testing.B) { bench(b, newTestProvider(b, Config{Pool: -1})) })

@@ -18,8 +18,8 @@ import (
 	"github.com/berth-dev/berth/provider/internal/hostproc"
 	"github.com/berth-dev/berth/provider/internal/idlock"
 	"github.com/berth-dev/berth/provider/internal/records"
+	"github.com/berth-dev/berth/provider/internal/sandboxspec"
 	"github.com/berth-dev/berth/provider/internal/settings"
-	"github.com/berth-dev/berth/provider/internal/specs"
 	"github.com/berth-dev/berth/provider/internal/warmpool"
 	"github.com/berth-dev/berth/sandboxd"
 )
@@ -139,7 +139,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	return specs.Offer{Name: Name, MinDisk: MinDisk, RootFS: true}.Check(spec)
+	return sandboxspec.Offer{Name: Name, MinDisk: MinDisk, RootFS: true}.Check(spec)
 }
 
 func (p *Provider) resources(r provider.Resources) provider.Resources {
@@ -258,5 +258,5 @@ func killProcess(ctx context.Context, pid int) error {
 
 // env is the base environment of commands in a sandbox.
 func env(spec map[string]string) map[string]string {
-	return specs.HostEnv(spec)
+	return sandboxspec.HostEnv(spec)
 }

@@ -60,23 +60,13 @@ func BenchmarkCreateExec(b *testing.B) {
 // BenchmarkExec measures one command in a running sandbox.
 func BenchmarkExec(b *testing.B) {
 	b.Run("berth", func(b *testing.B) {
-		p := newTestProvider(b)
-		ctx := b.Context()
-		sb, err := p.Create(ctx, provider.Spec{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer sb.Destroy(ctx)
+		sb := sandboxtest.Create(b, newTestProvider(b), provider.Spec{})
 		sandboxtest.Exec(b, sb, []string{"/bin/true"})
 	})
 	b.Run("health", func(b *testing.B) {
 		p := newTestProvider(b)
 		ctx := b.Context()
-		sb, err := p.Create(ctx, provider.Spec{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer sb.Destroy(ctx)
+		sb := sandboxtest.Create(b, p, provider.Spec{})
 		c := sb.(*sandbox).client
 		for b.Loop() {
 			if _, err := c.Health(ctx); err != nil {
@@ -105,11 +95,7 @@ func BenchmarkResume(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			ctx := b.Context()
 			p := newTestProvider(b)
-			sb, err := p.Create(ctx, provider.Spec{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sb.Destroy(ctx)
+			sb := sandboxtest.Create(b, p, provider.Spec{})
 			// Something running, as in a real workspace.
 			if _, err := sb.Exec(ctx, provider.ExecRequest{Shell: "sleep 1000 > /dev/null 2>&1 &"}); err != nil {
 				b.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"github.com/berth-dev/berth/provider/internal/clients"
 	"github.com/berth-dev/berth/provider/internal/idlock"
 	"github.com/berth-dev/berth/provider/internal/records"
-	"github.com/berth-dev/berth/provider/internal/specs"
+	"github.com/berth-dev/berth/provider/internal/sandboxspec"
 	"github.com/berth-dev/berth/provider/internal/warmpool"
 	"github.com/berth-dev/berth/sandboxd"
 )
@@ -153,7 +153,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	return specs.Offer{Name: Name, MinDisk: MinDisk, RootFS: true}.Check(spec)
+	return sandboxspec.Offer{Name: Name, MinDisk: MinDisk, RootFS: true}.Check(spec)
 }
 
 // Get implements provider.Provider.
@@ -290,5 +290,5 @@ func checkTraversable(dir string) error {
 
 // env is the base environment of commands in a sandbox.
 func env(spec map[string]string) map[string]string {
-	return specs.HostEnv(spec)
+	return sandboxspec.HostEnv(spec)
 }

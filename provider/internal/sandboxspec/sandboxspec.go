@@ -1,7 +1,7 @@
-// Package specs is what the providers make of a sandbox's spec: whether
-// they can make the sandbox it asks for, and the environment its
-// commands start from.
-package specs
+// Package sandboxspec is what the providers make of a sandbox's spec: whether
+// they can make the sandbox it asks for, and what its commands start
+// from: their environment, and the users and host name /etc gives them.
+package sandboxspec
 
 import (
 	"fmt"
@@ -70,4 +70,18 @@ func HostEnv(env map[string]string) map[string]string {
 	}
 	maps.Copy(m, env)
 	return Env(m)
+}
+
+// Etc are the files of the host's /etc that would tell a sandbox who the
+// host's users are and what the host is called, by name, with what the
+// sandbox sees instead: its own users (root, sandbox, nobody) and name.
+func Etc() map[string]string {
+	return map[string]string{
+		"passwd": "root:x:0:0:root:/root:/bin/sh\n" +
+			"sandbox:x:1000:1000:sandbox:/workspace:/bin/sh\n" +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":    "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n",
+		"hostname": "sandbox\n",
+		"hosts":    "127.0.0.1\tlocalhost\n127.0.1.1\tsandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+	}
 }
