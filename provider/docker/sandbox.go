@@ -36,6 +36,9 @@ var (
 
 func (s *sandbox) ID() string { return s.rec.ID }
 
+// Labels are the sandbox's, as recorded.
+func (s *sandbox) Labels() map[string]string { return s.rec.Labels }
+
 // Info implements provider.Sandbox. It asks Docker nothing: the
 // container's freezer says whether it runs, is paused, or is gone.
 func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {

@@ -183,13 +183,7 @@ func (p *Provider) List(ctx context.Context, labels map[string]string) ([]provid
 	if err != nil {
 		return nil, err
 	}
-	return records.List(ctx, ids, func(id string) (*sandbox, map[string]string, error) {
-		sb, err := p.get(id)
-		if err != nil {
-			return nil, nil, err // destroyed meanwhile
-		}
-		return sb, sb.rec.Labels, nil
-	}, labels)
+	return records.List(ctx, ids, p.get, labels)
 }
 
 // sweep removes the containers that no record names and whose owner

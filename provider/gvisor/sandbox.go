@@ -33,6 +33,9 @@ var (
 
 func (s *sandbox) ID() string { return s.rec.ID }
 
+// Labels are the sandbox's, as recorded.
+func (s *sandbox) Labels() map[string]string { return s.rec.Labels }
+
 func (s *sandbox) dir() string { return s.p.containerDir(s.rec.Container) }
 
 func (s *sandbox) paused() bool {

@@ -192,13 +192,7 @@ func (p *Provider) List(ctx context.Context, labels map[string]string) ([]provid
 	if err != nil {
 		return nil, err
 	}
-	return records.List(ctx, ids, func(id string) (*sandbox, map[string]string, error) {
-		sb, err := p.get(id)
-		if err != nil {
-			return nil, nil, err // being created or destroyed
-		}
-		return sb, sb.rec.Labels, nil
-	}, labels)
+	return records.List(ctx, ids, p.get, labels)
 }
 
 // remove destroys what is left of a sandbox. It returns once every

@@ -34,6 +34,9 @@ var (
 
 func (s *sandbox) ID() string { return s.rec.ID }
 
+// Labels are the sandbox's, as recorded.
+func (s *sandbox) Labels() map[string]string { return s.rec.Labels }
+
 // Info implements provider.Sandbox.
 func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
 	if err := s.exists(); err != nil {

@@ -117,16 +117,18 @@ func IDs(dir, suffix string) ([]string, error) {
 // A Handle is a provider's handle on one sandbox, as List needs it.
 type Handle interface {
 	Info(ctx context.Context) (provider.Info, error)
+	// Labels are the sandbox's, as recorded.
+	Labels() map[string]string
 }
 
 // List gives the Info of each sandbox of ids whose labels hold every
-// label of want; get opens a sandbox and gives its labels. A sandbox
-// destroyed meanwhile, or being created, is left out.
-func List[H Handle](ctx context.Context, ids []string, get func(id string) (H, map[string]string, error), want map[string]string) ([]provider.Info, error) {
+// label of want; get opens a sandbox. A sandbox destroyed meanwhile, or
+// being created, is left out.
+func List[H Handle](ctx context.Context, ids []string, get func(id string) (H, error), want map[string]string) ([]provider.Info, error) {
 	var infos []provider.Info
 	for _, id := range ids {
-		h, labels, err := get(id)
-		if err != nil || !Matches(labels, want) {
+		h, err := get(id)
+		if err != nil || !Matches(h.Labels(), want) {
 			continue
 		}
 		info, err := h.Info(ctx)
