@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/internal/sparsetar"
+	"github.com/berth-dev/berth/internal/tartree"
 	"github.com/berth-dev/berth/internal/untar"
 	"github.com/berth-dev/berth/provider"
 )
@@ -65,97 +66,21 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
 // When since is not zero, files whose status has not changed since then
 // come without their content (see provider.ChangedExporter).
 func (s *Server) export(w io.Writer, top string, since time.Time) error {
-	tw := tar.NewWriter(w)
-	// The first name of every file with more than one, by inode: its
-	// other names are written as hard links to it, not as copies.
-	type inode struct{ dev, ino uint64 }
-	names := map[inode]string{}
-	err := s.walk(top, func(name string, fi fs.FileInfo) error {
-		if name == "." {
-			return nil
-		}
-		tarName := name
-		if top != "." {
-			// WalkDir names entries top, top/a, top/a/b...
-			tarName = path.Join(path.Base(top), strings.TrimPrefix(name, top))
-		}
-		hdr := &tar.Header{Name: tarName, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
-		switch {
-		case fi.IsDir():
-			hdr.Typeflag, hdr.Name = tar.TypeDir, tarName+"/"
-			return tw.WriteHeader(hdr)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := s.root.Readlink(name)
-			if err != nil {
-				return nil
+	return tartree.Write(w, s.root, top, tartree.Options{
+		Name: func(rel string) string {
+			if top == "." {
+				return rel
 			}
-			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
-			return tw.WriteHeader(hdr)
-		case fi.Mode().IsRegular():
-			st, _ := fi.Sys().(*syscall.Stat_t)
-			var id inode
-			if st != nil && st.Nlink > 1 {
-				id = inode{uint64(st.Dev), st.Ino}
-				if first, ok := names[id]; ok {
-					hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
-					return tw.WriteHeader(hdr)
-				}
-			}
-			wrote, err := s.exportRegular(tw, w, hdr, name, fi, since)
-			if wrote && st != nil && st.Nlink > 1 {
-				names[id] = tarName
-			}
-			return err
-		}
-		return nil // sockets, pipes and devices do not travel
+			return path.Join(path.Base(top), rel)
+		},
+		// top may be a link to the directory to export.
+		FollowTop: true,
+		Live:      true,
+		HardLinks: true,
+		Regular: func(tw *tar.Writer, hdr *tar.Header, name string, fi fs.FileInfo) (bool, error) {
+			return s.exportRegular(tw, w, hdr, name, fi, since)
+		},
 	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
-}
-
-// walk calls fn for top and everything below it, parents first, names
-// in lexical order, as fs.WalkDir does; fi is from lstat, except top's,
-// which may be a link to the directory to walk. Unlike io/fs, it takes
-// any name the kernel does: io/fs refuses names that are not UTF-8, and
-// would fail the whole export for one of them. Entries removed while it
-// walks are left out.
-func (s *Server) walk(top string, fn func(name string, fi fs.FileInfo) error) error {
-	fi, err := s.root.Stat(top)
-	if err != nil {
-		return err
-	}
-	return s.walkEntry(top, fi, fn)
-}
-
-func (s *Server) walkEntry(name string, fi fs.FileInfo, fn func(string, fs.FileInfo) error) error {
-	if err := fn(name, fi); err != nil || !fi.IsDir() {
-		return err
-	}
-	d, err := s.open(name)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		return err
-	}
-	entries, err := d.ReadDir(-1)
-	d.Close()
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	for _, e := range entries {
-		fi, err := e.Info()
-		if err != nil {
-			continue // removed since the directory was read
-		}
-		if err := s.walkEntry(path.Join(name, e.Name()), fi, fn); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // exportRegular writes a regular file, or its header alone when its

@@ -49,7 +49,7 @@ func sandboxIDs(ctx context.Context, cf *connFlags) []string {
 		return nil
 	}
 	defer c.Temporal().Close()
-	rows, err := listSandboxes(ctx, c.Temporal(), false)
+	rows, err := listSandboxes(ctx, c, false)
 	if err != nil {
 		return nil
 	}

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
@@ -47,92 +46,45 @@ type runRow struct {
 }
 
 func newRunLs(cf *connFlags) *cobra.Command {
-	var (
-		all, quiet bool
-		outFmt     *format
-	)
-	cmd := &cobra.Command{
-		Use:   "ls",
-		Short: "List one-shot runs: ID, STATE, AGE, COMMAND (running ones unless -a)",
-		Args:  usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := cf.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Temporal().Close()
-			rows, err := listRuns(ctx, c.Temporal(), all)
-			if err != nil {
-				return err
-			}
-			switch {
-			case quiet:
-				for _, r := range rows {
-					fmt.Println(r.ID)
+	return listing[runRow]{
+		short:   "List one-shot runs: ID, STATE, AGE, COMMAND (running ones unless -a)",
+		allHelp: "include ended runs",
+		list:    listRuns,
+		id:      func(r runRow) string { return r.ID },
+		header:  "ID\tSTATE\tAGE\tCOMMAND",
+		line: func(r runRow) string {
+			// The command is the sandbox's: no tab or newline of it may
+			// break the table.
+			command := strings.Map(func(r rune) rune {
+				if r < ' ' || r == 0x7f {
+					return '?'
 				}
-				return nil
-			case *outFmt == formatJSON:
-				return writeJSON(os.Stdout, rows)
-			case *outFmt == formatJSONL:
-				for _, r := range rows {
-					if err := writeJSON(os.Stdout, r); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tSTATE\tAGE\tCOMMAND")
-			for _, r := range rows {
-				// The command is the sandbox's: no tab or newline of it
-				// may break the table.
-				command := strings.Map(func(r rune) rune {
-					if r < ' ' || r == 0x7f {
-						return '?'
-					}
-					return r
-				}, r.Command)
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.ID, r.State, time.Duration(r.Age*float64(time.Second)), command)
-			}
-			return w.Flush()
+				return r
+			}, r.Command)
+			return fmt.Sprintf("%s\t%s\t%s\t%s", r.ID, r.State, time.Duration(r.Age*float64(time.Second)), command)
 		},
-	}
-	cmd.Flags().BoolVarP(&all, "all", "a", false, "include ended runs")
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only, one a line")
-	outFmt = addFormat(cmd.Flags(), formatJSON, formatJSONL)
-	return cmd
+	}.command(cf)
 }
 
 // listRuns lists the Run workflows, running ones unless all.
-func listRuns(ctx context.Context, c tclient.Client, all bool) ([]runRow, error) {
-	query := "WorkflowType = 'Run'"
-	if !all {
-		query += " AND ExecutionStatus = 'Running'"
+func listRuns(ctx context.Context, c *client.Client, all bool) ([]runRow, error) {
+	dc := converter.GetDefaultDataConverter()
+	rows, err := listWorkflows(ctx, c.Temporal(), "Run", all, func(e *workflowpb.WorkflowExecutionInfo) runRow {
+		r := runRow{ID: e.Execution.GetWorkflowId(), State: strings.ToLower(e.Status.String()),
+			Created: e.GetStartTime().AsTime()}
+		r.Age = time.Since(r.Created).Round(time.Second).Seconds()
+		if p := e.GetMemo().GetFields()[workflows.MemoCommand]; p != nil {
+			_ = dc.FromPayload(p, &r.Command)
+		}
+		return r
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %s", oneLine(err))
 	}
-	var (
-		rows  = []runRow{}
-		token []byte
-		dc    = converter.GetDefaultDataConverter()
-	)
-	for {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
-		if err != nil {
-			return nil, fmt.Errorf("list runs: %s", oneLine(err))
-		}
-		for _, e := range resp.Executions {
-			r := runRow{ID: e.Execution.GetWorkflowId(), State: strings.ToLower(e.Status.String()),
-				Created: e.GetStartTime().AsTime()}
-			r.Age = time.Since(r.Created).Round(time.Second).Seconds()
-			if p := e.GetMemo().GetFields()[workflows.MemoCommand]; p != nil {
-				_ = dc.FromPayload(p, &r.Command)
-			}
-			rows = append(rows, r)
-		}
-		if token = resp.NextPageToken; len(token) == 0 {
-			return rows, nil
-		}
+	if rows == nil {
+		rows = []runRow{}
 	}
+	return rows, nil
 }
 
 func newRunCancel(cf *connFlags) *cobra.Command {
@@ -216,7 +168,7 @@ func runIDs(ctx context.Context, cf *connFlags) []string {
 		return nil
 	}
 	defer c.Temporal().Close()
-	rows, err := listRuns(ctx, c.Temporal(), false)
+	rows, err := listRuns(ctx, c, false)
 	if err != nil {
 		return nil
 	}

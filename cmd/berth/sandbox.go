@@ -6,18 +6,18 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/berth-dev/berth/client"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/berth-dev/berth/client"
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
@@ -301,100 +301,47 @@ type sandboxRow struct {
 }
 
 func newSandboxLs(cf *connFlags) *cobra.Command {
-	var (
-		all, quiet bool
-		out        *format
-	)
-	cmd := &cobra.Command{
-		Use:   "ls",
-		Short: "List sandboxes with their provider, state and age",
-		Args:  usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := cf.dial(cmd.Context())
-			if err != nil {
-				return err
+	return listing[sandboxRow]{
+		short:   "List sandboxes with their provider, state and age",
+		allHelp: "include ended sandboxes",
+		list:    listSandboxes,
+		id:      func(r sandboxRow) string { return r.ID },
+		header:  "ID\tPROVIDER\tSTATE\tAGE\tOWNER",
+		line: func(r sandboxRow) string {
+			owner := r.Owner
+			if owner == "" {
+				owner = "-"
 			}
-			defer c.Temporal().Close()
-			rows, err := listSandboxes(ctx, c.Temporal(), all)
-			if err != nil {
-				return err
-			}
-			switch {
-			case quiet:
-				for _, r := range rows {
-					fmt.Println(r.ID)
-				}
-				return nil
-			case *out == formatJSON:
-				if rows == nil {
-					rows = []sandboxRow{}
-				}
-				return writeJSON(os.Stdout, rows)
-			case *out == formatJSONL:
-				for _, r := range rows {
-					if err := writeJSON(os.Stdout, r); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tPROVIDER\tSTATE\tAGE\tOWNER")
-			for _, r := range rows {
-				owner := r.Owner
-				if owner == "" {
-					owner = "-"
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Provider, r.State,
-					time.Duration(r.Age*float64(time.Second)).Round(time.Second), owner)
-			}
-			return w.Flush()
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", r.ID, r.Provider, r.State,
+				time.Duration(r.Age*float64(time.Second)).Round(time.Second), owner)
 		},
-	}
-	cmd.Flags().BoolVarP(&all, "all", "a", false, "include ended sandboxes")
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only, one a line")
-	out = addFormat(cmd.Flags(), formatJSON, formatJSONL)
-	return cmd
+	}.command(cf)
 }
 
 // listSandboxes lists the Sandbox workflows, running ones unless all.
-func listSandboxes(ctx context.Context, c tclient.Client, all bool) ([]sandboxRow, error) {
-	query := "WorkflowType = 'Sandbox'"
-	if !all {
-		query += " AND ExecutionStatus = 'Running'"
+func listSandboxes(ctx context.Context, c *client.Client, all bool) ([]sandboxRow, error) {
+	dc := converter.GetDefaultDataConverter()
+	rows, err := listWorkflows(ctx, c.Temporal(), "Sandbox", all, func(e *workflowpb.WorkflowExecutionInfo) sandboxRow {
+		r := sandboxRow{ID: e.Execution.GetWorkflowId(), Created: e.GetStartTime().AsTime()}
+		if p := e.GetMemo().GetFields()[workflows.MemoProvider]; p != nil {
+			_ = dc.FromPayload(p, &r.Provider)
+		}
+		if p := e.GetMemo().GetFields()[workflows.MemoState]; p != nil {
+			_ = dc.FromPayload(p, &r.State)
+		}
+		if e.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			r.State = strings.ToLower(e.Status.String())
+		}
+		r.Age = time.Since(r.Created).Round(time.Second).Seconds()
+		// A standalone sandbox owns itself; a fork started by another
+		// sandbox's workflow names it.
+		r.Owner = e.GetParentExecution().GetWorkflowId()
+		return r
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
-	var (
-		rows  []sandboxRow
-		token []byte
-		dc    = converter.GetDefaultDataConverter()
-	)
-	for {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
-		if err != nil {
-			return nil, fmt.Errorf("list sandboxes: %w", err)
-		}
-		for _, e := range resp.Executions {
-			r := sandboxRow{ID: e.Execution.GetWorkflowId(), Created: e.GetStartTime().AsTime()}
-			if p := e.GetMemo().GetFields()[workflows.MemoProvider]; p != nil {
-				_ = dc.FromPayload(p, &r.Provider)
-			}
-			if p := e.GetMemo().GetFields()[workflows.MemoState]; p != nil {
-				_ = dc.FromPayload(p, &r.State)
-			}
-			if e.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-				r.State = strings.ToLower(e.Status.String())
-			}
-			r.Age = time.Since(r.Created).Round(time.Second).Seconds()
-			// A standalone sandbox owns itself; a fork started by
-			// another sandbox's workflow names it.
-			r.Owner = e.GetParentExecution().GetWorkflowId()
-			rows = append(rows, r)
-		}
-		if token = resp.NextPageToken; len(token) == 0 {
-			return rows, nil
-		}
-	}
+	return rows, nil
 }
 
 func newSandboxRm(cf *connFlags) *cobra.Command {

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/tartree"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/transfer"
 	"github.com/berth-dev/berth/workflows"
@@ -144,51 +143,9 @@ func copyIn(ctx context.Context, c *client.Client, id, src, dst string) error {
 // writeTar writes the tree at src as a tar stream whose names start with
 // dst.
 func writeTar(w io.Writer, src, dst string) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		name := path.Join(dst, filepath.ToSlash(rel))
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime(), Format: tar.FormatPAX}
-		switch {
-		case fi.IsDir():
-			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-			return tw.WriteHeader(hdr)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
-			return tw.WriteHeader(hdr)
-		case fi.Mode().IsRegular():
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
-			if err := tw.WriteHeader(hdr); err != nil {
-				return err
-			}
-			_, err = io.CopyN(tw, f, fi.Size())
-			return err
-		}
-		return nil
+	return tartree.Write(w, tartree.Host{}, src, tartree.Options{
+		Name: func(rel string) string { return path.Join(dst, rel) },
 	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
 }
 
 // splitRemote splits ID:PATH; a local path has no colon before its first

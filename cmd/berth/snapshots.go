@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -55,54 +54,17 @@ type snapshotRow struct {
 }
 
 func newSnapshotLs(cf *connFlags) *cobra.Command {
-	var (
-		all, quiet bool
-		outFmt     *format
-	)
-	cmd := &cobra.Command{
-		Use:   "ls",
-		Short: "List snapshots: id, kind, the sandbox they were taken of, files, size, age",
-		Args:  usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := cf.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Temporal().Close()
-			rows, err := listSnapshots(ctx, c, all)
-			if err != nil {
-				return err
-			}
-			switch {
-			case quiet:
-				for _, r := range rows {
-					fmt.Println(r.ID)
-				}
-				return nil
-			case *outFmt == formatJSON:
-				return writeJSON(os.Stdout, rows)
-			case *outFmt == formatJSONL:
-				for _, r := range rows {
-					if err := writeJSON(os.Stdout, r); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tKIND\tSANDBOX\tFILES\tSIZE\tAGE")
-			for _, r := range rows {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Kind, r.Sandbox,
-					r.Files, humanBytes(r.Size), time.Duration(r.Age*float64(time.Second)))
-			}
-			return w.Flush()
+	return listing[snapshotRow]{
+		short:   "List snapshots: id, kind, the sandbox they were taken of, files, size, age",
+		allHelp: "include berth's own checkpoints",
+		list:    listSnapshots,
+		id:      func(r snapshotRow) string { return r.ID },
+		header:  "ID\tKIND\tSANDBOX\tFILES\tSIZE\tAGE",
+		line: func(r snapshotRow) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s", r.ID, r.Kind, r.Sandbox,
+				r.Files, humanBytes(r.Size), time.Duration(r.Age*float64(time.Second)))
 		},
-	}
-	cmd.Flags().BoolVarP(&all, "all", "a", false, "include berth's own checkpoints")
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print ids only, one a line")
-	outFmt = addFormat(cmd.Flags(), formatJSON, formatJSONL)
-	return cmd
+	}.command(cf)
 }
 
 // listSnapshots lists users' snapshots, and berth's checkpoints too when

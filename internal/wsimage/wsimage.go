@@ -4,11 +4,10 @@
 // mounted on a directory of the host for a runtime to bind into its
 // sandbox.
 //
-// It is the linux provider's workspace image (provider/linux/workspace.go)
-// for runtimes that take a directory rather than a detached mount: the
-// formatting and the loop device are the same, copied rather than
-// shared so that the linux provider, which passes its mount to the
-// sandbox as a descriptor and never mounts it on the host, is unchanged.
+// Format makes the image and its loop device, for every provider; Make
+// also mounts it on a directory, for runtimes that take a directory (the
+// linux provider mounts it detached instead, and passes the mount to its
+// sandbox as a descriptor).
 package wsimage
 
 import (
@@ -29,11 +28,18 @@ const BytesPerInode = 16 << 10
 // MinSize is the smallest image: what ext4 needs.
 const MinSize = 16 << 20
 
-// mkfsArgs are the linux provider's: no journal (the workspace dies with
-// its sandbox and snapshots are its durable copy), nothing reserved for
-// root, inode tables left unwritten, so that a fresh image takes about
-// 200 KiB of host disk whatever its size; explicit block and inode sizes
-// so that the host's mke2fs.conf does not change them.
+// mkfsArgs are the options the image is formatted with:
+//   - no journal: the workspace dies with its sandbox, and snapshots are
+//     its durable copy, so crash consistency buys nothing, and a journal
+//     costs writes, a kernel thread and 64 MiB of the workspace's space;
+//   - no space reserved for root (nobody in a sandbox is the host's root)
+//     and no blocks reserved for growing the file system offline, which
+//     would be written out as data;
+//   - inode tables left unwritten (lazy_itable_init) and not zeroed after
+//     mount either (noinit_itable, which the mount must pass), so a fresh
+//     image takes about 200 KiB of host disk whatever its size;
+//   - explicit block and inode sizes, so that the host's mke2fs.conf and
+//     its types for small file systems do not change them.
 func mkfsArgs(path string, uid, gid int) []string {
 	return []string{"-t", "ext4", "-q", "-F",
 		"-b", "4096", "-I", "256", "-i", strconv.Itoa(BytesPerInode), "-m", "0",
@@ -42,32 +48,44 @@ func mkfsArgs(path string, uid, gid int) []string {
 		path}
 }
 
+// Format makes a sparse image of size bytes at image, formats it with
+// its root directory owned by uid and gid, and returns a loop device of
+// it, open. The device detaches itself when its last user closes it:
+// once mounted, the mount.
+func Format(image string, size int64, uid, gid int) (*os.File, error) {
+	if size < MinSize {
+		return nil, fmt.Errorf("workspace image of %d bytes is below the minimum of %d", size, int64(MinSize))
+	}
+	img, err := os.OpenFile(image, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("workspace image: %w", err)
+	}
+	defer img.Close()
+	if err := img.Truncate(size); err != nil {
+		return nil, fmt.Errorf("workspace image: %w", err)
+	}
+	mkfs, err := findMkfs()
+	if err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command(mkfs, mkfsArgs(image, uid, gid)...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("format workspace image: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	loop, err := attachLoop(img)
+	if err != nil {
+		return nil, fmt.Errorf("workspace image: %w", err)
+	}
+	return loop, nil
+}
+
 // Make makes a sparse image of size bytes at image, formats it with its
 // root directory owned by uid and gid, and mounts it, nosuid and nodev,
 // on the existing directory target. The loop device detaches itself when
 // the mount goes (Unmount).
 func Make(image, target string, size int64, uid, gid int) error {
-	if size < MinSize {
-		return fmt.Errorf("workspace image of %d bytes is below the minimum of %d", size, int64(MinSize))
-	}
-	img, err := os.OpenFile(image, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("workspace image: %w", err)
-	}
-	defer img.Close()
-	if err := img.Truncate(size); err != nil {
-		return fmt.Errorf("workspace image: %w", err)
-	}
-	mkfs, err := findMkfs()
+	loop, err := Format(image, size, uid, gid)
 	if err != nil {
 		return err
-	}
-	if out, err := exec.Command(mkfs, mkfsArgs(image, uid, gid)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("format workspace image: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	loop, err := attachLoop(img)
-	if err != nil {
-		return fmt.Errorf("workspace image: %w", err)
 	}
 	// The mount keeps the device open; closing this descriptor lets the
 	// device detach with the mount.

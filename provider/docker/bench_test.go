@@ -2,28 +2,17 @@ package docker
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 	"github.com/berth-dev/berth/provider/linux"
 )
-
-// reportMedian adds the median of the samples to a benchmark's output,
-// beside the mean that ns/op gives.
-func reportMedian(b *testing.B, samples []time.Duration) {
-	if len(samples) == 0 {
-		return
-	}
-	slices.Sort(samples)
-	b.ReportMetric(float64(samples[len(samples)/2].Microseconds())/1000, "median-ms")
-}
 
 // BenchmarkCreateExec measures create-to-first-result: creating a
 // sandbox and getting the result of /bin/true in it. Destroying it is
@@ -38,61 +27,27 @@ func reportMedian(b *testing.B, samples []time.Duration) {
 //     the provider formats and mounts its workspace meanwhile;
 //   - docker-run: the docker CLI.
 func BenchmarkCreateExec(b *testing.B) {
-	oneShot := func(b *testing.B, p *Provider, warm bool) {
-		ctx := b.Context()
-		var samples []time.Duration
-		for b.Loop() {
-			if warm {
-				b.StopTimer()
-				waitWarm(b, p)
-				b.StartTimer()
-			}
-			start := time.Now()
-			sb, err := p.Create(ctx, provider.Spec{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			res, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"/bin/true"}})
-			if err != nil || res.ExitCode != 0 {
-				b.Fatalf("exec: %+v, %v", res, err)
-			}
-			samples = append(samples, time.Since(start))
-			b.StopTimer()
-			if err := sb.Destroy(ctx); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-		}
-		reportMedian(b, samples)
-	}
-	b.Run("berth", func(b *testing.B) { oneShot(b, newTestProvider(b, Config{}), true) })
-	b.Run("berth-cold", func(b *testing.B) { oneShot(b, newTestProvider(b, Config{Pool: -1}), false) })
+	b.Run("berth", func(b *testing.B) {
+		p := newTestProvider(b, Config{})
+		sandboxtest.OneShot(b, p, func() { waitWarm(b, p) }, false)
+	})
+	b.Run("berth-cold", func(b *testing.B) { sandboxtest.OneShot(b, newTestProvider(b, Config{Pool: -1}), nil, false) })
 	b.Run("docker-run", func(b *testing.B) {
 		needDocker(b)
-		var samples []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if out, err := exec.Command("docker", "run", "--rm", "--network", "none", testImage, "true").CombinedOutput(); err != nil {
-				b.Fatalf("docker run: %v: %s", err, out)
-			}
-			samples = append(samples, time.Since(start))
-		}
-		reportMedian(b, samples)
+		sandboxtest.Baseline(b, func() *exec.Cmd {
+			return exec.Command("docker", "run", "--rm", "--network", "none", testImage, "true")
+		})
 	})
 }
 
 // waitWarm waits until the pool has a container ready and none starting.
 func waitWarm(b *testing.B, p *Provider) {
-	p.pool.fill(p.cfg.Image) // fills the pool the first time; a no-op when full
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	counts := func() (int, int) {
 		p.pool.mu.Lock()
-		ready, filling := len(p.pool.ready), p.pool.filling
-		p.pool.mu.Unlock()
-		if ready > 0 && filling == 0 {
-			return
-		}
+		defer p.pool.mu.Unlock()
+		return len(p.pool.ready), p.pool.filling
 	}
-	b.Fatal("no warm container after 30s")
+	sandboxtest.WaitWarm(b, counts, func() { p.pool.fill(p.cfg.Image) }, 30*time.Second, "container")
 }
 
 // BenchmarkExec measures one command in a running sandbox, against the
@@ -109,19 +64,12 @@ func BenchmarkExec(b *testing.B) {
 	}{
 		{"docker", func(b *testing.B) provider.Provider { return newTestProvider(b, Config{}) }},
 		{"linux", func(b *testing.B) provider.Provider {
-			dir, err := os.MkdirTemp("", "berth-bench-linux-")
-			if err != nil {
-				b.Fatal(err)
-			}
-			// The linux provider's daemons run under ids of their own.
-			if err := os.Chmod(dir, 0o711); err != nil {
-				b.Fatal(err)
-			}
+			dir := sandboxtest.SearchableTempDir(b, "berth-bench-linux-")
 			p, err := linux.New(linux.Config{StateDir: dir, DaemonPath: testEnv.daemon})
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Cleanup(func() { p.Close(); os.RemoveAll(dir) })
+			b.Cleanup(func() { p.Close() })
 			return p
 		}},
 	}
@@ -130,28 +78,11 @@ func BenchmarkExec(b *testing.B) {
 			b.Run(pr.name+strings.ReplaceAll(argv[0], "/", "-"), func(b *testing.B) {
 				p := pr.open(b)
 				ctx := b.Context()
-				sb, err := p.Create(ctx, provider.Spec{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer sb.Destroy(context.Background())
+				sb := sandboxtest.Create(b, p, provider.Spec{})
 				if err := sb.WriteFile(ctx, "static", bytes.NewReader(static), 0o755); err != nil {
 					b.Fatal(err)
 				}
-				var samples, inSandbox []time.Duration
-				for b.Loop() {
-					start := time.Now()
-					res, err := sb.Exec(ctx, provider.ExecRequest{Argv: argv})
-					if err != nil || res.ExitCode != 0 {
-						b.Fatalf("exec: %+v, %v", res, err)
-					}
-					samples = append(samples, time.Since(start))
-					inSandbox = append(inSandbox, res.Duration)
-				}
-				reportMedian(b, samples)
-				// How much of it is the process itself, from fork to exit.
-				slices.Sort(inSandbox)
-				b.ReportMetric(float64(inSandbox[len(inSandbox)/2].Microseconds())/1000, "process-ms")
+				sandboxtest.Exec(b, sb, argv)
 			})
 		}
 	}

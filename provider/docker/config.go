@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/settings"
 )
 
 // Config sets up the provider. The zero value is usable on a host whose
@@ -91,20 +91,14 @@ const (
 )
 
 func (c *Config) setDefaults() error {
-	if c.StateDir == "" {
-		c.StateDir = DefaultStateDir
-	}
-	dir, err := filepath.Abs(c.StateDir)
+	err := settings.StateDir(&c.StateDir, DefaultStateDir)
 	if err != nil {
 		return err
 	}
-	c.StateDir = dir
 	if c.DaemonPath == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("find own executable: %w", err)
+		if c.DaemonPath, err = settings.DaemonBeside(DaemonName, false); err != nil {
+			return err
 		}
-		c.DaemonPath = filepath.Join(filepath.Dir(self), DaemonName)
 	}
 	if c.DaemonPath, err = filepath.Abs(c.DaemonPath); err != nil {
 		return err
@@ -121,20 +115,11 @@ func (c *Config) setDefaults() error {
 	if c.UIDBase < 1000 || c.UIDCount < 1 {
 		return fmt.Errorf("%w: uid range %d+%d must start at 1000 or more", provider.ErrBadInput, c.UIDBase, c.UIDCount)
 	}
-	if c.Defaults.Memory == 0 {
-		c.Defaults.Memory = 2 << 30
-	}
-	if c.Defaults.Pids == 0 {
-		c.Defaults.Pids = 4096
-	}
-	if c.Defaults.Disk == 0 {
-		c.Defaults.Disk = DefaultDisk
+	if err := settings.Defaults(&c.Defaults, DefaultDisk, MinDisk); err != nil {
+		return err
 	}
 	if err := provider.ValidateResources(c.Defaults); err != nil {
 		return err
-	}
-	if c.Defaults.Disk < MinDisk {
-		return fmt.Errorf("%w: default disk of %d bytes is below the minimum of %d", provider.ErrBadInput, c.Defaults.Disk, MinDisk)
 	}
 	if c.Pool == 0 {
 		c.Pool = 2
@@ -169,41 +154,17 @@ func (l Limits) userProcesses(pids int64) int64 {
 // fromProviderConfig decodes the text settings of provider.Open.
 func fromProviderConfig(pc provider.Config) (Config, error) {
 	var c Config
-	for k, v := range pc {
-		var err error
-		switch k {
-		case "host":
-			c.Host = v
-		case "state-dir":
-			c.StateDir = v
-		case "daemon":
-			c.DaemonPath = v
-		case "image":
-			c.Image = v
-		case "uid-base":
-			c.UIDBase, err = strconv.Atoi(v)
-		case "uid-count":
-			c.UIDCount, err = strconv.Atoi(v)
-		case "memory":
-			c.Defaults.Memory, err = strconv.ParseInt(v, 10, 64)
-		case "pids":
-			c.Defaults.Pids, err = strconv.ParseInt(v, 10, 64)
-		case "cpu":
-			c.Defaults.CPU, err = strconv.ParseFloat(v, 64)
-		case "disk":
-			c.Defaults.Disk, err = strconv.ParseInt(v, 10, 64)
-		case "pool":
-			c.Pool, err = strconv.Atoi(v)
-		case "pull-timeout":
-			c.PullTimeout, err = time.ParseDuration(v)
-		default:
-			return c, fmt.Errorf("%w: docker provider: unknown setting %q", provider.ErrBadInput, k)
-		}
-		if err != nil {
-			return c, fmt.Errorf("%w: docker provider: setting %q: %v", provider.ErrBadInput, k, err)
-		}
-	}
-	return c, nil
+	err := settings.Decode(Name, pc, settings.Resources(&c.Defaults), map[string]settings.Setting{
+		"host":         settings.String(&c.Host),
+		"state-dir":    settings.String(&c.StateDir),
+		"daemon":       settings.String(&c.DaemonPath),
+		"image":        settings.String(&c.Image),
+		"uid-base":     settings.Int(&c.UIDBase),
+		"uid-count":    settings.Int(&c.UIDCount),
+		"pool":         settings.Int(&c.Pool),
+		"pull-timeout": settings.Duration(&c.PullTimeout),
+	})
+	return c, err
 }
 
 // checkStatic checks that path is an executable that needs no dynamic

@@ -4,10 +4,10 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 	"github.com/berth-dev/berth/provider/providertest"
 )
 
@@ -39,15 +39,5 @@ func daemonRSS(t *testing.T, sb provider.Sandbox) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS in daemon status")
-	return 0
+	return sandboxtest.VmRSS(t, string(b))
 }

@@ -15,27 +15,15 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 )
 
 func create(t *testing.T, p *Provider, spec provider.Spec) *sandbox {
 	t.Helper()
-	sb, err := p.Create(t.Context(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Destroy(context.Background()) })
-	return sb.(*sandbox)
+	return sandboxtest.Create(t, p, spec).(*sandbox)
 }
 
-func sh(t *testing.T, sb provider.Sandbox, script string) string {
-	t.Helper()
-	var out, errOut strings.Builder
-	res, err := sb.Exec(t.Context(), provider.ExecRequest{Shell: script, Stdout: &out, Stderr: &errOut})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("%q: exit %d, %v: %s", script, res.ExitCode, err, errOut.String())
-	}
-	return out.String()
-}
+var sh = sandboxtest.Sh
 
 // containers lists the containers of a state directory, warm ones too.
 func containers(t *testing.T, p *Provider) []string {

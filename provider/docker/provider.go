@@ -9,18 +9,22 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/image"
+	"github.com/berth-dev/berth/provider/internal/clients"
+	"github.com/berth-dev/berth/provider/internal/idlock"
+	"github.com/berth-dev/berth/provider/internal/records"
+	"github.com/berth-dev/berth/provider/internal/sandboxspec"
+	"github.com/berth-dev/berth/provider/internal/settings"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -55,8 +59,7 @@ type Provider struct {
 	docker *client.Client
 	pool   *pool
 
-	mu      sync.Mutex
-	clients map[string]*sandboxd.Client // by sandbox id, to reuse connections
+	clients clients.Cache
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -90,13 +93,11 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("docker provider: %w", err)
 		}
 	}
-	f, err := os.OpenFile(filepath.Join(cfg.StateDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
+	if err := idlock.Create(filepath.Join(cfg.StateDir, lockFile)); err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("docker provider: %w", err)
 	}
-	f.Close()
-	p := &Provider{cfg: cfg, log: cfg.Logger, docker: cli, clients: map[string]*sandboxd.Client{}}
+	p := &Provider{cfg: cfg, log: cfg.Logger, docker: cli}
 	p.pool = &pool{p: p, size: cfg.Pool}
 	p.sweepWarm(ctx)
 	return p, nil
@@ -106,12 +107,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 // affected.
 func (p *Provider) Close() error {
 	p.pool.close()
-	p.mu.Lock()
-	for id, c := range p.clients {
-		c.Close()
-		delete(p.clients, id)
-	}
-	p.mu.Unlock()
+	p.clients.Close()
 	return p.docker.Close()
 }
 
@@ -133,7 +129,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		spec.Image = p.cfg.Image
 	}
 	if spec.ID == "" {
-		spec.ID = "sb-" + randomHex(8)
+		spec.ID = records.NewID()
 	}
 	unlock, err := p.lock(spec.ID)
 	if err != nil {
@@ -155,17 +151,11 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	if err := provider.ValidateSpec(spec); err != nil {
+	if err := (sandboxspec.Offer{Name: Name, MinDisk: MinDisk, Network: true}).Check(spec); err != nil {
 		return err
-	}
-	if spec.RootFS != "" {
-		return fmt.Errorf("%w: the docker provider takes images, not root filesystem directories: set Image", provider.ErrUnsupported)
 	}
 	if spec.Image == "" && p.cfg.Image == "" {
 		return fmt.Errorf("%w: no image: the spec names none and the docker provider has no default (setting image)", provider.ErrBadInput)
-	}
-	if d := spec.Resources.Disk; d != 0 && d < MinDisk {
-		return fmt.Errorf("%w: a workspace of %d bytes is below the minimum of %d (16 MiB)", provider.ErrBadInput, d, int64(MinDisk))
 	}
 	return nil
 }
@@ -205,13 +195,7 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, err
 // claim makes a warm container a sandbox: it publishes the sandbox's
 // record and tells the daemon its configuration.
 func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec, res provider.Resources) (*record, error) {
-	now := time.Now()
-	lifetime := spec.Lifetime
-	if lifetime == 0 {
-		lifetime = provider.DefaultLifetime
-	}
-	rec := &record{ID: spec.ID, Image: spec.Image, Container: w.container, UID: w.uid, Labels: spec.Labels,
-		Resources: res, CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC(), Freezer: w.freezer}
+	rec := &record{Base: records.NewBase(spec, res), Image: spec.Image, Container: w.container, UID: w.uid, Freezer: w.freezer}
 	// From the moment the record exists, Destroy finds everything,
 	// whatever happens to this process.
 	if err := p.writeRecord(rec); err != nil {
@@ -222,24 +206,12 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec, res p
 		os.Remove(p.recordPath(rec.ID))
 		return nil, err
 	}
-	p.adopt(spec.ID, w.client)
+	p.clients.Adopt(spec.ID, w.client)
 	return rec, nil
 }
 
 func (p *Provider) resources(r provider.Resources) provider.Resources {
-	if r.Memory == 0 {
-		r.Memory = p.cfg.Defaults.Memory
-	}
-	if r.Pids == 0 {
-		r.Pids = p.cfg.Defaults.Pids
-	}
-	if r.CPU == 0 {
-		r.CPU = p.cfg.Defaults.CPU
-	}
-	if r.Disk == 0 {
-		r.Disk = p.cfg.Defaults.Disk
-	}
-	return r
+	return settings.Fill(r, p.cfg.Defaults)
 }
 
 // Get implements provider.Provider.
@@ -266,73 +238,18 @@ func (p *Provider) handle(rec *record) *sandbox {
 
 // client returns the shared client of a sandbox.
 func (p *Provider) client(rec *record) *sandboxd.Client {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	c, ok := p.clients[rec.ID]
-	if !ok {
-		c = sandboxd.NewClient(sandboxd.UnixDialer(filepath.Join(p.slotPath(rec.UID), runDir, socketName)))
-		p.clients[rec.ID] = c
-	}
-	return c
-}
-
-// adopt makes c the shared client of a sandbox.
-func (p *Provider) adopt(id string, c *sandboxd.Client) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if old, ok := p.clients[id]; ok {
-		old.Close()
-	}
-	p.clients[id] = c
-}
-
-func (p *Provider) forget(id string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.clients[id]; ok {
-		c.Close()
-		delete(p.clients, id)
-	}
+	return p.clients.Get(rec.ID, func() *sandboxd.Client {
+		return sandboxd.NewClient(sandboxd.UnixDialer(filepath.Join(p.slotPath(rec.UID), runDir, socketName)))
+	})
 }
 
 // List implements provider.Provider.
 func (p *Provider) List(ctx context.Context, labels map[string]string) ([]provider.Info, error) {
-	entries, err := os.ReadDir(filepath.Join(p.cfg.StateDir, sandboxesDir))
+	ids, err := records.IDs(filepath.Join(p.cfg.StateDir, sandboxesDir), ".json")
 	if err != nil {
 		return nil, err
 	}
-	var infos []provider.Info
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || provider.ValidateID(id) != nil {
-			continue
-		}
-		sb, err := p.get(id)
-		if err != nil {
-			continue // destroyed meanwhile
-		}
-		if !matches(sb.rec.Labels, labels) {
-			continue
-		}
-		info, err := sb.Info(ctx)
-		if errors.Is(err, provider.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		infos = append(infos, info)
-	}
-	return infos, nil
-}
-
-func matches(have, want map[string]string) bool {
-	for k, v := range want {
-		if hv, ok := have[k]; !ok || hv != v {
-			return false
-		}
-	}
-	return true
+	return records.List(ctx, ids, p.get, labels)
 }
 
 // removeSlot removes a container, its workspace's mount and its slot
@@ -358,51 +275,28 @@ func (p *Provider) removeSlot(ctx context.Context, container string, uid int) er
 
 // ensureImage makes sure an image is on the host, pulling it if a
 // registry has it.
-func (p *Provider) ensureImage(ctx context.Context, image string) error {
-	_, err := p.docker.ImageInspect(ctx, image)
+func (p *Provider) ensureImage(ctx context.Context, ref string) error {
+	_, err := p.docker.ImageInspect(ctx, ref)
 	if err == nil {
 		return nil
 	}
 	if cerrdefs.IsInvalidArgument(err) {
-		return fmt.Errorf("%w: image %.200q is not a valid image reference", provider.ErrBadInput, image)
+		return fmt.Errorf("%w: image %.200q is not a valid image reference", provider.ErrBadInput, ref)
 	}
 	if !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("inspect image %.200q: %v", image, oneLine(err))
+		return fmt.Errorf("inspect image %.200q: %v", ref, oneLine(err))
 	}
-	p.log.Info("pulling image", "image", image)
+	p.log.Info("pulling image", "image", ref)
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.PullTimeout)
 	defer cancel()
-	err = p.pull(ctx, image)
+	err = image.Pull(ctx, p.docker, ref, p.log)
 	if err == nil {
 		return nil
 	}
 	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-		return fmt.Errorf("pull image %.200q: not done after %v", image, p.cfg.PullTimeout)
+		return fmt.Errorf("pull image %.200q: not done after %v", ref, p.cfg.PullTimeout)
 	}
-	return fmt.Errorf("%w: image %.200q is not on this host and cannot be pulled (%s): docker pull it where a registry is reachable, or bring it with docker load or docker import", provider.ErrBadInput, image, oneLine(err))
-}
-
-// pull pulls an image, logging its progress.
-func (p *Provider) pull(ctx context.Context, image string) error {
-	resp, err := p.docker.ImagePull(ctx, image, client.ImagePullOptions{})
-	if err != nil {
-		return err
-	}
-	defer resp.Close()
-	last := time.Now()
-	for msg, err := range resp.JSONMessages(ctx) {
-		if err != nil {
-			return err
-		}
-		if msg.Error != nil {
-			return errors.New(msg.Error.Message)
-		}
-		if time.Since(last) > 2*time.Second || msg.Progress == nil {
-			last = time.Now()
-			p.log.Info("pulling image", "image", image, "layer", msg.ID, "status", msg.Status)
-		}
-	}
-	return nil
+	return fmt.Errorf("%w: image %.200q is not on this host and cannot be pulled (%s): docker pull it where a registry is reachable, or bring it with docker load or docker import", provider.ErrBadInput, ref, oneLine(err))
 }
 
 // oneLine keeps the first line of an error from Docker: errors berth
@@ -420,14 +314,7 @@ func randomHex(n int) string {
 
 // env is the base environment of commands, over the image's.
 func env(spec map[string]string) map[string]string {
-	m := map[string]string{
-		"HOME":    provider.Workspace,
-		"USER":    "sandbox",
-		"LOGNAME": "sandbox",
-		"TMPDIR":  "/tmp",
-	}
-	maps.Copy(m, spec)
-	return m
+	return sandboxspec.Env(spec)
 }
 
 // dialUnix connects to a unix socket.

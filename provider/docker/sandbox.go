@@ -12,6 +12,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/lost"
+	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -33,6 +35,9 @@ var (
 )
 
 func (s *sandbox) ID() string { return s.rec.ID }
+
+// Labels are the sandbox's, as recorded.
+func (s *sandbox) Labels() map[string]string { return s.rec.Labels }
 
 // Info implements provider.Sandbox. It asks Docker nothing: the
 // container's freezer says whether it runs, is paused, or is gone.
@@ -81,11 +86,7 @@ func (s *sandbox) ready() error {
 // exists reports ErrNotFound once the sandbox has been destroyed, through
 // this handle or any other.
 func (s *sandbox) exists() error {
-	_, err := os.Stat(s.p.recordPath(s.rec.ID))
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", provider.ErrNotFound, s.rec.ID)
-	}
-	return err
+	return records.Exists(s.p.recordPath(s.rec.ID), s.rec.ID)
 }
 
 func (s *sandbox) lost() error {
@@ -95,23 +96,22 @@ func (s *sandbox) lost() error {
 // check turns a failure to reach the daemon into ErrLost when the
 // container has stopped; typed errors from the daemon pass through.
 func (s *sandbox) check(err error) error {
-	if err == nil || provider.KindOf(err) != provider.KindInternal {
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	// A daemon that is killed closes its connections before Docker
-	// has seen its container stop: give Docker that moment.
+	return lost.Check(err, s.lost(), s.stopped)
+}
+
+// stopped reports whether the container stops within lostGrace: a
+// daemon that is killed closes its connections before Docker has seen
+// its container stop.
+func (s *sandbox) stopped() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), lostGrace)
 	defer cancel()
 	for {
 		if !s.running(ctx) {
-			return fmt.Errorf("%w: %w", s.lost(), err)
+			return true
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			return false
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -176,7 +176,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.p.forget(rec.ID)
+	s.p.clients.Forget(rec.ID)
 	if err := s.p.removeSlot(ctx, rec.Container, rec.UID); err != nil {
 		return fmt.Errorf("destroy %s: %w", rec.ID, err)
 	}

@@ -1,20 +1,15 @@
 package docker
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"hash/fnv"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/idlock"
+	"github.com/berth-dev/berth/provider/internal/records"
 )
 
 // The state directory holds:
@@ -41,24 +36,17 @@ const (
 // are fixed when a container is made, before a warm container has a
 // sandbox, so a sandbox's labels live here.
 type record struct {
-	ID        string             `json:"id"`
-	Image     string             `json:"image"`
-	Container string             `json:"container"` // Docker's id
-	UID       int                `json:"uid"`       // also the slot's name
-	Labels    map[string]string  `json:"labels,omitempty"`
-	Resources provider.Resources `json:"resources"`
-	CreatedAt time.Time          `json:"created_at"`
-	ExpiresAt time.Time          `json:"expires_at"`
+	records.Base
+	Image     string `json:"image"`
+	Container string `json:"container"` // Docker's id
+	UID       int    `json:"uid"`       // also the slot's name
 	// Freezer is the container's cgroup file that says whether it is
 	// frozen: freezer.state (cgroup v1) or cgroup.freeze (v2). It is
 	// gone once the container is.
 	Freezer string `json:"freezer"`
 }
 
-func (r *record) info() provider.Info {
-	return provider.Info{ID: r.ID, Provider: Name, Labels: r.Labels, CreatedAt: r.CreatedAt,
-		ExpiresAt: r.ExpiresAt, Resources: r.Resources}
-}
+func (r *record) info() provider.Info { return r.Info(Name) }
 
 func (p *Provider) recordPath(id string) string {
 	return filepath.Join(p.cfg.StateDir, sandboxesDir, id+".json")
@@ -68,72 +56,23 @@ func (p *Provider) slotPath(uid int) string {
 	return filepath.Join(p.cfg.StateDir, slotsDir, strconv.Itoa(uid))
 }
 
-// maxRecord bounds what is read of a record: 64 labels of at most 384
-// bytes and the rest fit many times over.
-const maxRecord = 1 << 20
-
 func (p *Provider) readRecord(id string) (*record, error) {
-	f, err := os.Open(p.recordPath(id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s", provider.ErrNotFound, id)
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var rec record
-	if err := json.NewDecoder(&limitedFile{f, maxRecord}).Decode(&rec); err != nil {
-		return nil, fmt.Errorf("record of sandbox %s: %w", id, err)
+	if err := records.Read(p.recordPath(id), id, &rec); err != nil {
+		return nil, err
 	}
 	return &rec, nil
 }
 
-type limitedFile struct {
-	f *os.File
-	n int64
-}
-
-func (l *limitedFile) Read(b []byte) (int, error) {
-	if l.n <= 0 {
-		return 0, errors.New("record too large")
-	}
-	if int64(len(b)) > l.n {
-		b = b[:l.n]
-	}
-	n, err := l.f.Read(b)
-	l.n -= int64(n)
-	return n, err
-}
-
 // writeRecord publishes a record whole: a reader sees it all or none.
 func (p *Provider) writeRecord(rec *record) error {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	tmp := p.recordPath(rec.ID) + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p.recordPath(rec.ID))
+	return records.Write(p.recordPath(rec.ID), rec)
 }
 
 // lock takes the lock of one sandbox id, waiting for it; unlock releases
-// it. Locks are open-file-description locks on one byte of .lock chosen
-// by the id's hash: ids sharing a byte wait on each other, harmlessly.
+// it.
 func (p *Provider) lock(id string) (unlock func(), err error) {
-	f, err := os.OpenFile(filepath.Join(p.cfg.StateDir, lockFile), os.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(h.Sum32() % (1 << 20)), Len: 1}
-	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLKW, &lk); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", id, err)
-	}
-	return func() { f.Close() }, nil // closing the description releases its locks
+	return idlock.Lock(filepath.Join(p.cfg.StateDir, lockFile), id)
 }
 
 // freezerFile finds the file that says whether the cgroup of process

@@ -22,6 +22,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/docker/dockerinit"
+	"github.com/berth-dev/berth/provider/internal/warmclaim"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -56,18 +57,8 @@ type warm struct {
 func (w *warm) claim(ctx context.Context, c dockerinit.Claim) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://daemon"+dockerinit.ClaimPath, bytes.NewReader([]byte(encode(c))))
-	if err != nil {
-		return err
-	}
-	resp, err := w.control.Do(req)
-	if err != nil {
+	if err := warmclaim.Send(ctx, w.control, c); err != nil {
 		return fmt.Errorf("claim daemon: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("claim daemon: %s: %s", resp.Status, bytes.TrimSpace(msg))
 	}
 	w.control.CloseIdleConnections()
 	return nil

@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/sandboxspec"
 )
 
 // A container's directory, below the state directory's .containers,
@@ -54,17 +55,9 @@ var hostEntries = []string{"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64",
 // reserved names are mounted by berth whatever the root filesystem holds.
 var reserved = map[string]bool{"workspace": true, "tmp": true, "proc": true, "dev": true, "sys": true, ".berth": true}
 
-// sandboxEtc are the files of the host's /etc that would tell a sandbox
-// who the host's users are and what the host is called; the sandbox sees
-// these instead.
-var sandboxEtc = map[string]string{
-	"passwd": "root:x:0:0:root:/root:/bin/sh\n" +
-		"sandbox:x:1000:1000:sandbox:/workspace:/bin/sh\n" +
-		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-	"group":    "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n",
-	"hostname": "sandbox\n",
-	"hosts":    "127.0.0.1\tlocalhost\n127.0.1.1\tsandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-}
+// sandboxEtc are the files of /etc the sandbox sees instead of the
+// host's.
+var sandboxEtc = sandboxspec.Etc()
 
 // daemonCaps are what the daemon needs of root inside the sandbox: to
 // run commands as the sandbox user and act on files as them (SETUID,

@@ -3,13 +3,12 @@ package gvisor
 import (
 	"fmt"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 
 	"github.com/berth-dev/berth/internal/wsimage"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/settings"
 )
 
 // Config sets up the provider. The zero value is usable on a host with
@@ -62,14 +61,10 @@ const (
 )
 
 func (c *Config) setDefaults() error {
-	if c.StateDir == "" {
-		c.StateDir = DefaultStateDir
-	}
-	dir, err := filepath.Abs(c.StateDir)
+	err := settings.StateDir(&c.StateDir, DefaultStateDir)
 	if err != nil {
 		return err
 	}
-	c.StateDir = dir
 	if c.ImageDir == "" {
 		c.ImageDir = filepath.Join(c.StateDir, ".images")
 	}
@@ -83,32 +78,18 @@ func (c *Config) setDefaults() error {
 		c.Platform = "systrap"
 	}
 	if c.DaemonPath == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("find own executable: %w", err)
-		}
-		c.DaemonPath = self
-		if d := filepath.Join(filepath.Dir(self), DaemonName); isFile(d) {
-			c.DaemonPath = d
+		if c.DaemonPath, err = settings.DaemonBeside(DaemonName, true); err != nil {
+			return err
 		}
 	}
 	if c.DaemonPath, err = filepath.Abs(c.DaemonPath); err != nil {
 		return err
 	}
-	if !isFile(c.DaemonPath) {
+	if !settings.IsFile(c.DaemonPath) {
 		return fmt.Errorf("%w: daemon binary %s is not a file", provider.ErrBadInput, c.DaemonPath)
 	}
-	if c.Defaults.Memory == 0 {
-		c.Defaults.Memory = 2 << 30
-	}
-	if c.Defaults.Pids == 0 {
-		c.Defaults.Pids = 4096
-	}
-	if c.Defaults.Disk == 0 {
-		c.Defaults.Disk = DefaultDisk
-	}
-	if c.Defaults.Disk < MinDisk {
-		return fmt.Errorf("%w: default disk of %d bytes is below the minimum of %d", provider.ErrBadInput, c.Defaults.Disk, int64(MinDisk))
+	if err := settings.Defaults(&c.Defaults, DefaultDisk, MinDisk); err != nil {
+		return err
 	}
 	if c.Pool == 0 {
 		c.Pool = 2
@@ -122,45 +103,17 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-func isFile(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular()
-}
-
 // fromProviderConfig decodes the text settings of provider.Open.
 func fromProviderConfig(pc provider.Config) (Config, error) {
 	var c Config
-	for k, v := range pc {
-		var err error
-		switch k {
-		case "state-dir":
-			c.StateDir = v
-		case "runsc":
-			c.Runsc = v
-		case "image-dir":
-			c.ImageDir = v
-		case "platform":
-			c.Platform = v
-		case "daemon":
-			c.DaemonPath = v
-		case "memory":
-			c.Defaults.Memory, err = strconv.ParseInt(v, 10, 64)
-		case "pids":
-			c.Defaults.Pids, err = strconv.ParseInt(v, 10, 64)
-		case "cpu":
-			c.Defaults.CPU, err = strconv.ParseFloat(v, 64)
-		case "disk":
-			c.Defaults.Disk, err = strconv.ParseInt(v, 10, 64)
-		case "pool":
-			c.Pool, err = strconv.Atoi(v)
-		case "open-files":
-			c.OpenFiles, err = strconv.ParseInt(v, 10, 64)
-		default:
-			return c, fmt.Errorf("%w: gvisor provider: unknown setting %q", provider.ErrBadInput, k)
-		}
-		if err != nil {
-			return c, fmt.Errorf("%w: gvisor provider: setting %q: %v", provider.ErrBadInput, k, err)
-		}
-	}
-	return c, nil
+	err := settings.Decode(Name, pc, settings.Resources(&c.Defaults), map[string]settings.Setting{
+		"state-dir":  settings.String(&c.StateDir),
+		"runsc":      settings.String(&c.Runsc),
+		"image-dir":  settings.String(&c.ImageDir),
+		"platform":   settings.String(&c.Platform),
+		"daemon":     settings.String(&c.DaemonPath),
+		"pool":       settings.Int(&c.Pool),
+		"open-files": settings.Int64(&c.OpenFiles),
+	})
+	return c, err
 }

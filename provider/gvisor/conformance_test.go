@@ -2,11 +2,10 @@ package gvisor
 
 import (
 	"bytes"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 	"github.com/berth-dev/berth/provider/providertest"
 )
 
@@ -39,15 +38,5 @@ func daemonRSS(t *testing.T, sb provider.Sandbox) int64 {
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("read the daemon's status: exit %d, %v", res.ExitCode, err)
 	}
-	for line := range strings.Lines(out.String()) {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmRSS in the daemon's status: %s", out.String())
-	return 0
+	return sandboxtest.VmRSS(t, out.String())
 }

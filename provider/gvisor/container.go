@@ -1,12 +1,9 @@
 package gvisor
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -18,6 +15,9 @@ import (
 
 	"github.com/berth-dev/berth/internal/wsimage"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/hostproc"
+	"github.com/berth-dev/berth/provider/internal/records"
+	"github.com/berth-dev/berth/provider/internal/warmclaim"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -105,7 +105,7 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 	if err != nil {
 		return nil, err
 	}
-	start, err := processStart(st.PID)
+	start, err := hostproc.Start(st.PID)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox process %d: %w%s", st.PID, err, logTail(dir))
 	}
@@ -123,7 +123,7 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("daemon did not answer: %w%s", err, logTail(dir))
 		}
-		if s, serr := processStart(c.pid); serr != nil || s != c.pidStart {
+		if !hostproc.Alive(c.pid, c.pidStart) {
 			return nil, fmt.Errorf("sandbox exited%s", logTail(dir))
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -145,14 +145,8 @@ func (p *Provider) newClient(cid string) *sandboxd.Client {
 // claim makes a started container the container of a new sandbox: it
 // tells the daemon, then records the sandbox.
 func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, res provider.Resources) (*record, error) {
-	now := time.Now()
-	lifetime := spec.Lifetime
-	if lifetime == 0 {
-		lifetime = provider.DefaultLifetime
-	}
-	rec := &record{ID: spec.ID, Container: c.id, Labels: spec.Labels, Resources: res,
-		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC(), PID: c.pid, PIDStart: c.pidStart}
-	msg := claimMsg{Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt,
+	rec := &record{Base: records.NewBase(spec, res), Container: c.id, PID: c.pid, PIDStart: c.pidStart}
+	msg := warmclaim.Claim{Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt,
 		UserProcesses: userProcesses(res.Pids)}
 	if err := p.sendClaim(ctx, c.id, msg); err != nil {
 		return nil, fmt.Errorf("claim daemon: %w%s", err, logTail(c.dir))
@@ -160,16 +154,12 @@ func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, 
 	if err := p.writeRecord(rec); err != nil {
 		return nil, err
 	}
-	p.adopt(spec.ID, c.client)
+	p.clients.Adopt(spec.ID, c.client)
 	c.owner.Close() // the record names it now
 	return rec, nil
 }
 
-func (p *Provider) sendClaim(ctx context.Context, cid string, msg claimMsg) error {
-	body, err := json.Marshal(msg)
-	if err != nil {
-		return err
-	}
+func (p *Provider) sendClaim(ctx context.Context, cid string, msg warmclaim.Claim) error {
 	sock := p.socket(cid, controlName)
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dialUnix(ctx, sock) },
@@ -177,20 +167,7 @@ func (p *Provider) sendClaim(ctx context.Context, cid string, msg claimMsg) erro
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://sandbox"+claimRoute, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
-		return fmt.Errorf("daemon: %s: %s", resp.Status, bytes.TrimSpace(b))
-	}
-	return nil
+	return warmclaim.Send(ctx, hc, msg)
 }
 
 // daemonReserve is how many of a sandbox's processes are kept for its

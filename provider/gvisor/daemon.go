@@ -4,21 +4,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-dev/berth/provider/internal/warmclaim"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -38,7 +34,6 @@ const (
 	// sockets in runDir
 	socketName  = "sandboxd.sock"
 	controlName = "control.sock"
-	claimRoute  = "/claim"
 	// configEnv carries daemonConfig.
 	configEnv = "BERTH_GVISOR_INIT"
 )
@@ -50,15 +45,6 @@ type daemonConfig struct {
 	// Memory is the sandbox's memory limit, which the daemon enforces
 	// (see oomKiller).
 	Memory int64 `json:"memory"`
-}
-
-// claimMsg turns a warm daemon into one sandbox's daemon.
-type claimMsg struct {
-	Env       map[string]string `json:"env"`
-	Dir       string            `json:"dir,omitempty"`
-	ExpiresAt time.Time         `json:"expires_at"`
-	// UserProcesses is the sandbox user's RLIMIT_NPROC.
-	UserProcesses int64 `json:"user_processes"`
 }
 
 // Main runs the daemon when this process was started as a gVisor
@@ -90,11 +76,11 @@ func runDaemon() error {
 	if err := remountNodev(); err != nil {
 		return err
 	}
-	ln, err := listen(socketName)
+	ln, err := warmclaim.Listen(runDir + "/" + socketName)
 	if err != nil {
 		return err
 	}
-	ctl, err := listen(controlName)
+	ctl, err := warmclaim.Listen(runDir + "/" + controlName)
 	if err != nil {
 		return err
 	}
@@ -113,44 +99,9 @@ func runDaemon() error {
 	if err := srv.WarmUp("/bin/true"); err != nil {
 		fmt.Fprintf(os.Stderr, "warm-up command: %v\n", err) // the root may have no /bin/true
 	}
-	served := make(chan error, 2)
-	go func() { served <- srv.Serve(ln) }()
-
-	var once sync.Once
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+claimRoute, func(w http.ResponseWriter, r *http.Request) {
-		var c claimMsg
-		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&c); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		err := errors.New("already claimed")
-		once.Do(func() { err = claim(srv, c) })
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusConflict)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+	return warmclaim.Serve(srv, ln, ctl, func(c warmclaim.Claim) error {
+		return warmclaim.Apply(srv, c, maps.Clone(c.Env))
 	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { served <- hs.Serve(ctl) }()
-	return <-served
-}
-
-func claim(srv *sandboxd.Server, c claimMsg) error {
-	// The daemon is root of the sandbox, which the kernel exempts from
-	// RLIMIT_NPROC: the limit holds its commands alone.
-	if c.UserProcesses > 0 {
-		lim := syscall.Rlimit{Cur: uint64(c.UserProcesses), Max: uint64(c.UserProcesses)}
-		if err := syscall.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
-			return fmt.Errorf("process limit: %w", err)
-		}
-	}
-	srv.Configure(maps.Clone(c.Env), c.Dir)
-	// The hard lifetime: the daemon is the container's first process,
-	// and the container ends with it.
-	time.AfterFunc(time.Until(c.ExpiresAt), func() { os.Exit(0) })
-	return nil
 }
 
 // writable are the places commands may write, and their mount flags:
@@ -171,24 +122,6 @@ func remountNodev() error {
 		}
 	}
 	return nil
-}
-
-// listen makes a socket in runDir that only the sandbox's root may
-// connect to from inside.
-func listen(name string) (net.Listener, error) {
-	path := runDir + "/" + name
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return ln, nil
 }
 
 // oomKiller enforces a sandbox's memory limit, counting each process's

@@ -18,27 +18,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 )
 
 func create(t *testing.T, p *Provider, spec provider.Spec) *sandbox {
 	t.Helper()
-	sb, err := p.Create(t.Context(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Destroy(t.Context()) })
-	return sb.(*sandbox)
+	return sandboxtest.Create(t, p, spec).(*sandbox)
 }
 
-func sh(t *testing.T, sb provider.Sandbox, script string) string {
-	t.Helper()
-	var out, errb bytes.Buffer
-	res, err := sb.Exec(t.Context(), provider.ExecRequest{Shell: script, Stdout: &out, Stderr: &errb})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("%q: exit %d, %v; stderr: %s", script, res.ExitCode, err, errb.String())
-	}
-	return out.String()
-}
+var sh = sandboxtest.Sh
 
 func TestSmoke(t *testing.T) {
 	p := newTestProvider(t, Config{Pool: -1})

@@ -6,17 +6,21 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/image"
+	"github.com/berth-dev/berth/provider/internal/clients"
+	"github.com/berth-dev/berth/provider/internal/hostproc"
+	"github.com/berth-dev/berth/provider/internal/idlock"
+	"github.com/berth-dev/berth/provider/internal/records"
+	"github.com/berth-dev/berth/provider/internal/sandboxspec"
+	"github.com/berth-dev/berth/provider/internal/settings"
+	"github.com/berth-dev/berth/provider/internal/warmpool"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -38,13 +42,12 @@ func init() {
 type Provider struct {
 	cfg      Config
 	log      *slog.Logger
-	pool     *pool
+	pool     *warmpool.Pool[*container]
 	cleanups sync.WaitGroup // removals of destroyed sandboxes' containers
 
 	images *image.Cache // root filesystems of Spec.Image
 
-	mu      sync.Mutex
-	clients map[string]*sandboxd.Client // by sandbox id, to reuse connections
+	clients clients.Cache
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -62,19 +65,17 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("gvisor provider: %w", err)
 		}
 	}
-	f, err := os.OpenFile(filepath.Join(cfg.StateDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
+	if err := idlock.Create(filepath.Join(cfg.StateDir, lockFile)); err != nil {
 		return nil, fmt.Errorf("gvisor provider: %w", err)
 	}
-	f.Close()
 	// gVisor's root is the host's root: an image's owners are kept as
 	// they are, unshifted (a cache of its own, apart from linux's).
 	images, err := image.Open(cfg.ImageDir, image.WithLogger(cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("gvisor provider: %w", err)
 	}
-	p := &Provider{cfg: cfg, log: cfg.Logger, images: images, clients: map[string]*sandboxd.Client{}}
-	p.pool = &pool{p: p, size: cfg.Pool}
+	p := &Provider{cfg: cfg, log: cfg.Logger, images: images}
+	p.pool = p.newPool()
 	p.sweep(context.Background())
 	return p, nil
 }
@@ -82,14 +83,9 @@ func New(cfg Config) (*Provider, error) {
 // Close stops the provider's warm containers and waits for the removal
 // of destroyed sandboxes' containers. Sandboxes are not affected.
 func (p *Provider) Close() error {
-	p.pool.close()
+	p.pool.Close()
 	p.cleanups.Wait()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for id, c := range p.clients {
-		c.Close()
-		delete(p.clients, id)
-	}
+	p.clients.Close()
 	return p.images.Close()
 }
 
@@ -107,7 +103,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		return nil, err
 	}
 	if spec.ID == "" {
-		spec.ID = "sb-" + randomHex(8)
+		spec.ID = records.NewID()
 	}
 	unlock, err := p.lock(spec.ID)
 	if err != nil {
@@ -125,7 +121,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		}
 	}
 	res := p.resources(spec.Resources)
-	c := p.pool.take(spec.RootFS, res)
+	c := p.takeWarm(spec.RootFS, res)
 	if c == nil {
 		if c, err = p.startContainer(ctx, spec.RootFS, res); err != nil {
 			return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
@@ -143,41 +139,11 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	if err := provider.ValidateSpec(spec); err != nil {
-		return err
-	}
-	if spec.Image != "" && spec.RootFS != "" {
-		return fmt.Errorf("%w: an image and a root filesystem directory: give one", provider.ErrBadInput)
-	}
-	if spec.Network != provider.NetworkNone {
-		return fmt.Errorf("%w: the gvisor provider offers no network beyond loopback", provider.ErrUnsupported)
-	}
-	if d := spec.Resources.Disk; d != 0 && d < MinDisk {
-		return fmt.Errorf("%w: a workspace of %d bytes is below the minimum of %d (16 MiB)", provider.ErrBadInput, d, int64(MinDisk))
-	}
-	if spec.RootFS != "" {
-		fi, err := os.Stat(spec.RootFS)
-		if err != nil || !fi.IsDir() || !filepath.IsAbs(spec.RootFS) {
-			return fmt.Errorf("%w: root filesystem %q must be an absolute path to a directory", provider.ErrBadInput, spec.RootFS)
-		}
-	}
-	return nil
+	return sandboxspec.Offer{Name: Name, MinDisk: MinDisk, RootFS: true}.Check(spec)
 }
 
 func (p *Provider) resources(r provider.Resources) provider.Resources {
-	if r.Memory == 0 {
-		r.Memory = p.cfg.Defaults.Memory
-	}
-	if r.Pids == 0 {
-		r.Pids = p.cfg.Defaults.Pids
-	}
-	if r.CPU == 0 {
-		r.CPU = p.cfg.Defaults.CPU
-	}
-	if r.Disk == 0 {
-		r.Disk = p.cfg.Defaults.Disk
-	}
-	return r
+	return settings.Fill(r, p.cfg.Defaults)
 }
 
 // Get implements provider.Provider.
@@ -208,70 +174,16 @@ func (p *Provider) handle(rec *record) *sandbox {
 
 // client returns the shared client of a sandbox.
 func (p *Provider) client(rec *record) *sandboxd.Client {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	c, ok := p.clients[rec.ID]
-	if !ok {
-		c = p.newClient(rec.Container)
-		p.clients[rec.ID] = c
-	}
-	return c
-}
-
-// adopt makes c the shared client of a sandbox.
-func (p *Provider) adopt(id string, c *sandboxd.Client) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if old, ok := p.clients[id]; ok {
-		old.Close()
-	}
-	p.clients[id] = c
-}
-
-func (p *Provider) forget(id string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.clients[id]; ok {
-		c.Close()
-		delete(p.clients, id)
-	}
+	return p.clients.Get(rec.ID, func() *sandboxd.Client { return p.newClient(rec.Container) })
 }
 
 // List implements provider.Provider.
 func (p *Provider) List(ctx context.Context, labels map[string]string) ([]provider.Info, error) {
-	entries, err := os.ReadDir(p.cfg.StateDir)
+	ids, err := records.IDs(p.cfg.StateDir, recordSuffix)
 	if err != nil {
 		return nil, err
 	}
-	var infos []provider.Info
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), recordSuffix)
-		if !ok || provider.ValidateID(id) != nil {
-			continue
-		}
-		sb, err := p.get(id)
-		if err != nil {
-			continue // destroyed meanwhile
-		}
-		if !matches(sb.rec.Labels, labels) {
-			continue
-		}
-		info, err := sb.Info(ctx)
-		if err != nil {
-			continue
-		}
-		infos = append(infos, info)
-	}
-	return infos, nil
-}
-
-func matches(have, want map[string]string) bool {
-	for k, v := range want {
-		if hv, ok := have[k]; !ok || hv != v {
-			return false
-		}
-	}
-	return true
+	return records.List(ctx, ids, p.get, labels)
 }
 
 // sweep removes the containers that no record names and whose owner
@@ -279,12 +191,7 @@ func matches(have, want map[string]string) bool {
 // and sandboxes whose creation or destruction was cut short. Recent
 // ones are left alone: their creator may not have locked them yet.
 func (p *Provider) sweep(ctx context.Context) {
-	containers, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, containersDir))
-	for _, e := range containers {
-		fi, err := e.Info()
-		if err != nil || time.Since(fi.ModTime()) < time.Minute {
-			continue
-		}
+	for _, e := range records.Stale(filepath.Join(p.cfg.StateDir, containersDir), time.Minute) {
 		owner, err := lockOwner(p.containerDir(e.Name()))
 		if err != nil {
 			continue // its creator lives
@@ -319,7 +226,7 @@ func (p *Provider) named(cid string) bool {
 // (Close waits for them, and a provider opened after a crash finishes
 // them: see sweep). The caller holds the sandbox's lock.
 func (p *Provider) remove(ctx context.Context, rec *record) error {
-	p.forget(rec.ID)
+	p.clients.Forget(rec.ID)
 	if rec.alive() {
 		if err := killProcess(context.WithoutCancel(ctx), rec.PID); err != nil {
 			return fmt.Errorf("destroy %s: %w", rec.ID, err)
@@ -340,42 +247,10 @@ func (p *Provider) remove(ctx context.Context, rec *record) error {
 func killProcess(ctx context.Context, pid int) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("pidfd_open %d: %w", pid, err)
-	}
-	defer unix.Close(pidfd)
-	if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("kill %d: %w", pid, err)
-	}
-	for {
-		// A pidfd polls readable when its process has exited.
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, 10)
-		if n > 0 {
-			return nil
-		}
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("process %d did not exit: %w", pid, ctx.Err())
-		}
-	}
+	return hostproc.Kill(ctx, pid, "process")
 }
 
 // env is the base environment of commands in a sandbox.
 func env(spec map[string]string) map[string]string {
-	m := map[string]string{
-		"PATH":    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME":    provider.Workspace,
-		"USER":    "sandbox",
-		"LOGNAME": "sandbox",
-		"LANG":    "C.UTF-8",
-		"TMPDIR":  "/tmp",
-	}
-	maps.Copy(m, spec)
-	return m
+	return sandboxspec.HostEnv(spec)
 }

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/lost"
+	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -31,6 +32,9 @@ var (
 )
 
 func (s *sandbox) ID() string { return s.rec.ID }
+
+// Labels are the sandbox's, as recorded.
+func (s *sandbox) Labels() map[string]string { return s.rec.Labels }
 
 func (s *sandbox) dir() string { return s.p.containerDir(s.rec.Container) }
 
@@ -59,11 +63,7 @@ func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
 // exists reports ErrNotFound once the sandbox has been destroyed, through
 // this handle or any other.
 func (s *sandbox) exists() error {
-	_, err := os.Stat(s.p.recordPath(s.rec.ID))
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", provider.ErrNotFound, s.rec.ID)
-	}
-	return err
+	return records.Exists(s.p.recordPath(s.rec.ID), s.rec.ID)
 }
 
 // ready checks, before talking to the daemon, that it can answer: a
@@ -85,18 +85,9 @@ func (s *sandbox) lost() error {
 // check turns a failure to reach the daemon into ErrLost when the
 // sandbox's process is gone; typed errors from the daemon pass through.
 func (s *sandbox) check(err error) error {
-	if err == nil || provider.KindOf(err) != provider.KindInternal {
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
 	// The daemon's connections close as the sandbox goes down: give its
 	// process the moment it takes to exit.
-	if s.rec.exitsWithin(lostGrace) {
-		return fmt.Errorf("%w: %w", s.lost(), err)
-	}
-	return err
+	return lost.Check(err, s.lost(), func() bool { return s.rec.exitsWithin(lostGrace) })
 }
 
 // lostGrace is how long a sandbox whose connection broke may take to

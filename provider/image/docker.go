@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,27 +90,7 @@ func (c *Cache) pull(ctx context.Context, cli *client.Client, ref string) error 
 	ctx, cancel := context.WithTimeout(ctx, c.opts.pullTimeout)
 	defer cancel()
 	c.opts.log.Info("pulling image", "image", ref)
-	err := func() error {
-		resp, err := cli.ImagePull(ctx, ref, client.ImagePullOptions{})
-		if err != nil {
-			return err
-		}
-		defer resp.Close()
-		last := time.Now()
-		for msg, err := range resp.JSONMessages(ctx) {
-			if err != nil {
-				return err
-			}
-			if msg.Error != nil {
-				return errors.New(msg.Error.Message)
-			}
-			if time.Since(last) > 2*time.Second {
-				last = time.Now()
-				c.opts.log.Info("pulling image", "image", ref, "layer", msg.ID, "status", msg.Status)
-			}
-		}
-		return nil
-	}()
+	err := Pull(ctx, cli, ref, c.opts.log)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("not done after %v", c.opts.pullTimeout)
@@ -194,4 +175,28 @@ func readAllLimit(root *os.Root, name string, limit int64) ([]byte, error) {
 func oneLine(err error) string {
 	s, _, _ := strings.Cut(err.Error(), "\n")
 	return s
+}
+
+// Pull pulls ref into the Docker engine cli from its registry, logging
+// its progress to log.
+func Pull(ctx context.Context, cli *client.Client, ref string, log *slog.Logger) error {
+	resp, err := cli.ImagePull(ctx, ref, client.ImagePullOptions{})
+	if err != nil {
+		return err
+	}
+	defer resp.Close()
+	last := time.Now()
+	for msg, err := range resp.JSONMessages(ctx) {
+		if err != nil {
+			return err
+		}
+		if msg.Error != nil {
+			return errors.New(msg.Error.Message)
+		}
+		if time.Since(last) > 2*time.Second || msg.Progress == nil {
+			last = time.Now()
+			log.Info("pulling image", "image", ref, "layer", msg.ID, "status", msg.Status)
+		}
+	}
+	return nil
 }

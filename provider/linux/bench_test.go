@@ -3,22 +3,12 @@ package linux
 import (
 	"os"
 	"os/exec"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 )
-
-// reportMedian adds the median of the samples to a benchmark's output,
-// beside the mean that ns/op gives.
-func reportMedian(b *testing.B, samples []time.Duration) {
-	if len(samples) == 0 {
-		return
-	}
-	slices.Sort(samples)
-	b.ReportMetric(float64(samples[len(samples)/2].Microseconds())/1000, "median-ms")
-}
 
 // BenchmarkCreateExec measures a whole one-shot sandbox: create, run
 // /bin/true, get the result, destroy; and bubblewrap doing the same with
@@ -30,33 +20,11 @@ func reportMedian(b *testing.B, samples []time.Duration) {
 //     pool runs dry and creation waits for daemons to start;
 //   - berth-cold: no pool, every daemon started on demand.
 func BenchmarkCreateExec(b *testing.B) {
-	oneShot := func(b *testing.B, p *Provider, warm bool) {
-		ctx := b.Context()
-		var samples []time.Duration
-		for b.Loop() {
-			if warm {
-				b.StopTimer()
-				waitWarm(b, p)
-				b.StartTimer()
-			}
-			start := time.Now()
-			sb, err := p.Create(ctx, provider.Spec{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			res, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"/bin/true"}})
-			if err != nil || res.ExitCode != 0 {
-				b.Fatalf("exec: %+v, %v", res, err)
-			}
-			if err := sb.Destroy(ctx); err != nil {
-				b.Fatal(err)
-			}
-			samples = append(samples, time.Since(start))
-		}
-		reportMedian(b, samples)
-	}
-	b.Run("berth", func(b *testing.B) { oneShot(b, newTestProvider(b), true) })
-	b.Run("berth-burst", func(b *testing.B) { oneShot(b, newTestProvider(b), false) })
+	b.Run("berth", func(b *testing.B) {
+		p := newTestProvider(b)
+		sandboxtest.OneShot(b, p, func() { waitWarm(b, p) }, true)
+	})
+	b.Run("berth-burst", func(b *testing.B) { sandboxtest.OneShot(b, newTestProvider(b), nil, true) })
 	b.Run("berth-cold", func(b *testing.B) {
 		dir := shortTempDir(b)
 		p, err := New(Config{StateDir: dir, Pool: -1})
@@ -64,7 +32,7 @@ func BenchmarkCreateExec(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { p.Close() })
-		oneShot(b, p, false)
+		sandboxtest.OneShot(b, p, nil, true)
 	})
 	b.Run("bwrap", func(b *testing.B) {
 		bwrap, err := exec.LookPath("bwrap")
@@ -85,51 +53,20 @@ func BenchmarkCreateExec(b *testing.B) {
 		args = append(args, "--bind", ws, "/workspace", "--tmpfs", "/tmp", "--proc", "/proc",
 			"--dev", "/dev", "--new-session", "--die-with-parent", "--cap-drop", "ALL",
 			"--chdir", "/workspace", "/bin/true")
-		var samples []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if out, err := exec.Command(bwrap, args...).CombinedOutput(); err != nil {
-				b.Fatalf("bwrap: %v: %s", err, out)
-			}
-			samples = append(samples, time.Since(start))
-		}
-		reportMedian(b, samples)
+		sandboxtest.Baseline(b, func() *exec.Cmd { return exec.Command(bwrap, args...) })
 	})
 }
 
 // BenchmarkExec measures one command in a running sandbox.
 func BenchmarkExec(b *testing.B) {
 	b.Run("berth", func(b *testing.B) {
-		p := newTestProvider(b)
-		ctx := b.Context()
-		sb, err := p.Create(ctx, provider.Spec{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer sb.Destroy(ctx)
-		var samples, inSandbox []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			res, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"/bin/true"}})
-			if err != nil || res.ExitCode != 0 {
-				b.Fatalf("exec: %+v, %v", res, err)
-			}
-			samples = append(samples, time.Since(start))
-			inSandbox = append(inSandbox, res.Duration)
-		}
-		reportMedian(b, samples)
-		// How much of it is the process itself, from fork to exit.
-		slices.Sort(inSandbox)
-		b.ReportMetric(float64(inSandbox[len(inSandbox)/2].Microseconds())/1000, "process-ms")
+		sb := sandboxtest.Create(b, newTestProvider(b), provider.Spec{})
+		sandboxtest.Exec(b, sb, []string{"/bin/true"})
 	})
 	b.Run("health", func(b *testing.B) {
 		p := newTestProvider(b)
 		ctx := b.Context()
-		sb, err := p.Create(ctx, provider.Spec{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer sb.Destroy(ctx)
+		sb := sandboxtest.Create(b, p, provider.Spec{})
 		c := sb.(*sandbox).client
 		for b.Loop() {
 			if _, err := c.Health(ctx); err != nil {
@@ -143,16 +80,7 @@ func BenchmarkExec(b *testing.B) {
 // last iteration is still running in the background.
 func waitWarm(b *testing.B, p *Provider) {
 	p.cleanups.Wait()
-	p.pool.refill() // fills the pool the first time; a no-op when full
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		p.pool.mu.Lock()
-		ready, filling := len(p.pool.ready), p.pool.filling
-		p.pool.mu.Unlock()
-		if ready > 0 && filling == 0 {
-			return
-		}
-	}
-	b.Fatal("no warm daemon after 5s")
+	sandboxtest.WaitWarm(b, p.pool.Counts, p.pool.Refill, 5*time.Second, "daemon")
 }
 
 // BenchmarkResume measures bringing a natively paused (frozen) sandbox
@@ -167,11 +95,7 @@ func BenchmarkResume(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			ctx := b.Context()
 			p := newTestProvider(b)
-			sb, err := p.Create(ctx, provider.Spec{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sb.Destroy(ctx)
+			sb := sandboxtest.Create(b, p, provider.Spec{})
 			// Something running, as in a real workspace.
 			if _, err := sb.Exec(ctx, provider.ExecRequest{Shell: "sleep 1000 > /dev/null 2>&1 &"}); err != nil {
 				b.Fatal(err)
@@ -196,7 +120,7 @@ func BenchmarkResume(b *testing.B) {
 				}
 				samples = append(samples, time.Since(start))
 			}
-			reportMedian(b, samples)
+			sandboxtest.ReportMedian(b, samples)
 		})
 	}
 }

@@ -1,13 +1,11 @@
 package linux
 
 import (
-	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"strconv"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/settings"
 )
 
 // Config sets up the provider. The zero value is usable.
@@ -138,41 +136,24 @@ const (
 )
 
 func (c *Config) setDefaults() error {
-	if c.StateDir == "" {
-		c.StateDir = "/var/lib/berth/linux"
-	}
-	dir, err := filepath.Abs(c.StateDir)
-	if err != nil {
+	if err := settings.StateDir(&c.StateDir, "/var/lib/berth/linux"); err != nil {
 		return err
 	}
-	c.StateDir = dir
 	if c.ImageDir == "" {
 		c.ImageDir = filepath.Join(c.StateDir, ".images")
 	}
 	if c.DaemonPath == "" {
-		self, err := os.Executable()
+		d, err := settings.DaemonBeside(DaemonName, true)
 		if err != nil {
-			return fmt.Errorf("find own executable: %w", err)
+			return err
 		}
-		c.DaemonPath = self
-		if d := filepath.Join(filepath.Dir(self), DaemonName); isFile(d) {
-			c.DaemonPath = d
-		}
+		c.DaemonPath = d
 	}
 	if c.UIDBase == 0 {
 		c.UIDBase = 100000
 	}
-	if c.Defaults.Memory == 0 {
-		c.Defaults.Memory = 2 << 30
-	}
-	if c.Defaults.Pids == 0 {
-		c.Defaults.Pids = 4096
-	}
-	if c.Defaults.Disk == 0 {
-		c.Defaults.Disk = DefaultDisk
-	}
-	if c.Defaults.Disk < MinDisk {
-		return fmt.Errorf("%w: default disk of %d bytes is below the minimum of %d", provider.ErrBadInput, c.Defaults.Disk, MinDisk)
+	if err := settings.Defaults(&c.Defaults, DefaultDisk, MinDisk); err != nil {
+		return err
 	}
 	if c.Pool == 0 {
 		c.Pool = 2
@@ -187,41 +168,15 @@ func (c *Config) setDefaults() error {
 // DaemonName is the name of the dedicated daemon binary.
 const DaemonName = "berth-sandboxd"
 
-func isFile(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular()
-}
-
 // fromProviderConfig decodes the text settings of provider.Open.
 func fromProviderConfig(pc provider.Config) (Config, error) {
 	var c Config
-	for k, v := range pc {
-		var err error
-		switch k {
-		case "state-dir":
-			c.StateDir = v
-		case "daemon":
-			c.DaemonPath = v
-		case "image-dir":
-			c.ImageDir = v
-		case "uid-base":
-			c.UIDBase, err = strconv.Atoi(v)
-		case "memory":
-			c.Defaults.Memory, err = strconv.ParseInt(v, 10, 64)
-		case "pids":
-			c.Defaults.Pids, err = strconv.ParseInt(v, 10, 64)
-		case "cpu":
-			c.Defaults.CPU, err = strconv.ParseFloat(v, 64)
-		case "disk":
-			c.Defaults.Disk, err = strconv.ParseInt(v, 10, 64)
-		case "pool":
-			c.Pool, err = strconv.Atoi(v)
-		default:
-			return c, fmt.Errorf("%w: linux provider: unknown setting %q", provider.ErrBadInput, k)
-		}
-		if err != nil {
-			return c, fmt.Errorf("%w: linux provider: setting %q: %v", provider.ErrBadInput, k, err)
-		}
-	}
-	return c, nil
+	err := settings.Decode(Name, pc, settings.Resources(&c.Defaults), map[string]settings.Setting{
+		"state-dir": settings.String(&c.StateDir),
+		"daemon":    settings.String(&c.DaemonPath),
+		"image-dir": settings.String(&c.ImageDir),
+		"uid-base":  settings.Int(&c.UIDBase),
+		"pool":      settings.Int(&c.Pool),
+	})
+	return c, err
 }

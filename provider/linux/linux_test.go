@@ -18,27 +18,16 @@ import (
 
 	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/hostproc"
+	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 )
 
 func create(t *testing.T, p *Provider, spec provider.Spec) *sandbox {
 	t.Helper()
-	sb, err := p.Create(t.Context(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Destroy(t.Context()) })
-	return sb.(*sandbox)
+	return sandboxtest.Create(t, p, spec).(*sandbox)
 }
 
-func sh(t *testing.T, sb provider.Sandbox, script string) string {
-	t.Helper()
-	var out, errb bytes.Buffer
-	res, err := sb.Exec(t.Context(), provider.ExecRequest{Shell: script, Stdout: &out, Stderr: &errb})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("%q: exit %d, %v; stderr: %s", script, res.ExitCode, err, errb.String())
-	}
-	return out.String()
-}
+var sh = sandboxtest.Sh
 
 // TestLost kills a sandbox's daemon from outside, as an OOM killer or an
 // operator would: operations report it lost, Info says so, and Destroy
@@ -88,7 +77,7 @@ func checkDestroyLeavesNothing(t *testing.T, p *Provider, sb *sandbox) {
 	p.cleanups.Wait() // cgroups and files go in the background
 	for _, pid := range append(pids, sb.rec.PID) {
 		if err := unix.Kill(pid, 0); err == nil {
-			if start, err := processStart(pid); err == nil && (pid != sb.rec.PID || start == sb.rec.PIDStart) {
+			if start, err := hostproc.Start(pid); err == nil && (pid != sb.rec.PID || start == sb.rec.PIDStart) {
 				t.Errorf("process %d of the sandbox survived", pid)
 			}
 		}

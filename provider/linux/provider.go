@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +14,11 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/image"
+	"github.com/berth-dev/berth/provider/internal/clients"
+	"github.com/berth-dev/berth/provider/internal/idlock"
+	"github.com/berth-dev/berth/provider/internal/records"
+	"github.com/berth-dev/berth/provider/internal/sandboxspec"
+	"github.com/berth-dev/berth/provider/internal/warmpool"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -36,14 +40,15 @@ func init() {
 type Provider struct {
 	cfg      Config
 	log      *slog.Logger
-	pool     *pool
+	pool     *warmpool.Pool[*warm]
 	images   *image.Cache
 	cleanups sync.WaitGroup // removals of destroyed sandboxes' cgroups and files
 	closing  context.CancelFunc
 
-	mu      sync.Mutex
-	clients map[string]*sandboxd.Client // by sandbox id, to reuse connections
-	held    map[string]*os.File         // by sandbox id: see holdWorkspace
+	clients clients.Cache
+
+	mu   sync.Mutex
+	held map[string]*os.File // by sandbox id: see holdWorkspace
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -75,11 +80,9 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("linux provider: %w", err)
 		}
 	}
-	f, err := os.OpenFile(filepath.Join(cfg.StateDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
+	if err := idlock.Create(filepath.Join(cfg.StateDir, lockFile)); err != nil {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
-	f.Close()
 	images, err := image.Open(cfg.ImageDir, image.WithIDShift(cfg.UIDBase), image.WithLogger(cfg.Logger))
 	if err != nil {
 		return nil, fmt.Errorf("linux provider: %w", err)
@@ -88,8 +91,8 @@ func New(cfg Config) (*Provider, error) {
 		images.Close()
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
-	p := &Provider{cfg: cfg, log: cfg.Logger, images: images, clients: map[string]*sandboxd.Client{}, held: map[string]*os.File{}}
-	p.pool = &pool{p: p, size: cfg.Pool}
+	p := &Provider{cfg: cfg, log: cfg.Logger, images: images, held: map[string]*os.File{}}
+	p.pool = p.newPool()
 	p.sweepWarm()
 	p.sweepTrash()
 	var ctx context.Context
@@ -106,7 +109,7 @@ const staleCgroupSettle = 10 * time.Second
 // destroyed sandboxes to finish. Sandboxes are not affected.
 func (p *Provider) Close() error {
 	p.closing()
-	p.pool.close()
+	p.pool.Close()
 	p.cleanups.Wait()
 	p.releaseWorkspaces()
 	return p.images.Close()
@@ -128,7 +131,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		return nil, err
 	}
 	if spec.ID == "" {
-		spec.ID = newID()
+		spec.ID = records.NewID()
 	}
 	unlock, err := lock(p.cfg.StateDir, spec.ID)
 	if err != nil {
@@ -150,25 +153,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	if err := provider.ValidateSpec(spec); err != nil {
-		return err
-	}
-	if spec.Image != "" && spec.RootFS != "" {
-		return fmt.Errorf("%w: a sandbox has an image or a root filesystem, not both", provider.ErrBadInput)
-	}
-	if spec.Network != provider.NetworkNone {
-		return fmt.Errorf("%w: the linux provider offers no network beyond loopback", provider.ErrUnsupported)
-	}
-	if d := spec.Resources.Disk; d != 0 && d < MinDisk {
-		return fmt.Errorf("%w: a workspace of %d bytes is below the minimum of %d (16 MiB)", provider.ErrBadInput, d, int64(MinDisk))
-	}
-	if spec.RootFS != "" {
-		fi, err := os.Stat(spec.RootFS)
-		if err != nil || !fi.IsDir() || !filepath.IsAbs(spec.RootFS) {
-			return fmt.Errorf("%w: root filesystem %q must be an absolute path to a directory", provider.ErrBadInput, spec.RootFS)
-		}
-	}
-	return nil
+	return sandboxspec.Offer{Name: Name, MinDisk: MinDisk, RootFS: true}.Check(spec)
 }
 
 // Get implements provider.Provider.
@@ -180,10 +165,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Sandbox, error)
 }
 
 func (p *Provider) get(id string) (*sandbox, error) {
-	rec, err := readRecord(filepath.Join(p.cfg.StateDir, id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s", provider.ErrNotFound, id)
-	}
+	rec, err := readRecord(filepath.Join(p.cfg.StateDir, id), id)
 	if err != nil {
 		return nil, err
 	}
@@ -198,70 +180,19 @@ func (p *Provider) handle(rec *record) *sandbox {
 
 // client returns the shared client of a sandbox.
 func (p *Provider) client(id string) *sandboxd.Client {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	c, ok := p.clients[id]
-	if !ok {
+	return p.clients.Get(id, func() *sandboxd.Client {
 		sock := socketPath(p.cfg.StateDir, id)
-		c = sandboxd.NewClient(func(ctx context.Context) (net.Conn, error) { return dialUnix(ctx, sock) })
-		p.clients[id] = c
-	}
-	return c
-}
-
-// adopt makes c the shared client of a sandbox.
-func (p *Provider) adopt(id string, c *sandboxd.Client) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if old, ok := p.clients[id]; ok {
-		old.Close()
-	}
-	p.clients[id] = c
-}
-
-func (p *Provider) forget(id string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.clients[id]; ok {
-		c.Close()
-		delete(p.clients, id)
-	}
+		return sandboxd.NewClient(func(ctx context.Context) (net.Conn, error) { return dialUnix(ctx, sock) })
+	})
 }
 
 // List implements provider.Provider.
 func (p *Provider) List(ctx context.Context, labels map[string]string) ([]provider.Info, error) {
-	entries, err := os.ReadDir(p.cfg.StateDir)
+	ids, err := records.IDs(p.cfg.StateDir, "")
 	if err != nil {
 		return nil, err
 	}
-	var infos []provider.Info
-	for _, e := range entries {
-		if !e.IsDir() || provider.ValidateID(e.Name()) != nil {
-			continue
-		}
-		sb, err := p.get(e.Name())
-		if err != nil {
-			continue // being created or destroyed
-		}
-		if !matches(sb.rec.Labels, labels) {
-			continue
-		}
-		info, err := sb.Info(ctx)
-		if err != nil {
-			return nil, err
-		}
-		infos = append(infos, info)
-	}
-	return infos, nil
-}
-
-func matches(have, want map[string]string) bool {
-	for k, v := range want {
-		if hv, ok := have[k]; !ok || hv != v {
-			return false
-		}
-	}
-	return true
+	return records.List(ctx, ids, p.get, labels)
 }
 
 // remove destroys what is left of a sandbox. It returns once every
@@ -272,7 +203,7 @@ func matches(have, want map[string]string) bool {
 func (p *Provider) remove(ctx context.Context, id string, rec *record) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	p.forget(id)
+	p.clients.Forget(id)
 	var cg *cgroup
 	if rec != nil {
 		var err error
@@ -319,14 +250,10 @@ func (p *Provider) remove(ctx context.Context, id string, rec *record) error {
 // sweepTrash finishes removing sandboxes destroyed by a process that died
 // before it was done.
 func (p *Provider) sweepTrash() {
-	entries, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, trashDir))
-	for _, e := range entries {
+	// Younger ones may be being removed right now.
+	for _, e := range records.Stale(filepath.Join(p.cfg.StateDir, trashDir), time.Minute) {
 		dir := filepath.Join(p.cfg.StateDir, trashDir, e.Name())
-		fi, err := e.Info()
-		if err != nil || time.Since(fi.ModTime()) < time.Minute {
-			continue // perhaps being removed right now
-		}
-		if rec, err := readRecord(dir); err == nil {
+		if rec, err := readRecord(dir, e.Name()); err == nil {
 			if cg, err := loadCgroup(rec.Cgroup); err == nil {
 				if pids, err := cg.pids(); err != nil || len(pids) > 0 || cg.destroy(context.Background()) != nil {
 					continue
@@ -355,18 +282,7 @@ func checkTraversable(dir string) error {
 	}
 }
 
-func newID() string { return "sb-" + randomHex(8) }
-
 // env is the base environment of commands in a sandbox.
 func env(spec map[string]string) map[string]string {
-	m := map[string]string{
-		"PATH":    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME":    provider.Workspace,
-		"USER":    "sandbox",
-		"LOGNAME": "sandbox",
-		"LANG":    "C.UTF-8",
-		"TMPDIR":  "/tmp",
-	}
-	maps.Copy(m, spec)
-	return m
+	return sandboxspec.HostEnv(spec)
 }

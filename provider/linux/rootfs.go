@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/provider/internal/sandboxspec"
 )
 
 // hostEntries are what a sandbox sees of the host's root when it has no
@@ -239,17 +241,9 @@ func copyDevice(src, dst string) error {
 	return nil
 }
 
-// sandboxEtc are the files of the host's /etc that would tell a sandbox
-// who the host's users are and what the host is called; the sandbox sees
-// these instead.
-var sandboxEtc = map[string]string{
-	"passwd": "root:x:0:0:root:/root:/bin/sh\n" +
-		"sandbox:x:1000:1000:sandbox:/workspace:/bin/sh\n" +
-		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-	"group":    "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n",
-	"hostname": "sandbox\n",
-	"hosts":    "127.0.0.1\tlocalhost\n127.0.1.1\tsandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-}
+// sandboxEtc are the files of /etc the sandbox sees instead of the
+// host's.
+var sandboxEtc = sandboxspec.Etc()
 
 // overlayEtc binds sandboxEtc over the host's /etc bound at at("etc").
 // The files are written in a tmpfs of their own, detached once they are

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/lost"
+	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -33,6 +33,9 @@ var (
 )
 
 func (s *sandbox) ID() string { return s.rec.ID }
+
+// Labels are the sandbox's, as recorded.
+func (s *sandbox) Labels() map[string]string { return s.rec.Labels }
 
 // Info implements provider.Sandbox.
 func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
@@ -70,11 +73,7 @@ func (s *sandbox) ready() error {
 // exists reports ErrNotFound once the sandbox has been destroyed, through
 // this handle or any other.
 func (s *sandbox) exists() error {
-	_, err := os.Stat(filepath.Join(s.p.cfg.StateDir, s.rec.ID, recordFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", provider.ErrNotFound, s.rec.ID)
-	}
-	return err
+	return records.Exists(filepath.Join(s.p.cfg.StateDir, s.rec.ID, recordFile), s.rec.ID)
 }
 
 func (s *sandbox) lost() error {
@@ -84,19 +83,10 @@ func (s *sandbox) lost() error {
 // check turns a failure to reach the daemon into ErrLost when the daemon
 // is gone; typed errors from the daemon pass through.
 func (s *sandbox) check(err error) error {
-	if err == nil || provider.KindOf(err) != provider.KindInternal {
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
 	// A daemon that is going closes its connections as it starts to
 	// exit; as the first process of its PID namespace it finishes only
 	// when every process in it has died. Give it that moment.
-	if s.rec.exitsWithin(lostGrace) {
-		return fmt.Errorf("%w: %w", s.lost(), err)
-	}
-	return err
+	return lost.Check(err, s.lost(), func() bool { return s.rec.exitsWithin(lostGrace) })
 }
 
 // lostGrace is how long a daemon whose connection broke may take to exit
@@ -129,8 +119,8 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	rec, err := readRecord(filepath.Join(s.p.cfg.StateDir, s.rec.ID))
-	if errors.Is(err, fs.ErrNotExist) {
+	rec, err := readRecord(filepath.Join(s.p.cfg.StateDir, s.rec.ID), s.rec.ID)
+	if errors.Is(err, provider.ErrNotFound) {
 		rec = s.rec
 	} else if err != nil {
 		return err

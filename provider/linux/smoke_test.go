@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 )
 
 // newTestProvider opens a provider on a short state directory: its
@@ -41,15 +42,7 @@ func destroyAll(t testing.TB, p *Provider) {
 // searchable by the sandboxes' ids.
 func shortTempDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "berth")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return sandboxtest.SearchableTempDir(t, "berth")
 }
 
 func TestSmoke(t *testing.T) {

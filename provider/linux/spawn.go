@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -17,6 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/hostproc"
+	"github.com/berth-dev/berth/provider/internal/records"
+	"github.com/berth-dev/berth/provider/internal/settings"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -173,7 +175,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 	if err := recvReply(ctl, replyWarm, deadline(ctx)); err != nil {
 		return nil, daemonError(err, logPath)
 	}
-	start, err := processStart(cmd.Process.Pid)
+	start, err := hostproc.Start(cmd.Process.Pid)
 	if err != nil {
 		return nil, fmt.Errorf("daemon exited: %w", err)
 	}
@@ -277,13 +279,7 @@ func daemonError(err error, logPath string) error {
 // daemon's state directory the sandbox's id, sets the sandbox's limits,
 // records it, and tells the daemon.
 func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*record, error) {
-	now := time.Now()
-	lifetime := spec.Lifetime
-	if lifetime == 0 {
-		lifetime = provider.DefaultLifetime
-	}
-	rec := &record{ID: spec.ID, Labels: spec.Labels, Resources: p.resources(spec.Resources),
-		CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC(),
+	rec := &record{Base: records.NewBase(spec, p.resources(spec.Resources)),
 		PID: w.cmd.Process.Pid, PIDStart: w.pidStart, Cgroup: w.cg.paths}
 	if err := w.cg.update(rec.Resources, p.cfg.Limits.commandMemory(rec.Resources.Memory)); err != nil {
 		return nil, fmt.Errorf("set limits: %w", err)
@@ -313,7 +309,7 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 	// this process lives; it is not killed when this process exits.
 	w.ctl.Close()
 	go w.cmd.Wait()
-	p.adopt(spec.ID, w.client)
+	p.clients.Adopt(spec.ID, w.client)
 	p.holdWorkspace(spec.ID, w.workspace)
 	return rec, nil
 }
@@ -332,7 +328,7 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, err
 	// Warm daemons have /tmp sized for the default memory limit, and a
 	// workspace of the default size.
 	if res.Memory == p.cfg.Defaults.Memory {
-		w = p.pool.take(spec.RootFS, res.Disk)
+		w = p.takeWarm(spec.RootFS, res.Disk)
 	}
 	if w == nil {
 		var err error
@@ -349,19 +345,7 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, err
 }
 
 func (p *Provider) resources(r provider.Resources) provider.Resources {
-	if r.Memory == 0 {
-		r.Memory = p.cfg.Defaults.Memory
-	}
-	if r.Pids == 0 {
-		r.Pids = p.cfg.Defaults.Pids
-	}
-	if r.CPU == 0 {
-		r.CPU = p.cfg.Defaults.CPU
-	}
-	if r.Disk == 0 {
-		r.Disk = p.cfg.Defaults.Disk
-	}
-	return r
+	return settings.Fill(r, p.cfg.Defaults)
 }
 
 // cleanup is a LIFO list of undo steps for work that fails half way.
@@ -377,32 +361,7 @@ func (c *cleanup) run() {
 // killDaemon kills a sandbox's daemon, and with it, as the first process
 // of the sandbox's PID namespace, every process in the sandbox; it
 // returns when the daemon is gone.
-func killDaemon(ctx context.Context, pid int) error {
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("pidfd_open %d: %w", pid, err)
-	}
-	defer unix.Close(pidfd)
-	if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("kill daemon %d: %w", pid, err)
-	}
-	for {
-		// A pidfd polls readable when its process has exited.
-		n, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, 10)
-		if n > 0 {
-			return nil
-		}
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("daemon %d did not exit: %w", pid, ctx.Err())
-		}
-	}
-}
+func killDaemon(ctx context.Context, pid int) error { return hostproc.Kill(ctx, pid, "daemon") }
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -1,16 +1,14 @@
 package linux
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/internal/wsimage"
 )
 
 // Each sandbox's workspace is a file system of its own, so that filling
@@ -35,9 +33,8 @@ import (
 // its size of host disk, until it is destroyed.
 const (
 	imageFile = "workspace.img"
-	// bytesPerInode sets how many files a workspace holds: one per 16
-	// KiB of its size (655,360 in 10 GiB), mke2fs's own default ratio.
-	bytesPerInode = 16 << 10
+	// bytesPerInode sets how many files a workspace holds.
+	bytesPerInode = wsimage.BytesPerInode
 	// DefaultDisk is a workspace's size when neither the sandbox nor the
 	// provider's configuration names one.
 	DefaultDisk = 10 << 30
@@ -45,48 +42,13 @@ const (
 	MinDisk = 16 << 20
 )
 
-// mkfsArgs are the options the image is formatted with:
-//   - no journal: the workspace dies with its sandbox, and snapshots are
-//     its durable copy, so crash consistency buys nothing, and a journal
-//     costs writes, a kernel thread and 64 MiB of the workspace's space;
-//   - no space reserved for root (nobody in a sandbox is the host's root)
-//     and no blocks reserved for growing the file system offline, which
-//     would be written out as data;
-//   - inode tables left unwritten (lazy_itable_init) and not zeroed after
-//     mount either (noinit_itable, below), so a fresh image takes about
-//     200 KiB of host disk whatever its size;
-//   - explicit block and inode sizes, so that the host's mke2fs.conf and
-//     its types for small file systems do not change them.
-func mkfsArgs(path string, uid, gid int) []string {
-	return []string{"-t", "ext4", "-q", "-F",
-		"-b", "4096", "-I", "256", "-i", strconv.Itoa(bytesPerInode), "-m", "0",
-		"-O", "^has_journal,^resize_inode",
-		"-E", fmt.Sprintf("lazy_itable_init=1,nodiscard,root_owner=%d:%d", uid, gid),
-		path}
-}
-
 // makeWorkspace makes a sparse image of size bytes at path, formats it
 // with its root directory owned by uid and gid, and returns a detached
 // mount of it, nosuid and nodev.
 func makeWorkspace(path string, size int64, uid, gid int) (*os.File, error) {
-	img, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("workspace image: %w", err)
-	}
-	defer img.Close()
-	if err := img.Truncate(size); err != nil {
-		return nil, fmt.Errorf("workspace image: %w", err)
-	}
-	mkfs, err := findMkfs()
+	loop, err := wsimage.Format(path, size, uid, gid)
 	if err != nil {
 		return nil, err
-	}
-	if out, err := exec.Command(mkfs, mkfsArgs(path, uid, gid)...).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("format workspace image: %v: %s", err, strings.TrimSpace(string(out)))
-	}
-	loop, err := attachLoop(img)
-	if err != nil {
-		return nil, fmt.Errorf("workspace image: %w", err)
 	}
 	// The mount keeps the loop device open; once it has, this descriptor
 	// is not needed, and closing it lets the device detach with the mount.
@@ -103,62 +65,6 @@ func makeWorkspace(path string, size int64, uid, gid int) (*os.File, error) {
 		return nil, fmt.Errorf("workspace image: remove lost+found: %w", err)
 	}
 	return mnt, nil
-}
-
-// findMkfs finds mke2fs, in PATH or in the sbin directories a service's
-// PATH may lack.
-func findMkfs() (string, error) {
-	if p, err := exec.LookPath("mke2fs"); err == nil {
-		return p, nil
-	}
-	for _, p := range []string{"/usr/sbin/mke2fs", "/sbin/mke2fs"} {
-		if isFile(p) {
-			return p, nil
-		}
-	}
-	return "", errors.New("mke2fs not found: install e2fsprogs (the linux provider formats each sandbox's workspace with it)")
-}
-
-// attachLoop puts img on a free loop device, which detaches itself when
-// its last user closes it, and returns the device, open.
-func attachLoop(img *os.File) (*os.File, error) {
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("loop devices: %w", err)
-	}
-	defer ctl.Close()
-	// Direct I/O keeps the image's blocks out of the host's page cache:
-	// the sandbox's own page cache, charged to its memory limit, is the
-	// only copy.
-	flags := uint32(unix.LO_FLAGS_AUTOCLEAR | unix.LO_FLAGS_DIRECT_IO)
-	for range 64 {
-		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-		if err != nil {
-			return nil, fmt.Errorf("find a free loop device: %w", err)
-		}
-		dev, err := os.OpenFile("/dev/loop"+strconv.Itoa(n), os.O_RDWR|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, err
-		}
-		cfg := unix.LoopConfig{Fd: uint32(img.Fd()), Size: 4096, Info: unix.LoopInfo64{Flags: flags}}
-		err = unix.IoctlLoopConfigure(int(dev.Fd()), &cfg)
-		if errors.Is(err, unix.EINVAL) && flags&unix.LO_FLAGS_DIRECT_IO != 0 {
-			// The image's file system may not do direct I/O (tmpfs).
-			flags &^= unix.LO_FLAGS_DIRECT_IO
-			cfg.Info.Flags = flags
-			err = unix.IoctlLoopConfigure(int(dev.Fd()), &cfg)
-		}
-		switch {
-		case err == nil:
-			return dev, nil
-		case errors.Is(err, unix.EBUSY):
-			dev.Close() // another process took it between the two calls
-		default:
-			dev.Close()
-			return nil, fmt.Errorf("configure %s: %w", dev.Name(), err)
-		}
-	}
-	return nil, errors.New("no free loop device after 64 tries")
 }
 
 // mountExt4 mounts the ext4 file system on a block device, attached

@@ -180,9 +180,8 @@ func TestWorkspaceCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 		testkit.Eventually(t, "warm daemons", 10*time.Second, func() bool {
-			p.pool.mu.Lock()
-			defer p.pool.mu.Unlock()
-			return len(p.pool.ready) == p.pool.size
+			ready, _ := p.pool.Counts()
+			return ready == p.pool.Size
 		})
 		unix.Kill(os.Getpid(), unix.SIGKILL)
 		select {}

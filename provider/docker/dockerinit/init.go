@@ -13,21 +13,16 @@ package dockerinit
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
+	"maps"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/berth-dev/berth/provider/internal/warmclaim"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandboxd"
 )
@@ -56,18 +51,10 @@ type Config struct {
 }
 
 // Claim is what the host tells a daemon when a sandbox takes it.
-type Claim struct {
-	Env map[string]string `json:"env"`
-	Dir string            `json:"dir,omitempty"`
-	// ExpiresAt ends the sandbox: the daemon exits, and the container
-	// with it.
-	ExpiresAt time.Time `json:"expires_at"`
-	// UserProcesses is the sandbox user's RLIMIT_NPROC.
-	UserProcesses int64 `json:"user_processes"`
-}
+type Claim = warmclaim.Claim
 
 // ClaimPath is the control socket's only route.
-const ClaimPath = "/claim"
+const ClaimPath = warmclaim.Path
 
 // Main runs the daemon when this process was started as a Docker
 // sandbox's entrypoint, and then never returns. Otherwise it returns at
@@ -93,11 +80,11 @@ func run() error {
 		return fmt.Errorf("%s: the sandbox user must not be root", ConfigEnv)
 	}
 	base := baseEnv()
-	ln, err := listen(SocketName)
+	ln, err := warmclaim.Listen(RunDir + "/" + SocketName)
 	if err != nil {
 		return err
 	}
-	ctl, err := listen(ControlSocket)
+	ctl, err := warmclaim.Listen(RunDir + "/" + ControlSocket)
 	if err != nil {
 		return err
 	}
@@ -120,56 +107,13 @@ func run() error {
 	if err := srv.WarmUp("/bin/true"); err != nil {
 		fmt.Fprintf(os.Stderr, "warm-up command: %v\n", err) // the image may have no /bin/true
 	}
-	served := make(chan error, 2)
-	go func() { served <- srv.Serve(ln) }()
-
-	var mu sync.Mutex
-	claimed := false
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+ClaimPath, func(w http.ResponseWriter, r *http.Request) {
-		var c Claim
-		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&c); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if claimed {
-			http.Error(w, "claimed already", http.StatusConflict)
-			return
-		}
-		claimed = true
-		if err := claim(srv, base, c); err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+	return warmclaim.Serve(srv, ln, ctl, func(c Claim) error {
+		// The daemon is the host's root; the sandbox user has an id of
+		// its own on the host, so the process count is the sandbox's.
+		env := maps.Clone(base)
+		maps.Copy(env, c.Env)
+		return warmclaim.Apply(srv, c, env)
 	})
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { served <- hs.Serve(ctl) }()
-	return <-served
-}
-
-func claim(srv *sandboxd.Server, base map[string]string, c Claim) error {
-	// Lowering a limit needs no privilege. The daemon is the host's
-	// root, which the kernel exempts from RLIMIT_NPROC; the sandbox user
-	// has an id of its own on the host, so the count is the sandbox's.
-	if c.UserProcesses > 0 {
-		lim := syscall.Rlimit{Cur: uint64(c.UserProcesses), Max: uint64(c.UserProcesses)}
-		if err := syscall.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
-			return fmt.Errorf("process limit: %w", err)
-		}
-	}
-	env := map[string]string{}
-	for k, v := range base {
-		env[k] = v
-	}
-	for k, v := range c.Env {
-		env[k] = v
-	}
-	srv.Configure(env, c.Dir)
-	time.AfterFunc(time.Until(c.ExpiresAt), func() { os.Exit(0) })
-	return nil
 }
 
 // baseEnv is the image's environment, which Docker gave the daemon,
@@ -188,23 +132,6 @@ func baseEnv() map[string]string {
 		env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" // Docker's default
 	}
 	return env
-}
-
-// listen makes a socket in RunDir that only root may connect to.
-func listen(name string) (net.Listener, error) {
-	path := RunDir + "/" + name
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return ln, nil
 }
 
 // oomCounter reads the container's count of out-of-memory kills from its
