@@ -31,8 +31,8 @@ type segment struct {
 // SaveSegment stores msgs as a segment of the conversation conv. Saving
 // the same messages again writes the same key.
 func SaveSegment(ctx context.Context, b *blob.Bucket, conv string, msgs []Message) (Segment, error) {
-	if conv == "" || strings.ContainsAny(conv, "/\\") || conv == "." || conv == ".." {
-		return Segment{}, fmt.Errorf("chat: bad conversation name %q", conv)
+	if err := CheckConversation(conv); err != nil {
+		return Segment{}, err
 	}
 	data, err := json.Marshal(segment{Messages: msgs})
 	if err != nil {
@@ -45,6 +45,15 @@ func SaveSegment(ctx context.Context, b *blob.Bucket, conv string, msgs []Messag
 		return Segment{}, fmt.Errorf("chat: store segment %s: %w", seg.Key, err)
 	}
 	return seg, nil
+}
+
+// CheckConversation refuses a conversation name that is not one path
+// element.
+func CheckConversation(conv string) error {
+	if conv == "" || strings.ContainsAny(conv, "/\\\x00") || conv == "." || conv == ".." {
+		return fmt.Errorf("chat: bad conversation name %q: one path element, such as a session id", conv)
+	}
+	return nil
 }
 
 // Load reads the messages of segments, in order, checking each against

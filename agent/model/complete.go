@@ -28,6 +28,9 @@ type Progress struct {
 // Complete is the model activity: one call of the model on the
 // conversation req names, streamed. See the package doc.
 func (m *Model) Complete(ctx context.Context, req chat.Request) (chat.Response, error) {
+	if err := chat.CheckConversation(req.Conversation); err != nil {
+		return chat.Response{}, temporal.NewNonRetryableApplicationError(err.Error(), chat.ModelRejected, nil)
+	}
 	if req.Stream != "" && !strings.HasPrefix(req.Stream, transfer.Outputs) {
 		return chat.Response{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("model: stream key %q is not under %s", req.Stream, transfer.Outputs), chat.ModelRejected, nil)

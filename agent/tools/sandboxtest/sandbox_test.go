@@ -1,4 +1,4 @@
-package tools_test
+package sandboxtest_test
 
 import (
 	"encoding/json"
@@ -80,14 +80,16 @@ func TestToolsInSandbox(t *testing.T) {
 	}
 	t.Cleanup(w.Stop)
 
+	// python3 -B: a .pyc of the first run, as old as the patched file to
+	// the second and of the same size, would hide the patch.
 	patch := "--- calc.py\n+++ calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
 	calls := []chat.ToolCall{
 		toolCall(t, tools.WriteFile, map[string]any{"path": "AGENTS.md", "content": "Always run the tests.\n"}),
 		toolCall(t, tools.WriteFile, map[string]any{"path": "calc.py", "content": "def add(a, b):\n    return a - b\n"}),
 		toolCall(t, tools.WriteFile, map[string]any{"path": "test_calc.py", "content": "from calc import add\nassert add(2, 3) == 5, add(2, 3)\nprint('ok')\n"}),
-		toolCall(t, tools.Shell, map[string]any{"command": "python3 test_calc.py"}),
+		toolCall(t, tools.Shell, map[string]any{"command": "python3 -B test_calc.py"}),
 		toolCall(t, tools.ApplyPatch, map[string]any{"patch": patch}),
-		toolCall(t, tools.Shell, map[string]any{"command": "python3 test_calc.py"}),
+		toolCall(t, tools.Shell, map[string]any{"command": "python3 -B test_calc.py"}),
 		toolCall(t, tools.EditFile, map[string]any{"path": "calc.py", "old_string": "a + b", "new_string": "b + a"}),
 		toolCall(t, tools.ReadFile, map[string]any{"path": "calc.py", "start_line": 2}),
 		toolCall(t, tools.ReadFile, map[string]any{"path": "missing.py"}),
