@@ -2,20 +2,18 @@ package model_test
 
 import (
 	"encoding/json"
-	"log/slog"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/model"
-	"github.com/berth-dev/berth/devserver"
 	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
+	"github.com/berth-dev/berth/internal/testserver"
 )
 
 // callModel is a workflow that calls the model activity once, with the
@@ -31,19 +29,7 @@ func callModel(ctx workflow.Context, req chat.Request) (chat.Response, error) {
 // a 429 is retried after the server's Retry-After, a 500 after the
 // policy's backoff, and the call then succeeds.
 func TestRetriesOnServer(t *testing.T) {
-	logger := slog.New(slog.DiscardHandler)
-	srv, err := devserver.Start(t.Context(), devserver.Options{DataDir: t.TempDir(), Address: "127.0.0.1:0", Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	opts := srv.ClientOptions()
-	opts.Logger = log.NewStructuredLogger(logger)
-	c, err := client.Dial(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testserver.Client(t)
 
 	fake, m, _ := setup(t)
 	w := worker.New(c, "model-test", worker.Options{})

@@ -2,7 +2,6 @@ package sandboxtest_test
 
 import (
 	"encoding/json"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -12,9 +11,9 @@ import (
 
 	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/tools"
-	"github.com/berth-dev/berth/devserver"
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/berthtest"
+	"github.com/berth-dev/berth/internal/testserver"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
@@ -57,19 +56,7 @@ func toolCall(t *testing.T, name string, args map[string]any) chat.ToolCall {
 // The tools, in a real sandbox of the linux provider, driven by a
 // workflow on the embedded server through the sandbox handle.
 func TestToolsInSandbox(t *testing.T) {
-	logger := slog.New(slog.DiscardHandler)
-	srv, err := devserver.Start(t.Context(), devserver.Options{DataDir: t.TempDir(), Address: "127.0.0.1:0", Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	opts := srv.ClientOptions()
-	opts.Logger = hostworker.Logger(logger)
-	c, err := client.Dial(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c := testserver.Client(t)
 	p := berthtest.Provider(t)
 	w, err := hostworker.Start(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": p}, Outputs: berthtest.Bucket(t),
