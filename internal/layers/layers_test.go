@@ -109,6 +109,20 @@ var rules = []rule{
 		"a front end's library links no provider: providers live in workers"},
 	{under("sandbox", "workflows", "activities"), providerImpl, true,
 		"layers 2 to 4 reach providers only through the provider interface and the registry"},
+	{under("agent/chat"), func(path string) bool {
+		return prefix("go.temporal.io/")(path) || prefix("github.com/openai/")(path) || within(path, "")
+	}, true,
+		"agent/chat is plain data shared by the agent's workflow and activities: no Temporal, no model client, no berth package"},
+	{under("agent/model"), under("sandbox", "workflows", "activities", "provider", "agent/tools"), true,
+		"the model activity (layer 2, beside activities) knows nothing of sandboxes, their handle or the workflows"},
+	{under("agent/tools"), under("activities"), false,
+		"the agent's tools (layer 3, above the handle) reach sandboxes through the sandbox handle alone"},
+	{under("agent/tools"), func(path string) bool {
+		return prefix("github.com/openai/")(path) || under("agent/model")(path) || providerImpl(path)
+	}, true,
+		"the agent's tools know nothing of the model or of any provider"},
+	{under("agent"), under("client", "cmd", "hostworker", "devserver"), true,
+		"the agent's packages know nothing of the front ends and hosts built on them"},
 }
 
 func TestLayers(t *testing.T) {

@@ -1,0 +1,31 @@
+// Package model is the coding agent's model activity: one call to an
+// OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, Ollama,
+// llama.cpp, LiteLLM...), with tools, streamed, through openai-go.
+//
+// # Configuration
+//
+// The worker's environment configures it, never workflow input:
+// OPENAI_API_KEY, OPENAI_BASE_URL (default https://api.openai.com/v1)
+// and BERTH_MODEL (ConfigFromEnv). The key stays in the worker: it is
+// neither in history nor in any sandbox. Check says in one line, at
+// start, what is wrong: no model set, no key, a server that cannot be
+// reached, a model it does not serve.
+//
+// # The activity
+//
+// Complete (registered as ActivityName) reads the conversation's
+// segments from the blob store (see package chat), streams the answer,
+// heartbeating with its Progress while it does and writing its text to
+// Request.Stream as it comes, stores the new messages and the answer as
+// a segment, and returns the answer with its token usage. Its failures
+// carry chat's error types: rate limits (429), server errors (5xx), a
+// lost connection or a call past Config.Timeout are ModelUnavailable,
+// retried by Temporal, after the server's Retry-After when it gave one;
+// a refused key, a refused request, an unknown model are not retried.
+// openai-go's own retries are off: Temporal's retry policy
+// (ActivityOptions) is the only one.
+//
+//	m, err := model.New(model.ConfigFromEnv(), bucket)
+//	if err := m.Check(ctx); err != nil { log.Fatal(err) }
+//	m.Register(w)
+package model

@@ -1,0 +1,111 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"gocloud.dev/blob"
+
+	"github.com/berth-dev/berth/agent/chat"
+)
+
+// ActivityName is the name Complete is registered under.
+const ActivityName = "berth.model.complete"
+
+// Model calls one model. It is safe for concurrent use.
+type Model struct {
+	cfg    Config
+	client openai.Client
+	bucket *blob.Bucket
+}
+
+// New returns a Model calling cfg's model, keeping conversations and
+// streamed answers in bucket (the worker's output store). A
+// configuration missing what it needs is a one-line error saying what
+// to set.
+func New(cfg Config, bucket *blob.Bucket) (*Model, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if bucket == nil {
+		return nil, errors.New("model: a blob store is required")
+	}
+	cfg.Timeout = orDefault(cfg.Timeout, DefaultTimeout)
+	cfg.HeartbeatEvery = orDefault(cfg.HeartbeatEvery, DefaultHeartbeat)
+	cfg.FlushEvery = orDefault(cfg.FlushEvery, DefaultFlush)
+	client := openai.NewClient(
+		option.WithBaseURL(cfg.baseURL()+"/"),
+		option.WithAPIKey(cfg.APIKey),
+		option.WithMaxRetries(0), // Temporal retries, once, by its policy
+	)
+	return &Model{cfg: cfg, client: client, bucket: bucket}, nil
+}
+
+// Register registers Complete on w as ActivityName.
+func (m *Model) Register(w worker.ActivityRegistry) {
+	w.RegisterActivityWithOptions(m.Complete, activity.RegisterOptions{Name: ActivityName})
+}
+
+// Check asks the server, once, whether it can be reached with the key
+// and serves the model. Its error is one line saying what to fix.
+func (m *Model) Check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	page, err := m.client.Models.List(ctx)
+	var apiErr *openai.Error
+	switch {
+	case errors.As(err, &apiErr) && apiErr.StatusCode == 404:
+		return nil // a server without a model list: the first call will tell
+	case err != nil:
+		return m.describe(err, false)
+	}
+	var ids []string
+	for _, mod := range page.Data {
+		ids = append(ids, mod.ID)
+	}
+	if !slices.Contains(ids, m.cfg.Model) {
+		served := strings.Join(ids, ", ")
+		if len(served) > 200 {
+			served = served[:200] + "..."
+		}
+		return fmt.Errorf("model: %s does not serve model %q (BERTH_MODEL); it serves: %s", m.cfg.host(), m.cfg.Model, served)
+	}
+	return nil
+}
+
+// Activity timeouts and retries.
+const (
+	// StartToClose bounds one attempt: the call's timeout, with room to
+	// store its result.
+	startToClose = DefaultTimeout + time.Minute
+	// heartbeatTimeout: a worker that stops heartbeating for this long
+	// is gone, and the call is retried elsewhere.
+	heartbeatTimeout = 30 * time.Second
+)
+
+// ActivityOptions are the options a workflow calls Complete with: its
+// timeouts, and a retry policy that retries ModelUnavailable only, with
+// backoff, up to 20 attempts.
+func ActivityOptions() workflow.ActivityOptions {
+	return workflow.ActivityOptions{
+		StartToCloseTimeout: startToClose,
+		HeartbeatTimeout:    heartbeatTimeout,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        time.Second,
+			BackoffCoefficient:     2,
+			MaximumInterval:        time.Minute,
+			MaximumAttempts:        20,
+			NonRetryableErrorTypes: chat.NonRetryable(),
+		},
+	}
+}

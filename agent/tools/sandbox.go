@@ -1,0 +1,53 @@
+package tools
+
+import (
+	"errors"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
+)
+
+// OnSandbox is the workspace of a sandbox, for a workflow: each
+// operation is the handle's, on ctx.
+func OnSandbox(ctx workflow.Context, sbx *sandbox.Sandbox) Workspace {
+	return onSandbox{ctx: ctx, sbx: sbx}
+}
+
+type onSandbox struct {
+	ctx workflow.Context
+	sbx *sandbox.Sandbox
+}
+
+func (s onSandbox) Exec(command string, timeout time.Duration) (ExecResult, error) {
+	var opts []sandbox.ExecOption
+	if timeout > 0 {
+		opts = append(opts, sandbox.WithTimeout(timeout))
+	}
+	res, err := s.sbx.Exec(s.ctx, command, opts...)
+	out := ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated}
+	if errors.Is(err, provider.ErrTimeout) {
+		out.TimedOut, err = true, nil
+	}
+	return out, err
+}
+
+func (s onSandbox) ReadFile(path string) ([]byte, error) {
+	b, err := s.sbx.ReadFile(s.ctx, path)
+	if errors.Is(err, sandbox.ErrTooLarge) {
+		return b, errors.Join(ErrTooLarge, err)
+	}
+	return b, err
+}
+
+func (s onSandbox) WriteFiles(files ...provider.File) error {
+	return s.sbx.WriteFiles(s.ctx, files...)
+}
+
+func (s onSandbox) ListFiles(dir string) ([]provider.FileInfo, error) {
+	return s.sbx.ListFiles(s.ctx, dir)
+}
+
+func (s onSandbox) Remove(path string) error { return s.sbx.Remove(s.ctx, path) }

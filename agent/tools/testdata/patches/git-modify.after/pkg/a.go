@@ -1,0 +1,3 @@
+package pkg
+
+func A() int { return 2 }
