@@ -96,6 +96,7 @@ type Carried struct {
 	Unsent       []chat.Message `json:"unsent,omitempty"`
 	Queue        []queued       `json:"queue,omitempty"`
 	NextTurn     int            `json:"next_turn"`
+	Turn         TurnState      `json:"turn"`
 	Turns        []TurnState    `json:"turns,omitempty"`
 	Usage        chat.Usage     `json:"usage"`
 	Runs         int            `json:"runs"`

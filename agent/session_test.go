@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/agent/tools"
 	"github.com/berth-dev/berth/devserver"
@@ -131,24 +133,31 @@ func (s *session) send(msg string) int {
 
 func (s *session) state() agent.State {
 	s.h.t.Helper()
-	v, err := s.h.c.QueryWorkflow(s.h.t.Context(), s.id, "", agent.QueryState)
+	st, err := s.tryState()
 	if err != nil {
-		s.h.t.Fatal(err)
-	}
-	var st agent.State
-	if err := v.Get(&st); err != nil {
 		s.h.t.Fatal(err)
 	}
 	return st
 }
 
-// waitFor waits until the state satisfies cond and returns it.
+func (s *session) tryState() (agent.State, error) {
+	var st agent.State
+	v, err := s.h.c.QueryWorkflow(s.h.t.Context(), s.id, "", agent.QueryState)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	return st, err
+}
+
+// waitFor waits until the state satisfies cond and returns it. A query
+// may fail while a worker restarts: it is asked again.
 func (s *session) waitFor(what string, cond func(agent.State) bool) agent.State {
 	s.h.t.Helper()
 	var st agent.State
 	testkit.Eventually(s.h.t, what, 2*time.Minute, func() bool {
-		st = s.state()
-		return cond(st)
+		var err error
+		st, err = s.tryState()
+		return err == nil && cond(st)
 	})
 	return st
 }
@@ -165,21 +174,36 @@ func (s *session) turn(n int) agent.TurnState {
 // file reads a file of the session's sandbox, from the provider itself.
 func (s *session) file(path string) string {
 	s.h.t.Helper()
-	ctx := s.h.t.Context()
-	sbx, err := s.h.p.Get(ctx, s.state().Sandbox.ID)
-	if err != nil {
-		s.h.t.Fatal(err)
-	}
-	r, err := sbx.ReadFile(ctx, path)
+	b, err := s.readFile(path)
 	if err != nil {
 		s.h.t.Fatalf("read %s: %v", path, err)
 	}
+	return b
+}
+
+// tryFile is file, or "" when the file cannot be read.
+func (s *session) tryFile(path string) string {
+	b, _ := s.readFile(path)
+	return b
+}
+
+func (s *session) readFile(path string) (string, error) {
+	ctx := s.h.t.Context()
+	st, err := s.tryState()
+	if err != nil {
+		return "", err
+	}
+	sbx, err := s.h.p.Get(ctx, st.Sandbox.ID)
+	if err != nil {
+		return "", err
+	}
+	r, err := sbx.ReadFile(ctx, path)
+	if err != nil {
+		return "", err
+	}
 	defer r.Close()
 	b, err := io.ReadAll(r)
-	if err != nil {
-		s.h.t.Fatal(err)
-	}
-	return string(b)
+	return string(b), err
 }
 
 // call is a scripted tool call.
@@ -295,5 +319,226 @@ func TestSession(t *testing.T) {
 	}
 	if _, err := h.p.Get(t.Context(), st.Sandbox.ID); err == nil {
 		t.Errorf("sandbox %s outlived its session", st.Sandbox.ID)
+	}
+}
+
+// A worker stopped during a tool call, then during a model call, and
+// another started each time: the turns go on where they were, and no
+// command runs twice (each one appends a line to a file).
+func TestSessionSurvivesWorker(t *testing.T) {
+	h := newHarness(t)
+	h.model.Script(
+		toolCalls(shell("slow", "echo slow >> ran.txt && sleep 3 && echo slept")),
+		fakemodel.Reply{Text: "slept"},
+		toolCalls(shell("fast", "echo fast >> ran.txt")),
+		fakemodel.Reply{Text: "done"}, // taken by the call the crash cuts off
+		fakemodel.Reply{Text: "done"},
+	)
+	s := h.start(agent.SessionInput{ModelHeartbeatTimeout: 2 * time.Second})
+
+	// Mid-tool-call: the command has started in the sandbox.
+	s.send("sleep")
+	s.waitFor("the slow command to run", func(st agent.State) bool { return st.Status == agent.StatusRunning })
+	testkit.Eventually(t, "the slow command to start", time.Minute, func() bool {
+		return strings.Contains(s.tryFile("ran.txt"), "slow")
+	})
+	h.stopWorker()
+	h.startWorker()
+	t1 := s.turn(1)
+	if t1.Status != agent.StatusDone || t1.Answer != "slept" || len(t1.Calls) != 1 || !strings.Contains(t1.Calls[0].Output, "slept") {
+		t.Fatalf("turn 1 across a worker restart: %+v", t1)
+	}
+
+	// Mid-model-call: the tool call is done, the model called again.
+	first, second := h.model.Hold(), h.model.Hold()
+	s.send("append")
+	<-first.Arrived()
+	first.Release()
+	<-second.Arrived()
+	h.stopWorker()
+	h.startWorker()
+	t2 := s.turn(2)
+	if t2.Status != agent.StatusDone || t2.Answer != "done" {
+		t.Fatalf("turn 2 across a worker restart: %+v", t2)
+	}
+	if got := s.file("ran.txt"); got != "slow\nfast\n" {
+		t.Errorf("the commands ran: %q, want each once", got)
+	}
+	if n := len(h.model.Requests()); n != 5 {
+		t.Errorf("%d model calls, want 5 (one retried)", n)
+	}
+}
+
+// A model server that answers 429, then 500, then succeeds: the model
+// activity is retried by Temporal, and the turn answers.
+func TestSessionModelRetried(t *testing.T) {
+	h := newHarness(t)
+	h.model.FailNext(http.StatusTooManyRequests, 1)
+	h.model.FailNext(http.StatusInternalServerError, 1)
+	h.model.Script(fakemodel.Reply{Text: "at last"})
+	s := h.start(agent.SessionInput{})
+	s.send("hello")
+	if t1 := s.turn(1); t1.Status != agent.StatusDone || t1.Answer != "at last" {
+		t.Fatalf("turn 1: %+v", t1)
+	}
+	reqs := h.model.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d model calls, want 3", len(reqs))
+	}
+	for i, r := range reqs {
+		if roles(r) != "system user" || r.Messages[1].Text() != "hello" {
+			t.Errorf("call %d: %s", i, roles(r))
+		}
+	}
+}
+
+// Without a model (a host whose model activity says none is configured)
+// a turn fails at once, in one line, and the session goes on.
+func TestSessionNoModel(t *testing.T) {
+	h := newHarness(t)
+	opts := h.opts
+	opts.Queue, opts.HostQueue, opts.Model = "nomodel", "nomodel", nil
+	w, err := hostworker.Start(h.c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	s := h.start(agent.SessionInput{ModelQueue: "nomodel.model"})
+	s.send("hello")
+	t1 := s.turn(1)
+	if t1.Status != agent.StatusFailed || !strings.HasPrefix(t1.Error, chat.NoModel+": no model configured: set BERTH_MODEL") ||
+		strings.Contains(t1.Error, "\n") {
+		t.Fatalf("turn 1 without a model: %+v", t1)
+	}
+	if n := s.send("again"); n != 2 {
+		t.Fatalf("second turn numbered %d", n)
+	}
+	if t2 := s.turn(2); t2.Status != agent.StatusFailed {
+		t.Fatalf("turn 2: %+v", t2)
+	}
+}
+
+// With approvals on, a shell call waits for the person: denied, it does
+// not run and the model is told; approved, it runs.
+func TestSessionApprovals(t *testing.T) {
+	h := newHarness(t)
+	h.model.Script(
+		toolCalls(shell("a1", "echo one >> log.txt")),
+		toolCalls(shell("a2", "echo two >> log.txt")),
+		fakemodel.Reply{Text: "wrote two"},
+	)
+	s := h.start(agent.SessionInput{Approvals: true})
+	s.send("log")
+	awaiting := func(id string) func(agent.State) bool {
+		return func(st agent.State) bool {
+			n := len(st.Turn.Calls)
+			return st.Status == agent.StatusApproval && st.Turn.Tool == tools.Shell && n > 0 &&
+				st.Turn.Calls[n-1].ID == id && st.Turn.Calls[n-1].Status == agent.StatusApproval
+		}
+	}
+	s.waitFor("a1 to await approval", awaiting("a1"))
+	if got := s.tryFile("log.txt"); got != "" {
+		t.Fatalf("a command awaiting approval ran: %q", got)
+	}
+	err := s.update(t.Context(), agent.UpdateApprove, agent.ApproveRequest{CallID: "nope", Approve: true}, nil)
+	if sandbox.ErrorKind(err) != provider.KindBadInput {
+		t.Errorf("approving a call that does not wait: %v, want BadInput", err)
+	}
+	if err := s.update(t.Context(), agent.UpdateApprove, agent.ApproveRequest{CallID: "a1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor("a2 to await approval", awaiting("a2"))
+	if err := s.update(t.Context(), agent.UpdateApprove, agent.ApproveRequest{CallID: "a2", Approve: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	t1 := s.turn(1)
+	if t1.Answer != "wrote two" || len(t1.Calls) != 2 || t1.Calls[0].Status != agent.StatusDenied ||
+		t1.Calls[1].Status != agent.StatusDone {
+		t.Fatalf("turn 1: %+v", t1)
+	}
+	if got := s.file("log.txt"); got != "two\n" {
+		t.Errorf("log.txt: %q, want only the approved command's line", got)
+	}
+	reqs := h.model.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d model calls", len(reqs))
+	}
+	denied := reqs[1].Messages[len(reqs[1].Messages)-1]
+	if denied.Role != "tool" || denied.ToolCallID != "a1" || !strings.HasPrefix(denied.Text(), "denied") {
+		t.Errorf("the model was told %+v, want a denial of a1", denied)
+	}
+	if ran := reqs[2].Messages[len(reqs[2].Messages)-1]; !strings.HasPrefix(ran.Text(), "exit code 0") {
+		t.Errorf("the approved command's result: %q", ran.Text())
+	}
+}
+
+// A session that continues as new between turns keeps its conversation,
+// its usage and its sandbox, workspace included.
+func TestSessionContinueAsNew(t *testing.T) {
+	h := newHarness(t)
+	h.model.Script(
+		toolCalls(call("w", tools.WriteFile, map[string]any{"path": "note.txt", "content": "kept\n"})),
+		fakemodel.Reply{Text: "written"},
+		toolCalls(shell("r", "cat note.txt")),
+		fakemodel.Reply{Text: "read"},
+	)
+	s := h.start(agent.SessionInput{ContinueAfter: 20})
+	s.send("write")
+	s.turn(1)
+	before := s.waitFor("the session to continue as new", func(st agent.State) bool { return st.Runs == 2 })
+	if before.Turn.Number != 1 || before.Turn.Answer != "written" || before.Messages != 5 || before.Usage.TotalTokens == 0 {
+		t.Errorf("state carried: %+v", before)
+	}
+	if n := s.send("read"); n != 2 {
+		t.Fatalf("the turn after continue-as-new numbered %d", n)
+	}
+	t2 := s.turn(2)
+	if t2.Answer != "read" || len(t2.Calls) != 1 || !strings.Contains(t2.Calls[0].Output, "kept") {
+		t.Fatalf("turn 2: %+v", t2)
+	}
+	after := s.state()
+	if after.Sandbox.ID != before.Sandbox.ID {
+		t.Errorf("sandbox %s after continue-as-new, was %s", after.Sandbox.ID, before.Sandbox.ID)
+	}
+	if want := before.Usage.TotalTokens + t2.Usage.TotalTokens; after.Usage.TotalTokens != want {
+		t.Errorf("session usage %d, want %d", after.Usage.TotalTokens, want)
+	}
+	reqs := h.model.Requests()
+	if last := reqs[len(reqs)-1]; roles(last) != "system user assistant tool assistant user assistant tool" {
+		t.Errorf("the conversation after continue-as-new: %s", roles(last))
+	}
+}
+
+// Bad messages are refused before they enter history, with a typed
+// error, and the session goes on serving; a message may come by Signal.
+func TestSessionBadInput(t *testing.T) {
+	h := newHarness(t)
+	h.model.Script(fakemodel.Reply{Text: "hi"}, fakemodel.Reply{Text: "signalled"})
+	s := h.start(agent.SessionInput{})
+	for _, msg := range []string{"", " \n\t", strings.Repeat("x", agent.MaxMessage+1)} {
+		err := s.update(t.Context(), agent.UpdateSend, agent.SendRequest{Message: msg}, nil)
+		if sandbox.ErrorKind(err) != provider.KindBadInput {
+			t.Errorf("message of %d bytes: %v, want BadInput", len(msg), err)
+		}
+	}
+	if n := s.send("hello"); n != 1 {
+		t.Fatalf("the first good message's turn is %d", n)
+	}
+	if t1 := s.turn(1); t1.Answer != "hi" {
+		t.Fatalf("turn 1: %+v", t1)
+	}
+	if err := h.c.SignalWorkflow(t.Context(), s.id, "", agent.SignalMessage, agent.SendRequest{Message: "by signal"}); err != nil {
+		t.Fatal(err)
+	}
+	if t2 := s.turn(2); t2.Answer != "signalled" || t2.Message != "by signal" {
+		t.Fatalf("turn 2: %+v", t2)
+	}
+	run, err := h.c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue},
+		agent.WorkflowName, agent.SessionInput{MaxSteps: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(t.Context(), nil); sandbox.ErrorKind(err) != provider.KindBadInput {
+		t.Errorf("a session of -1 steps: %v, want BadInput", err)
 	}
 }

@@ -57,12 +57,9 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 		awaiting: map[string]bool{}, decisions: map[string]bool{}}
 	if c := in.Carried; c != nil {
 		s.segs, s.unsent, s.queue, s.nextTurn = c.Conversation, c.Unsent, c.Queue, c.NextTurn
-		s.turns, s.usage, s.runs = c.Turns, c.Usage, c.Runs
+		s.turn, s.turns, s.usage, s.runs = c.Turn, c.Turns, c.Usage, c.Runs
 		for _, seg := range s.segs {
 			s.messages += seg.Messages
-		}
-		if n := len(s.turns); n > 0 {
-			s.turn = s.turns[n-1]
 		}
 	}
 	s.runs++
@@ -129,7 +126,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 			}
 			next := in
 			next.Carried = &Carried{Sandbox: s.sbx.Carry(), Conversation: s.segs, Unsent: s.unsent,
-				Queue: s.queue, NextTurn: s.nextTurn, Turns: s.turns, Usage: s.usage, Runs: s.runs}
+				Queue: s.queue, NextTurn: s.nextTurn, Turn: s.turn, Turns: s.turns, Usage: s.usage, Runs: s.runs}
 			return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
 		}
 	}
