@@ -22,6 +22,7 @@ const (
 	SignalMessage = "berth.agent.message" // SendRequest
 	UpdateApprove = "berth.agent.approve" // ApproveRequest -> nothing
 	UpdateEnd     = "berth.agent.end"     // EndRequest -> EndResult
+	UpdateWait    = "berth.agent.wait"    // WaitRequest -> State
 	QueryState    = "berth.agent.state"   // -> State
 )
 
@@ -100,6 +101,7 @@ type Carried struct {
 	Turns        []TurnState    `json:"turns,omitempty"`
 	Usage        chat.Usage     `json:"usage"`
 	Runs         int            `json:"runs"`
+	Version      int            `json:"version"`
 }
 
 // queued is an accepted message waiting for its turn.
@@ -165,6 +167,17 @@ type State struct {
 	Ended    bool `json:"ended,omitempty"`
 	// Runs counts the workflow's runs (continue-as-new).
 	Runs int `json:"runs"`
+	// Version counts the state's changes: UpdateWait returns once it
+	// passes the one a front end has seen.
+	Version int `json:"version"`
+}
+
+// WaitRequest asks for the state once its Version is past After. A
+// front end follows a session live with one such Update after another,
+// each answered as soon as something changes. A waiter may also be
+// answered unchanged, when the workflow continues as new: it asks again.
+type WaitRequest struct {
+	After int `json:"after"`
 }
 
 // TurnState is one turn.

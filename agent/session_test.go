@@ -483,9 +483,20 @@ func TestSessionContinueAsNew(t *testing.T) {
 		fakemodel.Reply{Text: "read"},
 	)
 	s := h.start(agent.SessionInput{ContinueAfter: 20})
+	// A front end's wait in flight does not hold the run back: it is
+	// answered, and asks the next run again.
+	waiting, err := h.c.UpdateWorkflow(t.Context(), client.UpdateWorkflowOptions{WorkflowID: s.id, UpdateName: agent.UpdateWait,
+		Args: []any{agent.WaitRequest{After: 1 << 30}}, WaitForStage: client.WorkflowUpdateStageAccepted})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.send("write")
 	s.turn(1)
 	before := s.waitFor("the session to continue as new", func(st agent.State) bool { return st.Runs == 2 })
+	var answered agent.State
+	if err := waiting.Get(t.Context(), &answered); err != nil || answered.Runs != 1 {
+		t.Errorf("the wait in flight: %v, runs %d", err, answered.Runs)
+	}
 	if before.Turn.Number != 1 || before.Turn.Answer != "written" || before.Messages != 5 || before.Usage.TotalTokens == 0 {
 		t.Errorf("state carried: %+v", before)
 	}
@@ -540,5 +551,42 @@ func TestSessionBadInput(t *testing.T) {
 	}
 	if err := run.Get(t.Context(), nil); sandbox.ErrorKind(err) != provider.KindBadInput {
 		t.Errorf("a session of -1 steps: %v, want BadInput", err)
+	}
+}
+
+// A front end follows a turn live with one berth.agent.wait after
+// another: each returns as soon as the state changes, so that every
+// step of the turn is seen, in order, without polling.
+func TestSessionFollow(t *testing.T) {
+	h := newHarness(t)
+	h.model.Script(toolCalls(shell("s", "sleep 1 && echo awake")), fakemodel.Reply{Text: "awake"})
+	s := h.start(agent.SessionInput{})
+	st := s.state()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if err := s.update(ctx, agent.UpdateWait, agent.WaitRequest{After: st.Version}, &st); err == nil {
+		t.Fatalf("a wait with nothing changing returned %+v", st)
+	}
+	var seen []string
+	waits := 0
+	turn := s.send("sleep")
+	for st.Turn.Number != turn || st.Status != agent.StatusIdle {
+		if err := s.update(t.Context(), agent.UpdateWait, agent.WaitRequest{After: st.Version}, &st); err != nil {
+			t.Fatal(err)
+		}
+		waits++
+		step := st.Status
+		if st.Status == agent.StatusIdle && st.Turn.Number == turn {
+			step = st.Turn.Status
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != step {
+			seen = append(seen, step)
+		}
+	}
+	if got := strings.Join(seen, " "); !strings.HasSuffix(got, "thinking running thinking done") {
+		t.Errorf("states seen: %s", got)
+	}
+	if waits > 12 {
+		t.Errorf("%d waits for a turn of two steps: not answered on change", waits)
 	}
 }

@@ -39,10 +39,18 @@ type session struct {
 	awaiting  map[string]bool
 	decisions map[string]bool
 
+	// ending: an EndRequest waits; ended: the session has ended.
+	// endsDone counts the EndRequests answered.
 	ending, ended bool
 	destroy       bool
+	endsDone      int
 	endResult     EndResult
 	endErr        error
+
+	// version counts the changes of the state, for UpdateWait; releasing
+	// answers the waiters at once, for the run to continue as new.
+	version   int
+	releasing bool
 }
 
 // Session is the coding agent's workflow: see the package doc. It fails
@@ -57,7 +65,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 		awaiting: map[string]bool{}, decisions: map[string]bool{}}
 	if c := in.Carried; c != nil {
 		s.segs, s.unsent, s.queue, s.nextTurn = c.Conversation, c.Unsent, c.Queue, c.NextTurn
-		s.turn, s.turns, s.usage, s.runs = c.Turn, c.Turns, c.Usage, c.Runs
+		s.turn, s.turns, s.usage, s.runs, s.version = c.Turn, c.Turns, c.Usage, c.Runs, c.Version
 		for _, seg := range s.segs {
 			s.messages += seg.Messages
 		}
@@ -100,10 +108,10 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 	}
 	for {
 		// Continuing as new happens between turns, in one workflow task,
-		// the sandbox idle and no update in flight: nothing is left
-		// behind in this run.
-		canCarry := func() bool { return tooLong() && workflow.AllHandlersFinished(ctx) && !s.sbx.Busy() }
-		if err := workflow.Await(ctx, func() bool { return s.ending || len(s.queue) > 0 || canCarry() }); err != nil {
+		// the sandbox idle and no update in flight (the waiters answered
+		// first): nothing is left behind in this run.
+		s.releasing = false
+		if err := workflow.Await(ctx, func() bool { return s.ending || len(s.queue) > 0 || tooLong() && !s.sbx.Busy() }); err != nil {
 			return err // cancelled: the deferred Stop cleans up
 		}
 		switch {
@@ -116,6 +124,16 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 			s.queue = s.queue[1:]
 			s.runTurn(ctx, next)
 		default:
+			s.releasing = true
+			err := workflow.Await(ctx, func() bool {
+				return s.ending || len(s.queue) > 0 || workflow.AllHandlersFinished(ctx) && !s.sbx.Busy()
+			})
+			if err != nil {
+				return err
+			}
+			if s.ending || len(s.queue) > 0 {
+				continue
+			}
 			// Messages signalled in this very task are carried too.
 			for {
 				var req SendRequest
@@ -126,7 +144,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 			}
 			next := in
 			next.Carried = &Carried{Sandbox: s.sbx.Carry(), Conversation: s.segs, Unsent: s.unsent,
-				Queue: s.queue, NextTurn: s.nextTurn, Turn: s.turn, Turns: s.turns, Usage: s.usage, Runs: s.runs}
+				Queue: s.queue, NextTurn: s.nextTurn, Turn: s.turn, Turns: s.turns, Usage: s.usage, Runs: s.runs, Version: s.version}
 			return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
 		}
 	}
@@ -136,7 +154,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 // whether it did: a workspace that could not be kept fails the request,
 // and the session goes on.
 func (s *session) end(ctx workflow.Context) bool {
-	defer func() { s.ended = true }()
+	defer func() { s.endsDone++; s.changed() }()
 	if !s.destroy {
 		id, err := s.sbx.Snapshot(ctx)
 		if err != nil {
@@ -149,7 +167,7 @@ func (s *session) end(ctx workflow.Context) bool {
 	if err := s.sbx.Stop(ctx); err != nil {
 		s.endErr = err
 	}
-	s.turn.Status = StatusDone
+	s.ended = true
 	return true
 }
 
@@ -162,6 +180,7 @@ func (s *session) accept(ctx workflow.Context, req SendRequest) int {
 	n := s.nextTurn
 	s.nextTurn++
 	s.queue = append(s.queue, queued{Turn: n, Message: req.Message})
+	s.changed()
 	return n
 }
 
@@ -196,13 +215,24 @@ func (s *session) register(ctx workflow.Context) error {
 	if err != nil {
 		return err
 	}
+	err = workflow.SetUpdateHandler(ctx, UpdateWait, func(ctx workflow.Context, req WaitRequest) (State, error) {
+		err := workflow.Await(ctx, func() bool { return s.version > req.After || s.releasing || s.ended })
+		if err != nil {
+			return State{}, err
+		}
+		return s.state()
+	})
+	if err != nil {
+		return err
+	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateEnd,
 		func(ctx workflow.Context, req EndRequest) (EndResult, error) {
-			s.ending, s.destroy, s.ended, s.endErr = true, req.Destroy, false, nil
+			s.ending, s.destroy, s.endErr = true, req.Destroy, nil
 			for id := range s.awaiting {
 				s.decisions[id] = false // a call awaiting approval is denied
 			}
-			if err := workflow.Await(ctx, func() bool { return s.ended }); err != nil {
+			done := s.endsDone + 1
+			if err := workflow.Await(ctx, func() bool { return s.endsDone >= done }); err != nil {
 				return EndResult{}, err
 			}
 			return s.endResult, sandbox.Failure(s.endErr)
@@ -210,9 +240,12 @@ func (s *session) register(ctx workflow.Context) error {
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req EndRequest) error { return s.open() }})
 }
 
+// changed notes a change of the state, for UpdateWait.
+func (s *session) changed() { s.version++ }
+
 // open refuses operations on a session that ends.
 func (s *session) open() error {
-	if s.ending || s.ended && s.endErr == nil {
+	if s.ending || s.ended {
 		return sandbox.Failure(fmt.Errorf("%w: the session has ended", provider.ErrNotFound))
 	}
 	return nil
@@ -220,7 +253,7 @@ func (s *session) open() error {
 
 func (s *session) state() (State, error) {
 	st := State{Status: StatusIdle, Turn: s.turn, Turns: s.turns, Queued: len(s.queue), Usage: s.usage,
-		Messages: s.messages + len(s.unsent), Ended: s.ended && s.endErr == nil, Runs: s.runs}
+		Messages: s.messages + len(s.unsent), Ended: s.ended, Runs: s.runs, Version: s.version}
 	if s.inTurn {
 		st.Status = s.turn.Status
 	}
@@ -236,6 +269,7 @@ func (s *session) runTurn(ctx workflow.Context, q queued) {
 	s.inTurn = true
 	defer func() { s.inTurn = false }()
 	s.turn = TurnState{Number: q.Turn, Status: StatusThinking, Message: q.Message}
+	s.changed()
 	ws := tools.OnSandbox(ctx, s.sbx)
 	pending := s.unsent
 	if s.messages == 0 && len(pending) == 0 {
@@ -255,6 +289,7 @@ func (s *session) runTurn(ctx workflow.Context, q queued) {
 		}
 		s.turn.Status, s.turn.Tool, s.turn.Steps = StatusThinking, "", step
 		s.turn.Stream = transfer.Outputs + "agent/" + s.conv + fmt.Sprintf("/turn-%d-step-%d", q.Turn, step)
+		s.changed()
 		resp, err := s.complete(ctx, chat.Request{Conversation: s.conv, Segments: s.segs, New: pending,
 			Tools: tools.Definitions(), Stream: s.turn.Stream})
 		if err != nil {
@@ -278,6 +313,7 @@ func (s *session) runTurn(ctx workflow.Context, q queued) {
 // stored yet, sent with the next turn's.
 func (s *session) finish(status, answer, failure string, unsent []chat.Message) {
 	s.turn.Status, s.turn.Tool, s.turn.Answer, s.turn.Error = status, "", answer, failure
+	s.changed()
 	s.unsent = unsent
 	kept := s.turn
 	kept.Calls = nil
@@ -315,10 +351,12 @@ func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, call chat.To
 		cs.Status = StatusDenied
 	} else {
 		s.turn.Status, cs.Status = StatusRunning, StatusRunning
+		s.changed()
 		res = tools.Run(ws, call)
 		cs.Status = StatusDone
 	}
 	cs.Output, cs.Failed = cut(res.Output, maxStateOutput), res.Failed
+	s.changed()
 	return chat.Message{Role: chat.RoleTool, ToolCallID: call.ID, Content: res.Output}
 }
 
@@ -326,6 +364,7 @@ func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, call chat.To
 func (s *session) approved(ctx workflow.Context, id string, cs *CallState) bool {
 	s.turn.Status, cs.Status = StatusApproval, StatusApproval
 	s.awaiting[id] = true
+	s.changed()
 	defer delete(s.awaiting, id)
 	if s.ending {
 		return false
