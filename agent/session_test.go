@@ -26,6 +26,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/snapshot"
 )
 
 func TestMain(m *testing.M) {
@@ -61,6 +62,7 @@ func newHarness(t testing.TB) *harness {
 	h := &harness{t: t, c: c, p: berthtest.Provider(t), model: fakemodel.New(t)}
 	h.opts = hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": h.p}, Outputs: berthtest.Bucket(t),
+		Snapshots: snapshot.New(berthtest.Bucket(t)),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 		Model: &model.Config{BaseURL: h.model.URL, APIKey: fakemodel.Key, Model: fakemodel.Model,
 			HeartbeatEvery: 200 * time.Millisecond},
@@ -588,5 +590,47 @@ func TestSessionFollow(t *testing.T) {
 	}
 	if waits > 12 {
 		t.Errorf("%d waits for a turn of two steps: not answered on change", waits)
+	}
+}
+
+// A session idle long enough hibernates its sandbox (checkpointed and
+// destroyed) and costs nothing; the next message wakes it, workspace
+// whole. Ended without destroy, the workspace is kept as a snapshot.
+func TestSessionHibernates(t *testing.T) {
+	h := newHarness(t)
+	h.model.Script(
+		toolCalls(call("w", tools.WriteFile, map[string]any{"path": "note.txt", "content": "kept\n"})),
+		fakemodel.Reply{Text: "written"},
+		toolCalls(shell("r", "cat note.txt")),
+		fakemodel.Reply{Text: "read"},
+	)
+	s := h.start(agent.SessionInput{IdleTimeout: 200 * time.Millisecond, HibernateAfter: time.Second})
+	s.send("write")
+	s.turn(1)
+	first := s.waitFor("the sandbox to hibernate", func(st agent.State) bool {
+		return st.Sandbox.State == sandbox.StateHibernated
+	})
+	if _, err := h.p.Get(t.Context(), first.Sandbox.ID); err == nil {
+		t.Errorf("hibernated sandbox %s still exists", first.Sandbox.ID)
+	}
+	s.send("read")
+	if t2 := s.turn(2); t2.Answer != "read" || len(t2.Calls) != 1 || !strings.Contains(t2.Calls[0].Output, "kept") {
+		t.Fatalf("turn 2 after hibernation: %+v", t2)
+	}
+	var end agent.EndResult
+	if err := s.update(t.Context(), agent.UpdateEnd, agent.EndRequest{}, &end); err != nil {
+		t.Fatal(err)
+	}
+	if end.Snapshot == "" {
+		t.Error("the workspace was not kept")
+	}
+	if err := h.c.GetWorkflow(t.Context(), s.id, "").Get(t.Context(), nil); err != nil {
+		t.Errorf("the ended session: %v", err)
+	}
+	if st := s.state(); !st.Ended {
+		t.Errorf("state after end: %+v", st)
+	}
+	if err := s.update(t.Context(), agent.UpdateSend, agent.SendRequest{Message: "more"}, nil); err == nil {
+		t.Error("an ended session accepted a message")
 	}
 }
