@@ -63,7 +63,7 @@ func newHarness(t testing.TB) *harness {
 	h.opts = hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": h.p}, Outputs: berthtest.Bucket(t),
 		Snapshots: snapshot.New(berthtest.Bucket(t)),
-		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
+		Queue:     sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 		Model: &model.Config{BaseURL: h.model.URL, APIKey: fakemodel.Key, Model: fakemodel.Model,
 			HeartbeatEvery: 200 * time.Millisecond},
 	}
