@@ -634,3 +634,29 @@ func TestSessionHibernates(t *testing.T) {
 		t.Error("an ended session accepted a message")
 	}
 }
+
+// A turn stops after MaxSteps model calls; the tool results the model
+// has not seen go with the next turn's message, so that the
+// conversation stays one the API accepts (the fake model refuses tool
+// calls left unanswered).
+func TestSessionStepLimit(t *testing.T) {
+	h := newHarness(t)
+	h.model.Script(toolCalls(shell("a", "echo a")), toolCalls(shell("b", "echo b")), fakemodel.Reply{Text: "ok"})
+	s := h.start(agent.SessionInput{MaxSteps: 2})
+	s.send("loop")
+	t1 := s.turn(1)
+	if t1.Status != agent.StatusFailed || !strings.HasPrefix(t1.Error, "StepLimit: ") || len(t1.Calls) != 2 {
+		t.Fatalf("turn 1: %+v", t1)
+	}
+	s.send("go on")
+	if t2 := s.turn(2); t2.Status != agent.StatusDone || t2.Answer != "ok" {
+		t.Fatalf("turn 2: %+v", t2)
+	}
+	reqs := h.model.Requests()
+	if got := roles(reqs[2]); got != "system user assistant tool assistant tool user" {
+		t.Errorf("the conversation after the step limit: %s", got)
+	}
+	if st := s.state(); st.Messages != 8 {
+		t.Errorf("%d messages, want 8", st.Messages)
+	}
+}
