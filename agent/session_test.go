@@ -660,3 +660,51 @@ func TestSessionStepLimit(t *testing.T) {
 		t.Errorf("%d messages, want 8", st.Messages)
 	}
 }
+
+// berth's host (hostworker.StartHost, as berth dev and berth worker run
+// it) checks its model at start, in one line, and serves sessions with
+// it.
+func TestSessionOnHost(t *testing.T) {
+	h := newHarness(t)
+	h.stopWorker() // the host below serves the default queues instead
+	data, err := os.MkdirTemp("", "bh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(data) })
+	cfg := hostworker.HostConfig{DataDir: data, Providers: []string{"linux"},
+		ProviderConfig: map[string]provider.Config{"linux": {"pool": "-1"}},
+		Queue:          sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue}
+	for _, bad := range []struct {
+		cfg  model.Config
+		says string
+	}{
+		{model.Config{BaseURL: h.model.URL, APIKey: "sk-wrong", Model: fakemodel.Model}, "401"},
+		{model.Config{BaseURL: h.model.URL, APIKey: fakemodel.Key, Model: "no-such-model"}, `does not serve model "no-such-model"`},
+		{model.Config{BaseURL: "http://127.0.0.1:1/v1", Model: fakemodel.Model}, "unreachable"},
+	} {
+		cfg.Model = &bad.cfg
+		host, err := hostworker.StartHost(t.Context(), h.c, cfg)
+		if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), bad.says) {
+			if host != nil {
+				host.Close()
+			}
+			t.Errorf("a host with %v: %v, want one line saying %s", bad.cfg, err, bad.says)
+		}
+	}
+	cfg.Model = &model.Config{BaseURL: h.model.URL, APIKey: fakemodel.Key, Model: fakemodel.Model}
+	host, err := hostworker.StartHost(t.Context(), h.c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	h.model.Script(toolCalls(shell("s", "echo on the host")), fakemodel.Reply{Text: "done"})
+	s := h.start(agent.SessionInput{})
+	s.send("hello")
+	if t1 := s.turn(1); t1.Answer != "done" || len(t1.Calls) != 1 || !strings.Contains(t1.Calls[0].Output, "on the host") {
+		t.Fatalf("turn 1 on the host: %+v", t1)
+	}
+	if err := s.update(t.Context(), agent.UpdateEnd, agent.EndRequest{Destroy: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
