@@ -27,6 +27,7 @@ import (
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/snapshot"
+	"github.com/berth-dev/berth/transfer"
 )
 
 func TestMain(m *testing.M) {
@@ -278,6 +279,12 @@ func TestSession(t *testing.T) {
 	}
 	if len(t2.Calls) != 2 || !strings.Contains(t2.Calls[1].Output, "exit code 0\nok") {
 		t.Errorf("turn 2's calls: %+v", t2.Calls)
+	}
+	// The answer streamed to the blob store, where front ends read it
+	// live through the relay.
+	streamed, err := transfer.ReadAt(t.Context(), h.opts.Outputs, t2.Stream, transfer.DefaultPartSize, 0, 1<<20)
+	if err != nil || string(streamed) != t2.Answer {
+		t.Errorf("the answer streamed to %s: %q (%v), want %q", t2.Stream, streamed, err, t2.Answer)
 	}
 	if got := s.file("calc.py"); got != "def add(a, b):\n    return a + b\n" {
 		t.Errorf("calc.py in the sandbox: %q", got)
