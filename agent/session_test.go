@@ -165,13 +165,25 @@ func (s *session) waitFor(what string, cond func(agent.State) bool) agent.State 
 	return st
 }
 
-// turn waits for turn n to finish and returns it with its tool calls.
+// turn waits for turn n to finish and returns it, with its tool calls
+// unless the next turn has begun already.
 func (s *session) turn(n int) agent.TurnState {
 	s.h.t.Helper()
-	st := s.waitFor(fmt.Sprintf("turn %d to finish", n), func(st agent.State) bool {
-		return st.Turn.Number == n && (st.Turn.Status == agent.StatusDone || st.Turn.Status == agent.StatusFailed)
+	var found agent.TurnState
+	s.waitFor(fmt.Sprintf("turn %d to finish", n), func(st agent.State) bool {
+		if st.Turn.Number == n && (st.Turn.Status == agent.StatusDone || st.Turn.Status == agent.StatusFailed) {
+			found = st.Turn
+			return true
+		}
+		for _, t := range st.Turns {
+			if t.Number == n {
+				found = t
+				return true
+			}
+		}
+		return false
 	})
-	return st.Turn
+	return found
 }
 
 // file reads a file of the session's sandbox, from the provider itself.
@@ -435,6 +447,7 @@ func TestSessionApprovals(t *testing.T) {
 		toolCalls(shell("a1", "echo one >> log.txt")),
 		toolCalls(shell("a2", "echo two >> log.txt")),
 		fakemodel.Reply{Text: "wrote two"},
+		fakemodel.Reply{Text: "second"},
 	)
 	s := h.start(agent.SessionInput{Approvals: true})
 	s.send("log")
@@ -449,6 +462,13 @@ func TestSessionApprovals(t *testing.T) {
 	if got := s.tryFile("log.txt"); got != "" {
 		t.Fatalf("a command awaiting approval ran: %q", got)
 	}
+	// A message sent during a turn is accepted at once, and queued.
+	if n := s.send("then this"); n != 2 {
+		t.Fatalf("a message during turn 1 numbered %d", n)
+	}
+	if st := s.state(); st.Queued != 1 || st.Turn.Number != 1 {
+		t.Errorf("state with a message queued: %+v", st)
+	}
 	err := s.update(t.Context(), agent.UpdateApprove, agent.ApproveRequest{CallID: "nope", Approve: true}, nil)
 	if sandbox.ErrorKind(err) != provider.KindBadInput {
 		t.Errorf("approving a call that does not wait: %v, want BadInput", err)
@@ -456,20 +476,24 @@ func TestSessionApprovals(t *testing.T) {
 	if err := s.update(t.Context(), agent.UpdateApprove, agent.ApproveRequest{CallID: "a1"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	s.waitFor("a2 to await approval", awaiting("a2"))
+	if st := s.waitFor("a2 to await approval", awaiting("a2")); st.Turn.Calls[0].Status != agent.StatusDenied ||
+		!strings.HasPrefix(st.Turn.Calls[0].Output, "denied") {
+		t.Errorf("a1 once denied: %+v", st.Turn.Calls[0])
+	}
 	if err := s.update(t.Context(), agent.UpdateApprove, agent.ApproveRequest{CallID: "a2", Approve: true}, nil); err != nil {
 		t.Fatal(err)
 	}
-	t1 := s.turn(1)
-	if t1.Answer != "wrote two" || len(t1.Calls) != 2 || t1.Calls[0].Status != agent.StatusDenied ||
-		t1.Calls[1].Status != agent.StatusDone {
+	if t1 := s.turn(1); t1.Answer != "wrote two" {
 		t.Fatalf("turn 1: %+v", t1)
 	}
 	if got := s.file("log.txt"); got != "two\n" {
 		t.Errorf("log.txt: %q, want only the approved command's line", got)
 	}
+	if t2 := s.turn(2); t2.Answer != "second" || t2.Message != "then this" {
+		t.Errorf("the queued turn: %+v", t2)
+	}
 	reqs := h.model.Requests()
-	if len(reqs) != 3 {
+	if len(reqs) != 4 {
 		t.Fatalf("%d model calls", len(reqs))
 	}
 	denied := reqs[1].Messages[len(reqs[1].Messages)-1]
