@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob"
 
+	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/workflows"
@@ -47,6 +48,11 @@ type HostConfig struct {
 	// Logger receives the host's and its providers' events; nil
 	// discards them.
 	Logger *slog.Logger
+	// Model is the model the coding agent calls; nil means the one the
+	// environment names (model.ConfigFromEnv), if BERTH_MODEL is set.
+	// A model set but not usable (no key, a server that cannot be
+	// reached, a model it does not serve) fails the start, in one line.
+	Model *model.Config
 }
 
 // Host is what runs on one machine of berth: its providers, its blob
@@ -118,7 +124,23 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	}
 	snaps = blob.PrefixedBucket(snaps, SnapshotPrefix)
 	h.buckets = append(h.buckets, snaps)
+	mcfg := cfg.Model
+	if env := model.ConfigFromEnv(); mcfg == nil && env.Model != "" {
+		mcfg = &env
+	}
+	if mcfg != nil {
+		m, err := model.New(*mcfg, outputs)
+		if err == nil {
+			err = m.Check(ctx)
+		}
+		if err != nil {
+			h.Close()
+			return nil, err
+		}
+		cfg.Logger.Info("the coding agent's model", "model", mcfg.String())
+	}
 	h.Worker, err = Start(c, Options{
+		Model:     mcfg,
 		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
 		Workflows: []any{workflows.Run, workflows.Sandbox, workflows.Reaper, workflows.Snapshots, workflows.Providers},

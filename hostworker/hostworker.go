@@ -10,19 +10,25 @@
 package hostworker
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"slices"
 	"strings"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"gocloud.dev/blob"
 
 	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/chat"
+	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/snapshot"
@@ -49,14 +55,24 @@ type Options struct {
 	// Unavailable are providers the host links but could not open, for
 	// front ends to be told why (berth providers).
 	Unavailable []provider.Status
-	// Workflows are registered on the generic queue's worker.
+	// Workflows are registered on the generic queue's worker, with the
+	// coding agent's (agent.Session).
 	Workflows []any
+	// Model, when set, is the model the coding agent calls: a worker on
+	// ModelQueue serves the model activity. Without it, a single-host
+	// deployment (HostQueue == Queue, berth dev) serves one that fails
+	// each call with chat.NoModel, saying what to set.
+	Model *model.Config
+	// ModelQueue is the model activity's queue; zero means Queue +
+	// ".model" (agent.DefaultModelQueue for the default queue).
+	ModelQueue string
 }
 
 // Worker is the running set of workers.
 type Worker struct {
 	generic, host worker.Worker
 	providers     []worker.Worker // one per provider served
+	model         worker.Worker   // the model activity's, if any
 	queue         string          // the generic queue
 	HostQueue     string
 }
@@ -92,7 +108,14 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 	for _, wf := range opts.Workflows {
 		w.generic.RegisterWorkflow(wf)
 	}
+	agent.Register(w.generic)
+	if err := w.startModel(c, opts); err != nil {
+		return nil, err
+	}
 	if err := w.generic.Start(); err != nil {
+		if w.model != nil {
+			w.model.Stop()
+		}
 		return nil, fmt.Errorf("hostworker: start worker on %s: %w", opts.Queue, err)
 	}
 	// Activities only: the providers' queues and the host's carry no
@@ -127,6 +150,43 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 	return w, nil
 }
 
+// startModel starts the model activity's worker, when the host serves
+// a model, or the one that says none is configured.
+func (w *Worker) startModel(c client.Client, opts Options) error {
+	queue := opts.ModelQueue
+	if queue == "" {
+		queue = opts.Queue + ".model"
+	}
+	var register func(worker.ActivityRegistry)
+	switch {
+	case opts.Model != nil:
+		m, err := model.New(*opts.Model, opts.Outputs)
+		if err != nil {
+			return err
+		}
+		register = m.Register
+	case opts.HostQueue == opts.Queue:
+		register = func(r worker.ActivityRegistry) {
+			r.RegisterActivityWithOptions(noModel, activity.RegisterOptions{Name: model.ActivityName})
+		}
+	default:
+		return nil // another host may serve it
+	}
+	w.model = worker.New(c, queue, worker.Options{})
+	register(w.model)
+	if err := w.model.Start(); err != nil {
+		w.model = nil
+		return fmt.Errorf("hostworker: start worker on %s: %w", queue, err)
+	}
+	return nil
+}
+
+// noModel is the model activity of a host that has no model.
+func noModel(context.Context, chat.Request) (chat.Response, error) {
+	return chat.Response{}, temporal.NewNonRetryableApplicationError(
+		"no model configured: set BERTH_MODEL, and OPENAI_API_KEY or OPENAI_BASE_URL, in berth's environment", chat.NoModel, nil)
+}
+
 // Stop stops the workers.
 func (w *Worker) Stop() {
 	if w.host != nil {
@@ -134,6 +194,9 @@ func (w *Worker) Stop() {
 	}
 	for _, pw := range w.providers {
 		pw.Stop()
+	}
+	if w.model != nil {
+		w.model.Stop()
 	}
 	w.generic.Stop()
 }

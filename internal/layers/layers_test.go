@@ -63,6 +63,11 @@ type rule struct {
 	why        string
 }
 
+// exactly matches one package, not those below it.
+func exactly(rel string) func(string) bool {
+	return func(path string) bool { return path == module+"/"+rel }
+}
+
 func under(rels ...string) func(string) bool {
 	return func(path string) bool {
 		for _, rel := range rels {
@@ -123,6 +128,14 @@ var rules = []rule{
 		"the agent's tools know nothing of the model or of any provider"},
 	{under("agent"), under("client", "cmd", "hostworker", "devserver"), true,
 		"the agent's packages know nothing of the front ends and hosts built on them"},
+	{exactly("agent"), under("activities", "workflows"), false,
+		"the agent's workflow (layer 4, beside workflows) reaches sandboxes through the handle and the tools alone"},
+	{exactly("agent"), providerImpl, true,
+		"the agent's workflow reaches providers only through the provider interface and the registry"},
+	{under("agent/chat", "agent/model", "agent/tools"), exactly("agent"), true,
+		"the agent's data, model and tools know nothing of the workflow built on them"},
+	{under("provider", "sandboxd", "snapshot", "transfer", "activities", "sandbox", "workflows"), under("agent"), true,
+		"berth's sandbox layers know nothing of the coding agent built on them"},
 }
 
 func TestLayers(t *testing.T) {

@@ -1,0 +1,44 @@
+package agent_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/internal/fakemodel"
+)
+
+// BenchmarkToolCall measures berth's overhead per tool call within a
+// turn: each turn is toolCalls model steps, each asking for one shell
+// call of /bin/true, then an answer; the fake model answers at once. The
+// figure is the median time from one model request to the next: the
+// answer's streaming and storing, the workflow task, the command's
+// activity in the sandbox (/bin/true itself takes about a millisecond),
+// the next workflow task and the next model call's start.
+func BenchmarkToolCall(b *testing.B) {
+	const toolCalls = 20
+	h := newHarness(b)
+	s := h.start(agent.SessionInput{MaxSteps: toolCalls + 1})
+	var gaps []time.Duration
+	turn := 0
+	for b.Loop() {
+		for i := range toolCalls {
+			h.model.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{shell(fmt.Sprint("t", turn, "-", i), "/bin/true")}})
+		}
+		h.model.Script(fakemodel.Reply{Text: "done"})
+		before := len(h.model.Requests())
+		turn = s.send("run /bin/true")
+		if st := s.turn(turn); st.Status != agent.StatusDone || len(st.Calls) != toolCalls {
+			b.Fatalf("turn %d: %+v", turn, st)
+		}
+		reqs := h.model.Requests()[before:]
+		for i := 1; i < len(reqs); i++ {
+			gaps = append(gaps, reqs[i].Received.Sub(reqs[i-1].Received))
+		}
+	}
+	slices.Sort(gaps)
+	b.ReportMetric(float64(gaps[len(gaps)/2].Microseconds())/1000, "ms/toolcall")
+	b.ReportMetric(float64(gaps[len(gaps)*9/10].Microseconds())/1000, "p90-ms/toolcall")
+}

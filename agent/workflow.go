@@ -1,0 +1,413 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/berth-dev/berth/agent/chat"
+	"github.com/berth-dev/berth/agent/model"
+	"github.com/berth-dev/berth/agent/tools"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/transfer"
+)
+
+// session is a Session workflow's state.
+type session struct {
+	in   SessionInput
+	conv string // the conversation's name in the blob store
+	sbx  *sandbox.Sandbox
+
+	segs     []chat.Segment
+	messages int // in segs
+	unsent   []chat.Message
+	queue    []queued
+	nextTurn int
+	turn     TurnState
+	turns    []TurnState
+	usage    chat.Usage
+	runs     int
+	inTurn   bool
+
+	// approvals are the decisions on calls awaiting approval, by call id.
+	awaiting  map[string]bool
+	decisions map[string]bool
+
+	// ending: an EndRequest waits; ended: the session has ended.
+	// endsDone counts the EndRequests answered.
+	ending, ended bool
+	destroy       bool
+	endsDone      int
+	endResult     EndResult
+	endErr        error
+
+	// version counts the changes of the state, for UpdateWait; releasing
+	// answers the waiters at once, for the run to continue as new.
+	version   int
+	releasing bool
+}
+
+// Session is the coding agent's workflow: see the package doc. It fails
+// with an application error typed as sandbox.Failure types it.
+func Session(ctx workflow.Context, in SessionInput) (err error) {
+	defer func() { err = sandbox.Failure(err) }()
+	if err := in.validate(); err != nil {
+		return err
+	}
+	s := &session{in: in, conv: conversationName(workflow.GetInfo(ctx).WorkflowExecution.ID),
+		nextTurn: 1, turn: TurnState{Status: StatusIdle},
+		awaiting: map[string]bool{}, decisions: map[string]bool{}}
+	if c := in.Carried; c != nil {
+		s.segs, s.unsent, s.queue, s.nextTurn = c.Conversation, c.Unsent, c.Queue, c.NextTurn
+		s.turn, s.turns, s.usage, s.runs, s.version = c.Turn, c.Turns, c.Usage, c.Runs, c.Version
+		for _, seg := range s.segs {
+			s.messages += seg.Messages
+		}
+	}
+	s.runs++
+	// Handlers first: a message that comes while the sandbox is being
+	// created is accepted, and waits for it.
+	if err := s.register(ctx); err != nil {
+		return err
+	}
+	if in.Carried != nil {
+		s.sbx = sandbox.Reattach(ctx, in.Carried.Sandbox)
+	} else {
+		s.sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image},
+			sandbox.WithIdleTimeout(in.IdleTimeout), sandbox.WithHibernateAfter(in.HibernateAfter))
+		if err != nil {
+			return err
+		}
+	}
+	defer func() {
+		// Does nothing once the sandbox is carried to the next run.
+		if serr := s.sbx.Stop(ctx); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}()
+
+	signals := workflow.GetSignalChannel(ctx, SignalMessage)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var req SendRequest
+			signals.Receive(ctx, &req)
+			s.accept(ctx, req)
+		}
+	})
+	tooLong := func() bool {
+		if in.ContinueAfter > 0 {
+			return workflow.GetInfo(ctx).GetCurrentHistoryLength() >= in.ContinueAfter
+		}
+		return workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+	}
+	for {
+		// Continuing as new happens between turns, in one workflow task,
+		// the sandbox idle and no update in flight (the waiters answered
+		// first): nothing is left behind in this run.
+		s.releasing = false
+		if err := workflow.Await(ctx, func() bool { return s.ending || len(s.queue) > 0 || tooLong() && !s.sbx.Busy() }); err != nil {
+			return err // cancelled: the deferred Stop cleans up
+		}
+		switch {
+		case s.ending:
+			if s.end(ctx) {
+				return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+			}
+		case len(s.queue) > 0:
+			next := s.queue[0]
+			s.queue = s.queue[1:]
+			s.runTurn(ctx, next)
+		default:
+			s.releasing = true
+			err := workflow.Await(ctx, func() bool {
+				return s.ending || len(s.queue) > 0 || workflow.AllHandlersFinished(ctx) && !s.sbx.Busy()
+			})
+			if err != nil {
+				return err
+			}
+			if s.ending || len(s.queue) > 0 {
+				continue
+			}
+			// Messages signalled in this very task are carried too.
+			for {
+				var req SendRequest
+				if !signals.ReceiveAsync(&req) {
+					break
+				}
+				s.accept(ctx, req)
+			}
+			next := in
+			next.Carried = &Carried{Sandbox: s.sbx.Carry(), Conversation: s.segs, Unsent: s.unsent,
+				Queue: s.queue, NextTurn: s.nextTurn, Turn: s.turn, Turns: s.turns, Usage: s.usage, Runs: s.runs, Version: s.version}
+			return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
+		}
+	}
+}
+
+// end ends the session as the pending EndRequest asks, and reports
+// whether it did: a workspace that could not be kept fails the request,
+// and the session goes on.
+func (s *session) end(ctx workflow.Context) bool {
+	defer func() { s.endsDone++; s.changed() }()
+	if !s.destroy {
+		id, err := s.sbx.Snapshot(ctx)
+		if err != nil {
+			s.endErr = fmt.Errorf("keep the workspace: %w (end with destroy to drop it)", err)
+			s.ending = false
+			return false
+		}
+		s.endResult.Snapshot = id
+	}
+	if err := s.sbx.Stop(ctx); err != nil {
+		s.endErr = err
+	}
+	s.ended = true
+	return true
+}
+
+// accept queues a valid message for a turn and returns its number.
+func (s *session) accept(ctx workflow.Context, req SendRequest) int {
+	if err := checkMessage(req.Message); err != nil || s.ending || s.ended {
+		workflow.GetLogger(ctx).Warn("message refused", "error", err, "ending", s.ending)
+		return 0
+	}
+	n := s.nextTurn
+	s.nextTurn++
+	s.queue = append(s.queue, queued{Turn: n, Message: req.Message})
+	s.changed()
+	return n
+}
+
+func (s *session) register(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryState, s.state); err != nil {
+		return err
+	}
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSend,
+		func(ctx workflow.Context, req SendRequest) (SendResult, error) {
+			return SendResult{Turn: s.accept(ctx, req)}, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req SendRequest) error {
+			if err := s.open(); err != nil {
+				return err
+			}
+			return sandbox.Failure(checkMessage(req.Message))
+		}})
+	if err != nil {
+		return err
+	}
+	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateApprove,
+		func(ctx workflow.Context, req ApproveRequest) error {
+			s.decisions[req.CallID] = req.Approve
+			return nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req ApproveRequest) error {
+			if !s.awaiting[req.CallID] {
+				return sandbox.Failure(fmt.Errorf("%w: no tool call %q awaits approval", provider.ErrBadInput, req.CallID))
+			}
+			return nil
+		}})
+	if err != nil {
+		return err
+	}
+	err = workflow.SetUpdateHandler(ctx, UpdateWait, func(ctx workflow.Context, req WaitRequest) (State, error) {
+		err := workflow.Await(ctx, func() bool { return s.version > req.After || s.releasing || s.ended })
+		if err != nil {
+			return State{}, err
+		}
+		return s.state()
+	})
+	if err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateEnd,
+		func(ctx workflow.Context, req EndRequest) (EndResult, error) {
+			s.ending, s.destroy, s.endErr = true, req.Destroy, nil
+			for id := range s.awaiting {
+				s.decisions[id] = false // a call awaiting approval is denied
+			}
+			done := s.endsDone + 1
+			if err := workflow.Await(ctx, func() bool { return s.endsDone >= done }); err != nil {
+				return EndResult{}, err
+			}
+			return s.endResult, sandbox.Failure(s.endErr)
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req EndRequest) error { return s.open() }})
+}
+
+// changed notes a change of the state, for UpdateWait.
+func (s *session) changed() { s.version++ }
+
+// open refuses operations on a session that ends.
+func (s *session) open() error {
+	if s.ending || s.ended {
+		return sandbox.Failure(fmt.Errorf("%w: the session has ended", provider.ErrNotFound))
+	}
+	return nil
+}
+
+func (s *session) state() (State, error) {
+	st := State{Status: StatusIdle, Turn: s.turn, Turns: s.turns, Queued: len(s.queue), Usage: s.usage,
+		Messages: s.messages + len(s.unsent), Ended: s.ended, Runs: s.runs, Version: s.version}
+	if s.inTurn {
+		st.Status = s.turn.Status
+	}
+	if s.sbx != nil {
+		st.Sandbox = s.sbx.Status()
+	}
+	return st, nil
+}
+
+// runTurn answers one message: model calls and tool calls until the
+// model answers without tool calls, or MaxSteps.
+func (s *session) runTurn(ctx workflow.Context, q queued) {
+	s.inTurn = true
+	defer func() { s.inTurn = false }()
+	s.turn = TurnState{Number: q.Turn, Status: StatusThinking, Message: q.Message}
+	s.changed()
+	ws := tools.OnSandbox(ctx, s.sbx)
+	pending := s.unsent
+	if s.messages == 0 && len(pending) == 0 {
+		pending = append(pending, chat.Message{Role: chat.RoleSystem, Content: tools.Instructions(ws, s.in.SystemPrompt)})
+	}
+	pending = append(pending, chat.Message{Role: chat.RoleUser, Content: q.Message})
+	s.unsent = nil
+
+	for step := 1; ; step++ {
+		if s.ending {
+			s.finish(StatusFailed, "", "Ended: the session ended during the turn", pending)
+			return
+		}
+		if step > s.in.MaxSteps {
+			s.finish(StatusFailed, "", fmt.Sprintf("StepLimit: the turn stopped after %d model calls; send a message to go on", s.in.MaxSteps), pending)
+			return
+		}
+		s.turn.Status, s.turn.Tool, s.turn.Steps = StatusThinking, "", step
+		s.turn.Stream = transfer.Outputs + "agent/" + s.conv + fmt.Sprintf("/turn-%d-step-%d", q.Turn, step)
+		s.changed()
+		resp, err := s.complete(ctx, chat.Request{Conversation: s.conv, Segments: s.segs, New: pending,
+			Tools: tools.Definitions(), Stream: s.turn.Stream})
+		if err != nil {
+			s.finish(StatusFailed, "", oneLine(err, s.in.ModelQueue), pending)
+			return
+		}
+		s.segs, s.messages, pending = resp.Conversation, s.messages+len(pending)+1, nil
+		s.turn.Usage.Add(resp.Usage)
+		s.usage.Add(resp.Usage)
+		if len(resp.Message.ToolCalls) == 0 {
+			s.finish(StatusDone, resp.Message.Content, "", nil)
+			return
+		}
+		for _, call := range resp.Message.ToolCalls {
+			pending = append(pending, s.runTool(ctx, ws, call))
+		}
+	}
+}
+
+// finish ends the turn; unsent are the messages the conversation has not
+// stored yet, sent with the next turn's.
+func (s *session) finish(status, answer, failure string, unsent []chat.Message) {
+	s.turn.Status, s.turn.Tool, s.turn.Answer, s.turn.Error = status, "", answer, failure
+	s.changed()
+	s.unsent = unsent
+	kept := s.turn
+	kept.Calls = nil
+	s.turns = append(s.turns, kept)
+	if len(s.turns) > keptTurns {
+		s.turns = s.turns[len(s.turns)-keptTurns:]
+	}
+}
+
+// complete calls the model activity.
+func (s *session) complete(ctx workflow.Context, req chat.Request) (chat.Response, error) {
+	opts := model.ActivityOptions()
+	opts.TaskQueue = s.in.ModelQueue
+	opts.ScheduleToStartTimeout = modelScheduleTimeout
+	if s.in.ModelHeartbeatTimeout > 0 {
+		opts.HeartbeatTimeout = s.in.ModelHeartbeatTimeout
+	}
+	var resp chat.Response
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), model.ActivityName, req).Get(ctx, &resp)
+	return resp, err
+}
+
+// runTool runs one tool call in the sandbox, after its approval when
+// approvals are on, and returns the tool message answering it.
+func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, call chat.ToolCall) chat.Message {
+	s.turn.Calls = append(s.turn.Calls, CallState{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Status: StatusRunning})
+	if len(s.turn.Calls) > maxStateCalls {
+		s.turn.Calls = s.turn.Calls[len(s.turn.Calls)-maxStateCalls:]
+	}
+	cs := &s.turn.Calls[len(s.turn.Calls)-1]
+	s.turn.Tool = call.Name
+	var res tools.Result
+	if s.in.Approvals && call.Name == tools.Shell && !s.approved(ctx, call.ID, cs) {
+		res = tools.Result{Output: "denied: the user did not allow this command, and it was not run", Failed: true}
+		cs.Status = StatusDenied
+	} else {
+		s.turn.Status, cs.Status = StatusRunning, StatusRunning
+		s.changed()
+		res = tools.Run(ws, call)
+		cs.Status = StatusDone
+	}
+	cs.Output, cs.Failed = cut(res.Output, maxStateOutput), res.Failed
+	s.changed()
+	return chat.Message{Role: chat.RoleTool, ToolCallID: call.ID, Content: res.Output}
+}
+
+// approved waits for the decision on a call.
+func (s *session) approved(ctx workflow.Context, id string, cs *CallState) bool {
+	s.turn.Status, cs.Status = StatusApproval, StatusApproval
+	s.awaiting[id] = true
+	s.changed()
+	defer delete(s.awaiting, id)
+	if s.ending {
+		return false
+	}
+	if err := workflow.Await(ctx, func() bool { _, ok := s.decisions[id]; return ok }); err != nil {
+		return false
+	}
+	ok := s.decisions[id]
+	delete(s.decisions, id)
+	return ok
+}
+
+// oneLine says why a model call failed, in one line: the error's type
+// and message.
+func oneLine(err error, queue string) string {
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
+		return fmt.Sprintf("%s: no worker serves the model (task queue %s): start berth dev or a host with BERTH_MODEL set", chat.NoModel, queue)
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Type() + ": " + strings.Join(strings.Fields(app.Message()), " ")
+	}
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// cut keeps the start of s, at most n bytes.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + fmt.Sprintf("\n[... %d more bytes]", len(s)-n)
+}
+
+// conversationName makes a workflow id one path element.
+func conversationName(id string) string {
+	r := strings.NewReplacer("/", "_", "\\", "_", "\x00", "_")
+	name := r.Replace(id)
+	if name == "." || name == ".." || name == "" {
+		name = "_" + name
+	}
+	return name
+}
