@@ -27,6 +27,7 @@ import (
 //	workspace/     where the workspace image is mounted, bound at /workspace
 //	workspace.img  the workspace's file system
 //	daemon.log     what the daemon printed; runsc.log what runsc did
+//	runsc.pid      the sandbox process's pid, as runsc run wrote it
 //	paused         present while the sandbox is paused
 const (
 	bundleRoot   = "rootfs"
@@ -36,6 +37,7 @@ const (
 	imageFile    = "workspace.img"
 	daemonLog    = "daemon.log"
 	runscLog     = "runsc.log"
+	runscPid     = "runsc.pid" // the sandbox process's pid, written by runsc run
 	pausedFile   = "paused"
 )
 

@@ -98,18 +98,15 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 	if err != nil {
 		return nil, err
 	}
-	if err := p.runContainer(ctx, cid, dir); err != nil {
-		return nil, err
-	}
-	st, err := p.state(ctx, cid)
+	pid, err := p.runContainer(ctx, cid, dir)
 	if err != nil {
 		return nil, err
 	}
-	start, err := hostproc.Start(st.PID)
+	start, err := hostproc.Start(pid)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox process %d: %w%s", st.PID, err, logTail(dir))
+		return nil, fmt.Errorf("sandbox process %d: %w%s", pid, err, logTail(dir))
 	}
-	c = &container{id: cid, dir: dir, pid: st.PID, pidStart: start, rootfs: rootfs, res: res,
+	c = &container{id: cid, dir: dir, pid: pid, pidStart: start, rootfs: rootfs, res: res,
 		client: p.newClient(cid), owner: owner}
 	// The daemon's socket appears once it listens; one request opens
 	// the connection the sandbox's first command will use.
