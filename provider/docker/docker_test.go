@@ -453,3 +453,43 @@ func TestImageVolumes(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmContainerFitted: a sandbox asking for CPU and process limits
+// of its own, and the default memory and disk, still takes a warm
+// container, given its limits.
+func TestWarmContainerFitted(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: 1})
+	create(t, p, provider.Spec{ID: "first"})
+	var w *warm
+	for deadline := time.Now().Add(time.Minute); w == nil; time.Sleep(10 * time.Millisecond) {
+		p.pool.mu.Lock()
+		if len(p.pool.ready) > 0 {
+			w = p.pool.ready[0]
+		}
+		p.pool.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the pool has no warm container after a minute")
+		}
+	}
+	def := p.resources(provider.Resources{})
+	want := provider.Resources{CPU: def.CPU / 2, Pids: def.Pids / 2}
+	if want.CPU == 0 {
+		want.CPU = 0.5
+	}
+	sb := create(t, p, provider.Spec{ID: "fitted", Resources: want})
+	if sb.rec.Container != w.container {
+		t.Fatalf("the sandbox got container %s, not the warm %s", sb.rec.Container, w.container)
+	}
+	insp, err := p.docker.ContainerInspect(t.Context(), sb.rec.Container, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := insp.Container.HostConfig
+	if hc.NanoCPUs != int64(want.CPU*1e9) || hc.PidsLimit == nil || *hc.PidsLimit != want.Pids {
+		t.Errorf("the warm container has CPUs %d and pids %v, want %d and %d", hc.NanoCPUs, hc.PidsLimit, int64(want.CPU*1e9), want.Pids)
+	}
+	if info, err := sb.Info(t.Context()); err != nil || info.Resources.CPU != want.CPU || info.Resources.Pids != want.Pids {
+		t.Errorf("the sandbox reports %+v (%v), want CPU %v and pids %d", info.Resources, err, want.CPU, want.Pids)
+	}
+	sh(t, sb, "true")
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/provider"
@@ -163,13 +164,21 @@ func (p *Provider) checkSpec(spec provider.Spec) error {
 // create makes a sandbox, from a warm container if one fits.
 func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, error) {
 	res := p.resources(spec.Resources)
-	pooled := spec.Image == p.cfg.Image && spec.Network == provider.NetworkNone && res == p.resources(provider.Resources{})
+	// Warm containers have the default memory (their /tmp is sized by
+	// it) and workspace size; CPU and process limits are changed on the
+	// one taken.
+	def := p.resources(provider.Resources{})
+	pooled := spec.Image == p.cfg.Image && spec.Network == provider.NetworkNone && res.Memory == def.Memory && res.Disk == def.Disk
 	if pooled {
 		defer p.pool.fill(spec.Image)
 		// A warm container may have died while it waited (killed from
 		// outside, the engine restarted): then the sandbox gets a new one.
 		if w := p.pool.take(); w != nil {
-			rec, err := p.claim(ctx, w, spec, res)
+			err := p.fit(ctx, w, res, def)
+			var rec *record
+			if err == nil {
+				rec, err = p.claim(ctx, w, spec, res)
+			}
 			if err == nil {
 				return rec, nil
 			}
@@ -190,6 +199,22 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, err
 		return nil, err
 	}
 	return rec, nil
+}
+
+// fit gives a warm container, made with the default limits def, the
+// CPU and process limits of res.
+func (p *Provider) fit(ctx context.Context, w *warm, res, def provider.Resources) error {
+	if res.CPU == def.CPU && res.Pids == def.Pids {
+		return nil
+	}
+	pids := res.Pids
+	_, err := p.docker.ContainerUpdate(ctx, w.container, client.ContainerUpdateOptions{
+		Resources: &container.Resources{NanoCPUs: int64(res.CPU * 1e9), PidsLimit: &pids},
+	})
+	if err != nil {
+		return fmt.Errorf("set the limits of a warm container: %v", oneLine(err))
+	}
+	return nil
 }
 
 // claim makes a warm container a sandbox: it publishes the sandbox's
