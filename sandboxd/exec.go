@@ -65,14 +65,57 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec, created := s.journal.claim(hdr.ID)
+	var feed *stdinFeed
 	if created {
 		// The command's stdin is this request's body, which can only be
 		// read while the response is being written.
 		_ = http.NewResponseController(w).EnableFullDuplex()
-		go s.run(rec, hdr, stdin)
+		if stdin != nil {
+			feed = &stdinFeed{r: stdin, done: make(chan struct{})}
+		}
+		go s.run(rec, hdr, feed)
 	}
 	s.stream(w, r, rec, [2]int64{hdr.StdoutOffset, hdr.StderrOffset}, !created)
+	if feed != nil {
+		// The body is read to its end before the handler returns (see
+		// stdinFeed), or for as long as stdinDrainWait at most.
+		t := time.NewTimer(stdinDrainWait)
+		defer t.Stop()
+		select {
+		case <-feed.done:
+		case <-t.C:
+		}
+	}
 }
+
+// stdinFeed is a command's standard input: the body of the request that
+// started it. What the command does not read is read and dropped, up to
+// maxStdinDrain bytes, before the request ends: the server closes a
+// connection whose request was not read whole, and a client still
+// writing the end of its request to it then fails on that write, which
+// it may see before the command's result, already sent.
+type stdinFeed struct {
+	r    io.Reader
+	once sync.Once
+	done chan struct{} // closed once the body is read, or will not be
+}
+
+// Bounds of what a request's unread standard input costs.
+const (
+	maxStdinDrain  = 1 << 20
+	stdinDrainWait = time.Second
+)
+
+// feed copies the body to w, the command's stdin, then reads on to the
+// end of the body (to maxStdinDrain).
+func (f *stdinFeed) feed(w io.WriteCloser) {
+	defer f.finish()
+	_, _ = io.Copy(w, f.r)
+	w.Close()
+	_, _ = io.CopyN(io.Discard, f.r, maxStdinDrain)
+}
+
+func (f *stdinFeed) finish() { f.once.Do(func() { close(f.done) }) }
 
 // stream sends a record's output from the given offsets, then its end.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, off [2]int64, attached bool) {
@@ -135,7 +178,7 @@ func (s *Server) WarmUp(argv ...string) error {
 }
 
 // run starts the command of a new record and records how it ends.
-func (s *Server) run(rec *record, hdr execHeader, stdin io.Reader) {
+func (s *Server) run(rec *record, hdr execHeader, stdin *stdinFeed) {
 	s.running.Add(1)
 	defer s.running.Add(-1)
 	defer s.journal.retire(rec)
@@ -146,8 +189,16 @@ func (s *Server) run(rec *record, hdr execHeader, stdin io.Reader) {
 	}
 }
 
-func (s *Server) execute(rec *record, hdr execHeader, stdin io.Reader) (provider.ExecResult, error) {
+func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed) (provider.ExecResult, error) {
 	var res provider.ExecResult
+	fed := false
+	if stdin != nil {
+		defer func() {
+			if !fed {
+				stdin.finish() // the command never started: nothing reads the body
+			}
+		}()
+	}
 	dir, err := s.workDir(hdr.Dir)
 	if err != nil {
 		return res, err
@@ -169,10 +220,8 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin io.Reader) (provider
 	oomBefore := s.oomKills()
 	res.StartedAt = time.Now()
 	if stdin != nil {
-		go func() {
-			_, _ = io.Copy(cmd.stdin, stdin)
-			cmd.stdin.Close()
-		}()
+		fed = true
+		go stdin.feed(cmd.stdin)
 	}
 	var pumps sync.WaitGroup
 	for i, f := range cmd.out {
