@@ -294,22 +294,31 @@ func TestOtherProcess(t *testing.T) {
 	sh(t, sb, "true")
 }
 
+// firstWarm waits for the pool's first warm container and returns it.
+func firstWarm(t *testing.T, p *Provider) *warm {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		p.pool.mu.Lock()
+		var w *warm
+		if len(p.pool.ready) > 0 {
+			w = p.pool.ready[0]
+		}
+		p.pool.mu.Unlock()
+		if w != nil {
+			return w
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pool has no warm container after a minute")
+		}
+	}
+}
+
 // TestWarmContainerDied: a warm container killed while it waits in the
 // pool does not fail the creation that takes it.
 func TestWarmContainerDied(t *testing.T) {
 	p := newTestProvider(t, Config{Pool: 1})
 	create(t, p, provider.Spec{ID: "first"})
-	var w *warm
-	for deadline := time.Now().Add(time.Minute); w == nil; time.Sleep(10 * time.Millisecond) {
-		p.pool.mu.Lock()
-		if len(p.pool.ready) > 0 {
-			w = p.pool.ready[0]
-		}
-		p.pool.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatal("the pool has no warm container after a minute")
-		}
-	}
+	w := firstWarm(t, p)
 	if out, err := exec.Command("docker", "kill", w.container).CombinedOutput(); err != nil {
 		t.Fatalf("docker kill: %v: %s", err, out)
 	}
@@ -460,17 +469,7 @@ func TestImageVolumes(t *testing.T) {
 func TestWarmContainerFitted(t *testing.T) {
 	p := newTestProvider(t, Config{Pool: 1})
 	create(t, p, provider.Spec{ID: "first"})
-	var w *warm
-	for deadline := time.Now().Add(time.Minute); w == nil; time.Sleep(10 * time.Millisecond) {
-		p.pool.mu.Lock()
-		if len(p.pool.ready) > 0 {
-			w = p.pool.ready[0]
-		}
-		p.pool.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatal("the pool has no warm container after a minute")
-		}
-	}
+	w := firstWarm(t, p)
 	def := p.resources(provider.Resources{})
 	want := provider.Resources{CPU: def.CPU / 2, Pids: def.Pids / 2}
 	if want.CPU == 0 {
