@@ -1,0 +1,130 @@
+package session
+
+import (
+	"strings"
+	"time"
+)
+
+// The manager workflow's name, its default id, and the names of its
+// Updates, Signal and Query. Arguments and results are JSON.
+const (
+	WorkflowName     = "berth.session.Manager"
+	DefaultManagerID = "berth-sessions"
+
+	UpdateCreate  = "berth.session.create"  // CreateRequest -> Info
+	UpdateRename  = "berth.session.rename"  // RenameRequest -> Info
+	UpdateFork    = "berth.session.fork"    // ForkRequest -> Info (the new session)
+	UpdateSwitch  = "berth.session.switch"  // SwitchRequest -> Info
+	UpdatePause   = "berth.session.pause"   // Ref -> Info
+	UpdateResume  = "berth.session.resume"  // Ref -> Info
+	UpdateDestroy = "berth.session.destroy" // DestroyRequest -> DestroyResult
+	// UpdateList answers the registry after checking, with the server,
+	// that the sessions it lists as live still run; QuerySessions answers
+	// it as it stands, at once.
+	UpdateList    = "berth.session.list" // ListRequest -> []Info
+	QuerySessions = "berth.session.sessions"
+	// SignalEnded is what a session sends its manager when its workflow
+	// ends, whatever the reason: Ended.
+	SignalEnded = "berth.session.ended"
+)
+
+// Session statuses, as Info.Status gives them.
+const (
+	StatusCreating  = "creating"  // its workflow is being started
+	StatusActive    = "active"    // it runs; its sandbox may be idle, paused or hibernated by itself
+	StatusPaused    = "paused"    // paused by UpdatePause, until UpdateResume or a message
+	StatusSwitching = "switching" // its workspace moves to another provider
+	StatusEnded     = "ended"     // its workflow ended on its own: Error says why
+)
+
+// Info is one session as the manager lists it.
+type Info struct {
+	// ID is the session's short name within its manager (s1, s2, ...);
+	// WorkflowID its agent.Session workflow's id: WorkflowID(manager, ID).
+	ID         string    `json:"id"`
+	WorkflowID string    `json:"workflow_id"`
+	Title      string    `json:"title"`
+	Provider   string    `json:"provider"`
+	Status     string    `json:"status"`
+	Approvals  bool      `json:"approvals,omitempty"`
+	ForkOf     string    `json:"fork_of,omitempty"`
+	Created    time.Time `json:"created"`
+	// Error says why a session ended on its own.
+	Error string `json:"error,omitempty"`
+}
+
+// Ref names a session: its ID, or its title when no ID matches and
+// exactly one session has that title.
+type Ref struct {
+	Session string `json:"session"`
+}
+
+// CreateRequest starts a session. Empty fields take the agent's
+// defaults (agent.SessionInput); an empty title becomes the ID.
+type CreateRequest struct {
+	Title        string `json:"title,omitempty"`
+	Provider     string `json:"provider,omitempty"`
+	Image        string `json:"image,omitempty"`
+	Approvals    bool   `json:"approvals,omitempty"`
+	SystemPrompt string `json:"system_prompt,omitempty"`
+	MaxSteps     int    `json:"max_steps,omitempty"`
+}
+
+// RenameRequest gives a session a new title.
+type RenameRequest struct {
+	Session string `json:"session"`
+	Title   string `json:"title"`
+}
+
+// ForkRequest starts a new session with the conversation of an existing
+// one and a copy of its workspace, on Provider (empty: the source's).
+type ForkRequest struct {
+	Session  string `json:"session"`
+	Title    string `json:"title,omitempty"`
+	Provider string `json:"provider,omitempty"`
+}
+
+// SwitchRequest moves a session's workspace to another provider.
+type SwitchRequest struct {
+	Session  string `json:"session"`
+	Provider string `json:"provider"`
+	Image    string `json:"image,omitempty"`
+}
+
+// DestroyRequest ends a session and removes it from the registry. Keep
+// keeps its workspace as a snapshot first (DestroyResult names it);
+// without it the workspace and the conversation are deleted.
+type DestroyRequest struct {
+	Session string `json:"session"`
+	Keep    bool   `json:"keep,omitempty"`
+}
+
+// DestroyResult names the snapshot a kept workspace is in.
+type DestroyResult struct {
+	Snapshot string `json:"snapshot,omitempty"`
+}
+
+// ListRequest asks for the registry. All lists ended sessions too.
+type ListRequest struct {
+	All bool `json:"all,omitempty"`
+}
+
+// Ended is the signal a session sends its manager as its workflow ends.
+type Ended struct {
+	WorkflowID string `json:"workflow_id"`
+	// Error is why, when it did not end by UpdateDestroy.
+	Error string `json:"error,omitempty"`
+}
+
+// WorkflowID is the id of the workflow of session id under the manager
+// whose workflow id is manager.
+func WorkflowID(manager, id string) string { return manager + "/" + id }
+
+// IsID reports whether s has the form of a session ID (s1, s2, ...), as
+// opposed to a title.
+func IsID(s string) bool {
+	if len(s) < 2 || s[0] != 's' || s[1] == '0' {
+		return false
+	}
+	return strings.Trim(s[1:], "0123456789") == ""
+}
