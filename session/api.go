@@ -128,3 +128,7 @@ func IsID(s string) bool {
 	}
 	return strings.Trim(s[1:], "0123456789") == ""
 }
+
+// ManagerInput is the manager workflow's input. A client starting the
+// manager gives the zero value.
+type ManagerInput struct{}

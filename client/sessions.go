@@ -1,0 +1,243 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/session"
+)
+
+// Sessions drives the coding agent's sessions: the registry through
+// their manager workflow (package session), the conversation through
+// each session's own workflow (package agent). The manager is started
+// by the first operation that needs it.
+type Sessions struct {
+	c *Client
+	// Manager is the manager workflow's id, and Queue the task queue it
+	// is started on.
+	Manager, Queue string
+}
+
+// Sessions returns the sessions of the manager whose workflow id is
+// manager (session.DefaultManagerID when empty), on the default queue.
+func (c *Client) Sessions(manager string) *Sessions {
+	if manager == "" {
+		manager = session.DefaultManagerID
+	}
+	return &Sessions{c: c, Manager: manager, Queue: sandbox.DefaultQueue}
+}
+
+// manage runs one of the manager's Updates, starting the manager if it
+// is not running. Sent again after a server restart, it runs once.
+func (s *Sessions) manage(ctx context.Context, name string, out any, arg any) error {
+	updateID := NewID(name + "-")
+	var h tclient.WorkflowUpdateHandle
+	sent := false
+	err := s.c.retry(ctx, func(ctx context.Context) error {
+		start := s.c.temporal.NewWithStartWorkflowOperation(tclient.StartWorkflowOptions{
+			ID: s.Manager, TaskQueue: s.Queue,
+			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		}, session.WorkflowName, session.ManagerInput{})
+		var err error
+		h, err = s.c.temporal.UpdateWithStartWorkflow(ctx, tclient.UpdateWithStartWorkflowOptions{
+			StartWorkflowOperation: start,
+			UpdateOptions: tclient.UpdateWorkflowOptions{
+				UpdateID: updateID, UpdateName: name, Args: []any{arg},
+				WaitForStage: tclient.WorkflowUpdateStageAccepted,
+			},
+		})
+		sent = sent || err == nil || Unavailable(err)
+		return err
+	})
+	if err = s.c.unavailable(err, name+" on "+s.Manager, sent, ""); err != nil {
+		return err
+	}
+	return s.c.WaitUpdate(ctx, h, name, out)
+}
+
+// List lists the sessions; req.All lists ended ones too.
+func (s *Sessions) List(ctx context.Context, req session.ListRequest) ([]session.Info, error) {
+	var infos []session.Info
+	err := s.manage(ctx, session.UpdateList, &infos, req)
+	return infos, err
+}
+
+// Create starts a session.
+func (s *Sessions) Create(ctx context.Context, req session.CreateRequest) (session.Info, error) {
+	var info session.Info
+	err := s.manage(ctx, session.UpdateCreate, &info, req)
+	return info, err
+}
+
+// Rename gives a session a new title.
+func (s *Sessions) Rename(ctx context.Context, req session.RenameRequest) (session.Info, error) {
+	var info session.Info
+	err := s.manage(ctx, session.UpdateRename, &info, req)
+	return info, err
+}
+
+// Fork starts a new session with the conversation and a copy of the
+// workspace of another, and returns the new one.
+func (s *Sessions) Fork(ctx context.Context, req session.ForkRequest) (session.Info, error) {
+	var info session.Info
+	err := s.manage(ctx, session.UpdateFork, &info, req)
+	return info, err
+}
+
+// Switch moves a session's workspace to another provider.
+func (s *Sessions) Switch(ctx context.Context, req session.SwitchRequest) (session.Info, error) {
+	var info session.Info
+	err := s.manage(ctx, session.UpdateSwitch, &info, req)
+	return info, err
+}
+
+// Pause pauses a session's sandbox until Resume or its next message.
+func (s *Sessions) Pause(ctx context.Context, id string) (session.Info, error) {
+	var info session.Info
+	err := s.manage(ctx, session.UpdatePause, &info, session.Ref{Session: id})
+	return info, err
+}
+
+// Resume resumes a paused session's sandbox.
+func (s *Sessions) Resume(ctx context.Context, id string) (session.Info, error) {
+	var info session.Info
+	err := s.manage(ctx, session.UpdateResume, &info, session.Ref{Session: id})
+	return info, err
+}
+
+// Destroy ends a session and removes it from the registry.
+func (s *Sessions) Destroy(ctx context.Context, req session.DestroyRequest) (session.DestroyResult, error) {
+	var res session.DestroyResult
+	err := s.manage(ctx, session.UpdateDestroy, &res, req)
+	return res, err
+}
+
+// Info finds a session by ID or title, as the manager lists it now.
+func (s *Sessions) Info(ctx context.Context, ref string) (session.Info, error) {
+	var infos []session.Info
+	if err := s.c.Query(ctx, s.Manager, "", session.QuerySessions, &infos); err != nil {
+		if NotFound(err) {
+			return session.Info{}, fmt.Errorf("%w: session %q: no session exists yet", provider.ErrNotFound, ref)
+		}
+		return session.Info{}, err
+	}
+	var found []session.Info
+	for _, in := range infos {
+		if in.ID == ref {
+			return in, nil
+		}
+		if in.Title == ref {
+			found = append(found, in)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return session.Info{}, fmt.Errorf("%w: no session %q (berth session ls lists them)", provider.ErrNotFound, ref)
+	case 1:
+		return found[0], nil
+	}
+	return session.Info{}, fmt.Errorf("%w: %d sessions have the title %q: name one by its id", provider.ErrBadInput, len(found), ref)
+}
+
+// workflowID is the workflow of the session ref names: an ID needs no
+// lookup.
+func (s *Sessions) workflowID(ctx context.Context, ref string) (string, error) {
+	if session.IsID(ref) {
+		return session.WorkflowID(s.Manager, ref), nil
+	}
+	info, err := s.Info(ctx, ref)
+	return info.WorkflowID, err
+}
+
+// session runs an Update of a session's own workflow.
+func (s *Sessions) session(ctx context.Context, ref, name string, out any, arg any) error {
+	wid, err := s.workflowID(ctx, ref)
+	if err != nil {
+		return err
+	}
+	err = s.c.Update(ctx, wid, "", name, out, arg)
+	if NotFound(err) {
+		return fmt.Errorf("%w: session %s has ended (berth session ls -a)", provider.ErrNotFound, ref)
+	}
+	return err
+}
+
+// Send sends a message to a session and returns the number of the turn
+// that will answer it, once the session has accepted it.
+func (s *Sessions) Send(ctx context.Context, ref, message string) (int, error) {
+	var res agent.SendResult
+	err := s.session(ctx, ref, agent.UpdateSend, &res, agent.SendRequest{Message: message})
+	return res.Turn, err
+}
+
+// Wait returns a session's state once its Version is past after: as
+// soon as something changes. It may also return the state unchanged (the
+// session continued as new): ask again.
+func (s *Sessions) Wait(ctx context.Context, ref string, after int) (agent.State, error) {
+	var st agent.State
+	err := s.session(ctx, ref, agent.UpdateWait, &st, agent.WaitRequest{After: after})
+	return st, err
+}
+
+// State returns a session's state now.
+func (s *Sessions) State(ctx context.Context, ref string) (agent.State, error) {
+	wid, err := s.workflowID(ctx, ref)
+	if err != nil {
+		return agent.State{}, err
+	}
+	var st agent.State
+	err = s.c.Query(ctx, wid, "", agent.QueryState, &st)
+	if NotFound(err) {
+		return st, fmt.Errorf("%w: session %s has ended (berth session ls -a)", provider.ErrNotFound, ref)
+	}
+	return st, err
+}
+
+// Approve approves, or denies, the tool call callID awaiting approval.
+func (s *Sessions) Approve(ctx context.Context, ref, callID string, approve bool) error {
+	return s.session(ctx, ref, agent.UpdateApprove, nil, agent.ApproveRequest{CallID: callID, Approve: approve})
+}
+
+// Follow calls see with each new state of a session until turn has
+// finished, and returns the turn as it finished. A turn that failed is
+// returned with its Error set, not as an error.
+func (s *Sessions) Follow(ctx context.Context, ref string, turn int, see func(agent.State) error) (agent.TurnState, error) {
+	after := -1
+	for {
+		st, err := s.Wait(ctx, ref, after)
+		if err != nil {
+			return agent.TurnState{}, err
+		}
+		after = st.Version
+		if see != nil {
+			if err := see(st); err != nil {
+				return agent.TurnState{}, err
+			}
+		}
+		if t, ok := finished(st, turn); ok {
+			return t, nil
+		}
+		if st.Ended {
+			return agent.TurnState{}, fmt.Errorf("%w: session %s ended before turn %d finished", provider.ErrNotFound, ref, turn)
+		}
+	}
+}
+
+// finished finds turn among the state's finished turns.
+func finished(st agent.State, turn int) (agent.TurnState, bool) {
+	if st.Turn.Number == turn && (st.Turn.Status == agent.StatusDone || st.Turn.Status == agent.StatusFailed) {
+		return st.Turn, true
+	}
+	for _, t := range st.Turns {
+		if t.Number == turn {
+			return t, true
+		}
+	}
+	return agent.TurnState{}, false
+}

@@ -1,0 +1,513 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/tools"
+	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/session"
+)
+
+// sessionFlags are what every session command shares: the connection
+// and the manager.
+type sessionFlags struct {
+	cf      *connFlags
+	manager string
+}
+
+// dial connects, and returns the sessions and a function to close.
+func (f *sessionFlags) dial(ctx context.Context) (*client.Sessions, func(), error) {
+	c, err := f.cf.dial(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.Sessions(f.manager), c.Temporal().Close, nil
+}
+
+func newSession(cf *connFlags) *cobra.Command {
+	sf := &sessionFlags{cf: cf}
+	cmd := &cobra.Command{
+		Use:   "session",
+		Short: "Create, drive and manage the coding agent's sessions",
+		Long: `A session is a conversation with the coding agent, which runs its tools in a
+sandbox of its own; it lasts until it is removed, at no cost while it
+waits. Sessions are kept by a manager workflow; berth chat is their
+terminal UI, and these commands are for scripts.`,
+	}
+	cmd.PersistentFlags().StringVar(&sf.manager, "manager", session.DefaultManagerID, "the session manager's workflow id")
+	cmd.AddCommand(newSessionLs(sf), newSessionNew(sf), newSessionSend(sf), newSessionShow(sf),
+		newSessionFork(sf), newSessionSwitch(sf), newSessionRename(sf), newSessionRm(sf),
+		newSessionApprove(sf, "approve", true), newSessionApprove(sf, "deny", false),
+		newSessionPause(sf, "pause"), newSessionPause(sf, "resume"))
+	return cmd
+}
+
+func newSessionLs(sf *sessionFlags) *cobra.Command {
+	l := listing[session.Info]{
+		short:   "List the sessions",
+		allHelp: "list ended sessions too",
+		list: func(ctx context.Context, c *client.Client, all bool) ([]session.Info, error) {
+			return c.Sessions(sf.manager).List(ctx, session.ListRequest{All: all})
+		},
+		id:     func(in session.Info) string { return in.ID },
+		header: "ID\tTITLE\tPROVIDER\tSTATUS\tCREATED\tFORK OF",
+		line: func(in session.Info) string {
+			status := in.Status
+			if in.Error != "" {
+				status += ": " + in.Error
+			}
+			return strings.Join([]string{in.ID, in.Title, in.Provider, status,
+				in.Created.Local().Format(time.DateTime), dash(in.ForkOf)}, "\t")
+		},
+	}
+	return l.command(sf.cf)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newSessionNew(sf *sessionFlags) *cobra.Command {
+	var (
+		req session.CreateRequest
+		out *format
+	)
+	cmd := &cobra.Command{
+		Use:   "new",
+		Short: "Start a session and print its id",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, done, err := sf.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			info, err := s.Create(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return printInfo(os.Stdout, *out, info)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Title, "title", "", "the session's title (default: its id)")
+	f.StringVar(&req.Provider, "provider", "", "where its sandbox lives (default linux; berth providers lists them)")
+	f.StringVar(&req.Image, "image", "", "its sandbox's image (default: the provider's)")
+	f.BoolVar(&req.Approvals, "approvals", false, "make every shell command wait for berth session approve")
+	f.IntVar(&req.MaxSteps, "max-steps", 0, fmt.Sprintf("model calls a turn may make (default %d)", agent.DefaultMaxSteps))
+	f.StringVar(&req.SystemPrompt, "instructions", "", "the agent's instructions (default: berth's; AGENTS.md in the workspace joins them)")
+	out = addFormat(f, formatJSON)
+	return cmd
+}
+
+// printInfo prints a session's id, or the whole Info as JSON.
+func printInfo(w io.Writer, f format, info session.Info) error {
+	if f == formatText {
+		_, err := fmt.Fprintln(w, info.ID)
+		return err
+	}
+	return writeJSON(w, info)
+}
+
+func newSessionSend(sf *sessionFlags) *cobra.Command {
+	var (
+		noWait bool
+		out    *format
+	)
+	cmd := &cobra.Command{
+		Use:   "send SESSION MESSAGE...",
+		Short: "Send a message and print the tool activity and the answer as they come",
+		Long: `berth session send sends a message to a session, then prints what the agent
+does as it does it: each tool call and its output, then the answer. The
+message is the arguments joined by spaces, or standard input when it is
+"-". A turn that fails prints why and exits 125. With -o jsonl it prints
+one event a line: {"type": "turn"|"call"|"output"|"approval"|"answer"|"error", ...}.`,
+		Args: usageArgs(cobra.MinimumNArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			msg := strings.Join(args[1:], " ")
+			if msg == "-" {
+				b, err := io.ReadAll(io.LimitReader(os.Stdin, agent.MaxMessage+1))
+				if err != nil {
+					return err
+				}
+				msg = string(b)
+			}
+			s, done, err := sf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer done()
+			turn, err := s.Send(ctx, args[0], msg)
+			if err != nil {
+				return err
+			}
+			if turn == 0 {
+				return fmt.Errorf("%w: session %s did not accept the message: it is ending", provider.ErrNotFound, args[0])
+			}
+			p := &turnPrinter{w: os.Stdout, jsonl: *out == formatJSONL, turn: turn, seen: map[string]string{}}
+			if err := p.event(turnEvent{Type: "turn", Turn: turn, Session: args[0]}); err != nil {
+				return err
+			}
+			if noWait {
+				return nil
+			}
+			t, err := s.Follow(ctx, args[0], turn, p.see)
+			if err != nil {
+				return err
+			}
+			return p.finish(t)
+		},
+	}
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the message is accepted")
+	out = addFormat(cmd.Flags(), formatJSONL)
+	return cmd
+}
+
+// turnEvent is one line of send's -o jsonl.
+type turnEvent struct {
+	Type      string `json:"type"` // turn, call, output, approval, answer, error
+	Session   string `json:"session,omitempty"`
+	Turn      int    `json:"turn,omitempty"`
+	CallID    string `json:"call_id,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+	Output    string `json:"output,omitempty"`
+	Failed    bool   `json:"failed,omitempty"`
+	Text      string `json:"text,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Tokens    int64  `json:"tokens,omitempty"`
+}
+
+// turnPrinter prints a turn's tool activity as the states it is shown
+// reveal it: each call when it starts, its output when it ends.
+type turnPrinter struct {
+	w     io.Writer
+	jsonl bool
+	turn  int
+	seen  map[string]string // call id -> the status printed
+}
+
+func (p *turnPrinter) see(st agent.State) error {
+	if st.Turn.Number != p.turn {
+		return nil
+	}
+	for _, c := range st.Turn.Calls {
+		if p.seen[c.ID] == c.Status {
+			continue
+		}
+		if _, ok := p.seen[c.ID]; !ok {
+			if err := p.event(turnEvent{Type: "call", CallID: c.ID, Name: c.Name, Arguments: c.Arguments}); err != nil {
+				return err
+			}
+		}
+		p.seen[c.ID] = c.Status
+		var err error
+		switch c.Status {
+		case agent.StatusApproval:
+			err = p.event(turnEvent{Type: "approval", CallID: c.ID, Name: c.Name})
+		case agent.StatusDone, agent.StatusDenied:
+			err = p.event(turnEvent{Type: "output", CallID: c.ID, Output: c.Output, Failed: c.Failed})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish prints the answer, or fails with the turn's error.
+func (p *turnPrinter) finish(t agent.TurnState) error {
+	if err := p.see(agent.State{Turn: t}); err != nil {
+		return err
+	}
+	if t.Status == agent.StatusFailed {
+		if p.jsonl {
+			if err := p.event(turnEvent{Type: "error", Turn: t.Number, Error: t.Error}); err != nil {
+				return err
+			}
+			return exitError{exitBerth}
+		}
+		return fmt.Errorf("turn %d: %s", t.Number, t.Error)
+	}
+	return p.event(turnEvent{Type: "answer", Turn: t.Number, Text: t.Answer, Tokens: t.Usage.TotalTokens})
+}
+
+// event prints one event, as a JSON line or as text.
+func (p *turnPrinter) event(e turnEvent) error {
+	if p.jsonl {
+		return writeJSON(p.w, e)
+	}
+	var err error
+	switch e.Type {
+	case "turn":
+		// Only scripts need the number.
+	case "call":
+		_, err = fmt.Fprintln(p.w, callLine(e.Name, e.Arguments))
+	case "approval":
+		_, err = fmt.Fprintf(p.w, "  awaiting approval: berth session approve (or deny) %s\n", e.CallID)
+	case "output":
+		out := strings.TrimRight(e.Output, "\n")
+		if out != "" {
+			_, err = fmt.Fprintln(p.w, indent(out, "  "))
+		}
+	case "answer":
+		_, err = fmt.Fprintln(p.w, strings.TrimRight(e.Text, "\n"))
+	}
+	return err
+}
+
+// callLine shows a tool call in one line: a shell command as it would be
+// typed, others by name and arguments.
+func callLine(name, args string) string {
+	if name == tools.Shell {
+		var a struct {
+			Command string `json:"command"`
+		}
+		if json.Unmarshal([]byte(args), &a) == nil && a.Command != "" {
+			return "$ " + flatten(a.Command)
+		}
+	}
+	return "[tool] " + name + " " + flatten(args)
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+func newSessionShow(sf *sessionFlags) *cobra.Command {
+	var out *format
+	cmd := &cobra.Command{
+		Use:   "show SESSION",
+		Short: "Show a session's turns, status and token usage",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, done, err := sf.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			st, err := s.State(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if *out == formatJSON {
+				return writeJSON(os.Stdout, st)
+			}
+			return printState(os.Stdout, args[0], st)
+		},
+	}
+	out = addFormat(cmd.Flags(), formatJSON)
+	return cmd
+}
+
+// printState prints a session's turns for people.
+func printState(w io.Writer, ref string, st agent.State) error {
+	fmt.Fprintf(w, "session %s: %s, sandbox %s, %d messages, %d tokens\n", ref, st.Status, dash(string(st.Sandbox.State)), st.Messages, st.Usage.TotalTokens)
+	turns := st.Turns
+	if st.Turn.Number > 0 && (len(turns) == 0 || turns[len(turns)-1].Number != st.Turn.Number) {
+		turns = append(turns, st.Turn)
+	}
+	for _, t := range turns {
+		fmt.Fprintf(w, "\n> %s\n", flatten(t.Message))
+		for _, c := range t.Calls {
+			fmt.Fprintln(w, callLine(c.Name, c.Arguments))
+		}
+		switch {
+		case t.Error != "":
+			fmt.Fprintf(w, "[%s] %s\n", t.Status, t.Error)
+		case t.Answer != "":
+			fmt.Fprintln(w, strings.TrimRight(t.Answer, "\n"))
+		default:
+			fmt.Fprintf(w, "[%s]\n", t.Status)
+		}
+	}
+	return nil
+}
+
+func newSessionFork(sf *sessionFlags) *cobra.Command {
+	var (
+		req session.ForkRequest
+		out *format
+	)
+	cmd := &cobra.Command{
+		Use:   "fork SESSION",
+		Short: "Start a session with another's conversation and a copy of its workspace; print its id",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, done, err := sf.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			req.Session = args[0]
+			info, err := s.Fork(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			return printInfo(os.Stdout, *out, info)
+		},
+	}
+	cmd.Flags().StringVar(&req.Title, "title", "", "the new session's title (default: its id)")
+	cmd.Flags().StringVar(&req.Provider, "provider", "", "where its sandbox lives (default: the source's)")
+	out = addFormat(cmd.Flags(), formatJSON)
+	return cmd
+}
+
+func newSessionSwitch(sf *sessionFlags) *cobra.Command {
+	var req session.SwitchRequest
+	cmd := &cobra.Command{
+		Use:   "switch SESSION PROVIDER",
+		Short: "Move a session's workspace to another provider",
+		Args:  usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, done, err := sf.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			req.Session, req.Provider = args[0], args[1]
+			_, err = s.Switch(cmd.Context(), req)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&req.Image, "image", "", "the image on the new provider (default: the provider's)")
+	return cmd
+}
+
+func newSessionRename(sf *sessionFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rename SESSION TITLE",
+		Short: "Give a session a new title",
+		Args:  usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, done, err := sf.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			_, err = s.Rename(cmd.Context(), session.RenameRequest{Session: args[0], Title: args[1]})
+			return err
+		},
+	}
+}
+
+func newSessionRm(sf *sessionFlags) *cobra.Command {
+	var keep bool
+	cmd := &cobra.Command{
+		Use:   "rm SESSION...",
+		Short: "End sessions and delete their workspace and conversation",
+		Long: `berth session rm ends each session and removes it. Its workspace and its
+conversation are deleted, unless --keep, which keeps the workspace as a
+snapshot and prints the snapshot's id.`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, done, err := sf.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			for _, ref := range args {
+				res, err := s.Destroy(cmd.Context(), session.DestroyRequest{Session: ref, Keep: keep})
+				if err != nil {
+					return fmt.Errorf("%s: %w", ref, err)
+				}
+				if res.Snapshot != "" {
+					fmt.Println(res.Snapshot)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the workspace as a snapshot")
+	return cmd
+}
+
+func newSessionApprove(sf *sessionFlags, use string, approve bool) *cobra.Command {
+	short := "Let the shell command awaiting approval run"
+	if !approve {
+		short = "Refuse the shell command awaiting approval"
+	}
+	return &cobra.Command{
+		Use:   use + " SESSION [CALL-ID]",
+		Short: short,
+		Long:  short + ": the one named, or the only one awaiting.",
+		Args:  usageArgs(cobra.RangeArgs(1, 2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			s, done, err := sf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer done()
+			var id string
+			if len(args) == 2 {
+				id = args[1]
+			} else {
+				st, err := s.State(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if id, err = awaiting(st); err != nil {
+					return fmt.Errorf("session %s: %w", args[0], err)
+				}
+			}
+			return s.Approve(ctx, args[0], id, approve)
+		},
+	}
+}
+
+// awaiting finds the one call that awaits approval.
+func awaiting(st agent.State) (string, error) {
+	var ids []string
+	for _, c := range st.Turn.Calls {
+		if c.Status == agent.StatusApproval {
+			ids = append(ids, c.ID)
+		}
+	}
+	switch len(ids) {
+	case 0:
+		return "", fmt.Errorf("%w: no tool call awaits approval", provider.ErrBadInput)
+	case 1:
+		return ids[0], nil
+	}
+	return "", fmt.Errorf("%w: %d calls await approval (%s): name one", provider.ErrBadInput, len(ids), strings.Join(ids, ", "))
+}
+
+func newSessionPause(sf *sessionFlags, use string) *cobra.Command {
+	short := "Pause a session's sandbox now (its next message resumes it)"
+	if use == "resume" {
+		short = "Resume a session's paused sandbox"
+	}
+	return &cobra.Command{
+		Use:   use + " SESSION",
+		Short: short,
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, done, err := sf.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			if use == "resume" {
+				_, err = s.Resume(cmd.Context(), args[0])
+			} else {
+				_, err = s.Pause(cmd.Context(), args[0])
+			}
+			return err
+		},
+	}
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/fakemodel"
+	"github.com/berth-dev/berth/internal/testkit"
+	"github.com/berth-dev/berth/session"
+)
+
+// sessionCLI runs berth dev with the fake model as its model, and gives
+// a way to run berth session commands against it.
+type sessionCLI struct {
+	t     *testing.T
+	berth string
+	addr  string
+	model *fakemodel.Server
+	data  string
+}
+
+func startSessionCLI(t *testing.T) *sessionCLI {
+	model := fakemodel.New(t)
+	// berth dev takes its model from the environment, as a user's would.
+	t.Setenv("BERTH_MODEL", fakemodel.Model)
+	t.Setenv("OPENAI_BASE_URL", model.URL)
+	t.Setenv("OPENAI_API_KEY", "test-key")
+	berth, data := build(t), dataDir(t)
+	var devLog testkit.SyncBuffer
+	dev, port := startDev(t, berth, data, 0, &devLog)
+	t.Cleanup(func() { stopDev(t, dev, &devLog) })
+	dumpOnFailure(t, "berth dev", &devLog)
+	return &sessionCLI{t: t, berth: berth, addr: fmt.Sprintf("127.0.0.1:%d", port), model: model, data: data}
+}
+
+// run runs berth session args[0] with the rest of args.
+func (s *sessionCLI) run(args ...string) (stdout, stderr string, code int) {
+	s.t.Helper()
+	return runBerth(s.t, s.berth, append([]string{"session", args[0], "--address", s.addr}, args[1:]...)...)
+}
+
+// ok runs a command that must succeed and returns its output.
+func (s *sessionCLI) ok(args ...string) string {
+	s.t.Helper()
+	out, errOut, code := s.run(args...)
+	if code != 0 {
+		s.t.Fatalf("berth session %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+// shellCall is the model asking for a shell command.
+func shellCall(id, command string) fakemodel.Reply {
+	args, _ := json.Marshal(map[string]string{"command": command})
+	return fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{{ID: id, Name: "shell", Arguments: string(args)}}}
+}
+
+// TestSessionCLI drives the coding agent through berth session as a
+// script would: new, send (text and jsonl), show, ls, rename, fork,
+// approvals, rm; and the bad inputs, each one line, exit 125 or 2.
+func TestSessionCLI(t *testing.T) {
+	s := startSessionCLI(t)
+
+	id := strings.TrimSpace(s.ok("new", "--title", "demo"))
+	if !session.IsID(id) {
+		t.Fatalf("new printed %q, not a session id", id)
+	}
+
+	// send prints each tool call, its output, then the answer.
+	s.model.Script(shellCall("c1", "echo 'print(6*7)' > main.py && python3 main.py"), fakemodel.Reply{Text: "main.py prints 42."})
+	out := s.ok("send", id, "write", "main.py")
+	if !strings.Contains(out, "$ echo 'print(6*7)' > main.py && python3 main.py") || !strings.Contains(out, "42") ||
+		!strings.HasSuffix(out, "main.py prints 42.\n") {
+		t.Errorf("send printed:\n%s\nwant the call, its output (42) and the answer", out)
+	}
+	reqs := s.model.Requests()
+	if last := reqs[len(reqs)-1]; !strings.Contains(fmt.Sprint(last.Messages), "write main.py") {
+		t.Errorf("the model was not sent the message: %+v", last.Messages)
+	}
+
+	// -o jsonl: one event a line, in order.
+	s.model.Script(shellCall("c2", "cat main.py"), fakemodel.Reply{Text: "It prints 6*7."})
+	var types []string
+	for _, line := range lines(s.ok("send", id, "what does main.py do?", "-o", "jsonl")) {
+		e := decode[turnEvent](t, "send -o jsonl", line)
+		types = append(types, e.Type)
+		if e.Type == "output" && !strings.Contains(e.Output, "print(6*7)") {
+			t.Errorf("output event %+v lacks the file", e)
+		}
+		if e.Type == "answer" && e.Text != "It prints 6*7." {
+			t.Errorf("answer event %+v", e)
+		}
+	}
+	if got := strings.Join(types, ","); got != "turn,call,output,answer" {
+		t.Errorf("jsonl events %s, want turn,call,output,answer", got)
+	}
+
+	// show: the turns so far.
+	if out := s.ok("show", id); !strings.Contains(out, "> write main.py") || !strings.Contains(out, "It prints 6*7.") {
+		t.Errorf("show:\n%s", out)
+	}
+
+	// rename, then address it by its title.
+	s.ok("rename", id, "calc")
+	infos := decode[[]session.Info](t, "ls -o json", s.ok("ls", "-o", "json"))
+	if len(infos) != 1 || infos[0].ID != id || infos[0].Title != "calc" || infos[0].Status != session.StatusActive {
+		t.Fatalf("ls after rename: %+v", infos)
+	}
+
+	// fork: the conversation and the workspace both go with it.
+	fork := strings.TrimSpace(s.ok("fork", "calc", "--title", "calc-2"))
+	if fork == id || !session.IsID(fork) {
+		t.Fatalf("fork printed %q", fork)
+	}
+	s.model.Script(shellCall("c3", "python3 main.py"), fakemodel.Reply{Text: "Still 42."})
+	if out := s.ok("send", fork, "run it again"); !strings.Contains(out, "42") {
+		t.Errorf("send to the fork:\n%s", out)
+	}
+	reqs = s.model.Requests()
+	if first := reqs[len(reqs)-2]; !strings.Contains(fmt.Sprint(first.Messages), "write main.py") {
+		t.Errorf("the fork's model call lacks the source's conversation: %+v", first.Messages)
+	}
+
+	// Approvals: the command waits for approve, or deny.
+	appr := strings.TrimSpace(s.ok("new", "--approvals"))
+	s.model.Script(shellCall("c4", "touch approved"), shellCall("c5", "touch denied"), fakemodel.Reply{Text: "ok"})
+	s.ok("send", appr, "touch two files", "--no-wait")
+	for _, verb := range []string{"approve", "deny"} {
+		waitFor(t, func() bool {
+			out, _, _ := s.run("show", appr, "-o", "json")
+			return strings.Contains(out, `"awaiting_approval"`)
+		})
+		s.ok(verb, appr)
+	}
+	waitFor(t, func() bool { return strings.Contains(s.ok("show", appr), "\nok\n") })
+	if _, errOut, code := s.run("approve", appr); code != exitBerth || !strings.Contains(errOut, "no tool call awaits approval") {
+		t.Errorf("approve with nothing waiting: exit %d, %q", code, errOut)
+	}
+
+	// Bad input: one line, and the manager keeps serving.
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"send", "s999", "hello"}, exitBerth, "NotFound"},
+		{[]string{"send", "no-such-title", "hello"}, exitBerth, "NotFound"},
+		{[]string{"send", id, " "}, exitBerth, "BadInput"},
+		{[]string{"rename", id, ""}, exitBerth, "BadInput"},
+		{[]string{"fork", "s999"}, exitBerth, "NotFound"},
+		{[]string{"send", id}, 2, "arg"},
+	} {
+		out, errOut, code := s.run(c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") > 2 || out != "" {
+			t.Errorf("berth session %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(c.args, " "), code, out, errOut, c.code, c.want)
+		}
+	}
+
+	// rm: gone from ls; its fork lives on.
+	s.ok("rm", id, appr)
+	infos = decode[[]session.Info](t, "ls -o json", s.ok("ls", "-o", "json"))
+	if len(infos) != 1 || infos[0].ID != fork {
+		t.Fatalf("ls after rm: %+v", infos)
+	}
+	s.model.Script(fakemodel.Reply{Text: "here"})
+	if out := s.ok("send", fork, "still there?"); out != "here\n" {
+		t.Errorf("the fork after its source's rm: %q", out)
+	}
+	if _, errOut, code := s.run("send", id, "hello"); code != exitBerth || !strings.Contains(errOut, "NotFound") {
+		t.Errorf("send to a removed session: exit %d, %q", code, errOut)
+	}
+}
+
+// waitFor waits, for up to a minute, until cond holds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
