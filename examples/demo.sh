@@ -2,13 +2,25 @@
 # The first thing to run on a fresh machine (as root, Go 1.26 installed):
 # builds berth, starts `berth dev` (an embedded Temporal server and a
 # worker), runs a Python program in a durable sandbox with `berth run`,
-# then drives a standalone sandbox (idle pause, wake, snapshot, cp out, rm) and
-# stops the server.
+# then drives a standalone sandbox (idle pause, wake, snapshot, cp out, rm),
+# then, when a model is there, gives the coding agent a task, and stops
+# the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o bin/ ./cmd/berth ./cmd/berth-host
 CGO_ENABLED=0 go build -o bin/ ./cmd/berth-sandboxd # static: it runs in Docker images too
 data=$(mktemp -d /tmp/berth-demo.XXXXXX)
+# The coding agent's model: BERTH_MODEL with OPENAI_API_KEY (OpenAI) or
+# OPENAI_BASE_URL (any compatible server); with a key alone, a small
+# OpenAI model; with neither, a local Ollama if one answers.
+if [ -z "${BERTH_MODEL:-}" ] && [ -n "${OPENAI_API_KEY:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ]; then
+  export BERTH_MODEL=gpt-4.1-mini
+fi
+if [ -z "${BERTH_MODEL:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ] &&
+  models=$(curl -sf --max-time 1 http://127.0.0.1:11434/v1/models 2>/dev/null) &&
+  model=$(printf '%s' "$models" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p' | head -n1) && [ -n "$model" ]; then
+  export OPENAI_BASE_URL=http://127.0.0.1:11434/v1 BERTH_MODEL=$model
+fi
 port=17233
 bin/berth dev --data-dir "$data" --port "$port" --ui-port 0 2>"$data.log" &
 dev=$!
@@ -50,3 +62,14 @@ b sandbox cp "$id:." "$data/copied-out"
 echo "copied the workspace out: $(ls "$data/copied-out")"
 b sandbox rm "$id"
 echo "removed $id"
+
+# The coding agent: a session, a task, the tool calls and the answer as
+# they come. It needs a model; without one, say what to set.
+if [ -n "${BERTH_MODEL:-}" ]; then
+  sess=$(b session new --title demo)
+  echo "coding agent session $sess, model $BERTH_MODEL:"
+  b session send "$sess" "Write fib.py with a function fib(n) and a test file test_fib.py using unittest; run the tests with python3 -m unittest and fix anything that fails." || true
+  b session rm "$sess"
+else
+  echo "the coding agent needs a model: set BERTH_MODEL and OPENAI_API_KEY (OpenAI), or OPENAI_BASE_URL (a compatible server: vLLM, Ollama, llama.cpp, LiteLLM), then run this again"
+fi

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +186,26 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out waiting")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestDemo runs README's first command, examples/demo.sh, with the fake
+// model as the coding agent's: everything it shows must work.
+func TestDemo(t *testing.T) {
+	model := fakemodel.New(t)
+	model.Script(shellCall("c1", "printf 'def fib(n):\\n    return n if n < 2 else fib(n-1) + fib(n-2)\\n' > fib.py && python3 -c 'import fib; print(fib.fib(10))'"),
+		fakemodel.Reply{Text: "fib.py is written; fib(10) is 55."})
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "../../examples/demo.sh")
+	cmd.Env = append(os.Environ(), "BERTH_MODEL="+fakemodel.Model, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY=test-key")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo.sh: %v\n%s", err, out)
+	}
+	for _, want := range []string{"berth run exited with 3", "background process still alive", "coding agent session s1", "\n  55\n", "fib(10) is 55."} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("demo.sh's output lacks %q:\n%s", want, out)
+		}
 	}
 }
