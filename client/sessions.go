@@ -61,8 +61,17 @@ func (s *Sessions) manage(ctx context.Context, name string, out any, arg any) er
 	return s.c.WaitUpdate(ctx, h, name, out)
 }
 
-// List lists the sessions; req.All lists ended ones too.
-func (s *Sessions) List(ctx context.Context, req session.ListRequest) ([]session.Info, error) {
+// List lists the sessions, but for those that ended.
+func (s *Sessions) List(ctx context.Context) ([]session.Info, error) {
+	return s.list(ctx, session.ListRequest{})
+}
+
+// ListAll lists the sessions, those that ended on their own too.
+func (s *Sessions) ListAll(ctx context.Context) ([]session.Info, error) {
+	return s.list(ctx, session.ListRequest{All: true})
+}
+
+func (s *Sessions) list(ctx context.Context, req session.ListRequest) ([]session.Info, error) {
 	var infos []session.Info
 	err := s.manage(ctx, session.UpdateList, &infos, req)
 	return infos, err

@@ -57,7 +57,10 @@ func newSessionLs(sf *sessionFlags) *cobra.Command {
 		short:   "List the sessions",
 		allHelp: "list ended sessions too",
 		list: func(ctx context.Context, c *client.Client, all bool) ([]session.Info, error) {
-			return c.Sessions(sf.manager).List(ctx, session.ListRequest{All: all})
+			if all {
+				return c.Sessions(sf.manager).ListAll(ctx)
+			}
+			return c.Sessions(sf.manager).List(ctx)
 		},
 		id:     func(in session.Info) string { return in.ID },
 		header: "ID\tTITLE\tPROVIDER\tSTATUS\tCREATED\tFORK OF",
