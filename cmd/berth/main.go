@@ -63,7 +63,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(
 		newHostCommand("dev", "Run an embedded Temporal server and a berth worker, in one process"),
 		newHostCommand("worker", "Run a berth worker against a Temporal cluster"),
-		newRun(&cf), newLogs(&cf), newSandbox(&cf), newSnapshot(&cf), newSession(&cf))
+		newRun(&cf), newLogs(&cf), newSandbox(&cf), newSnapshot(&cf), newSession(&cf), newChat(&cf))
 	root.AddCommand(newVersion(root), newProviders(&cf))
 	return root
 }

@@ -25,7 +25,7 @@ type sessionCLI struct {
 	data  string
 }
 
-func startSessionCLI(t *testing.T) *sessionCLI {
+func startSessionCLI(t *testing.T, devFlags ...string) *sessionCLI {
 	model := fakemodel.New(t)
 	// berth dev takes its model from the environment, as a user's would.
 	t.Setenv("BERTH_MODEL", fakemodel.Model)
@@ -33,7 +33,7 @@ func startSessionCLI(t *testing.T) *sessionCLI {
 	t.Setenv("OPENAI_API_KEY", "test-key")
 	berth, data := build(t), dataDir(t)
 	var devLog testkit.SyncBuffer
-	dev, port := startDev(t, berth, data, 0, &devLog)
+	dev, port := startDev(t, berth, data, 0, &devLog, devFlags...)
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
 	dumpOnFailure(t, "berth dev", &devLog)
 	return &sessionCLI{t: t, berth: berth, addr: fmt.Sprintf("127.0.0.1:%d", port), model: model, data: data}
