@@ -197,7 +197,7 @@ func (m *model) command(line string) tea.Cmd {
 			keep = true
 		case "destroy":
 		default:
-			m.say(fmt.Sprintf("end session %s: /done keep keeps its workspace as a snapshot, /done destroy deletes it", id))
+			m.say("/done keep keeps the workspace as a snapshot; /done destroy deletes it")
 			return nil
 		}
 		m.say("ending " + id + "…")
