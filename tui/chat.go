@@ -13,18 +13,21 @@ import (
 	"github.com/berth-dev/berth/session"
 )
 
-const helpText = `keys: enter sends · up/down/pgup/pgdown scroll · esc or /sessions: the list · ctrl+c or /quit: quit (the session goes on)
-/fork [title]       fork this session (its conversation and a copy of its workspace) and open the fork
-/switch <provider>  move the workspace to another provider
-/title <name>       rename the session
+const helpText = `enter sends · up, down, pgup, pgdown scroll · esc: the sessions
+ctrl+c or /quit quits; the session goes on
+/fork [title]       fork this session and open the fork
+/switch <provider>  move its workspace to another provider
+/title <name>       rename it
 /approve, /deny     the tool call awaiting approval
-/done               end the session: /done keep keeps its workspace as a snapshot, /done destroy deletes it
-/sessions           back to the list
+/done keep          end it, keeping its workspace as a snapshot
+/done destroy       end it, deleting its workspace
+/sessions           the list of sessions
 /help               this help`
 
 func (m *model) chatKey(msg tea.KeyMsg) tea.Cmd {
 	switch msg.Type {
 	case tea.KeyEsc:
+		m.say("")
 		return m.toList()
 	case tea.KeyEnter:
 		line := strings.TrimSpace(m.input.Value())
@@ -100,6 +103,7 @@ func (m *model) dropShown() {
 
 func (m *model) send(message string) tea.Cmd {
 	m.help = false
+	m.say("")
 	m.sent = append(m.sent, pending{Message: message})
 	m.refresh()
 	m.vp.GotoBottom()
@@ -175,6 +179,7 @@ func (m *model) command(line string) tea.Cmd {
 			m.fail(errors.New("/title needs a name: /title <name>"))
 			return nil
 		}
+		m.say("renaming " + id + "…")
 		return func() tea.Msg {
 			info, err := b.Rename(ctx, session.RenameRequest{Session: id, Title: arg})
 			return infoMsg{info: info, note: fmt.Sprintf("%s is now %q", id, info.Title), err: err}

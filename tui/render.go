@@ -59,7 +59,7 @@ func transcript(st agent.State, sent []pending, width int) string {
 		if p.Turn == 0 {
 			line("", "(sending)")
 		} else {
-			line("", fmt.Sprintf("(turn %d waits for its turn)", p.Turn))
+			line("", fmt.Sprintf("(queued as turn %d)", p.Turn))
 		}
 		b.WriteByte('\n')
 	}

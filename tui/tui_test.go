@@ -159,7 +159,7 @@ func TestCommandsLocal(t *testing.T) {
 	before := len(f.called())
 
 	d.typ("/help")
-	d.shows("/fork [title]", "/approve, /deny", "/done keep")
+	d.shows("/fork [title]", "/approve, /deny", "/done keep", "/done destroy")
 	d.typ("/done")
 	d.shows("/done keep keeps the workspace as a snapshot; /done destroy deletes it")
 	d.typ("/switch")
@@ -228,25 +228,31 @@ func TestErrors(t *testing.T) {
 	d.key(tea.KeyEnter)
 	d.shows("session s1 · fix tests · linux · idle")
 
-	f.fail("Send", errBoom)
-	d.typ("hello")
-	d.shows("error: unavailable: the server is gone", "> hello")
-	if strings.Contains(d.view(), "you: hello") {
-		t.Errorf("a message that was not sent shows as sent:\n%s", d.view())
+	// Each failure shows, and the view stays on s1.
+	for _, tc := range []struct{ method, line, call string }{
+		{"Send", "hello", "Send s1 hello"},
+		{"Fork", "/fork b", "Fork s1 b "},
+		{"Rename", "/title x", "Rename s1 x"},
+		{"Switch", "/switch docker", "Switch s1 docker"},
+		{"Destroy", "/done destroy", "Destroy s1 false"},
+	} {
+		f.fail(tc.method, errBoom)
+		before := len(f.called())
+		d.send(tea.KeyMsg{Type: tea.KeyCtrlU}) // clears the input
+		d.typ(tc.line)
+		if strings.Contains(d.view(), "error:") {
+			t.Fatalf("%s: the last error stays as the next command starts:\n%s", tc.method, d.view())
+		}
+		d.until(tc.call, func(string) bool { return slices.Contains(f.called()[before:], tc.call) })
+		d.shows("error: unavailable: the server is gone", "session s1 · fix tests · linux · idle")
+		f.fail(tc.method, nil)
+		if tc.method == "Send" {
+			d.shows("> hello") // the message that was not sent is back in the input
+			if strings.Contains(d.view(), "you: hello") {
+				t.Errorf("a message that was not sent shows as sent:\n%s", d.view())
+			}
+		}
 	}
-
-	f.fail("Fork", errBoom)
-	d.send(tea.KeyMsg{Type: tea.KeyCtrlU}) // clears the input
-	d.typ("/fork b")
-	d.shows("error: unavailable", "session s1 · fix tests")
-
-	f.fail("Rename", errBoom)
-	d.typ("/title x")
-	d.shows("error: unavailable", "session s1 · fix tests")
-
-	f.fail("Destroy", errBoom)
-	d.typ("/done destroy")
-	d.shows("error: unavailable", "session s1 · fix tests")
 
 	// A Wait that fails shows its error and is tried again.
 	f.fail("Wait", errBoom)
