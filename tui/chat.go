@@ -67,6 +67,10 @@ func (m *model) stateReply(msg stateMsg) tea.Cmd {
 		if errors.Is(msg.err, context.Canceled) && m.waitCtx.Err() != nil {
 			return nil
 		}
+		if m.cur.Status == session.StatusEnded {
+			m.say(ended(m.cur)) // its workflow is gone: nothing to follow
+			return nil
+		}
 		m.fail(msg.err)
 		delay := m.retry
 		m.retry = min(2*m.retry, lastRetry)
@@ -249,4 +253,12 @@ func wrapped(text string, width int) string {
 	var b strings.Builder
 	writeWrapped(&b, "", text, width)
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// ended says that a session has ended, and why if it ended on its own.
+func ended(info session.Info) string {
+	if info.Error != "" {
+		return "the session has ended: " + oneLine(info.Error, 500)
+	}
+	return "the session has ended"
 }

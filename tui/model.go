@@ -298,7 +298,7 @@ func (m *model) listed(msg listMsg) tea.Cmd {
 
 func (m *model) listKey(msg tea.KeyMsg) tea.Cmd {
 	switch msg.String() {
-	case "q", "esc":
+	case "q":
 		return m.quit()
 	case "up", "k":
 		m.cursor = max(m.cursor-1, 0)
@@ -370,6 +370,9 @@ func (m *model) openSession(info session.Info) tea.Cmd {
 	m.input.Focus()
 	m.vp.SetContent("")
 	m.layout()
+	if info.Status == session.StatusEnded {
+		m.say(ended(info))
+	}
 	// -1: the first Wait answers at once, with the state as it is.
 	return m.wait(-1)
 }

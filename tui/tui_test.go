@@ -389,3 +389,18 @@ func TestRunCancel(t *testing.T) {
 		t.Fatal("Run goes on after its context ended")
 	}
 }
+
+// TestEnded: a session whose workflow ended on its own says why, and
+// its Wait is not tried again.
+func TestEnded(t *testing.T) {
+	f := newFake(session.Info{ID: "s1", Title: "old", Provider: "linux", Status: session.StatusEnded, Error: "NoModel: no model configured"})
+	f.fail("Wait", errBoom)
+	d := drive(t, f, Options{})
+	d.shows("* s1  old  linux  ended: NoModel: no model configured")
+	d.key(tea.KeyEnter)
+	d.shows("the session has ended: NoModel: no model configured", "session s1 · old · linux · ended")
+	d.settle()
+	if d.m.retry != firstRetry || strings.Contains(d.view(), "error:") {
+		t.Errorf("the Wait of an ended session failed as an error, to try again (retry %v):\n%s", d.m.retry, d.view())
+	}
+}
