@@ -58,6 +58,15 @@ func (m *model) wait(after int) tea.Cmd {
 	}
 }
 
+// seen is the Version of the state shown; -1 before the first, so that
+// the first Wait answers at once with the state as it is.
+func (m *model) seen() int {
+	if !m.have {
+		return -1
+	}
+	return m.state.Version
+}
+
 // stateReply shows a state and asks for the next one.
 func (m *model) stateReply(msg stateMsg) tea.Cmd {
 	if msg.gen != m.gen || m.screen != chatScreen {

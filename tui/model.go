@@ -186,7 +186,7 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if msg.gen != m.gen || m.screen != chatScreen {
 			return m, nil
 		}
-		return m, m.wait(m.state.Version)
+		return m, m.wait(m.seen())
 	case approveMsg:
 		if msg.err != nil {
 			m.fail(msg.err)
@@ -373,8 +373,7 @@ func (m *model) openSession(info session.Info) tea.Cmd {
 	if info.Status == session.StatusEnded {
 		m.say(ended(info))
 	}
-	// -1: the first Wait answers at once, with the state as it is.
-	return m.wait(-1)
+	return m.wait(m.seen())
 }
 
 // closeSession stops following the session shown.
