@@ -136,6 +136,12 @@ var rules = []rule{
 		"the agent's data, model and tools know nothing of the workflow built on them"},
 	{under("provider", "sandboxd", "snapshot", "transfer", "activities", "sandbox", "workflows"), under("agent"), true,
 		"berth's sandbox layers know nothing of the coding agent built on them"},
+	{under("tui"), func(path string) bool {
+		return prefix("go.temporal.io/")(path) || under("client", "cmd", "activities", "workflows", "sandbox", "provider", "hostworker")(path)
+	}, false,
+		"berth chat's terminal UI reaches berth through its Backend interface alone, never Temporal or berth's layers"},
+	{func(path string) bool { return prefix(module+"/")(path) && !under("cmd", "tui")(path) }, under("tui"), true,
+		"only the berth command builds on the terminal UI"},
 }
 
 func TestLayers(t *testing.T) {

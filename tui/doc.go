@@ -1,0 +1,29 @@
+// Package tui is the terminal front end of `berth chat`: a list of a
+// person's agent sessions, and a conversation view that follows one
+// session live, built with bubbletea.
+//
+// It talks to berth only through Backend (client.Sessions implements
+// it), never to Temporal directly, so that a test drives it with a fake
+// of a few dozen lines.
+//
+// # Following a session
+//
+// The conversation view is rebuilt from the session's agent.State alone:
+// its finished turns (message and answer), the current turn with its
+// tool calls and their outputs, its status and its answer. The view
+// follows the session with one Backend.Wait after another, each a
+// tea.Cmd that returns as soon as the state's Version passes the one
+// shown: nothing polls. Leaving the view cancels the Wait in flight;
+// quitting leaves the session running, and opening it again shows it
+// where it is.
+//
+// # Stable text
+//
+// What the view shows is plain and meant to be grepped by an end-to-end
+// test in a terminal multiplexer: the input line starts with "> ", a
+// message sent as "you: ", a shell call as "$ <command>", any other
+// call as "[tool] <name> <arguments>", the answer as its text, and the
+// status bar as "session <id> · <title> · <provider> · <status>". An
+// error is one line, "error: ...", above the status bar; the UI never
+// stops on one.
+package tui

@@ -1,0 +1,189 @@
+package tui
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/tools"
+	"github.com/berth-dev/berth/session"
+)
+
+// maxArgs caps the arguments a non-shell call shows, on one line: a
+// write_file's content can be the whole file.
+const maxArgs = 200
+
+// pending is a message sent but not yet in the state: Turn is zero until
+// the session has accepted it.
+type pending struct {
+	Turn    int
+	Message string
+}
+
+// transcript renders the conversation: the finished turns, the current
+// one with its calls, then the messages not in the state yet, wrapped to
+// width.
+func transcript(st agent.State, sent []pending, width int) string {
+	var b strings.Builder
+	line := func(prefix, text string) { writeWrapped(&b, prefix, text, width) }
+	for _, t := range st.Turns {
+		if t.Number == st.Turn.Number {
+			continue // the current turn, shown with its calls below
+		}
+		line("you: ", t.Message)
+		ending(line, t)
+		b.WriteByte('\n')
+	}
+	if t := st.Turn; t.Number > 0 {
+		line("you: ", t.Message)
+		for _, c := range t.Calls {
+			call(line, c)
+		}
+		switch t.Status {
+		case agent.StatusThinking:
+			line("", "thinking…")
+		case agent.StatusRunning:
+			// the running call says so
+		case agent.StatusApproval:
+			// the call awaiting approval says so
+		default:
+			ending(line, t)
+		}
+		b.WriteByte('\n')
+	}
+	for _, p := range sent {
+		line("you: ", p.Message)
+		if p.Turn == 0 {
+			line("", "(sending)")
+		} else {
+			line("", fmt.Sprintf("(queued as turn %d)", p.Turn))
+		}
+		b.WriteByte('\n')
+	}
+	if n := st.Queued - queuedShown(sent); n > 0 {
+		line("", fmt.Sprintf("(%d more messages wait for their turn)", n))
+	}
+	if st.Ended {
+		line("", "the session has ended")
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// queuedShown counts the sent messages the session has queued.
+func queuedShown(sent []pending) int {
+	n := 0
+	for _, p := range sent {
+		if p.Turn > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// ending renders how a finished turn ended.
+func ending(line func(prefix, text string), t agent.TurnState) {
+	switch t.Status {
+	case agent.StatusDone:
+		line("", t.Answer)
+	case agent.StatusFailed:
+		line("failed: ", t.Error)
+	}
+}
+
+// call renders a tool call: "$ <command>" for shell, "[tool] <name>
+// <arguments>" for the others, then its output indented, and what it
+// waits for.
+func call(line func(prefix, text string), c agent.CallState) {
+	if c.Name == tools.Shell {
+		var args struct {
+			Command string `json:"command"`
+		}
+		if json.Unmarshal([]byte(c.Arguments), &args) == nil && args.Command != "" {
+			line("$ ", args.Command)
+		} else {
+			line("$ ", oneLine(c.Arguments, maxArgs))
+		}
+	} else {
+		line("[tool] ", c.Name+" "+oneLine(c.Arguments, maxArgs))
+	}
+	if out := strings.TrimRight(c.Output, "\n"); out != "" {
+		line("  ", out)
+	}
+	switch c.Status {
+	case agent.StatusRunning:
+		line("  ", "running…")
+	case agent.StatusApproval:
+		line("  ", "awaiting approval: /approve or /deny")
+	case agent.StatusDenied:
+		line("  ", "denied")
+	}
+	if c.Failed {
+		line("  ", "(failed)")
+	}
+}
+
+// statusBar is "session <id> · <title> · <provider> · <status>", cut to
+// width.
+func statusBar(info session.Info, st agent.State, have bool, width int) string {
+	status := info.Status
+	if have && (status == "" || status == session.StatusActive) {
+		status = st.Status
+		if status == agent.StatusRunning && st.Turn.Tool != "" {
+			status += " " + st.Turn.Tool
+		}
+		if st.Ended {
+			status = session.StatusEnded
+		}
+	}
+	s := fmt.Sprintf("session %s · %s · %s · %s", info.ID, info.Title, info.Provider, status)
+	return ansi.Truncate(s, width, "…")
+}
+
+// writeWrapped writes text, made safe for the terminal, wrapped to
+// width: its first line after prefix, the others indented as deep.
+func writeWrapped(b *strings.Builder, prefix, text string, width int) {
+	indent := strings.Repeat(" ", ansi.StringWidth(prefix))
+	room := max(width-len(indent), 10)
+	first := true
+	for _, l := range strings.Split(clean(text), "\n") {
+		for _, w := range strings.Split(ansi.Wrap(l, room, ""), "\n") {
+			if first {
+				b.WriteString(prefix)
+				first = false
+			} else {
+				b.WriteString(indent)
+			}
+			b.WriteString(w)
+			b.WriteByte('\n')
+		}
+	}
+}
+
+// clean makes text from a model or a sandbox, both untrusted, safe to
+// print: tabs become spaces and every other control character, escape
+// sequences' ESC included, is dropped, so that an output cannot move the
+// cursor, retitle the window or rewrite the screen.
+func clean(s string) string {
+	s = strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\t", "    ")
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n':
+			return r
+		case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// oneLine is s on one line, cut to n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(clean(s)), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
