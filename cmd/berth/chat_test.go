@@ -140,7 +140,7 @@ func TestChatInTmux(t *testing.T) {
 	term.wait("session s2 · calc-2 · docker", "you: run it", "The fork has it too.", "Moved, file and all.")
 
 	term.typeLine("/done destroy")
-	term.wait("calc") // back on the list, where the source remains
+	term.wait("berth chat: sessions", "destroyed s2", "s1  calc") // back on the list, where the source remains
 	term.keys("q")
 	term.exited()
 	infos := decode[[]session.Info](t, "ls -o json", s.ok("ls", "-o", "json"))
