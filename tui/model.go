@@ -335,7 +335,14 @@ func (m *model) listView() string {
 		titleW = max(titleW, ansi.StringWidth(oneLine(s.Title, 40)))
 		provW = max(provW, ansi.StringWidth(s.Provider))
 	}
+	// The rows that fit, the cursor's among them: the header's two
+	// lines, and the blank line, notice and keys below take five.
+	rows := max(m.height-5, 1)
+	first := max(m.cursor-rows+1, 0)
 	for i, s := range m.sessions {
+		if i < first || i >= first+rows {
+			continue
+		}
 		mark := "  "
 		if i == m.cursor {
 			mark = "* "

@@ -3,6 +3,7 @@ package tui
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -402,5 +403,50 @@ func TestEnded(t *testing.T) {
 	d.settle()
 	if d.m.retry != firstRetry || strings.Contains(d.view(), "error:") {
 		t.Errorf("the Wait of an ended session failed as an error, to try again (retry %v):\n%s", d.m.retry, d.view())
+	}
+}
+
+// TestQueued: a message sent during a turn shows as queued until its own
+// turn starts, and the view fills the terminal, no more.
+func TestQueued(t *testing.T) {
+	f := newFake(s1())
+	f.push("s1", agent.State{Status: agent.StatusIdle})
+	d := drive(t, f, Options{Session: "s1"})
+	d.shows("· idle")
+	d.typ("first")
+	d.until("Send", func(string) bool { return hasCall(f, "Send s1 first") })
+	f.push("s1", agent.State{Status: agent.StatusThinking, Turn: agent.TurnState{Number: 1, Status: agent.StatusThinking, Message: "first"}})
+	d.shows("you: first", "thinking…")
+	d.typ("second")
+	d.shows("you: second", "(queued as turn 2)")
+	f.push("s1", agent.State{Status: agent.StatusThinking, Turn: agent.TurnState{Number: 2, Status: agent.StatusThinking, Message: "second"},
+		Turns: []agent.TurnState{{Number: 1, Status: agent.StatusDone, Message: "first", Answer: "one"}}})
+	d.shows("you: first", "one", "you: second", "thinking…")
+	if v := d.view(); strings.Contains(v, "queued") || strings.Count(v, "you: second") != 1 {
+		t.Errorf("the second message shows as queued once its turn started:\n%s", v)
+	}
+	if n := strings.Count(d.m.View(), "\n") + 1; n != 30 {
+		t.Errorf("the view has %d lines, the terminal 30", n)
+	}
+}
+
+// TestLongList: the list shows the rows that fit, the chosen one among
+// them.
+func TestLongList(t *testing.T) {
+	var infos []session.Info
+	for i := 1; i <= 50; i++ {
+		infos = append(infos, session.Info{ID: fmt.Sprintf("s%d", i), Title: fmt.Sprintf("t%d", i), Provider: "linux", Status: session.StatusActive})
+	}
+	d := drive(t, newFake(infos...), Options{})
+	d.shows("* s1 ")
+	for range 40 {
+		d.send(tea.KeyMsg{Type: tea.KeyDown})
+	}
+	d.shows("* s41 ", "q quit")
+	if n := strings.Count(d.m.View(), "\n") + 1; n > 30 {
+		t.Errorf("the list has %d lines, the terminal 30", n)
+	}
+	if strings.Contains(d.view(), " s1 ") {
+		t.Errorf("s1 shows, 40 rows above the cursor:\n%s", d.view())
 	}
 }
