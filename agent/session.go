@@ -204,6 +204,11 @@ type CallState struct {
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
 	Status    string `json:"status"`
+	// Stdout and Stderr are the blob keys a shell command's output is
+	// stored at as it runs, readable live through the relay (the
+	// session's workflow answers transfer.QueryRead).
+	Stdout string `json:"stdout,omitempty"`
+	Stderr string `json:"stderr,omitempty"`
 	// Output is what the model was given, cut to a few KiB.
 	Output string `json:"output,omitempty"`
 	Failed bool   `json:"failed,omitempty"`

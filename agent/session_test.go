@@ -739,3 +739,27 @@ func TestSessionOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A shell call's output can be followed while it runs: the state names
+// its streams' keys, and the session's workflow relays them.
+func TestSessionLiveOutput(t *testing.T) {
+	h := newHarness(t)
+	h.model.Script(toolCalls(shell("live", "echo first; sleep 3; echo second")), fakemodel.Reply{Text: "done"})
+	s := h.start(agent.SessionInput{})
+	turn := s.send("run it")
+	st := s.waitFor("the call running, with its keys", func(st agent.State) bool {
+		return len(st.Turn.Calls) == 1 && st.Turn.Calls[0].Stdout != ""
+	})
+	key := st.Turn.Calls[0].Stdout
+	var got []byte
+	testkit.Eventually(t, "its first line, live", time.Minute, func() bool {
+		v, err := h.c.QueryWorkflow(t.Context(), s.id, "", transfer.QueryRead, transfer.ReadRequest{Key: key})
+		return err == nil && v.Get(&got) == nil && string(got) == "first\n"
+	})
+	if st := s.state(); st.Turn.Calls[0].Status != agent.StatusRunning {
+		t.Errorf("the output was read after the command ended: %+v", st.Turn.Calls[0])
+	}
+	if t := s.turn(turn); len(t.Calls) != 1 || !strings.Contains(t.Calls[0].Output, "first\nsecond\n") {
+		h.t.Errorf("the call's output: %+v", t.Calls)
+	}
+}

@@ -34,6 +34,7 @@ type session struct {
 	usage    chat.Usage
 	runs     int
 	inTurn   bool
+	running  string // the id of the tool call running
 
 	// approvals are the decisions on calls awaiting approval, by call id.
 	awaiting  map[string]bool
@@ -270,7 +271,18 @@ func (s *session) runTurn(ctx workflow.Context, q queued) {
 	defer func() { s.inTurn = false }()
 	s.turn = TurnState{Number: q.Turn, Status: StatusThinking, Message: q.Message}
 	s.changed()
-	ws := tools.OnSandbox(ctx, s.sbx)
+	// A command's output keys go to the call that runs it, for front
+	// ends to follow it live; the call is found by its id, the state's
+	// calls being trimmed as they grow.
+	ws := tools.OnSandbox(ctx, s.sbx, sandbox.OnStart(func(id string) {
+		for i := range s.turn.Calls {
+			if c := &s.turn.Calls[i]; c.ID == s.running {
+				sb := s.sbx.ID()
+				c.Stdout, c.Stderr = transfer.OutputKey(sb, id, "stdout"), transfer.OutputKey(sb, id, "stderr")
+				s.changed()
+			}
+		}
+	}))
 	pending := s.unsent
 	if s.messages == 0 && len(pending) == 0 {
 		pending = append(pending, chat.Message{Role: chat.RoleSystem, Content: tools.Instructions(ws, s.in.SystemPrompt)})
@@ -352,7 +364,9 @@ func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, call chat.To
 	} else {
 		s.turn.Status, cs.Status = StatusRunning, StatusRunning
 		s.changed()
+		s.running = call.ID
 		res = tools.Run(ws, call)
+		s.running = ""
 		cs.Status = StatusDone
 	}
 	cs.Output, cs.Failed = cut(res.Output, maxStateOutput), res.Failed

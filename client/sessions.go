@@ -11,6 +11,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
+	"github.com/berth-dev/berth/transfer"
 )
 
 // Sessions drives the coding agent's sessions: the registry through
@@ -249,4 +250,16 @@ func finished(st agent.State, turn int) (agent.TurnState, bool) {
 		}
 	}
 	return agent.TurnState{}, false
+}
+
+// Read returns what is stored, from offset on, of a stream a session's
+// state names as it is written: a running call's Stdout or Stderr, a
+// model call's Stream. It returns at most transfer.MaxChunk bytes, none
+// when nothing new is there yet (or the stream is not stored yet).
+func (s *Sessions) Read(ctx context.Context, ref, key string, offset int64) ([]byte, error) {
+	wid, err := s.workflowID(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.c.readChunk(ctx, wid, key, offset, transfer.MaxChunk)
 }

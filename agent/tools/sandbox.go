@@ -2,6 +2,7 @@ package tools
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -11,18 +12,20 @@ import (
 )
 
 // OnSandbox is the workspace of a sandbox, for a workflow: each
-// operation is the handle's, on ctx.
-func OnSandbox(ctx workflow.Context, sbx *sandbox.Sandbox) Workspace {
-	return onSandbox{ctx: ctx, sbx: sbx}
+// operation is the handle's, on ctx. Each command also takes execOpts
+// (sandbox.OnStart, to follow its output live, say).
+func OnSandbox(ctx workflow.Context, sbx *sandbox.Sandbox, execOpts ...sandbox.ExecOption) Workspace {
+	return onSandbox{ctx: ctx, sbx: sbx, execOpts: execOpts}
 }
 
 type onSandbox struct {
-	ctx workflow.Context
-	sbx *sandbox.Sandbox
+	ctx      workflow.Context
+	sbx      *sandbox.Sandbox
+	execOpts []sandbox.ExecOption
 }
 
 func (s onSandbox) Exec(command string, timeout time.Duration) (ExecResult, error) {
-	var opts []sandbox.ExecOption
+	opts := slices.Clone(s.execOpts)
 	if timeout > 0 {
 		opts = append(opts, sandbox.WithTimeout(timeout))
 	}
