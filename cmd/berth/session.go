@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-dev/berth/agent"
-	"github.com/berth-dev/berth/agent/tools"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/session"
@@ -161,7 +159,10 @@ one event a line: {"type": "turn"|"call"|"output"|"approval"|"answer"|"error", .
 			if turn == 0 {
 				return fmt.Errorf("%w: session %s did not accept the message: it is ending", provider.ErrNotFound, args[0])
 			}
-			p := &turnPrinter{w: os.Stdout, jsonl: *out == formatJSONL, turn: turn, seen: map[string]string{}}
+			p := newTurnPrinter(ctx, os.Stdout, *out == formatJSONL, turn, func(ctx context.Context, key string, off int64) ([]byte, error) {
+				return s.Read(ctx, args[0], key, off)
+			})
+			defer p.stop()
 			if err := p.event(turnEvent{Type: "turn", Turn: turn, Session: args[0]}); err != nil {
 				return err
 			}
@@ -178,117 +179,6 @@ one event a line: {"type": "turn"|"call"|"output"|"approval"|"answer"|"error", .
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the message is accepted")
 	out = addFormat(cmd.Flags(), formatJSONL)
 	return cmd
-}
-
-// turnEvent is one line of send's -o jsonl.
-type turnEvent struct {
-	Type      string `json:"type"` // turn, call, output, approval, answer, error
-	Session   string `json:"session,omitempty"`
-	Turn      int    `json:"turn,omitempty"`
-	CallID    string `json:"call_id,omitempty"`
-	Name      string `json:"name,omitempty"`
-	Arguments string `json:"arguments,omitempty"`
-	Output    string `json:"output,omitempty"`
-	Failed    bool   `json:"failed,omitempty"`
-	Text      string `json:"text,omitempty"`
-	Error     string `json:"error,omitempty"`
-	Tokens    int64  `json:"tokens,omitempty"`
-}
-
-// turnPrinter prints a turn's tool activity as the states it is shown
-// reveal it: each call when it starts, its output when it ends.
-type turnPrinter struct {
-	w     io.Writer
-	jsonl bool
-	turn  int
-	seen  map[string]string // call id -> the status printed
-}
-
-func (p *turnPrinter) see(st agent.State) error {
-	if st.Turn.Number != p.turn {
-		return nil
-	}
-	for _, c := range st.Turn.Calls {
-		if p.seen[c.ID] == c.Status {
-			continue
-		}
-		if _, ok := p.seen[c.ID]; !ok {
-			if err := p.event(turnEvent{Type: "call", CallID: c.ID, Name: c.Name, Arguments: c.Arguments}); err != nil {
-				return err
-			}
-		}
-		p.seen[c.ID] = c.Status
-		var err error
-		switch c.Status {
-		case agent.StatusApproval:
-			err = p.event(turnEvent{Type: "approval", CallID: c.ID, Name: c.Name})
-		case agent.StatusDone, agent.StatusDenied:
-			err = p.event(turnEvent{Type: "output", CallID: c.ID, Output: c.Output, Failed: c.Failed})
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// finish prints the answer, or fails with the turn's error.
-func (p *turnPrinter) finish(t agent.TurnState) error {
-	if err := p.see(agent.State{Turn: t}); err != nil {
-		return err
-	}
-	if t.Status == agent.StatusFailed {
-		if p.jsonl {
-			if err := p.event(turnEvent{Type: "error", Turn: t.Number, Error: t.Error}); err != nil {
-				return err
-			}
-			return exitError{exitBerth}
-		}
-		return fmt.Errorf("turn %d: %s", t.Number, t.Error)
-	}
-	return p.event(turnEvent{Type: "answer", Turn: t.Number, Text: t.Answer, Tokens: t.Usage.TotalTokens})
-}
-
-// event prints one event, as a JSON line or as text.
-func (p *turnPrinter) event(e turnEvent) error {
-	if p.jsonl {
-		return writeJSON(p.w, e)
-	}
-	var err error
-	switch e.Type {
-	case "turn":
-		// Only scripts need the number.
-	case "call":
-		_, err = fmt.Fprintln(p.w, callLine(e.Name, e.Arguments))
-	case "approval":
-		_, err = fmt.Fprintf(p.w, "  awaiting approval: berth session approve (or deny) %s\n", e.CallID)
-	case "output":
-		out := strings.TrimRight(e.Output, "\n")
-		if out != "" {
-			_, err = fmt.Fprintln(p.w, indent(out, "  "))
-		}
-	case "answer":
-		_, err = fmt.Fprintln(p.w, strings.TrimRight(e.Text, "\n"))
-	}
-	return err
-}
-
-// callLine shows a tool call in one line: a shell command as it would be
-// typed, others by name and arguments.
-func callLine(name, args string) string {
-	if name == tools.Shell {
-		var a struct {
-			Command string `json:"command"`
-		}
-		if json.Unmarshal([]byte(args), &a) == nil && a.Command != "" {
-			return "$ " + flatten(a.Command)
-		}
-	}
-	return "[tool] " + name + " " + flatten(args)
-}
-
-func indent(s, prefix string) string {
-	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
 }
 
 func newSessionShow(sf *sessionFlags) *cobra.Command {

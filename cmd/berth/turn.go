@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/tools"
+	"github.com/berth-dev/berth/client"
+)
+
+// turnEvent is one line of send's -o jsonl.
+type turnEvent struct {
+	// Type is turn, call, stdout, stderr (a running command's output, as
+	// it comes), approval, output (what the model was given), answer or
+	// error.
+	Type      string `json:"type"`
+	Session   string `json:"session,omitempty"`
+	Turn      int    `json:"turn,omitempty"`
+	CallID    string `json:"call_id,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments,omitempty"`
+	Data      string `json:"data,omitempty"`
+	Output    string `json:"output,omitempty"`
+	Failed    bool   `json:"failed,omitempty"`
+	Text      string `json:"text,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Tokens    int64  `json:"tokens,omitempty"`
+}
+
+// readFunc reads a stored stream from an offset: what is there, or
+// nothing yet.
+type readFunc func(ctx context.Context, key string, offset int64) ([]byte, error)
+
+// turnPrinter prints a turn's tool activity as the states it is shown
+// reveal it: each call when it starts, a command's output as it runs
+// (read from its stored streams), the call's result when it ends.
+type turnPrinter struct {
+	ctx   context.Context
+	read  readFunc
+	jsonl bool
+	turn  int
+
+	mu       sync.Mutex // w, atLine, err: live output is printed from its own goroutine
+	w        io.Writer
+	atLine   bool // the text printed last ended a line
+	err      error
+	seen     map[string]string    // call id -> the status printed
+	live     map[string]*liveCall // calls whose output is followed
+	streamed map[string]bool      // calls whose output was printed live
+}
+
+func newTurnPrinter(ctx context.Context, w io.Writer, jsonl bool, turn int, read readFunc) *turnPrinter {
+	return &turnPrinter{ctx: ctx, read: read, jsonl: jsonl, turn: turn, w: w, atLine: true,
+		seen: map[string]string{}, live: map[string]*liveCall{}, streamed: map[string]bool{}}
+}
+
+// liveCall follows a running command's two streams.
+type liveCall struct {
+	id     string
+	keys   [2]string
+	off    [2]int64
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (p *turnPrinter) see(st agent.State) error {
+	if st.Turn.Number != p.turn {
+		return nil
+	}
+	for _, c := range st.Turn.Calls {
+		if err := p.changed(c); err != nil {
+			return err
+		}
+		if c.Status == agent.StatusRunning && c.Stdout != "" && p.live[c.ID] == nil {
+			p.follow(c)
+		}
+	}
+	return p.failed()
+}
+
+// changed prints what is new of a call's status.
+func (p *turnPrinter) changed(c agent.CallState) error {
+	if p.seen[c.ID] == c.Status {
+		return nil
+	}
+	if _, ok := p.seen[c.ID]; !ok {
+		if err := p.event(turnEvent{Type: "call", CallID: c.ID, Name: c.Name, Arguments: c.Arguments}); err != nil {
+			return err
+		}
+	}
+	p.seen[c.ID] = c.Status
+	switch c.Status {
+	case agent.StatusApproval:
+		return p.event(turnEvent{Type: "approval", CallID: c.ID, Name: c.Name})
+	case agent.StatusDone, agent.StatusDenied:
+		p.catchUp(c.ID)
+		return p.event(turnEvent{Type: "output", CallID: c.ID, Output: c.Output, Failed: c.Failed})
+	}
+	return nil
+}
+
+// follow prints a running call's output as it is stored, until the
+// call is seen done.
+func (p *turnPrinter) follow(c agent.CallState) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	l := &liveCall{id: c.ID, keys: [2]string{c.Stdout, c.Stderr}, cancel: cancel, done: make(chan struct{})}
+	p.live[c.ID] = l
+	go func() {
+		defer close(l.done)
+		for ctx.Err() == nil {
+			p.poll(ctx, l)
+			select {
+			case <-ctx.Done():
+			case <-time.After(client.LiveEvery):
+			}
+		}
+	}()
+}
+
+// poll prints what is new of a call's streams.
+func (p *turnPrinter) poll(ctx context.Context, l *liveCall) {
+	for i, key := range l.keys {
+		for key != "" {
+			b, err := p.read(ctx, key, l.off[i])
+			if err != nil || len(b) == 0 {
+				break // the rest comes later
+			}
+			l.off[i] += int64(len(b))
+			p.data(l.id, i, b)
+		}
+	}
+}
+
+// catchUp stops following a call that ended, after printing the rest of
+// its streams.
+func (p *turnPrinter) catchUp(id string) {
+	l := p.live[id]
+	if l == nil {
+		return
+	}
+	l.cancel()
+	<-l.done
+	p.poll(p.ctx, l)
+	delete(p.live, id)
+}
+
+// stop stops following every call.
+func (p *turnPrinter) stop() {
+	for _, l := range p.live {
+		l.cancel()
+		<-l.done
+	}
+}
+
+// data prints a piece of a running command's output.
+func (p *turnPrinter) data(id string, stream int, b []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return
+	}
+	p.streamed[id] = true
+	if p.jsonl {
+		p.err = writeJSON(p.w, turnEvent{Type: streamNames[stream], CallID: id, Data: string(b)})
+		return
+	}
+	var out strings.Builder
+	for _, r := range string(b) {
+		if p.atLine {
+			out.WriteString("  ")
+		}
+		out.WriteRune(r)
+		p.atLine = r == '\n'
+	}
+	_, p.err = io.WriteString(p.w, out.String())
+}
+
+func (p *turnPrinter) failed() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// finish prints the answer, or fails with the turn's error.
+func (p *turnPrinter) finish(t agent.TurnState) error {
+	if err := p.see(agent.State{Turn: t}); err != nil {
+		return err
+	}
+	if t.Status == agent.StatusFailed {
+		if p.jsonl {
+			if err := p.event(turnEvent{Type: "error", Turn: t.Number, Error: t.Error}); err != nil {
+				return err
+			}
+			return exitError{exitBerth}
+		}
+		return fmt.Errorf("turn %d: %s", t.Number, t.Error)
+	}
+	return p.event(turnEvent{Type: "answer", Turn: t.Number, Text: t.Answer, Tokens: t.Usage.TotalTokens})
+}
+
+// event prints one event, as a JSON line or as text.
+func (p *turnPrinter) event(e turnEvent) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return p.err
+	}
+	if p.jsonl {
+		p.err = writeJSON(p.w, e)
+		return p.err
+	}
+	var text string
+	switch e.Type {
+	case "call":
+		text = callLine(e.Name, e.Arguments) + "\n"
+	case "approval":
+		text = fmt.Sprintf("  awaiting approval: berth session approve (or deny) %s\n", e.CallID)
+	case "output":
+		out := strings.TrimRight(e.Output, "\n")
+		if p.streamed[e.CallID] {
+			// Its output was printed as it came: only how it ended.
+			out, _, _ = strings.Cut(out, "\n")
+		}
+		if out != "" {
+			text = indent(out, "  ") + "\n"
+		}
+	case "answer":
+		text = strings.TrimRight(e.Text, "\n") + "\n"
+	}
+	if text != "" && !p.atLine {
+		text = "\n" + text
+	}
+	if text != "" {
+		_, p.err = io.WriteString(p.w, text)
+		p.atLine = true
+	}
+	return p.err
+}
+
+// callLine shows a tool call in one line: a shell command as it would be
+// typed, others by name and arguments.
+func callLine(name, args string) string {
+	if name == tools.Shell {
+		var a struct {
+			Command string `json:"command"`
+		}
+		if json.Unmarshal([]byte(args), &a) == nil && a.Command != "" {
+			return "$ " + flatten(a.Command)
+		}
+	}
+	return "[tool] " + name + " " + flatten(args)
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}

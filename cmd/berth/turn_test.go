@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/internal/testkit"
+)
+
+// streams is a command's output as it is stored, growing.
+type streams struct {
+	mu    sync.Mutex
+	data  map[string]string
+	reads int
+}
+
+func (s *streams) read(_ context.Context, key string, off int64) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads++
+	d := s.data[key]
+	if off >= int64(len(d)) {
+		return nil, nil
+	}
+	return []byte(d[off:]), nil
+}
+
+func (s *streams) set(key, data string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.data[key] = data
+}
+
+// TestTurnPrinterLive: a running command's output is printed as it is
+// stored, before the call ends, then only how it ended.
+func TestTurnPrinterLive(t *testing.T) {
+	for _, jsonl := range []bool{false, true} {
+		st := &streams{data: map[string]string{}}
+		var out testkit.SyncBuffer
+		p := newTurnPrinter(t.Context(), &out, jsonl, 1, st.read)
+		call := agent.CallState{ID: "c1", Name: "shell", Arguments: `{"command":"make test"}`, Status: agent.StatusRunning,
+			Stdout: "o", Stderr: "e"}
+		state := func(c agent.CallState) agent.State {
+			return agent.State{Turn: agent.TurnState{Number: 1, Calls: []agent.CallState{c}}}
+		}
+		if err := p.see(state(call)); err != nil {
+			t.Fatal(err)
+		}
+		st.set("o", "first\n")
+		waitUntil(t, func() bool { return strings.Contains(out.String(), "first") })
+		st.set("o", "first\nsecond\n")
+		st.set("e", "warning\n")
+		call.Status, call.Output = agent.StatusDone, "exit code 0\nfirst\nsecond\nstderr:\nwarning\n"
+		if err := p.see(state(call)); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.finish(agent.TurnState{Number: 1, Status: agent.StatusDone, Answer: "passed", Calls: []agent.CallState{call}}); err != nil {
+			t.Fatal(err)
+		}
+		p.stop()
+		want := "$ make test\n  first\n  second\n  warning\n  exit code 0\npassed\n"
+		if jsonl {
+			want = `{"type":"call","call_id":"c1","name":"shell","arguments":"{\"command\":\"make test\"}"}
+{"type":"stdout","call_id":"c1","data":"first\n"}
+{"type":"stdout","call_id":"c1","data":"second\n"}
+{"type":"stderr","call_id":"c1","data":"warning\n"}
+{"type":"output","call_id":"c1","output":"exit code 0\nfirst\nsecond\nstderr:\nwarning\n"}
+{"type":"answer","turn":1,"text":"passed"}
+`
+		}
+		if got := out.String(); got != want {
+			t.Errorf("jsonl %v: printed\n%s\nwant\n%s", jsonl, got, want)
+		}
+		reads := st.reads
+		time.Sleep(300 * time.Millisecond)
+		if st.reads != reads {
+			t.Errorf("the streams were still read after the call ended")
+		}
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
