@@ -44,6 +44,14 @@ func UnixDialer(socket string) func(ctx context.Context) (net.Conn, error) {
 func (c *Client) Close() { c.http.CloseIdleConnections() }
 
 func (c *Client) do(ctx context.Context, method, route string, query url.Values, body io.Reader) (*http.Response, error) {
+	return c.doKeyed(ctx, method, route, query, body, "")
+}
+
+// doKeyed sends a request; one with an idempotency key (and a body that
+// can be read again) is sent again by the transport when the idle
+// connection it went out on turns out closed by the daemon (one
+// restarted, or restored from a checkpoint) before any answer.
+func (c *Client) doKeyed(ctx context.Context, method, route string, query url.Values, body io.Reader, key string) (*http.Response, error) {
 	u := "http://sandboxd" + route
 	if len(query) > 0 {
 		u += "?" + query.Encode()
@@ -51,6 +59,9 @@ func (c *Client) do(ctx context.Context, method, route string, query url.Values,
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, err
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -91,10 +102,14 @@ func (c *Client) Exec(ctx context.Context, req provider.ExecRequest) (provider.E
 		return provider.ExecResult{}, err
 	}
 	var body io.Reader = bytes.NewReader(append(hdr, '\n'))
+	// A command with an ID runs once: sent again, it attaches to the one
+	// under way. Its request may then be sent again, unless its input
+	// is a stream that cannot be read twice.
+	key := req.ID
 	if req.Stdin != nil {
-		body = io.MultiReader(body, req.Stdin)
+		body, key = io.MultiReader(body, req.Stdin), ""
 	}
-	resp, err := c.do(ctx, http.MethodPost, routeExec, nil, body)
+	resp, err := c.doKeyed(ctx, http.MethodPost, routeExec, nil, body, key)
 	if err != nil {
 		return provider.ExecResult{}, err
 	}

@@ -172,3 +172,79 @@ func (w *signalWriter) Write(p []byte) (int, error) {
 	w.once.Do(func() { close(w.ch) })
 	return len(p), nil
 }
+
+// closingProxy passes connections through to a daemon, but closes each
+// one when the second request on it arrives, unanswered: as a daemon
+// restarted under a client's idle connection does.
+func closingProxy(t *testing.T, daemon string) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "proxy.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				up, err := net.Dial("unix", daemon)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				// One request and its answer, then close at the next.
+				go io.Copy(conn, up)
+				buf := make([]byte, 64<<10)
+				requests := 0
+				for {
+					n, err := conn.Read(buf)
+					if err != nil {
+						return
+					}
+					if bytes.HasPrefix(buf[:n], []byte("POST ")) || bytes.HasPrefix(buf[:n], []byte("GET ")) {
+						if requests++; requests == 2 {
+							return
+						}
+					}
+					if _, err := up.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return sock
+}
+
+// An Exec with an ID, sent on an idle connection the daemon has closed,
+// is sent again on a new one instead of failing; and runs once.
+func TestExecRetriedOnClosedConnection(t *testing.T) {
+	ws := t.TempDir()
+	s, err := New(Config{Workspace: ws, UID: os.Geteuid(), GID: os.Getegid(), Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Shutdown(t.Context()) })
+	c := NewClient(UnixDialer(closingProxy(t, sock)))
+	defer c.Close()
+	for i, id := range []string{"first", "second", "third"} {
+		res, err := c.Exec(t.Context(), provider.ExecRequest{ID: id, Shell: "echo " + id + " >> log"})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec %d on a connection the daemon closed: %v, %+v", i, err, res)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "log")); string(b) != "first\nsecond\nthird\n" {
+		t.Errorf("log %q: each command once, in order", b)
+	}
+}
