@@ -147,7 +147,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 	}
 	rec, err := p.create(ctx, spec)
 	if err != nil {
-		return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+		return nil, fmt.Errorf("linux sandbox %s: %w", spec.ID, err)
 	}
 	return p.handle(rec), nil
 }
