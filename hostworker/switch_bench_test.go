@@ -50,7 +50,14 @@ func BenchmarkSwitch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.CancelWorkflow(context.WithoutCancel(ctx), run.GetID(), "")
+	// Before the host closes: the sandbox's workflow destroys the sandbox
+	// it ends with, and waits for the destruction a switch left behind.
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = c.CancelWorkflow(ctx, run.GetID(), "")
+		_ = run.Get(ctx, nil)
+	}()
 	sandboxStatus(b, c, run.GetID())
 	execIn(b, c, run.GetID(), workflows.ExecRequest{Shell: "for i in $(seq 100); do head -c 1048576 /dev/urandom > f$i; done"})
 	order := []string{"docker", "gvisor", "linux"}
