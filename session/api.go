@@ -26,6 +26,9 @@ const (
 	// SignalEnded is what a session sends its manager when its workflow
 	// ends, whatever the reason: Ended.
 	SignalEnded = "berth.session.ended"
+	// SignalStarted is what a session sends its manager once its sandbox
+	// is made (an Ended without Error): a create or a fork waits for it.
+	SignalStarted = "berth.session.started"
 )
 
 // Session statuses, as Info.Status gives them.
