@@ -433,6 +433,16 @@ func TestEnded(t *testing.T) {
 	if q := m.query(); len(q) != 1 || q[0].ID != "s2" {
 		t.Errorf("after destroying s1: %+v", q)
 	}
+	// An operation on a session terminated behind the manager's back
+	// fails NotFound, and marks it ended.
+	s3 := m.create(session.CreateRequest{})
+	if err := m.h.C.TerminateWorkflow(t.Context(), s3.WorkflowID, "", "behind its back"); err != nil {
+		t.Fatal(err)
+	}
+	m.fails(provider.KindNotFound, session.UpdatePause, session.Ref{Session: "s3"})
+	if i, _ := find(m.query(), "s3"); i.Status != session.StatusEnded {
+		t.Errorf("s3 after a pause found it gone: %+v", i)
+	}
 }
 
 // A manager whose history grows long continues as new, registry and
