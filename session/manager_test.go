@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/tools"
 	"github.com/berth-dev/berth/internal/agenttest"
+	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
@@ -46,8 +47,9 @@ func newManager(t *testing.T, in session.ManagerInput) *manager {
 		session.WorkflowName, in); err != nil {
 		t.Fatal(err)
 	}
-	// Registered before the host's own cleanup: runs after it... so the
-	// sessions are terminated whatever the test left.
+	// Whatever the test left running is terminated, before the host
+	// stops (cleanups run last first); berthtest's provider cleanup
+	// destroys the sandboxes.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -166,7 +168,7 @@ func (m *manager) file(info session.Info, path string) string {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	sbx, err := m.h.P.Get(ctx, st.Sandbox.ID)
+	sbx, err := m.h.Opts.Providers[st.Sandbox.Provider].Get(ctx, st.Sandbox.ID)
 	if err != nil {
 		m.t.Fatalf("the sandbox of %s: %v", info.ID, err)
 	}
@@ -369,8 +371,13 @@ func TestForkDestroy(t *testing.T) {
 }
 
 // Pause, resume and switch: the sandbox follows, the workspace stays.
+// The switch goes to another provider, "other": a second linux provider
+// of its own state directory (cheap, unlike docker's image and daemon).
 func TestPauseResumeSwitch(t *testing.T) {
 	m := newManager(t, session.ManagerInput{})
+	m.h.StopWorker()
+	m.h.Opts.Providers["other"] = berthtest.Provider(t)
+	m.h.StartWorker()
 	m.h.Model.Script(write("w", "note.txt", "kept\n"), fakemodel.Reply{Text: "written"})
 	s1 := m.create(session.CreateRequest{})
 	m.send(s1, "write")
@@ -387,16 +394,17 @@ func TestPauseResumeSwitch(t *testing.T) {
 		t.Errorf("resumed: %+v, sandbox %s", info, st.Sandbox.State)
 	}
 	before, _ := m.state(s1)
-	m.must(session.UpdateSwitch, session.SwitchRequest{Session: "s1", Provider: "linux"}, &info)
+	m.must(session.UpdateSwitch, session.SwitchRequest{Session: "s1", Provider: "other"}, &info)
 	after, _ := m.state(s1)
-	if info.Status != session.StatusActive || info.Provider != "linux" || after.Sandbox.ID == before.Sandbox.ID {
+	if info.Status != session.StatusActive || info.Provider != "other" || after.Sandbox.Provider != "other" ||
+		after.Sandbox.ID == before.Sandbox.ID {
 		t.Errorf("switched: %+v, sandbox %s then %s", info, before.Sandbox.ID, after.Sandbox.ID)
 	}
 	if got := m.file(s1, "note.txt"); got != "kept\n" {
 		t.Errorf("note.txt after the switch: %q", got)
 	}
 	m.fails(provider.KindBadInput, session.UpdateSwitch, session.SwitchRequest{Session: "s1", Provider: "nosuch"})
-	if q := m.query(); q[0].Status != session.StatusActive || q[0].Provider != "linux" {
+	if q := m.query(); q[0].Status != session.StatusActive || q[0].Provider != "other" {
 		t.Errorf("after a failed switch: %+v", q[0])
 	}
 }
