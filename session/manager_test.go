@@ -337,6 +337,27 @@ func TestForkDestroy(t *testing.T) {
 		t.Fatalf("conversations: %v, %v", m.blobs(srcConv), m.blobs(forkConv))
 	}
 
+	// A fork whose session cannot start (no host serves its provider)
+	// leaves no entry, no snapshot and no conversation; its number is
+	// not reused.
+	m.fails(provider.KindBadInput, session.UpdateFork, session.ForkRequest{Session: "s1", Provider: "nosuch"})
+	failed := session.WorkflowID(m.id, "s3")
+	if _, ok := find(m.query(), "s3"); ok {
+		t.Error("a fork that failed to start is listed")
+	}
+	snaps, err := m.h.Opts.Snapshots.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, snap := range snaps {
+		if snap.Labels[sandbox.LabelWorkflowID] == failed {
+			t.Errorf("the failed fork's snapshot %s is left", snap.ID)
+		}
+	}
+	if left := m.blobs(agent.ConversationPrefix(failed)); len(left) != 0 {
+		t.Errorf("the failed fork's conversation is left: %v", left)
+	}
+
 	var res session.DestroyResult
 	m.must(session.UpdateDestroy, session.DestroyRequest{Session: "source"}, &res)
 	if res.Snapshot != "" {
