@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob"
 
+	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/tools"
 	"github.com/berth-dev/berth/internal/agenttest"
@@ -497,5 +499,54 @@ func TestManagerContinueAsNew(t *testing.T) {
 	}
 	if s3 := m.create(session.CreateRequest{}); s3.ID != "s3" {
 		t.Errorf("numbering after continue-as-new: %+v", s3)
+	}
+}
+
+// A front end may start the manager with no input at all.
+func TestManagerNoInput(t *testing.T) {
+	h := agenttest.New(t)
+	id := fmt.Sprintf("mgr-%s-%d", t.Name(), time.Now().UnixNano())
+	if _, err := h.C.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
+		session.WorkflowName); err != nil {
+		t.Fatal(err)
+	}
+	h.Terminate(id)
+	var infos []session.Info
+	if err := updateWorkflow(t.Context(), h.C, id, session.UpdateList, session.ListRequest{}, &infos); err != nil || infos == nil || len(infos) != 0 {
+		t.Errorf("the list of a new manager: %v (%v)", infos, err)
+	}
+}
+
+// The activity through which the manager updates sessions sends an
+// Update once however often it is retried (its id is the manager's),
+// and says NotFound, not to be retried, of a workflow that has ended.
+func TestUpdateWorkflowOnce(t *testing.T) {
+	m := newManager(t, session.ManagerInput{})
+	m.h.Model.Script(fakemodel.Reply{Text: "once"}, fakemodel.Reply{Text: "twice"})
+	s1 := m.create(session.CreateRequest{})
+	acts := &activities.Activities{Client: m.h.C}
+	arg, _ := json.Marshal(agent.SendRequest{Message: "hello"})
+	in := activities.UpdateWorkflowInput{WorkflowID: s1.WorkflowID, Update: agent.UpdateSend, UpdateID: "op-1", Arg: arg}
+	for range 2 {
+		res, err := acts.UpdateWorkflow(t.Context(), in)
+		if err != nil || string(res) != `{"turn":1}` {
+			t.Fatalf("send by the activity: %s (%v)", res, err)
+		}
+	}
+	testkit.Eventually(t, "turn 1", time.Minute, func() bool {
+		st, err := m.state(s1)
+		return err == nil && st.Turn.Status == agent.StatusDone
+	})
+	if st, _ := m.state(s1); st.Turn.Number != 1 || st.Queued != 0 || len(m.h.Model.Requests()) != 1 {
+		t.Errorf("after one send sent twice: turn %d, %d queued, %d model calls", st.Turn.Number, st.Queued, len(m.h.Model.Requests()))
+	}
+	if err := m.h.C.TerminateWorkflow(t.Context(), s1.WorkflowID, "", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	in.UpdateID = "op-2"
+	_, err := acts.UpdateWorkflow(t.Context(), in)
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.Type() != string(provider.KindNotFound) || !app.NonRetryable() {
+		t.Errorf("an update of an ended workflow: %v, want NotFound, not retryable", err)
 	}
 }
