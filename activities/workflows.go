@@ -138,3 +138,28 @@ func (a *Activities) WorkflowStatuses(ctx context.Context, ids []string) ([]stri
 	}
 	return statuses, nil
 }
+
+// QueryWorkflowInput asks a workflow a Query without arguments.
+type QueryWorkflowInput struct {
+	WorkflowID string `json:"workflow_id"`
+	Query      string `json:"query"`
+}
+
+// QueryWorkflow asks the latest run of a workflow a Query and returns
+// its answer, as JSON; a workflow the server does not know is NotFound.
+func (a *Activities) QueryWorkflow(ctx context.Context, in QueryWorkflowInput) (json.RawMessage, error) {
+	if a.Client == nil {
+		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
+	}
+	v, err := a.Client.QueryWorkflow(ctx, in.WorkflowID, "", in.Query)
+	var res json.RawMessage
+	if err == nil {
+		err = v.Get(&res)
+	}
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("workflow %s is unknown", in.WorkflowID), string(provider.KindNotFound), nil)
+	}
+	return res, err
+}

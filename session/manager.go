@@ -51,6 +51,9 @@ type Carried struct {
 	// Ops counts the Updates sent to sessions, each named by its number.
 	Ops  int `json:"ops"`
 	Runs int `json:"runs"`
+	// PausedAt is, for each paused session, the last turn it had
+	// accepted when it was paused.
+	PausedAt map[string]int `json:"paused_at,omitempty"`
 }
 
 // Register registers Manager under WorkflowName.
@@ -64,7 +67,13 @@ type entry struct {
 	// busy: an operation runs on the session; the next waits for it.
 	busy       bool
 	destroying bool
+	// pausedAt is the last turn the session had accepted when it was
+	// paused.
+	pausedAt int
 }
+
+// accepted is the number of the last turn a session accepted.
+func accepted(st agent.State) int { return st.Turn.Number + st.Queued }
 
 type manager struct {
 	id       string
@@ -90,7 +99,7 @@ func Manager(ctx workflow.Context, in ManagerInput) error {
 	}
 	if c := in.Carried; c != nil {
 		for _, s := range c.Sessions {
-			m.sessions = append(m.sessions, &entry{Info: s})
+			m.sessions = append(m.sessions, &entry{Info: s, pausedAt: c.PausedAt[s.ID]})
 		}
 		m.next, m.ops, m.runs = max(c.Next, 1), c.Ops, c.Runs
 	}
@@ -134,7 +143,12 @@ func Manager(ctx workflow.Context, in ManagerInput) error {
 		m.onEnded(sig)
 	}
 	next := in
-	next.Carried = &Carried{Sessions: m.infos(true), Next: m.next, Ops: m.ops, Runs: m.runs}
+	next.Carried = &Carried{Sessions: m.infos(true), Next: m.next, Ops: m.ops, Runs: m.runs, PausedAt: map[string]int{}}
+	for _, e := range m.sessions {
+		if e.Status == StatusPaused {
+			next.Carried.PausedAt[e.ID] = e.pausedAt
+		}
+	}
 	return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
 }
 
@@ -437,7 +451,7 @@ func cmp(a, b string) string {
 
 // operate runs an operation on a live session: status is its status
 // while it runs; done, on success, sets what the operation changed.
-func (m *manager) operate(ctx workflow.Context, ref, status, update string, arg any, done func(*entry)) (Info, error) {
+func (m *manager) operate(ctx workflow.Context, ref, status, update string, arg any, done func(*entry, agent.State)) (Info, error) {
 	e, err := m.live(ref)
 	if err != nil {
 		return Info{}, err
@@ -462,7 +476,7 @@ func (m *manager) operate(ctx workflow.Context, ref, status, update string, arg 
 		return Info{}, err
 	}
 	if e.Status != StatusEnded {
-		done(e)
+		done(e, st)
 	}
 	return e.Info, nil
 }
@@ -470,15 +484,17 @@ func (m *manager) operate(ctx workflow.Context, ref, status, update string, arg 
 func (m *manager) switchProvider(ctx workflow.Context, req SwitchRequest) (Info, error) {
 	return m.operate(ctx, req.Session, StatusSwitching, agent.UpdateSwitch,
 		agent.SwitchRequest{Provider: req.Provider, Image: req.Image},
-		func(e *entry) { e.Provider, e.Status = req.Provider, StatusActive })
+		func(e *entry, _ agent.State) { e.Provider, e.Status = req.Provider, StatusActive })
 }
 
 func (m *manager) pause(ctx workflow.Context, ref Ref) (Info, error) {
-	return m.operate(ctx, ref.Session, "", agent.UpdatePause, nil, func(e *entry) { e.Status = StatusPaused })
+	return m.operate(ctx, ref.Session, "", agent.UpdatePause, nil, func(e *entry, st agent.State) {
+		e.Status, e.pausedAt = StatusPaused, accepted(st)
+	})
 }
 
 func (m *manager) resume(ctx workflow.Context, ref Ref) (Info, error) {
-	return m.operate(ctx, ref.Session, "", agent.UpdateResume, nil, func(e *entry) { e.Status = StatusActive })
+	return m.operate(ctx, ref.Session, "", agent.UpdateResume, nil, func(e *entry, _ agent.State) { e.Status = StatusActive })
 }
 
 func (m *manager) destroy(ctx workflow.Context, req DestroyRequest) (DestroyResult, error) {
@@ -536,6 +552,18 @@ func (m *manager) list(ctx workflow.Context, req ListRequest) ([]Info, error) {
 				e.Status = StatusEnded
 				e.Error = fmt.Sprintf("%s: its workflow ended without a word to its manager", statuses[i])
 			}
+		}
+	}
+	// A paused session that took a message since is active again.
+	for _, e := range m.sessions {
+		if e.Status != StatusPaused || e.busy {
+			continue
+		}
+		var st agent.State
+		err := workflow.ExecuteActivity(m.activity(ctx), acts.QueryWorkflow,
+			activities.QueryWorkflowInput{WorkflowID: e.WorkflowID, Query: agent.QueryState}).Get(ctx, &st)
+		if err == nil && e.Status == StatusPaused && (st.Sandbox.State == sandbox.StateRunning || accepted(st) > e.pausedAt) {
+			e.Status = StatusActive
 		}
 	}
 	return m.infos(req.All), nil

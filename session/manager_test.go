@@ -129,6 +129,7 @@ func find(infos []session.Info, id string) (session.Info, bool) {
 func (m *manager) fails(kind provider.Kind, name string, arg any) {
 	m.t.Helper()
 	err := m.update(name, arg, nil)
+	m.t.Logf("%s: %s", name, sandbox.OneLine(err))
 	if sandbox.ErrorKind(err) != kind || strings.Contains(sandbox.OneLine(err), "\n") {
 		m.t.Errorf("%s %+v: %v, want one line of %s", name, arg, err, kind)
 	}
@@ -411,6 +412,19 @@ func TestPauseResumeSwitch(t *testing.T) {
 	}
 	if st, _ := m.state(s1); st.Sandbox.State != sandbox.StatePaused && st.Sandbox.State != sandbox.StateHibernated {
 		t.Errorf("the paused session's sandbox is %s", st.Sandbox.State)
+	}
+	// A message wakes it: the next list says so.
+	m.h.Model.Script(fakemodel.Reply{Text: "awake"})
+	m.send(s1, "wake up")
+	if i, _ := find(m.list(false), "s1"); i.Status != session.StatusActive {
+		t.Errorf("after a message woke it: %+v", i)
+	}
+	m.must(session.UpdatePause, session.Ref{Session: "s1"}, &info)
+	if info.Status != session.StatusPaused {
+		t.Errorf("paused again: %+v", info)
+	}
+	if i, _ := find(m.list(false), "s1"); i.Status != session.StatusPaused {
+		t.Errorf("listed while paused: %+v", i)
 	}
 	m.must(session.UpdateResume, session.Ref{Session: "s1"}, &info)
 	if st, _ := m.state(s1); info.Status != session.StatusActive || st.Sandbox.State != sandbox.StateRunning {
