@@ -135,12 +135,17 @@ func Manager(ctx workflow.Context, in ManagerInput) error {
 	if err := workflow.Await(ctx, func() bool { return tooLong() && workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
 	}
+	// Signals of this very task: an end is recorded; a start, no
+	// operation waits for it any more.
 	for {
 		var sig Ended
 		if !ended.ReceiveAsync(&sig) {
 			break
 		}
 		m.onEnded(sig)
+	}
+	var gone Ended
+	for started.ReceiveAsync(&gone) {
 	}
 	next := in
 	next.Carried = &Carried{Sessions: m.infos(true), Next: m.next, Ops: m.ops, Runs: m.runs, PausedAt: map[string]int{}}
@@ -265,7 +270,7 @@ func (m *manager) live(ref string) (*entry, error) {
 
 func orUnsaid(s string) string {
 	if s == "" {
-		return "ended by its own end"
+		return "it was ended by " + agent.UpdateEnd
 	}
 	return s
 }
