@@ -25,15 +25,15 @@ func BenchmarkToolCall(b *testing.B) {
 	turn := 0
 	for b.Loop() {
 		for i := range toolCalls {
-			h.model.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{shell(fmt.Sprint("t", turn, "-", i), "/bin/true")}})
+			h.Model.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{shell(fmt.Sprint("t", turn, "-", i), "/bin/true")}})
 		}
-		h.model.Script(fakemodel.Reply{Text: "done"})
-		before := len(h.model.Requests())
+		h.Model.Script(fakemodel.Reply{Text: "done"})
+		before := len(h.Model.Requests())
 		turn = s.send("run /bin/true")
 		if st := s.turn(turn); st.Status != agent.StatusDone || len(st.Calls) != toolCalls {
 			b.Fatalf("turn %d: %+v", turn, st)
 		}
-		reqs := h.model.Requests()[before:]
+		reqs := h.Model.Requests()[before:]
 		for i := 1; i < len(reqs); i++ {
 			gaps = append(gaps, reqs[i].Received.Sub(reqs[i-1].Received))
 		}

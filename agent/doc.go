@@ -27,4 +27,17 @@
 // workflow continues as new between turns when its history grows long,
 // carrying the conversation's segments and the sandbox. UpdateEnd ends
 // it.
+//
+// # Under a session manager
+//
+// Package session's manager starts sessions with SessionInput.Manager
+// set, and drives them with UpdateFork (a snapshot of the workspace for
+// the fork to own, and the conversation so far), UpdateSwitch,
+// UpdatePause and UpdateResume, each run between turns. Such a session
+// signals its manager when its sandbox is made (SignalManagerStarted)
+// and when its workflow ends for any reason but continue-as-new
+// (SignalManagerEnded). A session whose input has Fork starts from
+// one: its sandbox from the snapshot, its conversation from the
+// segments, which the manager has copied under the new session's own
+// ConversationPrefix.
 package agent

@@ -24,7 +24,28 @@ const (
 	UpdateEnd     = "berth.agent.end"     // EndRequest -> EndResult
 	UpdateWait    = "berth.agent.wait"    // WaitRequest -> State
 	QueryState    = "berth.agent.state"   // -> State
+	// The Updates a session manager (package session) sends.
+	UpdateFork   = "berth.agent.fork"   // ForkRequest -> ForkResult
+	UpdateSwitch = "berth.agent.switch" // SwitchRequest -> State
+	UpdatePause  = "berth.agent.pause"  // nothing -> State
+	UpdateResume = "berth.agent.resume" // nothing -> State
 )
+
+// The Signals a session sends its manager (SessionInput.Manager): the
+// names and the shape of package session's SignalStarted and
+// SignalEnded, which this package cannot import (session is built on
+// it); session's tests hold them equal.
+const (
+	SignalManagerStarted = "berth.session.started" // ManagerSignal
+	SignalManagerEnded   = "berth.session.ended"   // ManagerSignal
+)
+
+// ManagerSignal is what a session tells its manager of itself.
+type ManagerSignal struct {
+	WorkflowID string `json:"workflow_id"`
+	// Error says why the session ended, when it did not end by UpdateEnd.
+	Error string `json:"error,omitempty"`
+}
 
 // Defaults and limits.
 const (
@@ -78,8 +99,52 @@ type SessionInput struct {
 	// suggests it.
 	ContinueAfter int `json:"continue_after,omitempty"`
 
+	// Manager is the workflow id of the session manager that started
+	// the session: it is signalled when the sandbox is made
+	// (SignalManagerStarted) and when the workflow ends for any reason
+	// but continue-as-new (SignalManagerEnded).
+	Manager string `json:"manager,omitempty"`
+	// Fork starts the session from another one's: its workspace and its
+	// conversation (UpdateFork says what).
+	Fork *ForkFrom `json:"fork,omitempty"`
+
 	// Carried is set by the workflow itself when it continues as new.
 	Carried *Carried `json:"carried,omitempty"`
+}
+
+// ForkRequest asks a session for what a fork of it needs. Owner is the
+// workflow id of the session that will start from it: the workspace's
+// snapshot is its (sandbox.ForkSnapshot).
+type ForkRequest struct {
+	Owner string `json:"owner"`
+}
+
+// ForkResult is a fork's start: Fork goes in the new session's input,
+// with Input's settings, the source's. Fork.Conversation's segments are
+// the source's own: the caller copies them under the new session's
+// conversation (ConversationPrefix) before it starts it, so that each
+// session deletes only its own.
+type ForkResult struct {
+	Fork  ForkFrom     `json:"fork"`
+	Input SessionInput `json:"input"`
+}
+
+// ForkFrom is where a forked session starts from.
+type ForkFrom struct {
+	// Snapshot is the workspace, a checkpoint the new session's sandbox
+	// is made from (sandbox.FromCheckpoint) and then owns.
+	Snapshot     string         `json:"snapshot"`
+	Conversation []chat.Segment `json:"conversation,omitempty"`
+	Unsent       []chat.Message `json:"unsent,omitempty"`
+	NextTurn     int            `json:"next_turn"`
+	Turns        []TurnState    `json:"turns,omitempty"`
+	Usage        chat.Usage     `json:"usage"`
+}
+
+// SwitchRequest moves the session's workspace to another provider.
+type SwitchRequest struct {
+	Provider string `json:"provider"`
+	Image    string `json:"image,omitempty"`
 }
 
 // DefaultSystemPrompt is the agent's instructions when the input gives

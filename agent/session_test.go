@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -18,77 +17,29 @@ import (
 	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/agent/tools"
-	"github.com/berth-dev/berth/devserver"
 	"github.com/berth-dev/berth/hostworker"
-	"github.com/berth-dev/berth/internal/berthtest"
+	"github.com/berth-dev/berth/internal/agenttest"
 	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
-	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/transfer"
 )
 
 func TestMain(m *testing.M) {
 	linux.Main()
-	os.Exit(m.Run())
+	code := m.Run()
+	agenttest.Close()
+	os.Exit(code)
 }
 
-// harness is an embedded server, a real host with the linux provider,
-// and a fake model the host's model activity calls.
-type harness struct {
-	t     testing.TB
-	c     client.Client
-	p     *linux.Provider
-	model *fakemodel.Server
-	opts  hostworker.Options
-	w     *hostworker.Worker
-}
+// harness is a test's host on the package's embedded server (see
+// agenttest): a real linux provider and a fake model the host's model
+// activity calls.
+type harness struct{ *agenttest.Harness }
 
-func newHarness(t testing.TB) *harness {
-	logger := slog.New(slog.DiscardHandler)
-	srv, err := devserver.Start(t.Context(), devserver.Options{DataDir: t.TempDir(), Address: "127.0.0.1:0", Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Stop() })
-	copts := srv.ClientOptions()
-	copts.Logger = hostworker.Logger(logger)
-	c, err := client.Dial(copts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	h := &harness{t: t, c: c, p: berthtest.Provider(t), model: fakemodel.New(t)}
-	h.opts = hostworker.Options{
-		Providers: map[string]provider.Provider{"linux": h.p}, Outputs: berthtest.Bucket(t),
-		Snapshots: snapshot.New(berthtest.Bucket(t)),
-		Queue:     sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
-		Model: &model.Config{BaseURL: h.model.URL, APIKey: fakemodel.Key, Model: fakemodel.Model,
-			HeartbeatEvery: 200 * time.Millisecond},
-	}
-	h.startWorker()
-	t.Cleanup(func() {
-		if h.w != nil {
-			h.w.Stop()
-		}
-	})
-	return h
-}
-
-func (h *harness) startWorker() {
-	w, err := hostworker.Start(h.c, h.opts)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.w = w
-}
-
-func (h *harness) stopWorker() {
-	h.w.Stop()
-	h.w = nil
-}
+func newHarness(t testing.TB) *harness { return &harness{agenttest.New(t)} }
 
 // session is a Session workflow under test.
 type session struct {
@@ -97,26 +48,26 @@ type session struct {
 }
 
 func (h *harness) start(in agent.SessionInput) *session {
-	id := fmt.Sprintf("agent-%s-%d", strings.ReplaceAll(h.t.Name(), "/", "-"), time.Now().UnixNano())
-	_, err := h.c.ExecuteWorkflow(h.t.Context(), client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
+	id := fmt.Sprintf("agent-%s-%d", strings.ReplaceAll(h.T.Name(), "/", "-"), time.Now().UnixNano())
+	_, err := h.C.ExecuteWorkflow(h.T.Context(), client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
 		agent.WorkflowName, in)
 	if err != nil {
-		h.t.Fatal(err)
+		h.T.Fatal(err)
 	}
 	s := &session{h: h, id: id}
-	h.t.Cleanup(func() {
+	h.T.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if h.w != nil {
+		if h.W != nil {
 			_ = s.update(ctx, agent.UpdateEnd, agent.EndRequest{Destroy: true}, nil)
 		}
-		_ = h.c.TerminateWorkflow(ctx, id, "", "test over")
+		_ = h.C.TerminateWorkflow(ctx, id, "", "test over")
 	})
 	return s
 }
 
 func (s *session) update(ctx context.Context, name string, arg, result any) error {
-	handle, err := s.h.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: s.id, UpdateName: name,
+	handle, err := s.h.C.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: s.id, UpdateName: name,
 		Args: []any{arg}, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
 		return err
@@ -126,26 +77,26 @@ func (s *session) update(ctx context.Context, name string, arg, result any) erro
 
 // send sends a message and returns its turn's number.
 func (s *session) send(msg string) int {
-	s.h.t.Helper()
+	s.h.T.Helper()
 	var res agent.SendResult
-	if err := s.update(s.h.t.Context(), agent.UpdateSend, agent.SendRequest{Message: msg}, &res); err != nil {
-		s.h.t.Fatalf("send %q: %v", msg, err)
+	if err := s.update(s.h.T.Context(), agent.UpdateSend, agent.SendRequest{Message: msg}, &res); err != nil {
+		s.h.T.Fatalf("send %q: %v", msg, err)
 	}
 	return res.Turn
 }
 
 func (s *session) state() agent.State {
-	s.h.t.Helper()
+	s.h.T.Helper()
 	st, err := s.tryState()
 	if err != nil {
-		s.h.t.Fatal(err)
+		s.h.T.Fatal(err)
 	}
 	return st
 }
 
 func (s *session) tryState() (agent.State, error) {
 	var st agent.State
-	v, err := s.h.c.QueryWorkflow(s.h.t.Context(), s.id, "", agent.QueryState)
+	v, err := s.h.C.QueryWorkflow(s.h.T.Context(), s.id, "", agent.QueryState)
 	if err == nil {
 		err = v.Get(&st)
 	}
@@ -155,9 +106,9 @@ func (s *session) tryState() (agent.State, error) {
 // waitFor waits until the state satisfies cond and returns it. A query
 // may fail while a worker restarts: it is asked again.
 func (s *session) waitFor(what string, cond func(agent.State) bool) agent.State {
-	s.h.t.Helper()
+	s.h.T.Helper()
 	var st agent.State
-	testkit.Eventually(s.h.t, what, 2*time.Minute, func() bool {
+	testkit.Eventually(s.h.T, what, 2*time.Minute, func() bool {
 		var err error
 		st, err = s.tryState()
 		return err == nil && cond(st)
@@ -168,7 +119,7 @@ func (s *session) waitFor(what string, cond func(agent.State) bool) agent.State 
 // turn waits for turn n to finish and returns it, with its tool calls
 // unless the next turn has begun already.
 func (s *session) turn(n int) agent.TurnState {
-	s.h.t.Helper()
+	s.h.T.Helper()
 	var found agent.TurnState
 	s.waitFor(fmt.Sprintf("turn %d to finish", n), func(st agent.State) bool {
 		if st.Turn.Number == n && (st.Turn.Status == agent.StatusDone || st.Turn.Status == agent.StatusFailed) {
@@ -188,10 +139,10 @@ func (s *session) turn(n int) agent.TurnState {
 
 // file reads a file of the session's sandbox, from the provider itself.
 func (s *session) file(path string) string {
-	s.h.t.Helper()
+	s.h.T.Helper()
 	b, err := s.readFile(path)
 	if err != nil {
-		s.h.t.Fatalf("read %s: %v", path, err)
+		s.h.T.Fatalf("read %s: %v", path, err)
 	}
 	return b
 }
@@ -203,12 +154,12 @@ func (s *session) tryFile(path string) string {
 }
 
 func (s *session) readFile(path string) (string, error) {
-	ctx := s.h.t.Context()
+	ctx := s.h.T.Context()
 	st, err := s.tryState()
 	if err != nil {
 		return "", err
 	}
-	sbx, err := s.h.p.Get(ctx, st.Sandbox.ID)
+	sbx, err := s.h.P.Get(ctx, st.Sandbox.ID)
 	if err != nil {
 		return "", err
 	}
@@ -257,7 +208,7 @@ const (
 // each model call was sent the whole conversation.
 func TestSession(t *testing.T) {
 	h := newHarness(t)
-	h.model.Script(
+	h.Model.Script(
 		toolCalls(call("w1", tools.WriteFile, map[string]any{"path": "calc.py", "content": buggy}),
 			call("w2", tools.WriteFile, map[string]any{"path": "test_calc.py", "content": test})),
 		toolCalls(shell("r1", runTest)),
@@ -294,7 +245,7 @@ func TestSession(t *testing.T) {
 	}
 	// The answer streamed to the blob store, where front ends read it
 	// live through the relay.
-	streamed, err := transfer.ReadAt(t.Context(), h.opts.Outputs, t2.Stream, transfer.DefaultPartSize, 0, 1<<20)
+	streamed, err := transfer.ReadAt(t.Context(), h.Opts.Outputs, t2.Stream, transfer.DefaultPartSize, 0, 1<<20)
 	if err != nil || string(streamed) != t2.Answer {
 		t.Errorf("the answer streamed to %s: %q (%v), want %q", t2.Stream, streamed, err, t2.Answer)
 	}
@@ -305,7 +256,7 @@ func TestSession(t *testing.T) {
 		t.Errorf("test_calc.py in the sandbox: %q", got)
 	}
 
-	reqs := h.model.Requests()
+	reqs := h.Model.Requests()
 	if len(reqs) != 6 {
 		t.Fatalf("%d model calls, want 6", len(reqs))
 	}
@@ -335,10 +286,10 @@ func TestSession(t *testing.T) {
 	if err := s.update(t.Context(), agent.UpdateEnd, agent.EndRequest{Destroy: true}, &end); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.c.GetWorkflow(t.Context(), s.id, "").Get(t.Context(), nil); err != nil {
+	if err := h.C.GetWorkflow(t.Context(), s.id, "").Get(t.Context(), nil); err != nil {
 		t.Errorf("the ended session: %v", err)
 	}
-	if _, err := h.p.Get(t.Context(), st.Sandbox.ID); err == nil {
+	if _, err := h.P.Get(t.Context(), st.Sandbox.ID); err == nil {
 		t.Errorf("sandbox %s outlived its session", st.Sandbox.ID)
 	}
 }
@@ -348,7 +299,7 @@ func TestSession(t *testing.T) {
 // command runs twice (each one appends a line to a file).
 func TestSessionSurvivesWorker(t *testing.T) {
 	h := newHarness(t)
-	h.model.Script(
+	h.Model.Script(
 		toolCalls(shell("slow", "echo slow >> ran.txt && sleep 3 && echo slept")),
 		fakemodel.Reply{Text: "slept"},
 		toolCalls(shell("fast", "echo fast >> ran.txt")),
@@ -363,21 +314,21 @@ func TestSessionSurvivesWorker(t *testing.T) {
 	testkit.Eventually(t, "the slow command to start", time.Minute, func() bool {
 		return strings.Contains(s.tryFile("ran.txt"), "slow")
 	})
-	h.stopWorker()
-	h.startWorker()
+	h.StopWorker()
+	h.StartWorker()
 	t1 := s.turn(1)
 	if t1.Status != agent.StatusDone || t1.Answer != "slept" || len(t1.Calls) != 1 || !strings.Contains(t1.Calls[0].Output, "slept") {
 		t.Fatalf("turn 1 across a worker restart: %+v", t1)
 	}
 
 	// Mid-model-call: the tool call is done, the model called again.
-	first, second := h.model.Hold(), h.model.Hold()
+	first, second := h.Model.Hold(), h.Model.Hold()
 	s.send("append")
 	<-first.Arrived()
 	first.Release()
 	<-second.Arrived()
-	h.stopWorker()
-	h.startWorker()
+	h.StopWorker()
+	h.StartWorker()
 	t2 := s.turn(2)
 	if t2.Status != agent.StatusDone || t2.Answer != "done" {
 		t.Fatalf("turn 2 across a worker restart: %+v", t2)
@@ -385,7 +336,7 @@ func TestSessionSurvivesWorker(t *testing.T) {
 	if got := s.file("ran.txt"); got != "slow\nfast\n" {
 		t.Errorf("the commands ran: %q, want each once", got)
 	}
-	if n := len(h.model.Requests()); n != 5 {
+	if n := len(h.Model.Requests()); n != 5 {
 		t.Errorf("%d model calls, want 5 (one retried)", n)
 	}
 }
@@ -394,15 +345,15 @@ func TestSessionSurvivesWorker(t *testing.T) {
 // activity is retried by Temporal, and the turn answers.
 func TestSessionModelRetried(t *testing.T) {
 	h := newHarness(t)
-	h.model.FailNext(http.StatusTooManyRequests, 1)
-	h.model.FailNext(http.StatusInternalServerError, 1)
-	h.model.Script(fakemodel.Reply{Text: "at last"})
+	h.Model.FailNext(http.StatusTooManyRequests, 1)
+	h.Model.FailNext(http.StatusInternalServerError, 1)
+	h.Model.Script(fakemodel.Reply{Text: "at last"})
 	s := h.start(agent.SessionInput{})
 	s.send("hello")
 	if t1 := s.turn(1); t1.Status != agent.StatusDone || t1.Answer != "at last" {
 		t.Fatalf("turn 1: %+v", t1)
 	}
-	reqs := h.model.Requests()
+	reqs := h.Model.Requests()
 	if len(reqs) != 3 {
 		t.Fatalf("%d model calls, want 3", len(reqs))
 	}
@@ -417,9 +368,9 @@ func TestSessionModelRetried(t *testing.T) {
 // a turn fails at once, in one line, and the session goes on.
 func TestSessionNoModel(t *testing.T) {
 	h := newHarness(t)
-	opts := h.opts
+	opts := h.Opts
 	opts.Queue, opts.HostQueue, opts.Model = "nomodel", "nomodel", nil
-	w, err := hostworker.Start(h.c, opts)
+	w, err := hostworker.Start(h.C, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +394,7 @@ func TestSessionNoModel(t *testing.T) {
 // not run and the model is told; approved, it runs.
 func TestSessionApprovals(t *testing.T) {
 	h := newHarness(t)
-	h.model.Script(
+	h.Model.Script(
 		toolCalls(shell("a1", "echo one >> log.txt")),
 		toolCalls(shell("a2", "echo two >> log.txt")),
 		fakemodel.Reply{Text: "wrote two"},
@@ -492,7 +443,7 @@ func TestSessionApprovals(t *testing.T) {
 	if t2 := s.turn(2); t2.Answer != "second" || t2.Message != "then this" {
 		t.Errorf("the queued turn: %+v", t2)
 	}
-	reqs := h.model.Requests()
+	reqs := h.Model.Requests()
 	if len(reqs) != 4 {
 		t.Fatalf("%d model calls", len(reqs))
 	}
@@ -509,7 +460,7 @@ func TestSessionApprovals(t *testing.T) {
 // its usage and its sandbox, workspace included.
 func TestSessionContinueAsNew(t *testing.T) {
 	h := newHarness(t)
-	h.model.Script(
+	h.Model.Script(
 		toolCalls(call("w", tools.WriteFile, map[string]any{"path": "note.txt", "content": "kept\n"})),
 		fakemodel.Reply{Text: "written"},
 		toolCalls(shell("r", "cat note.txt")),
@@ -518,7 +469,7 @@ func TestSessionContinueAsNew(t *testing.T) {
 	s := h.start(agent.SessionInput{ContinueAfter: 20})
 	// A front end's wait in flight does not hold the run back: it is
 	// answered, and asks the next run again.
-	waiting, err := h.c.UpdateWorkflow(t.Context(), client.UpdateWorkflowOptions{WorkflowID: s.id, UpdateName: agent.UpdateWait,
+	waiting, err := h.C.UpdateWorkflow(t.Context(), client.UpdateWorkflowOptions{WorkflowID: s.id, UpdateName: agent.UpdateWait,
 		Args: []any{agent.WaitRequest{After: 1 << 30}}, WaitForStage: client.WorkflowUpdateStageAccepted})
 	if err != nil {
 		t.Fatal(err)
@@ -547,7 +498,7 @@ func TestSessionContinueAsNew(t *testing.T) {
 	if want := before.Usage.TotalTokens + t2.Usage.TotalTokens; after.Usage.TotalTokens != want {
 		t.Errorf("session usage %d, want %d", after.Usage.TotalTokens, want)
 	}
-	reqs := h.model.Requests()
+	reqs := h.Model.Requests()
 	if last := reqs[len(reqs)-1]; roles(last) != "system user assistant tool assistant user assistant tool" {
 		t.Errorf("the conversation after continue-as-new: %s", roles(last))
 	}
@@ -557,7 +508,7 @@ func TestSessionContinueAsNew(t *testing.T) {
 // error, and the session goes on serving; a message may come by Signal.
 func TestSessionBadInput(t *testing.T) {
 	h := newHarness(t)
-	h.model.Script(fakemodel.Reply{Text: "hi"}, fakemodel.Reply{Text: "signalled"})
+	h.Model.Script(fakemodel.Reply{Text: "hi"}, fakemodel.Reply{Text: "signalled"})
 	s := h.start(agent.SessionInput{})
 	for _, msg := range []string{"", " \n\t", strings.Repeat("x", agent.MaxMessage+1)} {
 		err := s.update(t.Context(), agent.UpdateSend, agent.SendRequest{Message: msg}, nil)
@@ -571,13 +522,13 @@ func TestSessionBadInput(t *testing.T) {
 	if t1 := s.turn(1); t1.Answer != "hi" {
 		t.Fatalf("turn 1: %+v", t1)
 	}
-	if err := h.c.SignalWorkflow(t.Context(), s.id, "", agent.SignalMessage, agent.SendRequest{Message: "by signal"}); err != nil {
+	if err := h.C.SignalWorkflow(t.Context(), s.id, "", agent.SignalMessage, agent.SendRequest{Message: "by signal"}); err != nil {
 		t.Fatal(err)
 	}
 	if t2 := s.turn(2); t2.Answer != "signalled" || t2.Message != "by signal" {
 		t.Fatalf("turn 2: %+v", t2)
 	}
-	run, err := h.c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue},
+	run, err := h.C.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue},
 		agent.WorkflowName, agent.SessionInput{MaxSteps: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -592,7 +543,7 @@ func TestSessionBadInput(t *testing.T) {
 // step of the turn is seen, in order, without polling.
 func TestSessionFollow(t *testing.T) {
 	h := newHarness(t)
-	h.model.Script(toolCalls(shell("s", "sleep 1 && echo awake")), fakemodel.Reply{Text: "awake"})
+	h.Model.Script(toolCalls(shell("s", "sleep 1 && echo awake")), fakemodel.Reply{Text: "awake"})
 	s := h.start(agent.SessionInput{})
 	st := s.state()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
@@ -629,7 +580,7 @@ func TestSessionFollow(t *testing.T) {
 // whole. Ended without destroy, the workspace is kept as a snapshot.
 func TestSessionHibernates(t *testing.T) {
 	h := newHarness(t)
-	h.model.Script(
+	h.Model.Script(
 		toolCalls(call("w", tools.WriteFile, map[string]any{"path": "note.txt", "content": "kept\n"})),
 		fakemodel.Reply{Text: "written"},
 		toolCalls(shell("r", "cat note.txt")),
@@ -641,7 +592,7 @@ func TestSessionHibernates(t *testing.T) {
 	first := s.waitFor("the sandbox to hibernate", func(st agent.State) bool {
 		return st.Sandbox.State == sandbox.StateHibernated
 	})
-	if _, err := h.p.Get(t.Context(), first.Sandbox.ID); err == nil {
+	if _, err := h.P.Get(t.Context(), first.Sandbox.ID); err == nil {
 		t.Errorf("hibernated sandbox %s still exists", first.Sandbox.ID)
 	}
 	s.send("read")
@@ -655,7 +606,7 @@ func TestSessionHibernates(t *testing.T) {
 	if end.Snapshot == "" {
 		t.Error("the workspace was not kept")
 	}
-	if err := h.c.GetWorkflow(t.Context(), s.id, "").Get(t.Context(), nil); err != nil {
+	if err := h.C.GetWorkflow(t.Context(), s.id, "").Get(t.Context(), nil); err != nil {
 		t.Errorf("the ended session: %v", err)
 	}
 	if st := s.state(); !st.Ended {
@@ -672,7 +623,7 @@ func TestSessionHibernates(t *testing.T) {
 // calls left unanswered).
 func TestSessionStepLimit(t *testing.T) {
 	h := newHarness(t)
-	h.model.Script(toolCalls(shell("a", "echo a")), toolCalls(shell("b", "echo b")), fakemodel.Reply{Text: "ok"})
+	h.Model.Script(toolCalls(shell("a", "echo a")), toolCalls(shell("b", "echo b")), fakemodel.Reply{Text: "ok"})
 	s := h.start(agent.SessionInput{MaxSteps: 2})
 	s.send("loop")
 	t1 := s.turn(1)
@@ -683,7 +634,7 @@ func TestSessionStepLimit(t *testing.T) {
 	if t2 := s.turn(2); t2.Status != agent.StatusDone || t2.Answer != "ok" {
 		t.Fatalf("turn 2: %+v", t2)
 	}
-	reqs := h.model.Requests()
+	reqs := h.Model.Requests()
 	if got := roles(reqs[2]); got != "system user assistant tool assistant tool user" {
 		t.Errorf("the conversation after the step limit: %s", got)
 	}
@@ -697,7 +648,7 @@ func TestSessionStepLimit(t *testing.T) {
 // it.
 func TestSessionOnHost(t *testing.T) {
 	h := newHarness(t)
-	h.stopWorker() // the host below serves the default queues instead
+	h.StopWorker() // the host below serves the default queues instead
 	data, err := os.MkdirTemp("", "bh")
 	if err != nil {
 		t.Fatal(err)
@@ -710,12 +661,12 @@ func TestSessionOnHost(t *testing.T) {
 		cfg  model.Config
 		says string
 	}{
-		{model.Config{BaseURL: h.model.URL, APIKey: "sk-wrong", Model: fakemodel.Model}, "401"},
-		{model.Config{BaseURL: h.model.URL, APIKey: fakemodel.Key, Model: "no-such-model"}, `does not serve model "no-such-model"`},
+		{model.Config{BaseURL: h.Model.URL, APIKey: "sk-wrong", Model: fakemodel.Model}, "401"},
+		{model.Config{BaseURL: h.Model.URL, APIKey: fakemodel.Key, Model: "no-such-model"}, `does not serve model "no-such-model"`},
 		{model.Config{BaseURL: "http://127.0.0.1:1/v1", Model: fakemodel.Model}, "unreachable"},
 	} {
 		cfg.Model = &bad.cfg
-		host, err := hostworker.StartHost(t.Context(), h.c, cfg)
+		host, err := hostworker.StartHost(t.Context(), h.C, cfg)
 		if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), bad.says) {
 			if host != nil {
 				host.Close()
@@ -723,13 +674,13 @@ func TestSessionOnHost(t *testing.T) {
 			t.Errorf("a host with %v: %v, want one line saying %s", bad.cfg, err, bad.says)
 		}
 	}
-	cfg.Model = &model.Config{BaseURL: h.model.URL, APIKey: fakemodel.Key, Model: fakemodel.Model}
-	host, err := hostworker.StartHost(t.Context(), h.c, cfg)
+	cfg.Model = &model.Config{BaseURL: h.Model.URL, APIKey: fakemodel.Key, Model: fakemodel.Model}
+	host, err := hostworker.StartHost(t.Context(), h.C, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer host.Close()
-	h.model.Script(toolCalls(shell("s", "echo on the host")), fakemodel.Reply{Text: "done"})
+	h.Model.Script(toolCalls(shell("s", "echo on the host")), fakemodel.Reply{Text: "done"})
 	s := h.start(agent.SessionInput{})
 	s.send("hello")
 	if t1 := s.turn(1); t1.Answer != "done" || len(t1.Calls) != 1 || !strings.Contains(t1.Calls[0].Output, "on the host") {
@@ -744,7 +695,7 @@ func TestSessionOnHost(t *testing.T) {
 // its streams' keys, and the session's workflow relays them.
 func TestSessionLiveOutput(t *testing.T) {
 	h := newHarness(t)
-	h.model.Script(toolCalls(shell("live", "echo first; sleep 3; echo second")), fakemodel.Reply{Text: "done"})
+	h.Model.Script(toolCalls(shell("live", "echo first; sleep 3; echo second")), fakemodel.Reply{Text: "done"})
 	s := h.start(agent.SessionInput{})
 	turn := s.send("run it")
 	st := s.waitFor("the call running, with its keys", func(st agent.State) bool {
@@ -753,13 +704,13 @@ func TestSessionLiveOutput(t *testing.T) {
 	key := st.Turn.Calls[0].Stdout
 	var got []byte
 	testkit.Eventually(t, "its first line, live", time.Minute, func() bool {
-		v, err := h.c.QueryWorkflow(t.Context(), s.id, "", transfer.QueryRead, transfer.ReadRequest{Key: key})
+		v, err := h.C.QueryWorkflow(t.Context(), s.id, "", transfer.QueryRead, transfer.ReadRequest{Key: key})
 		return err == nil && v.Get(&got) == nil && string(got) == "first\n"
 	})
 	if st := s.state(); st.Turn.Calls[0].Status != agent.StatusRunning {
 		t.Errorf("the output was read after the command ended: %+v", st.Turn.Calls[0])
 	}
 	if t := s.turn(turn); len(t.Calls) != 1 || !strings.Contains(t.Calls[0].Output, "first\nsecond\n") {
-		h.t.Errorf("the call's output: %+v", t.Calls)
+		h.T.Errorf("the call's output: %+v", t.Calls)
 	}
 }

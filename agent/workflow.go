@@ -35,6 +35,9 @@ type session struct {
 	runs     int
 	inTurn   bool
 	running  string // the id of the tool call running
+	// holds counts the operations (fork, switch) that keep turns from
+	// starting while they run.
+	holds int
 
 	// approvals are the decisions on calls awaiting approval, by call id.
 	awaiting  map[string]bool
@@ -57,6 +60,10 @@ type session struct {
 // Session is the coding agent's workflow: see the package doc. It fails
 // with an application error typed as sandbox.Failure types it.
 func Session(ctx workflow.Context, in SessionInput) (err error) {
+	if in.Manager != "" {
+		// Last, once the sandbox is gone: the manager hears of the end.
+		defer func() { tellEnded(ctx, in.Manager, err) }()
+	}
 	defer func() { err = sandbox.Failure(err) }()
 	if err := in.validate(); err != nil {
 		return err
@@ -67,9 +74,11 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 	if c := in.Carried; c != nil {
 		s.segs, s.unsent, s.queue, s.nextTurn = c.Conversation, c.Unsent, c.Queue, c.NextTurn
 		s.turn, s.turns, s.usage, s.runs, s.version = c.Turn, c.Turns, c.Usage, c.Runs, c.Version
-		for _, seg := range s.segs {
-			s.messages += seg.Messages
-		}
+	} else if f := in.Fork; f != nil {
+		s.segs, s.unsent, s.nextTurn, s.turns, s.usage = f.Conversation, f.Unsent, max(f.NextTurn, 1), f.Turns, f.Usage
+	}
+	for _, seg := range s.segs {
+		s.messages += seg.Messages
 	}
 	s.runs++
 	// Handlers first: a message that comes while the sandbox is being
@@ -80,10 +89,17 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 	if in.Carried != nil {
 		s.sbx = sandbox.Reattach(ctx, in.Carried.Sandbox)
 	} else {
-		s.sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image},
-			sandbox.WithIdleTimeout(in.IdleTimeout), sandbox.WithHibernateAfter(in.HibernateAfter))
+		opts := []sandbox.Option{sandbox.WithIdleTimeout(in.IdleTimeout), sandbox.WithHibernateAfter(in.HibernateAfter)}
+		if in.Fork != nil {
+			opts = append(opts, sandbox.FromCheckpoint(in.Fork.Snapshot))
+		}
+		s.sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image}, opts...)
 		if err != nil {
 			return err
+		}
+		if in.Manager != "" {
+			workflow.SignalExternalWorkflow(ctx, in.Manager, "", SignalManagerStarted,
+				ManagerSignal{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID})
 		}
 	}
 	defer func() {
@@ -112,7 +128,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 		// the sandbox idle and no update in flight (the waiters answered
 		// first): nothing is left behind in this run.
 		s.releasing = false
-		if err := workflow.Await(ctx, func() bool { return s.ending || len(s.queue) > 0 || tooLong() && !s.sbx.Busy() }); err != nil {
+		if err := workflow.Await(ctx, func() bool { return s.ending || s.ready() || tooLong() && !s.sbx.Busy() }); err != nil {
 			return err // cancelled: the deferred Stop cleans up
 		}
 		switch {
@@ -120,19 +136,19 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 			if s.end(ctx) {
 				return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 			}
-		case len(s.queue) > 0:
+		case s.ready():
 			next := s.queue[0]
 			s.queue = s.queue[1:]
 			s.runTurn(ctx, next)
 		default:
 			s.releasing = true
 			err := workflow.Await(ctx, func() bool {
-				return s.ending || len(s.queue) > 0 || workflow.AllHandlersFinished(ctx) && !s.sbx.Busy()
+				return s.ending || s.ready() || workflow.AllHandlersFinished(ctx) && !s.sbx.Busy()
 			})
 			if err != nil {
 				return err
 			}
-			if s.ending || len(s.queue) > 0 {
+			if s.ending || s.ready() {
 				continue
 			}
 			// Messages signalled in this very task are carried too.
@@ -144,6 +160,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 				s.accept(ctx, req)
 			}
 			next := in
+			next.Fork = nil
 			next.Carried = &Carried{Sandbox: s.sbx.Carry(), Conversation: s.segs, Unsent: s.unsent,
 				Queue: s.queue, NextTurn: s.nextTurn, Turn: s.turn, Turns: s.turns, Usage: s.usage, Runs: s.runs, Version: s.version}
 			return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
@@ -224,6 +241,9 @@ func (s *session) register(ctx workflow.Context) error {
 		return s.state()
 	})
 	if err != nil {
+		return err
+	}
+	if err := s.registerManaged(ctx); err != nil {
 		return err
 	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateEnd,

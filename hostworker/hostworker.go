@@ -31,6 +31,7 @@ import (
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/session"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/transfer"
 )
@@ -56,7 +57,8 @@ type Options struct {
 	// front ends to be told why (berth providers).
 	Unavailable []provider.Status
 	// Workflows are registered on the generic queue's worker, with the
-	// coding agent's (agent.Session).
+	// coding agent's (agent.Session) and its session manager's
+	// (session.Manager).
 	Workflows []any
 	// Model, when set, is the model the coding agent calls: a worker on
 	// ModelQueue serves the model activity. Without it, a single-host
@@ -109,6 +111,7 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 		w.generic.RegisterWorkflow(wf)
 	}
 	agent.Register(w.generic)
+	session.Register(w.generic)
 	if err := w.startModel(c, opts); err != nil {
 		return nil, err
 	}

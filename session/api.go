@@ -26,6 +26,9 @@ const (
 	// SignalEnded is what a session sends its manager when its workflow
 	// ends, whatever the reason: Ended.
 	SignalEnded = "berth.session.ended"
+	// SignalStarted is what a session sends its manager once its sandbox
+	// is made (an Ended without Error): a create or a fork waits for it.
+	SignalStarted = "berth.session.started"
 )
 
 // Session statuses, as Info.Status gives them.
@@ -128,7 +131,3 @@ func IsID(s string) bool {
 	}
 	return strings.Trim(s[1:], "0123456789") == ""
 }
-
-// ManagerInput is the manager workflow's input. A client starting the
-// manager gives the zero value.
-type ManagerInput struct{}

@@ -126,15 +126,19 @@ var rules = []rule{
 		return prefix("github.com/openai/")(path) || under("agent/model")(path) || providerImpl(path)
 	}, true,
 		"the agent's tools know nothing of the model or of any provider"},
-	{under("agent"), under("client", "cmd", "hostworker", "devserver"), true,
-		"the agent's packages know nothing of the front ends and hosts built on them"},
+	{under("agent", "session"), under("client", "cmd", "hostworker", "devserver"), true,
+		"the agent's packages and its session manager know nothing of the front ends and hosts built on them"},
+	{under("agent"), under("session"), true,
+		"the agent knows nothing of the session manager built on it (their signals are held equal by session's tests)"},
+	{exactly("session"), providerImpl, true,
+		"the session manager reaches providers only through the agent's workflow and the sandbox handle"},
 	{exactly("agent"), under("activities", "workflows"), false,
 		"the agent's workflow (layer 4, beside workflows) reaches sandboxes through the handle and the tools alone"},
 	{exactly("agent"), providerImpl, true,
 		"the agent's workflow reaches providers only through the provider interface and the registry"},
 	{under("agent/chat", "agent/model", "agent/tools"), exactly("agent"), true,
 		"the agent's data, model and tools know nothing of the workflow built on them"},
-	{under("provider", "sandboxd", "snapshot", "transfer", "activities", "sandbox", "workflows"), under("agent"), true,
+	{under("provider", "sandboxd", "snapshot", "transfer", "activities", "sandbox", "workflows"), under("agent", "session"), true,
 		"berth's sandbox layers know nothing of the coding agent built on them"},
 	{under("tui"), func(path string) bool {
 		return prefix("go.temporal.io/")(path) || under("client", "cmd", "activities", "workflows", "sandbox", "provider", "hostworker")(path)

@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/berth-dev/berth/agent/chat"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/transfer"
+)
+
+// ConversationPrefix is where the session whose workflow id is
+// workflowID keeps its conversation's segments in the blob store, and
+// StreamPrefix where it streams the model's answers: what is deleted
+// when the session is destroyed.
+func ConversationPrefix(workflowID string) string {
+	return chat.SegmentPrefix + conversationName(workflowID) + "/"
+}
+
+// StreamPrefix: see ConversationPrefix.
+func StreamPrefix(workflowID string) string {
+	return transfer.Outputs + "agent/" + conversationName(workflowID) + "/"
+}
+
+// ready says whether a turn may start: a message waits, and no fork or
+// switch holds turns back.
+func (s *session) ready() bool { return len(s.queue) > 0 && s.holds == 0 }
+
+// between waits until the sandbox exists and no turn runs: the
+// operations a manager sends act on a workspace at rest.
+func (s *session) between(ctx workflow.Context) error {
+	return workflow.Await(ctx, func() bool { return s.sbx != nil && !s.inTurn })
+}
+
+// registerManaged registers the Updates a session manager sends.
+func (s *session) registerManaged(ctx workflow.Context) error {
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateFork,
+		func(ctx workflow.Context, req ForkRequest) (ForkResult, error) {
+			if err := s.between(ctx); err != nil {
+				return ForkResult{}, err
+			}
+			s.holds++
+			defer func() { s.holds-- }()
+			// The queued messages are this session's, not the fork's.
+			f := ForkFrom{Conversation: s.segs, Unsent: s.unsent, NextTurn: s.nextTurn - len(s.queue),
+				Turns: s.turns, Usage: s.usage}
+			id, err := s.sbx.ForkSnapshot(ctx, req.Owner)
+			if err != nil {
+				return ForkResult{}, sandbox.Failure(fmt.Errorf("fork the workspace: %w", err))
+			}
+			f.Snapshot = id
+			in := s.in
+			in.Provider, in.Manager, in.Fork, in.Carried = s.sbx.Status().Provider, "", nil, nil
+			return ForkResult{Fork: f, Input: in}, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req ForkRequest) error {
+			if req.Owner == "" {
+				return sandbox.Failure(fmt.Errorf("%w: a fork needs its owner's workflow id", provider.ErrBadInput))
+			}
+			return s.open()
+		}})
+	if err != nil {
+		return err
+	}
+	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateSwitch,
+		func(ctx workflow.Context, req SwitchRequest) (State, error) {
+			if err := s.between(ctx); err != nil {
+				return State{}, err
+			}
+			s.holds++
+			defer func() { s.holds-- }()
+			err := s.sbx.Switch(ctx, sandbox.Provider{Type: req.Provider, Image: req.Image})
+			s.changed()
+			if err != nil {
+				return State{}, sandbox.Failure(err)
+			}
+			s.in.Provider = req.Provider
+			if req.Image != "" {
+				s.in.Image = req.Image
+			}
+			return s.state()
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req SwitchRequest) error {
+			if req.Provider == "" {
+				return sandbox.Failure(fmt.Errorf("%w: a switch needs a provider", provider.ErrBadInput))
+			}
+			return s.open()
+		}})
+	if err != nil {
+		return err
+	}
+	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdatePause,
+		func(ctx workflow.Context) (State, error) {
+			if err := s.between(ctx); err != nil {
+				return State{}, err
+			}
+			err := s.sbx.Pause(ctx)
+			s.changed()
+			if err != nil {
+				return State{}, sandbox.Failure(err)
+			}
+			return s.state()
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return s.open() }})
+	if err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateResume,
+		func(ctx workflow.Context) (State, error) {
+			if err := workflow.Await(ctx, func() bool { return s.sbx != nil }); err != nil {
+				return State{}, err
+			}
+			err := s.sbx.Resume(ctx)
+			s.changed()
+			if err != nil {
+				return State{}, sandbox.Failure(err)
+			}
+			return s.state()
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return s.open() }})
+}
+
+// tellEnded signals the manager that the session's workflow ends, with
+// err, unless it continues as new. A manager that is gone is no matter.
+func tellEnded(ctx workflow.Context, manager string, err error) {
+	if workflow.IsContinueAsNewError(err) {
+		return
+	}
+	sig := ManagerSignal{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID}
+	if err != nil {
+		sig.Error = oneLine(err, "")
+	}
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	if err := workflow.SignalExternalWorkflow(dctx, manager, "", SignalManagerEnded, sig).Get(dctx, nil); err != nil {
+		workflow.GetLogger(ctx).Info("the manager was not told of the end", "manager", manager, "error", err)
+	}
+}
