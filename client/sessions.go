@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
@@ -133,7 +132,7 @@ func (s *Sessions) Info(ctx context.Context, ref string) (session.Info, error) {
 	var infos []session.Info
 	if err := s.c.Query(ctx, s.Manager, "", session.QuerySessions, &infos); err != nil {
 		if NotFound(err) {
-			return session.Info{}, fmt.Errorf("%w: session %q: no session exists yet", provider.ErrNotFound, ref)
+			return session.Info{}, provider.Errorf(provider.KindNotFound, "session %q: no session exists yet (berth session new starts one)", ref)
 		}
 		return session.Info{}, err
 	}
@@ -148,11 +147,11 @@ func (s *Sessions) Info(ctx context.Context, ref string) (session.Info, error) {
 	}
 	switch len(found) {
 	case 0:
-		return session.Info{}, fmt.Errorf("%w: no session %q (berth session ls lists them)", provider.ErrNotFound, ref)
+		return session.Info{}, provider.Errorf(provider.KindNotFound, "no session %q (berth session ls lists them)", ref)
 	case 1:
 		return found[0], nil
 	}
-	return session.Info{}, fmt.Errorf("%w: %d sessions have the title %q: name one by its id", provider.ErrBadInput, len(found), ref)
+	return session.Info{}, provider.Errorf(provider.KindBadInput, "%d sessions have the title %q: name one by its id", len(found), ref)
 }
 
 // workflowID is the workflow of the session ref names: an ID needs no
@@ -173,7 +172,7 @@ func (s *Sessions) session(ctx context.Context, ref, name string, out any, arg a
 	}
 	err = s.c.Update(ctx, wid, "", name, out, arg)
 	if NotFound(err) {
-		return fmt.Errorf("%w: session %s has ended (berth session ls -a)", provider.ErrNotFound, ref)
+		return provider.Errorf(provider.KindNotFound, "session %s does not exist or has ended (berth session ls -a)", ref)
 	}
 	return err
 }
@@ -204,7 +203,7 @@ func (s *Sessions) State(ctx context.Context, ref string) (agent.State, error) {
 	var st agent.State
 	err = s.c.Query(ctx, wid, "", agent.QueryState, &st)
 	if NotFound(err) {
-		return st, fmt.Errorf("%w: session %s has ended (berth session ls -a)", provider.ErrNotFound, ref)
+		return st, provider.Errorf(provider.KindNotFound, "session %s does not exist or has ended (berth session ls -a)", ref)
 	}
 	return st, err
 }
@@ -234,7 +233,7 @@ func (s *Sessions) Follow(ctx context.Context, ref string, turn int, see func(ag
 			return t, nil
 		}
 		if st.Ended {
-			return agent.TurnState{}, fmt.Errorf("%w: session %s ended before turn %d finished", provider.ErrNotFound, ref, turn)
+			return agent.TurnState{}, provider.Errorf(provider.KindNotFound, "session %s ended before turn %d finished", ref, turn)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -123,7 +122,7 @@ func TestChatInTmux(t *testing.T) {
 	term.typeLine("run it")
 	term.wait("The fork has it too.")
 	reqs := s.model.Requests()
-	if first := reqs[len(reqs)-2]; !strings.Contains(fmt.Sprint(first.Messages), "write main.py") {
+	if first := reqs[len(reqs)-2]; !carries(first, "write main.py") {
 		t.Errorf("the fork's model call lacks the conversation before the fork: %+v", first.Messages)
 	}
 

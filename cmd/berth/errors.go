@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
@@ -44,6 +45,11 @@ func oneLine(err error) string {
 	if errors.As(err, &app) || errors.As(err, &canceled) || errors.As(err, &terminated) ||
 		errors.As(err, &timeout) || errors.As(err, &service) {
 		return sandbox.OneLine(err)
+	}
+	// The client's own errors of a kind (a session not found) say it as
+	// the server's do.
+	if k := provider.KindOf(err); k != provider.KindInternal {
+		return fmt.Sprintf("%s: %s", k, flatten(err.Error()))
 	}
 	return flatten(err.Error())
 }

@@ -157,7 +157,7 @@ one event a line: {"type": "turn"|"call"|"output"|"approval"|"answer"|"error", .
 				return err
 			}
 			if turn == 0 {
-				return fmt.Errorf("%w: session %s did not accept the message: it is ending", provider.ErrNotFound, args[0])
+				return provider.Errorf(provider.KindNotFound, "session %s did not accept the message: it is ending", args[0])
 			}
 			p := newTurnPrinter(ctx, os.Stdout, *out == formatJSONL, turn, func(ctx context.Context, key string, off int64) ([]byte, error) {
 				return s.Read(ctx, args[0], key, off)
@@ -373,11 +373,11 @@ func awaiting(st agent.State) (string, error) {
 	}
 	switch len(ids) {
 	case 0:
-		return "", fmt.Errorf("%w: no tool call awaits approval", provider.ErrBadInput)
+		return "", provider.Errorf(provider.KindBadInput, "no tool call awaits approval")
 	case 1:
 		return ids[0], nil
 	}
-	return "", fmt.Errorf("%w: %d calls await approval (%s): name one", provider.ErrBadInput, len(ids), strings.Join(ids, ", "))
+	return "", provider.Errorf(provider.KindBadInput, "%d calls await approval (%s): name one", len(ids), strings.Join(ids, ", "))
 }
 
 func newSessionPause(sf *sessionFlags, use string) *cobra.Command {

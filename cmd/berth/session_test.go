@@ -30,7 +30,7 @@ func startSessionCLI(t *testing.T, devFlags ...string) *sessionCLI {
 	// berth dev takes its model from the environment, as a user's would.
 	t.Setenv("BERTH_MODEL", fakemodel.Model)
 	t.Setenv("OPENAI_BASE_URL", model.URL)
-	t.Setenv("OPENAI_API_KEY", "test-key")
+	t.Setenv("OPENAI_API_KEY", fakemodel.Key)
 	berth, data := build(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog, devFlags...)
@@ -53,6 +53,12 @@ func (s *sessionCLI) ok(args ...string) string {
 		s.t.Fatalf("berth session %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
 	}
 	return out
+}
+
+// carries says whether a model request's messages hold text.
+func carries(req fakemodel.Request, text string) bool {
+	b, err := json.Marshal(req.Messages)
+	return err == nil && strings.Contains(string(b), text)
 }
 
 // shellCall is the model asking for a shell command.
@@ -80,7 +86,7 @@ func TestSessionCLI(t *testing.T) {
 		t.Errorf("send printed:\n%s\nwant the call, its output (42) and the answer", out)
 	}
 	reqs := s.model.Requests()
-	if last := reqs[len(reqs)-1]; !strings.Contains(fmt.Sprint(last.Messages), "write main.py") {
+	if last := reqs[len(reqs)-1]; !carries(last, "write main.py") {
 		t.Errorf("the model was not sent the message: %+v", last.Messages)
 	}
 
@@ -123,7 +129,7 @@ func TestSessionCLI(t *testing.T) {
 		t.Errorf("send to the fork:\n%s", out)
 	}
 	reqs = s.model.Requests()
-	if first := reqs[len(reqs)-2]; !strings.Contains(fmt.Sprint(first.Messages), "write main.py") {
+	if first := reqs[len(reqs)-2]; !carries(first, "write main.py") {
 		t.Errorf("the fork's model call lacks the source's conversation: %+v", first.Messages)
 	}
 
@@ -198,7 +204,7 @@ func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "../../examples/demo.sh")
-	cmd.Env = append(os.Environ(), "BERTH_MODEL="+fakemodel.Model, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY=test-key")
+	cmd.Env = append(os.Environ(), "BERTH_MODEL="+fakemodel.Model, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY="+fakemodel.Key)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo.sh: %v\n%s", err, out)
