@@ -244,8 +244,9 @@ var _ Backend = (*fake)(nil)
 type driver struct {
 	t    *testing.T
 	m    *model
-	msgs chan tea.Msg
-	quit bool
+	msgs  chan tea.Msg
+	quit  bool
+	ticks int // the liveTickMsgs handled
 }
 
 func drive(t *testing.T, b Backend, opts Options) *driver {
@@ -281,6 +282,9 @@ func (d *driver) send(msg tea.Msg) {
 	if _, ok := msg.(tea.QuitMsg); ok {
 		d.quit = true
 		return
+	}
+	if _, ok := msg.(liveTickMsg); ok {
+		d.ticks++
 	}
 	_, cmd := d.m.Update(msg)
 	d.run(cmd)
