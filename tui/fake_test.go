@@ -242,8 +242,8 @@ var _ Backend = (*fake)(nil)
 // command in a goroutine, each message it returns through Update on the
 // test's goroutine.
 type driver struct {
-	t    *testing.T
-	m    *model
+	t     *testing.T
+	m     *model
 	msgs  chan tea.Msg
 	quit  bool
 	ticks int // the liveTickMsgs handled
