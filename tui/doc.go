@@ -37,8 +37,10 @@
 // What the view shows is plain and meant to be grepped by an end-to-end
 // test in a terminal multiplexer: the input line starts with "> ", a
 // message sent as "you: ", a shell call as "$ <command>", any other
-// call as "[tool] <name> <arguments>", the answer as its text, and the
-// status bar as "session <id> · <title> · <provider> · <status>". An
+// call as "[tool] <name> <arguments>", each followed by its output
+// indented by two spaces (while it runs, what it wrote so far, "…" first
+// when the start is cut, then "running…"), the answer as its text (while
+// it is written, the text so far above "thinking…"), and the status bar as "session <id> · <title> · <provider> · <status>". An
 // error is one line, "error: ...", above the status bar; the UI never
 // stops on one.
 package tui
