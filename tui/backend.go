@@ -24,6 +24,12 @@ type Backend interface {
 	// it may also return it unchanged (when the session's workflow
 	// continues as new): the UI asks again.
 	Wait(ctx context.Context, id string, after int) (agent.State, error)
+	// Read returns what is stored, from offset on, of a stream the
+	// state names as it is written: a running call's Stdout or Stderr,
+	// the turn's Stream. It returns nothing when there is nothing new
+	// (or the stream is not stored yet), and at most a chunk: the UI
+	// reads on from where it got to.
+	Read(ctx context.Context, id, key string, offset int64) ([]byte, error)
 	// Approve approves or denies the tool call awaiting approval.
 	Approve(ctx context.Context, id, callID string, approve bool) error
 	// Fork starts a session with a copy of another's conversation and

@@ -97,10 +97,11 @@ func (m *model) stateReply(msg stateMsg) tea.Cmd {
 		m.dropShown()
 		m.refresh()
 	}
+	live := m.follow()
 	if m.state.Ended {
-		return nil
+		return live
 	}
-	return m.wait(after)
+	return tea.Batch(live, m.wait(after))
 }
 
 // dropShown forgets the messages sent that the state shows.

@@ -28,10 +28,13 @@ type fake struct {
 	calls    []string      // "Method arg ...", in order
 	fails    map[string]error
 	turn     int
+	streams  map[string][]byte // what Read returns, by key; write adds to it
+	reads    map[string]int    // Read's calls, by key
 }
 
 func newFake(sessions ...session.Info) *fake {
-	return &fake{sessions: sessions, states: map[string][]agent.State{}, pushed: make(chan struct{}), fails: map[string]error{}}
+	return &fake{sessions: sessions, states: map[string][]agent.State{}, pushed: make(chan struct{}), fails: map[string]error{},
+		streams: map[string][]byte{}, reads: map[string]int{}}
 }
 
 // push adds states to session id's script, their Versions counted on.
@@ -139,6 +142,40 @@ func (f *fake) Wait(ctx context.Context, id string, after int) (agent.State, err
 	}
 }
 
+// write adds p to the stream at key, as a running command or the model
+// would.
+func (f *fake) write(key, p string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.streams[key] = append(f.streams[key], p...)
+}
+
+// readCount is how many times key was read.
+func (f *fake) readCount(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads[key]
+}
+
+// Read answers what the stream holds from offset, at most maxChunk
+// bytes, as client.Sessions does (not the calls list: 10 a second).
+func (f *fake) Read(ctx context.Context, id, key string, offset int64) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads[key]++
+	if err := f.fails["Read"]; err != nil {
+		return nil, err
+	}
+	s := f.streams[key]
+	if offset >= int64(len(s)) {
+		return nil, nil
+	}
+	return slices.Clone(s[offset:min(int64(len(s)), offset+maxChunk)]), nil
+}
+
+// maxChunk is the most a Read returns, transfer.MaxChunk.
+const maxChunk = 500 << 10
+
 func (f *fake) Approve(ctx context.Context, id, callID string, approve bool) error {
 	return f.record("Approve", id, callID, approve)
 }
@@ -205,10 +242,11 @@ var _ Backend = (*fake)(nil)
 // command in a goroutine, each message it returns through Update on the
 // test's goroutine.
 type driver struct {
-	t    *testing.T
-	m    *model
-	msgs chan tea.Msg
-	quit bool
+	t     *testing.T
+	m     *model
+	msgs  chan tea.Msg
+	quit  bool
+	ticks int // the liveTickMsgs handled
 }
 
 func drive(t *testing.T, b Backend, opts Options) *driver {
@@ -244,6 +282,9 @@ func (d *driver) send(msg tea.Msg) {
 	if _, ok := msg.(tea.QuitMsg); ok {
 		d.quit = true
 		return
+	}
+	if _, ok := msg.(liveTickMsg); ok {
+		d.ticks++
 	}
 	_, cmd := d.m.Update(msg)
 	d.run(cmd)

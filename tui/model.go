@@ -70,6 +70,12 @@ type model struct {
 	retry    time.Duration      // the next retry's delay after a failed Wait
 	help     bool
 
+	// The streams followed live (live.go), by key: the running calls'
+	// output, the model's text under way.
+	lives    map[string]*live
+	reading  bool // a read of them, or the tick before it, is in flight
+	liveLoop int  // counts the reading loops: a message of an older one is dropped
+
 	// notice is one line above the status bar: what is under way, or an
 	// error.
 	notice string
@@ -182,6 +188,10 @@ func (m *model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case stateMsg:
 		return m, m.stateReply(msg)
+	case readMsg:
+		return m, m.readReply(msg)
+	case liveTickMsg:
+		return m, m.liveTick(msg)
 	case retryMsg:
 		if msg.gen != m.gen || m.screen != chatScreen {
 			return m, nil
@@ -230,7 +240,7 @@ func (m *model) refresh() {
 		return
 	}
 	bottom := m.vp.AtBottom()
-	text := transcript(m.state, m.sent, m.width)
+	text := transcript(m.state, m.sent, m.liveText, m.width)
 	if m.help {
 		text += "\n\n" + wrapped(helpText, m.width)
 	}
@@ -385,6 +395,7 @@ func (m *model) openSession(info session.Info) tea.Cmd {
 
 // closeSession stops following the session shown.
 func (m *model) closeSession() {
+	m.stopLive()
 	if m.stopWait != nil {
 		m.stopWait()
 		m.stopWait = nil

@@ -23,10 +23,18 @@ type pending struct {
 	Message string
 }
 
+// liveFunc is what a stream followed live brought so far (its last
+// bytes), and whether its start was cut; ok is false for a stream not
+// followed.
+type liveFunc func(key string) (text string, cut bool)
+
 // transcript renders the conversation: the finished turns, the current
-// one with its calls, then the messages not in the state yet, wrapped to
-// width.
-func transcript(st agent.State, sent []pending, width int) string {
+// one with its calls and what its streams brought so far (live may be
+// nil), then the messages not in the state yet, wrapped to width.
+func transcript(st agent.State, sent []pending, live liveFunc, width int) string {
+	if live == nil {
+		live = func(string) (string, bool) { return "", false }
+	}
 	var b strings.Builder
 	line := func(prefix, text string) { writeWrapped(&b, prefix, text, width) }
 	for _, t := range st.Turns {
@@ -40,10 +48,17 @@ func transcript(st agent.State, sent []pending, width int) string {
 	if t := st.Turn; t.Number > 0 {
 		line("you: ", t.Message)
 		for _, c := range t.Calls {
-			call(line, c)
+			call(line, c, live)
 		}
 		switch t.Status {
 		case agent.StatusThinking:
+			// The answer as the model writes it, until it is the turn's.
+			if text, cut := live(t.Stream); strings.TrimSpace(text) != "" {
+				if cut {
+					line("", "…")
+				}
+				line("", strings.TrimRight(text, "\n"))
+			}
 			line("", "thinking…")
 		case agent.StatusRunning:
 			// the running call says so
@@ -94,9 +109,10 @@ func ending(line func(prefix, text string), t agent.TurnState) {
 }
 
 // call renders a tool call: "$ <command>" for shell, "[tool] <name>
-// <arguments>" for the others, then its output indented, and what it
-// waits for.
-func call(line func(prefix, text string), c agent.CallState) {
+// <arguments>" for the others, then its output indented (while it runs,
+// its stdout and stderr as they grow; once done, its Output), and what
+// it waits for.
+func call(line func(prefix, text string), c agent.CallState, live liveFunc) {
 	if c.Name == tools.Shell {
 		var args struct {
 			Command string `json:"command"`
@@ -114,6 +130,17 @@ func call(line func(prefix, text string), c agent.CallState) {
 	}
 	switch c.Status {
 	case agent.StatusRunning:
+		for _, k := range []string{c.Stdout, c.Stderr} {
+			if k == "" {
+				continue
+			}
+			if text, cut := live(k); text != "" {
+				if cut {
+					line("  ", "…")
+				}
+				line("  ", strings.TrimRight(overwritten(text), "\n"))
+			}
+		}
 		line("  ", "running…")
 	case agent.StatusApproval:
 		line("  ", "awaiting approval: /approve or /deny")
@@ -162,11 +189,26 @@ func writeWrapped(b *strings.Builder, prefix, text string, width int) {
 	}
 }
 
+// overwritten is a command's output as a terminal would leave it where
+// a line is written over with a carriage return (a progress bar): each
+// line's text after its last lone "\r".
+func overwritten(s string) string {
+	lines := strings.Split(strings.ReplaceAll(s, "\r\n", "\n"), "\n")
+	for i, l := range lines {
+		if j := strings.LastIndexByte(strings.TrimRight(l, "\r"), '\r'); j >= 0 {
+			lines[i] = l[j+1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
 // clean makes text from a model or a sandbox, both untrusted, safe to
-// print: tabs become spaces and every other control character, escape
-// sequences' ESC included, is dropped, so that an output cannot move the
-// cursor, retitle the window or rewrite the screen.
+// print: escape sequences are dropped whole (a colour's "\x1b[31m"
+// leaves nothing), tabs become spaces and every other control character
+// is dropped, so that an output cannot move the cursor, retitle the
+// window or rewrite the screen.
 func clean(s string) string {
+	s = ansi.Strip(s)
 	s = strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\t", "    ")
 	return strings.Map(func(r rune) rune {
 		switch {
