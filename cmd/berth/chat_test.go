@@ -113,6 +113,14 @@ func TestChatInTmux(t *testing.T) {
 	term.typeLine("write main.py")
 	term.wait("you: write main.py", "$ echo 'print(6*7)' > main.py && python3 main.py", "main.py prints 42.")
 
+	// A command's output shows as it runs.
+	s.model.Script(shellCall("c0", "echo tick 1; sleep 4; echo tick 2"), fakemodel.Reply{Text: "Ticked twice."})
+	term.typeLine("tick")
+	if screen := term.wait("  tick 1"); !strings.Contains(screen, "running…") || strings.Contains(screen, "  tick 2") {
+		t.Errorf("the command's first line was not shown while it ran:\n%s", screen)
+	}
+	term.wait("  tick 2", "Ticked twice.")
+
 	term.typeLine("/title calc")
 	term.wait("session s1 · calc")
 
