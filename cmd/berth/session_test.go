@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
+	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
 )
 
@@ -213,5 +217,55 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("demo.sh's output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestAgentWorkerKilled kills the only worker with SIGKILL in the middle
+// of an agent's turn, first while a tool call's command runs, then while
+// a model call is under way, and starts another: each turn finishes, and
+// each command ran once.
+func TestAgentWorkerKilled(t *testing.T) {
+	model := fakemodel.New(t)
+	t.Setenv("BERTH_MODEL", fakemodel.Model)
+	t.Setenv("OPENAI_BASE_URL", model.URL)
+	t.Setenv("OPENAI_API_KEY", fakemodel.Key)
+	berth, data := berthBinary(t), dataDir(t)
+	srv := startServer(t, data, "127.0.0.1:0")
+	addr := srv.Address()
+	c := dial1(t, addr)
+	// The manager, started ahead of the CLI, gives sessions a short model
+	// heartbeat, so that a model call cut off is retried in seconds.
+	in := session.ManagerInput{Session: agent.SessionInput{ModelHeartbeatTimeout: 3 * time.Second}}
+	if _, err := c.ExecuteWorkflow(t.Context(), tclient.StartWorkflowOptions{ID: session.DefaultManagerID, TaskQueue: sandbox.DefaultQueue},
+		session.WorkflowName, in); err != nil {
+		t.Fatal(err)
+	}
+	w := startWorker(t, berth, addr, data, "first worker")
+	s := &sessionCLI{t: t, berth: berth, addr: addr, model: model, data: data}
+	id := strings.TrimSpace(s.ok("new"))
+
+	// Mid-tool-call.
+	model.Script(shellCall("c1", "echo ran >> log; while [ ! -e go ]; do sleep 0.1; done; echo after"), fakemodel.Reply{Text: "finished"})
+	s.ok("send", id, "run it", "--no-wait")
+	waitSandboxFile(t, data, "log")
+	w.kill(t)
+	w = startWorker(t, berth, addr, data, "second worker")
+	touchSandboxFile(t, data, "go")
+	waitFor(t, func() bool { return strings.Contains(s.ok("show", id), "\nfinished\n") })
+
+	// Mid-model-call: the tool call is done, the model called again.
+	model.Script(shellCall("c2", "echo ran >> log"), fakemodel.Reply{Text: "cut off"}, fakemodel.Reply{Text: "answered"})
+	first, second := model.Hold(), model.Hold()
+	s.ok("send", id, "again", "--no-wait")
+	<-first.Arrived()
+	first.Release()
+	<-second.Arrived()
+	w.kill(t)
+	startWorker(t, berth, addr, data, "third worker")
+	waitFor(t, func() bool { return strings.Contains(s.ok("show", id), "\nanswered\n") })
+
+	model.Script(shellCall("c3", "cat log"), fakemodel.Reply{Text: "read"})
+	if out := s.ok("send", id, "log?"); !strings.Contains(out, "  ran\n  ran\n") || strings.Count(out, "ran\n") != 2 {
+		t.Errorf("the log after two crashes:\n%s\nwant two runs, one a turn", out)
 	}
 }
