@@ -21,6 +21,16 @@ import (
 // and returns a client for it and the workspace directory.
 func serve(t *testing.T) (*Client, string) {
 	t.Helper()
+	sock, ws := serveOn(t)
+	c := NewClient(UnixDialer(sock))
+	t.Cleanup(c.Close)
+	return c, ws
+}
+
+// serveOn runs a daemon as serve does, and returns its socket and the
+// workspace directory.
+func serveOn(t *testing.T) (socket, workspace string) {
+	t.Helper()
 	ws := t.TempDir()
 	s, err := New(Config{Workspace: ws, UID: os.Geteuid(), GID: os.Getegid(),
 		Env: map[string]string{"PATH": "/usr/bin:/bin"}})
@@ -33,12 +43,8 @@ func serve(t *testing.T) (*Client, string) {
 		t.Fatal(err)
 	}
 	go s.Serve(ln)
-	c := NewClient(UnixDialer(sock))
-	t.Cleanup(func() {
-		c.Close()
-		s.Shutdown(t.Context())
-	})
-	return c, ws
+	t.Cleanup(func() { s.Shutdown(t.Context()) })
+	return sock, ws
 }
 
 func TestExecOnce(t *testing.T) {
@@ -224,18 +230,7 @@ func closingProxy(t *testing.T, daemon string) string {
 // An Exec with an ID, sent on an idle connection the daemon has closed,
 // is sent again on a new one instead of failing; and runs once.
 func TestExecRetriedOnClosedConnection(t *testing.T) {
-	ws := t.TempDir()
-	s, err := New(Config{Workspace: ws, UID: os.Geteuid(), GID: os.Getegid(), Env: map[string]string{"PATH": "/usr/bin:/bin"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "d.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Shutdown(t.Context()) })
+	sock, ws := serveOn(t)
 	c := NewClient(UnixDialer(closingProxy(t, sock)))
 	defer c.Close()
 	for i, id := range []string{"first", "second", "third"} {

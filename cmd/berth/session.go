@@ -23,6 +23,18 @@ type sessionFlags struct {
 	manager string
 }
 
+// runE makes a command's RunE from what it does with the sessions.
+func (f *sessionFlags) runE(do func(cmd *cobra.Command, args []string, s *client.Sessions) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		s, done, err := f.dial(cmd.Context())
+		if err != nil {
+			return err
+		}
+		defer done()
+		return do(cmd, args, s)
+	}
+}
+
 // dial connects, and returns the sessions and a function to close.
 func (f *sessionFlags) dial(ctx context.Context) (*client.Sessions, func(), error) {
 	c, err := f.cf.dial(ctx)
@@ -90,18 +102,13 @@ func newSessionNew(sf *sessionFlags) *cobra.Command {
 		Use:   "new",
 		Short: "Start a session and print its id",
 		Args:  usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, done, err := sf.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: sf.runE(func(cmd *cobra.Command, _ []string, s *client.Sessions) error {
 			info, err := s.Create(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
 			return printInfo(os.Stdout, *out, info)
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Title, "title", "", "the session's title (default: its id)")
@@ -187,12 +194,7 @@ func newSessionShow(sf *sessionFlags) *cobra.Command {
 		Use:   "show SESSION",
 		Short: "Show a session's turns, status and token usage",
 		Args:  usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, done, err := sf.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
 			st, err := s.State(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -201,7 +203,7 @@ func newSessionShow(sf *sessionFlags) *cobra.Command {
 				return writeJSON(os.Stdout, st)
 			}
 			return printState(os.Stdout, args[0], st)
-		},
+		}),
 	}
 	out = addFormat(cmd.Flags(), formatJSON)
 	return cmd
@@ -240,19 +242,14 @@ func newSessionFork(sf *sessionFlags) *cobra.Command {
 		Use:   "fork SESSION",
 		Short: "Start a session with another's conversation and a copy of its workspace; print its id",
 		Args:  usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, done, err := sf.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
 			req.Session = args[0]
 			info, err := s.Fork(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
 			return printInfo(os.Stdout, *out, info)
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&req.Title, "title", "", "the new session's title (default: its id)")
 	cmd.Flags().StringVar(&req.Provider, "provider", "", "where its sandbox lives (default: the source's)")
@@ -266,16 +263,11 @@ func newSessionSwitch(sf *sessionFlags) *cobra.Command {
 		Use:   "switch SESSION PROVIDER",
 		Short: "Move a session's workspace to another provider",
 		Args:  usageArgs(cobra.ExactArgs(2)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, done, err := sf.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
 			req.Session, req.Provider = args[0], args[1]
-			_, err = s.Switch(cmd.Context(), req)
+			_, err := s.Switch(cmd.Context(), req)
 			return err
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&req.Image, "image", "", "the image on the new provider (default: the provider's)")
 	return cmd
@@ -286,15 +278,10 @@ func newSessionRename(sf *sessionFlags) *cobra.Command {
 		Use:   "rename SESSION TITLE",
 		Short: "Give a session a new title",
 		Args:  usageArgs(cobra.ExactArgs(2)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, done, err := sf.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			_, err = s.Rename(cmd.Context(), session.RenameRequest{Session: args[0], Title: args[1]})
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
+			_, err := s.Rename(cmd.Context(), session.RenameRequest{Session: args[0], Title: args[1]})
 			return err
-		},
+		}),
 	}
 }
 
@@ -307,12 +294,7 @@ func newSessionRm(sf *sessionFlags) *cobra.Command {
 conversation are deleted, unless --keep, which keeps the workspace as a
 snapshot and prints the snapshot's id.`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, done, err := sf.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
 			for _, ref := range args {
 				res, err := s.Destroy(cmd.Context(), session.DestroyRequest{Session: ref, Keep: keep})
 				if err != nil {
@@ -323,7 +305,7 @@ snapshot and prints the snapshot's id.`,
 				}
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the workspace as a snapshot")
 	return cmd
@@ -339,13 +321,8 @@ func newSessionApprove(sf *sessionFlags, use string, approve bool) *cobra.Comman
 		Short: short,
 		Long:  short + ": the one named, or the only one awaiting.",
 		Args:  usageArgs(cobra.RangeArgs(1, 2)),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
 			ctx := cmd.Context()
-			s, done, err := sf.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
 			var id string
 			if len(args) == 2 {
 				id = args[1]
@@ -359,7 +336,7 @@ func newSessionApprove(sf *sessionFlags, use string, approve bool) *cobra.Comman
 				}
 			}
 			return s.Approve(ctx, args[0], id, approve)
-		},
+		}),
 	}
 }
 
@@ -389,18 +366,13 @@ func newSessionPause(sf *sessionFlags, use string) *cobra.Command {
 		Use:   use + " SESSION",
 		Short: short,
 		Args:  usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, done, err := sf.dial(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
+			op := s.Pause
 			if use == "resume" {
-				_, err = s.Resume(cmd.Context(), args[0])
-			} else {
-				_, err = s.Pause(cmd.Context(), args[0])
+				op = s.Resume
 			}
+			_, err := op(cmd.Context(), args[0])
 			return err
-		},
+		}),
 	}
 }
