@@ -127,10 +127,19 @@ func (s *Sessions) Destroy(ctx context.Context, req session.DestroyRequest) (ses
 	return res, err
 }
 
+// Registry returns the registry as it stands, ended sessions too, at
+// once: without starting the manager, nor asking the server which
+// sessions still run. No manager yet is an error NotFound says is one.
+func (s *Sessions) Registry(ctx context.Context) ([]session.Info, error) {
+	var infos []session.Info
+	err := s.c.Query(ctx, s.Manager, "", session.QuerySessions, &infos)
+	return infos, err
+}
+
 // Info finds a session by ID or title, as the manager lists it now.
 func (s *Sessions) Info(ctx context.Context, ref string) (session.Info, error) {
-	var infos []session.Info
-	if err := s.c.Query(ctx, s.Manager, "", session.QuerySessions, &infos); err != nil {
+	infos, err := s.Registry(ctx)
+	if err != nil {
 		if NotFound(err) {
 			return session.Info{}, provider.Errorf(provider.KindNotFound, "session %q: no session exists yet (berth session new starts one)", ref)
 		}

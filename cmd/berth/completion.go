@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/berth-dev/berth/session"
 )
 
 // Shell completion (berth completion bash|zsh|fish, cobra's) completes
@@ -93,4 +95,28 @@ func completeCp(cf *connFlags) cobra.CompletionFunc {
 		// A local path is as likely: the shell completes files too.
 		return ids, cobra.ShellCompDirectiveNoSpace | cobra.ShellCompDirectiveDefault
 	}
+}
+
+// completeSessions completes the first argument with the ids of the
+// sessions of the manager *manager names (read when completing: the
+// flag is parsed by then).
+func completeSessions(cf *connFlags, manager *string) cobra.CompletionFunc {
+	return completeIDs(cf, func(ctx context.Context, cf *connFlags) []string {
+		c, err := cf.dial(ctx)
+		if err != nil {
+			return nil
+		}
+		defer c.Temporal().Close()
+		infos, err := c.Sessions(*manager).Registry(ctx)
+		if err != nil {
+			return nil
+		}
+		ids := make([]string, 0, len(infos))
+		for _, in := range infos {
+			if in.Status != session.StatusEnded {
+				ids = append(ids, in.ID+"\t"+in.Title)
+			}
+		}
+		return ids
+	}, false)
 }

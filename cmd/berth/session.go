@@ -55,10 +55,15 @@ waits. Sessions are kept by a manager workflow; berth chat is their
 terminal UI, and these commands are for scripts.`,
 	}
 	cmd.PersistentFlags().StringVar(&sf.manager, "manager", session.DefaultManagerID, "the session manager's workflow id")
-	cmd.AddCommand(newSessionLs(sf), newSessionNew(sf), newSessionSend(sf), newSessionShow(sf),
+	cmd.AddCommand(newSessionLs(sf), newSessionNew(sf))
+	// The others name a session first.
+	for _, sub := range []*cobra.Command{newSessionSend(sf), newSessionShow(sf),
 		newSessionFork(sf), newSessionSwitch(sf), newSessionRename(sf), newSessionRm(sf),
 		newSessionApprove(sf, "approve", true), newSessionApprove(sf, "deny", false),
-		newSessionPause(sf, "pause"), newSessionPause(sf, "resume"))
+		newSessionPause(sf, "pause"), newSessionPause(sf, "resume")} {
+		sub.ValidArgsFunction = completeSessions(cf, &sf.manager)
+		cmd.AddCommand(sub)
+	}
 	return cmd
 }
 

@@ -65,6 +65,16 @@ func carries(req fakemodel.Request, text string) bool {
 	return err == nil && strings.Contains(string(b), text)
 }
 
+// runOK runs berth, which must succeed, and returns its output.
+func runOK(t *testing.T, berth string, args ...string) string {
+	t.Helper()
+	out, errOut, code := runBerth(t, berth, args...)
+	if code != 0 {
+		t.Fatalf("berth %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
 // shellCall is the model asking for a shell command.
 func shellCall(id, command string) fakemodel.Reply {
 	args, _ := json.Marshal(map[string]string{"command": command})
@@ -109,6 +119,11 @@ func TestSessionCLI(t *testing.T) {
 	}
 	if got := strings.Join(types, ","); got != "turn,call,output,answer" {
 		t.Errorf("jsonl events %s, want turn,call,output,answer", got)
+	}
+
+	// Shell completion offers the sessions.
+	if out := runOK(t, s.berth, "__complete", "session", "send", "--address", s.addr, ""); !strings.HasPrefix(out, id+"\tdemo\n") {
+		t.Errorf("completion of a session: %q", out)
 	}
 
 	// show: the turns so far.
