@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/internal/fakemodel"
+	"github.com/berth-dev/berth/sandbox"
 )
 
 // BenchmarkToolCallPhases is BenchmarkToolCall broken down by the
@@ -17,9 +19,21 @@ import (
 // model activity waited to be picked up, ran, and how long the workflow
 // task that follows waited and ran (the command included).
 func BenchmarkToolCallPhases(b *testing.B) {
+	b.Run("model-queue", func(b *testing.B) { benchPhases(b, false) })
+	b.Run("eager", func(b *testing.B) { benchPhases(b, true) })
+}
+
+func benchPhases(b *testing.B, eager bool) {
 	const toolCalls = 20
 	h := newHarness(b)
-	s := h.start(agent.SessionInput{MaxSteps: toolCalls + 1})
+	in := agent.SessionInput{MaxSteps: toolCalls + 1}
+	if eager {
+		h.stopWorker()
+		h.opts.ModelQueue = sandbox.DefaultQueue
+		h.startWorker()
+		in.ModelQueue = sandbox.DefaultQueue
+	}
+	s := h.start(in)
 	phases := map[string][]time.Duration{}
 	turn := 0
 	for b.Loop() {
@@ -60,10 +74,9 @@ func BenchmarkToolCallPhases(b *testing.B) {
 		}
 		last[typ] = t
 	}
-	for typ, n := range counts {
-		b.Logf("%s: %d", typ, n)
-	}
-	for name, ds := range phases {
+	b.Logf("events: %v", counts)
+	for _, name := range slices.Sorted(maps.Keys(phases)) {
+		ds := phases[name]
 		slices.Sort(ds)
 		b.Logf("%s: median %v p90 %v (n=%d)", name, ds[len(ds)/2], ds[len(ds)*9/10], len(ds))
 	}
