@@ -19,10 +19,11 @@ import (
 // activity in the sandbox (/bin/true itself takes about a millisecond),
 // the next workflow task and the next model call's start.
 //
-// model-queue is the default setup, the model activity on its own
-// queue; eager serves it from the session's queue (hostworker's
-// ModelQueue set to Queue), so that the server hands each model call
-// to the worker in the reply to the workflow task that asks for it.
+// model-queue is the default, the model activity on its own queue;
+// eager asks for it on the session's own queue, which a single host
+// (the harness's, as berth dev's) serves from the session's worker, so
+// that the server hands each model call over in the reply to the
+// workflow task that asks for it.
 func BenchmarkToolCall(b *testing.B) {
 	b.Run("model-queue", func(b *testing.B) { benchToolCall(b, false) })
 	b.Run("eager", func(b *testing.B) { benchToolCall(b, true) })
@@ -33,9 +34,6 @@ func benchToolCall(b *testing.B, eager bool) {
 	h := newHarness(b)
 	in := agent.SessionInput{MaxSteps: toolCalls + 1}
 	if eager {
-		h.stopWorker()
-		h.opts.ModelQueue = sandbox.DefaultQueue
-		h.startWorker()
 		in.ModelQueue = sandbox.DefaultQueue
 	}
 	s := h.start(in)

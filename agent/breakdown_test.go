@@ -28,9 +28,6 @@ func benchPhases(b *testing.B, eager bool) {
 	h := newHarness(b)
 	in := agent.SessionInput{MaxSteps: toolCalls + 1}
 	if eager {
-		h.stopWorker()
-		h.opts.ModelQueue = sandbox.DefaultQueue
-		h.startWorker()
 		in.ModelQueue = sandbox.DefaultQueue
 	}
 	s := h.start(in)

@@ -11,16 +11,23 @@ import (
 	"github.com/berth-dev/berth/sandbox"
 )
 
-// A host whose model queue is its generic queue serves the model from
-// the session's own worker: a session asking for the model on that
-// queue gets every call handed over eagerly, and no call fails for want
-// of a worker that has the activity (each runs once, at its first
-// attempt).
+// A single host, or a host whose model queue is its generic queue,
+// serves the model from the session's own worker: a session asking for
+// the model on that queue gets every call handed over eagerly, and no
+// call fails for want of a worker that has the activity (each runs
+// once, at its first attempt).
 func TestModelOnSessionQueue(t *testing.T) {
+	t.Run("single-host", func(t *testing.T) { testModelOnSessionQueue(t, "") })
+	t.Run("model-queue-is-queue", func(t *testing.T) { testModelOnSessionQueue(t, sandbox.DefaultQueue) })
+}
+
+func testModelOnSessionQueue(t *testing.T, modelQueue string) {
 	h := newHarness(t)
-	h.stopWorker()
-	h.opts.ModelQueue = sandbox.DefaultQueue
-	h.startWorker()
+	if modelQueue != "" {
+		h.stopWorker()
+		h.opts.ModelQueue = modelQueue
+		h.startWorker()
+	}
 	s := h.start(agent.SessionInput{ModelQueue: sandbox.DefaultQueue})
 	h.model.Script(toolCalls(shell("c1", "echo one")), toolCalls(shell("c2", "echo two")), fakemodel.Reply{Text: "done"})
 	n := s.send("run two commands")

@@ -64,13 +64,15 @@ type Options struct {
 	// each call with chat.NoModel, saying what to set.
 	Model *model.Config
 	// ModelQueue is the model activity's queue; zero means Queue +
-	// ".model" (agent.DefaultModelQueue for the default queue). Queue
-	// itself makes the generic worker serve the model: a session whose
-	// SessionInput.ModelQueue is its own queue then gets each model call
-	// handed over eagerly, in the reply to the workflow task that asks
-	// for it, without a trip through the server's task queues. Only for
-	// deployments where every worker on Queue serves the model (one
-	// host, as berth dev).
+	// ".model" (agent.DefaultModelQueue for the default queue).
+	//
+	// The generic worker serves the model too when ModelQueue is Queue
+	// (then no other worker does) or on a single host (HostQueue ==
+	// Queue): a session whose SessionInput.ModelQueue is its own queue
+	// then gets each model call handed over eagerly, in the reply to the
+	// workflow task that asks for it, without a trip through the
+	// server's task queues. That is only right where every worker on
+	// Queue serves the model, as on one host.
 	ModelQueue string
 }
 
@@ -178,8 +180,10 @@ func (w *Worker) startModel(c client.Client, opts Options) error {
 	default:
 		return nil // another host may serve it
 	}
+	if queue == opts.Queue || opts.HostQueue == opts.Queue {
+		register(w.generic) // the eager tasks go to the workflow's worker, not to another on its queue
+	}
 	if queue == opts.Queue {
-		register(w.generic) // a second worker on the queue would not get the eager tasks
 		return nil
 	}
 	w.model = worker.New(c, queue, worker.Options{})
