@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/internal/fakemodel"
+	"github.com/berth-dev/berth/sandbox"
 )
 
 // BenchmarkToolCall measures berth's overhead per tool call within a
@@ -17,10 +18,25 @@ import (
 // answer's streaming and storing, the workflow task, the command's
 // activity in the sandbox (/bin/true itself takes about a millisecond),
 // the next workflow task and the next model call's start.
+//
+// model-queue is the default, the model activity on its own queue;
+// eager asks for it on the session's own queue, which a single host
+// (the harness's, as berth dev's) serves from the session's worker, so
+// that the server hands each model call over in the reply to the
+// workflow task that asks for it.
 func BenchmarkToolCall(b *testing.B) {
+	b.Run("model-queue", func(b *testing.B) { benchToolCall(b, false) })
+	b.Run("eager", func(b *testing.B) { benchToolCall(b, true) })
+}
+
+func benchToolCall(b *testing.B, eager bool) {
 	const toolCalls = 20
 	h := newHarness(b)
-	s := h.start(agent.SessionInput{MaxSteps: toolCalls + 1})
+	in := agent.SessionInput{MaxSteps: toolCalls + 1}
+	if eager {
+		in.ModelQueue = sandbox.DefaultQueue
+	}
+	s := h.start(in)
 	var gaps []time.Duration
 	turn := 0
 	for b.Loop() {

@@ -67,6 +67,14 @@ type Options struct {
 	Model *model.Config
 	// ModelQueue is the model activity's queue; zero means Queue +
 	// ".model" (agent.DefaultModelQueue for the default queue).
+	//
+	// The generic worker serves the model too when ModelQueue is Queue
+	// (then no other worker does) or on a single host (HostQueue ==
+	// Queue): a session whose SessionInput.ModelQueue is its own queue
+	// then gets each model call handed over eagerly, in the reply to the
+	// workflow task that asks for it, without a trip through the
+	// server's task queues. That is only right where every worker on
+	// Queue serves the model, as on one host.
 	ModelQueue string
 }
 
@@ -174,6 +182,12 @@ func (w *Worker) startModel(c client.Client, opts Options) error {
 		}
 	default:
 		return nil // another host may serve it
+	}
+	if queue == opts.Queue || opts.HostQueue == opts.Queue {
+		register(w.generic) // the eager tasks go to the workflow's worker, not to another on its queue
+	}
+	if queue == opts.Queue {
+		return nil
 	}
 	w.model = worker.New(c, queue, worker.Options{})
 	register(w.model)

@@ -35,7 +35,7 @@ func (m *Model) Complete(ctx context.Context, req chat.Request) (chat.Response, 
 		return chat.Response{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("model: stream key %q is not under %s", req.Stream, transfer.Outputs), chat.ModelRejected, nil)
 	}
-	past, err := chat.Load(ctx, m.bucket, req.Segments)
+	past, err := m.segments.load(ctx, m.bucket, req.Segments)
 	if errors.Is(err, chat.ErrBadSegment) {
 		return chat.Response{}, temporal.NewNonRetryableApplicationError(err.Error(), chat.BadConversation, nil)
 	} else if err != nil {
@@ -190,7 +190,9 @@ func (m *Model) stream(actx context.Context, params openai.ChatCompletionNewPara
 		return resp, toTemporal(&failure{typ: chat.ModelUnavailable,
 			msg: fmt.Sprintf("model: the connection to %s was lost mid-answer: no finish reason", m.cfg.host())})
 	}
-	activity.RecordHeartbeat(actx, prog)
+	// No last heartbeat: the result follows at once, and the first
+	// heartbeat of an attempt is a round trip to the server, written
+	// to the workflow's state, before it.
 	return resp, nil
 }
 

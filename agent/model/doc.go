@@ -14,7 +14,9 @@
 // # The activity
 //
 // Complete (registered as ActivityName) reads the conversation's
-// segments from the blob store (see package chat), streams the answer,
+// segments from the blob store (see package chat; a Model keeps those
+// it has read and checked in memory, so that a turn's steps do not read
+// the whole conversation again each), streams the answer,
 // heartbeating with its Progress while it does and writing its text to
 // Request.Stream as it comes, stores the new messages and the answer as
 // a segment, and returns the answer with its token usage. Its failures

@@ -24,9 +24,10 @@ const ActivityName = "berth.model.complete"
 
 // Model calls one model. It is safe for concurrent use.
 type Model struct {
-	cfg    Config
-	client openai.Client
-	bucket *blob.Bucket
+	cfg      Config
+	client   openai.Client
+	bucket   *blob.Bucket
+	segments *segmentCache
 }
 
 // New returns a Model calling cfg's model, keeping conversations and
@@ -48,7 +49,7 @@ func New(cfg Config, bucket *blob.Bucket) (*Model, error) {
 		option.WithAPIKey(cfg.APIKey),
 		option.WithMaxRetries(0), // Temporal retries, once, by its policy
 	)
-	return &Model{cfg: cfg, client: client, bucket: bucket}, nil
+	return &Model{cfg: cfg, client: client, bucket: bucket, segments: newSegmentCache(segmentCacheBytes)}, nil
 }
 
 // Register registers Complete on w as ActivityName.

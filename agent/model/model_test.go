@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -175,6 +177,32 @@ func TestFailures(t *testing.T) {
 					ae.Error(), ae.Type(), ae.NonRetryable(), ae.NextRetryDelay(), tt.typ, !tt.retryable, tt.delay, tt.says)
 			}
 		})
+	}
+}
+
+// A call answered before its first heartbeat is due completes without
+// one: a heartbeat is a round trip to the server, written to the
+// workflow's state, and the result follows at once.
+func TestNoLastHeartbeat(t *testing.T) {
+	srv, _, bucket := setup(t)
+	m, err := model.New(model.Config{BaseURL: srv.URL, APIKey: fakemodel.Key, Model: fakemodel.Model,
+		HeartbeatEvery: time.Hour}, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Script(fakemodel.Reply{Text: "quick"})
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := s.NewTestActivityEnvironment()
+	m.Register(env)
+	beats := 0
+	env.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) { beats++ })
+	if _, err := env.ExecuteActivity(model.ActivityName, chat.Request{Conversation: "q",
+		New: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if beats != 0 {
+		t.Errorf("%d heartbeats for a call answered at once, want none", beats)
 	}
 }
 
