@@ -35,14 +35,14 @@ func benchPhases(b *testing.B, eager bool) {
 	turn := 0
 	for b.Loop() {
 		for i := range toolCalls {
-			h.model.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{shell(fmt.Sprint("t", turn, "-", i), "/bin/true")}})
+			h.Model.Script(fakemodel.Reply{ToolCalls: []fakemodel.ToolCall{shell(fmt.Sprint("t", turn, "-", i), "/bin/true")}})
 		}
-		h.model.Script(fakemodel.Reply{Text: "done"})
+		h.Model.Script(fakemodel.Reply{Text: "done"})
 		turn = s.send("run /bin/true")
 		s.turn(turn)
 	}
 	b.StopTimer()
-	it := h.c.GetWorkflowHistory(b.Context(), s.id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := h.C.GetWorkflowHistory(b.Context(), s.id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	var last = map[enumspb.EventType]time.Time{}
 	counts := map[enumspb.EventType]int{}
 	for it.HasNext() {

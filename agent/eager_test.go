@@ -24,17 +24,17 @@ func TestModelOnSessionQueue(t *testing.T) {
 func testModelOnSessionQueue(t *testing.T, modelQueue string) {
 	h := newHarness(t)
 	if modelQueue != "" {
-		h.stopWorker()
-		h.opts.ModelQueue = modelQueue
-		h.startWorker()
+		h.StopWorker()
+		h.Opts.ModelQueue = modelQueue
+		h.StartWorker()
 	}
 	s := h.start(agent.SessionInput{ModelQueue: sandbox.DefaultQueue})
-	h.model.Script(toolCalls(shell("c1", "echo one")), toolCalls(shell("c2", "echo two")), fakemodel.Reply{Text: "done"})
+	h.Model.Script(toolCalls(shell("c1", "echo one")), toolCalls(shell("c2", "echo two")), fakemodel.Reply{Text: "done"})
 	n := s.send("run two commands")
 	if st := s.turn(n); st.Status != agent.StatusDone || len(st.Calls) != 2 || st.Answer != "done" {
 		t.Fatalf("turn %+v", st)
 	}
-	it := h.c.GetWorkflowHistory(t.Context(), s.id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := h.C.GetWorkflowHistory(t.Context(), s.id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	models := map[int64]bool{} // the model calls' scheduled events
 	for it.HasNext() {
 		e, err := it.Next()
