@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/devserver"
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/session"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -62,6 +66,9 @@ tells which, and why not the others).`,
 				return err
 			}
 			defer h.Close()
+			if err := startSessions(ctx, c); err != nil {
+				return err
+			}
 			attrs := []any{"address", srv.Address(), "namespace", srv.Namespace(), "data", dataDir, "providers", h.Providers()}
 			if srv.UIAddress() != "" {
 				attrs = append(attrs, "ui", "http://"+srv.UIAddress())
@@ -80,4 +87,23 @@ tells which, and why not the others).`,
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)
 	return cmd
+}
+
+// startSessions starts the coding agent's session manager, unless it
+// runs, with its sessions asking for the model on this host's own queue:
+// the server then hands each model call to this worker in its reply to
+// the workflow task that schedules it (eager dispatch), which saves a
+// few milliseconds a tool call (README, "berth's overhead per tool
+// call"). A host among several cannot: a host without a model would be
+// handed model calls. Clients' update-with-start finds it running.
+func startSessions(ctx context.Context, c client.Client) error {
+	in := session.ManagerInput{Session: agent.SessionInput{ModelQueue: sandbox.DefaultQueue}}
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: session.DefaultManagerID, TaskQueue: sandbox.DefaultQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, session.WorkflowName, in)
+	if err != nil {
+		return fmt.Errorf("start the session manager: %w", err)
+	}
+	return nil
 }
