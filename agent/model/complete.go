@@ -81,6 +81,9 @@ func (m *Model) stream(actx context.Context, params openai.ChatCompletionNewPara
 	)
 	if key != "" {
 		out = transfer.NewPartWriter(ctx, m.bucket, key, transfer.DefaultPartSize, 0)
+		if err := m.resume(ctx, actx, out, key); err != nil {
+			return chat.Response{}, err
+		}
 	}
 	// The ticker heartbeats while the model thinks and sends nothing,
 	// and stores the text streamed so far for front ends.
@@ -165,6 +168,13 @@ func (m *Model) stream(actx context.Context, params openai.ChatCompletionNewPara
 		}
 	}
 	if err := s.Err(); err != nil {
+		if out != nil {
+			// What came before the break stays for front ends, and for
+			// the next attempt to go on from.
+			mu.Lock()
+			_ = out.FlushPartial()
+			mu.Unlock()
+		}
 		if actx.Err() != nil {
 			return resp, actx.Err() // cancelled, or the attempt timed out
 		}
@@ -194,6 +204,31 @@ func (m *Model) stream(actx context.Context, params openai.ChatCompletionNewPara
 	// heartbeat of an attempt is a round trip to the server, written
 	// to the workflow's state, before it.
 	return resp, nil
+}
+
+// maxStreamed bounds what a retried attempt reads of the earlier ones'
+// stream: far more than any answer's text.
+const maxStreamed = 16 << 20
+
+// retried is what a retried model call writes after what an earlier
+// attempt streamed.
+const retried = "\n[the model's answer was cut off; it is asked again]\n"
+
+// resume starts a retried attempt's stream with what the earlier ones
+// streamed, and a note, so that a front end reading on from where it
+// was sees the new answer follow, not overwrite the old one.
+func (m *Model) resume(ctx, actx context.Context, out *transfer.PartWriter, key string) error {
+	if activity.GetInfo(actx).Attempt <= 1 {
+		return nil
+	}
+	old, err := transfer.ReadAt(ctx, m.bucket, key, transfer.DefaultPartSize, 0, maxStreamed)
+	if err != nil || len(old) == 0 {
+		return err
+	}
+	if _, err := out.Write(append(old, retried...)); err != nil {
+		return fmt.Errorf("model: store the streamed answer: %w", err)
+	}
+	return nil
 }
 
 // messages converts a conversation to the API's messages.

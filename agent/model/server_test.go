@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/internal/testserver"
+	"github.com/berth-dev/berth/transfer"
 )
 
 // callModel is a workflow that calls the model activity once, with the
@@ -79,5 +81,44 @@ func TestRetriesOnServer(t *testing.T) {
 	// The policy's backoff alone would retry after 1s.
 	if gap := reqs[1].Received.Sub(released); gap < 2*time.Second {
 		t.Errorf("the retry after a 429 with Retry-After: 2 came %v after it", gap)
+	}
+}
+
+// A model call cut off mid-answer is retried; the streamed answer keeps
+// what the first attempt sent, then a note and the new answer, so that a
+// front end reading on from where it was sees no mix of the two.
+func TestRetryStreamsOn(t *testing.T) {
+	c := testserver.Client(t)
+	fake, m, bucket := setup(t)
+	w := worker.New(c, "model-retry-stream", worker.Options{})
+	w.RegisterWorkflow(callModel)
+	m.Register(w)
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+
+	first, second := "The first answer, which will be cut off here", "The second answer, whole."
+	fake.Script(fakemodel.Reply{Text: first, CutAfter: 20}, fakemodel.Reply{Text: second})
+	stream := transfer.Outputs + "agent/retry/turn-1"
+	run, err := c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: "model-retry-stream"}, callModel,
+		chat.Request{Conversation: "retry", Stream: stream, New: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp chat.Response
+	if err := run.Get(t.Context(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Message.Content != second {
+		t.Errorf("answer %q, want %q", resp.Message.Content, second)
+	}
+	streamed, err := transfer.ReadAt(t.Context(), bucket, stream, 0, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, rest, ok := strings.Cut(string(streamed), "\n[the model's answer was cut off; it is asked again]\n")
+	if !ok || rest != second || len(cut) < 20 || !strings.HasPrefix(first, cut) {
+		t.Errorf("streamed %q: want the first attempt's start, the note, then the second answer", streamed)
 	}
 }

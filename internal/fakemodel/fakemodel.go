@@ -47,6 +47,9 @@ type Reply struct {
 	Usage *Usage
 	// FinishReason overrides "stop" (or "tool_calls").
 	FinishReason string
+	// CutAfter, when positive, cuts the streamed answer off once this
+	// many bytes of its text are sent, as a lost connection would.
+	CutAfter int
 }
 
 // ToolCall is a scripted function call.
@@ -520,8 +523,12 @@ func (s *Server) stream(w http.ResponseWriter, req Request, reply Reply, usage U
 	if drop {
 		panic(http.ErrAbortHandler) // the connection is cut, no [DONE]
 	}
+	sent := 0
 	for _, p := range pieces(reply.Text, 5) {
 		send(delta(map[string]any{"content": p}, nil), nil)
+		if sent += len(p); reply.CutAfter > 0 && sent >= reply.CutAfter {
+			panic(http.ErrAbortHandler)
+		}
 	}
 	for i, c := range reply.ToolCalls {
 		send(delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": c.ID, "type": "function",
