@@ -167,6 +167,8 @@ type Carried struct {
 	Usage        chat.Usage     `json:"usage"`
 	Runs         int            `json:"runs"`
 	Version      int            `json:"version"`
+	// Answers are the last answers to a manager's Updates (Answered).
+	Answers []Answered `json:"answers,omitempty"`
 }
 
 // queued is an accepted message waiting for its turn.

@@ -55,6 +55,9 @@ type session struct {
 	// answers the waiters at once, for the run to continue as new.
 	version   int
 	releasing bool
+
+	// answers are the last answers to a manager's Updates, by id.
+	answers []Answered
 }
 
 // Session is the coding agent's workflow: see the package doc. It fails
@@ -74,6 +77,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 	if c := in.Carried; c != nil {
 		s.segs, s.unsent, s.queue, s.nextTurn = c.Conversation, c.Unsent, c.Queue, c.NextTurn
 		s.turn, s.turns, s.usage, s.runs, s.version = c.Turn, c.Turns, c.Usage, c.Runs, c.Version
+		s.answers = c.Answers
 	} else if f := in.Fork; f != nil {
 		s.segs, s.unsent, s.nextTurn, s.turns, s.usage = f.Conversation, f.Unsent, max(f.NextTurn, 1), f.Turns, f.Usage
 	}
@@ -162,7 +166,8 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 			next := in
 			next.Fork = nil
 			next.Carried = &Carried{Sandbox: s.sbx.Carry(), Conversation: s.segs, Unsent: s.unsent,
-				Queue: s.queue, NextTurn: s.nextTurn, Turn: s.turn, Turns: s.turns, Usage: s.usage, Runs: s.runs, Version: s.version}
+				Queue: s.queue, NextTurn: s.nextTurn, Turn: s.turn, Turns: s.turns, Usage: s.usage, Runs: s.runs, Version: s.version,
+				Answers: s.answers}
 			return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
 		}
 	}
@@ -247,7 +252,12 @@ func (s *session) register(ctx workflow.Context) error {
 		return err
 	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateEnd,
-		func(ctx workflow.Context, req EndRequest) (EndResult, error) {
+		func(ctx workflow.Context, req EndRequest) (res EndResult, err error) {
+			if a := s.answered(ctx); a != nil {
+				_, err := a.replay(&res)
+				return res, err
+			}
+			defer func() { s.remember(ctx, res, "", err) }()
 			s.ending, s.destroy, s.endErr = true, req.Destroy, nil
 			for id := range s.awaiting {
 				s.decisions[id] = false // a call awaiting approval is denied
