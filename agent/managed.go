@@ -110,6 +110,7 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 			if err != nil {
 				return State{}, sandbox.Failure(err)
 			}
+			s.paused = true
 			return s.state()
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return s.open() }})
@@ -130,6 +131,7 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 			if err != nil {
 				return State{}, sandbox.Failure(err)
 			}
+			s.paused = false
 			return s.state()
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return s.open() }})
@@ -154,6 +156,21 @@ func (s *session) again(a *Answered) (State, error) {
 		return st, err
 	}
 	return s.state()
+}
+
+// woken tells the manager that a turn wakes the session it paused, so
+// that its registry says so at once.
+func (s *session) woken(ctx workflow.Context) {
+	if !s.paused {
+		return
+	}
+	s.paused = false
+	// Histories from before this signal have none here.
+	if s.in.Manager == "" || workflow.GetVersion(ctx, "tell-manager-woken", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	workflow.SignalExternalWorkflow(ctx, s.in.Manager, "", SignalManagerActive,
+		ManagerSignal{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID})
 }
 
 // tellEnded signals the manager that the session's workflow ends, with

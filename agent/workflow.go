@@ -58,6 +58,8 @@ type session struct {
 
 	// answers are the last answers to a manager's Updates, by id.
 	answers []Answered
+	// paused: UpdatePause paused the sandbox, and no turn woke it since.
+	paused bool
 }
 
 // Session is the coding agent's workflow: see the package doc. It fails
@@ -77,7 +79,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 	if c := in.Carried; c != nil {
 		s.segs, s.unsent, s.queue, s.nextTurn = c.Conversation, c.Unsent, c.Queue, c.NextTurn
 		s.turn, s.turns, s.usage, s.runs, s.version = c.Turn, c.Turns, c.Usage, c.Runs, c.Version
-		s.answers = c.Answers
+		s.answers, s.paused = c.Answers, c.Paused
 	} else if f := in.Fork; f != nil {
 		s.segs, s.unsent, s.nextTurn, s.turns, s.usage = f.Conversation, f.Unsent, max(f.NextTurn, 1), f.Turns, f.Usage
 	}
@@ -143,6 +145,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 		case s.ready():
 			next := s.queue[0]
 			s.queue = s.queue[1:]
+			s.woken(ctx)
 			s.runTurn(ctx, next)
 		default:
 			s.releasing = true
@@ -167,7 +170,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 			next.Fork = nil
 			next.Carried = &Carried{Sandbox: s.sbx.Carry(), Conversation: s.segs, Unsent: s.unsent,
 				Queue: s.queue, NextTurn: s.nextTurn, Turn: s.turn, Turns: s.turns, Usage: s.usage, Runs: s.runs, Version: s.version,
-				Answers: s.answers}
+				Answers: s.answers, Paused: s.paused}
 			return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
 		}
 	}
