@@ -9,9 +9,9 @@ import (
 )
 
 // Histories recorded by earlier versions of the Session workflow replay
-// on this one. paused-woken-v0.json (made at b00b70f, before the session told its
-// manager of a wake): a session of a manager, a turn, paused, woken by a
-// message, paused and resumed.
+// on this one. paused-woken-v0.json, made at b00b70f (before a session
+// told its manager of a wake): a session of a manager, a turn, paused,
+// woken by a message, paused and resumed.
 func TestReplayOldHistories(t *testing.T) {
 	for _, file := range []string{"testdata/paused-woken-v0.json"} {
 		r := worker.NewWorkflowReplayer()
