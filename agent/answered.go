@@ -51,6 +51,17 @@ func (s *session) answered(ctx workflow.Context) *Answered {
 	return nil
 }
 
+// openOrAnswered is the validator of a manager's Updates: an Update
+// answered before is answered again, whatever the session's state now
+// (a fork's snapshot must reach the manager, which owns it); others
+// need a session that has not ended.
+func (s *session) openOrAnswered(ctx workflow.Context) error {
+	if s.answered(ctx) != nil {
+		return nil
+	}
+	return s.open()
+}
+
 // remember keeps the answer to the current Update, and forgets the
 // oldest past keptAnswers.
 func (s *session) remember(ctx workflow.Context, res any, snapshot string, err error) {

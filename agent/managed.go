@@ -57,6 +57,9 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 			return s.forkResult(id), nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req ForkRequest) error {
+			if s.answered(ctx) != nil {
+				return nil
+			}
 			if req.Owner == "" {
 				return sandbox.Failure(fmt.Errorf("%w: a fork needs its owner's workflow id", provider.ErrBadInput))
 			}
@@ -88,6 +91,9 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 			return s.state()
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req SwitchRequest) error {
+			if s.answered(ctx) != nil {
+				return nil
+			}
 			if req.Provider == "" {
 				return sandbox.Failure(fmt.Errorf("%w: a switch needs a provider", provider.ErrBadInput))
 			}
@@ -113,7 +119,7 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 			s.paused = true
 			return s.state()
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return s.open() }})
+		workflow.UpdateHandlerOptions{Validator: s.openOrAnswered})
 	if err != nil {
 		return err
 	}
@@ -134,7 +140,7 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 			s.paused = false
 			return s.state()
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return s.open() }})
+		workflow.UpdateHandlerOptions{Validator: s.openOrAnswered})
 }
 
 // forkResult is what a fork of the session now, from the workspace's

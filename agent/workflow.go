@@ -271,7 +271,7 @@ func (s *session) register(ctx workflow.Context) error {
 			}
 			return s.endResult, sandbox.Failure(s.endErr)
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req EndRequest) error { return s.open() }})
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req EndRequest) error { return s.openOrAnswered(ctx) }})
 }
 
 // changed notes a change of the state, for UpdateWait.
