@@ -37,25 +37,29 @@ func (s *session) between(ctx workflow.Context) error {
 // registerManaged registers the Updates a session manager sends.
 func (s *session) registerManaged(ctx workflow.Context) error {
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateFork,
-		func(ctx workflow.Context, req ForkRequest) (ForkResult, error) {
+		func(ctx workflow.Context, req ForkRequest) (res ForkResult, err error) {
+			if a := s.answered(ctx); a != nil {
+				if ok, err := a.replay(&res); ok || err != nil {
+					return res, err
+				}
+				return s.forkResult(a.Snapshot), nil
+			}
+			defer func() { s.remember(ctx, res, res.Fork.Snapshot, err) }()
 			if err := s.between(ctx); err != nil {
 				return ForkResult{}, err
 			}
 			s.holds++
 			defer func() { s.holds-- }()
-			// The queued messages are this session's, not the fork's.
-			f := ForkFrom{Conversation: s.segs, Unsent: s.unsent, NextTurn: s.nextTurn - len(s.queue),
-				Turns: s.turns, Usage: s.usage}
 			id, err := s.sbx.ForkSnapshot(ctx, req.Owner)
 			if err != nil {
 				return ForkResult{}, sandbox.Failure(fmt.Errorf("fork the workspace: %w", err))
 			}
-			f.Snapshot = id
-			in := s.in
-			in.Provider, in.Manager, in.Fork, in.Carried = s.sbx.Status().Provider, "", nil, nil
-			return ForkResult{Fork: f, Input: in}, nil
+			return s.forkResult(id), nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req ForkRequest) error {
+			if s.answered(ctx) != nil {
+				return nil
+			}
 			if req.Owner == "" {
 				return sandbox.Failure(fmt.Errorf("%w: a fork needs its owner's workflow id", provider.ErrBadInput))
 			}
@@ -65,13 +69,17 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 		return err
 	}
 	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdateSwitch,
-		func(ctx workflow.Context, req SwitchRequest) (State, error) {
+		func(ctx workflow.Context, req SwitchRequest) (st State, err error) {
+			if a := s.answered(ctx); a != nil {
+				return s.again(a)
+			}
+			defer func() { s.remember(ctx, st, "", err) }()
 			if err := s.between(ctx); err != nil {
 				return State{}, err
 			}
 			s.holds++
 			defer func() { s.holds-- }()
-			err := s.sbx.Switch(ctx, sandbox.Provider{Type: req.Provider, Image: req.Image})
+			err = s.sbx.Switch(ctx, sandbox.Provider{Type: req.Provider, Image: req.Image})
 			s.changed()
 			if err != nil {
 				return State{}, sandbox.Failure(err)
@@ -83,6 +91,9 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 			return s.state()
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req SwitchRequest) error {
+			if s.answered(ctx) != nil {
+				return nil
+			}
 			if req.Provider == "" {
 				return sandbox.Failure(fmt.Errorf("%w: a switch needs a provider", provider.ErrBadInput))
 			}
@@ -92,34 +103,80 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 		return err
 	}
 	err = workflow.SetUpdateHandlerWithOptions(ctx, UpdatePause,
-		func(ctx workflow.Context) (State, error) {
+		func(ctx workflow.Context) (st State, err error) {
+			if a := s.answered(ctx); a != nil {
+				return s.again(a)
+			}
+			defer func() { s.remember(ctx, st, "", err) }()
 			if err := s.between(ctx); err != nil {
 				return State{}, err
 			}
-			err := s.sbx.Pause(ctx)
+			err = s.sbx.Pause(ctx)
 			s.changed()
 			if err != nil {
 				return State{}, sandbox.Failure(err)
 			}
+			s.paused = true
 			return s.state()
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return s.open() }})
+		workflow.UpdateHandlerOptions{Validator: s.openOrAnswered})
 	if err != nil {
 		return err
 	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateResume,
-		func(ctx workflow.Context) (State, error) {
+		func(ctx workflow.Context) (st State, err error) {
+			if a := s.answered(ctx); a != nil {
+				return s.again(a)
+			}
+			defer func() { s.remember(ctx, st, "", err) }()
 			if err := workflow.Await(ctx, func() bool { return s.sbx != nil }); err != nil {
 				return State{}, err
 			}
-			err := s.sbx.Resume(ctx)
+			err = s.sbx.Resume(ctx)
 			s.changed()
 			if err != nil {
 				return State{}, sandbox.Failure(err)
 			}
+			s.paused = false
 			return s.state()
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return s.open() }})
+		workflow.UpdateHandlerOptions{Validator: s.openOrAnswered})
+}
+
+// forkResult is what a fork of the session now, from the workspace's
+// snapshot id, starts from.
+func (s *session) forkResult(snapshot string) ForkResult {
+	// The queued messages are this session's, not the fork's.
+	f := ForkFrom{Snapshot: snapshot, Conversation: s.segs, Unsent: s.unsent, NextTurn: s.nextTurn - len(s.queue),
+		Turns: s.turns, Usage: s.usage}
+	in := s.in
+	in.Provider, in.Manager, in.Fork, in.Carried = s.sbx.Status().Provider, "", nil, nil
+	return ForkResult{Fork: f, Input: in}
+}
+
+// again answers a remembered Update whose result is a State: the
+// remembered one, or the current one if it was too long to keep.
+func (s *session) again(a *Answered) (State, error) {
+	var st State
+	if ok, err := a.replay(&st); ok || err != nil {
+		return st, err
+	}
+	return s.state()
+}
+
+// woken tells the manager that a turn wakes the session it paused, so
+// that its registry says so at once.
+func (s *session) woken(ctx workflow.Context) {
+	if !s.paused {
+		return
+	}
+	s.paused = false
+	// Histories from before this signal have none here.
+	if s.in.Manager == "" || workflow.GetVersion(ctx, "tell-manager-woken", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	workflow.SignalExternalWorkflow(ctx, s.in.Manager, "", SignalManagerActive,
+		ManagerSignal{WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID})
 }
 
 // tellEnded signals the manager that the session's workflow ends, with

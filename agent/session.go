@@ -38,6 +38,9 @@ const (
 const (
 	SignalManagerStarted = "berth.session.started" // ManagerSignal
 	SignalManagerEnded   = "berth.session.ended"   // ManagerSignal
+	// SignalManagerActive: a session the manager paused was woken by a
+	// message.
+	SignalManagerActive = "berth.session.active" // ManagerSignal
 )
 
 // ManagerSignal is what a session tells its manager of itself.
@@ -167,6 +170,11 @@ type Carried struct {
 	Usage        chat.Usage     `json:"usage"`
 	Runs         int            `json:"runs"`
 	Version      int            `json:"version"`
+	// Answers are the last answers to a manager's Updates (Answered).
+	Answers []Answered `json:"answers,omitempty"`
+	// Paused: the manager paused the session, and no message woke it
+	// since.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // queued is an accepted message waiting for its turn.

@@ -55,6 +55,11 @@ type session struct {
 	// answers the waiters at once, for the run to continue as new.
 	version   int
 	releasing bool
+
+	// answers are the last answers to a manager's Updates, by id.
+	answers []Answered
+	// paused: UpdatePause paused the sandbox, and no turn woke it since.
+	paused bool
 }
 
 // Session is the coding agent's workflow: see the package doc. It fails
@@ -74,6 +79,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 	if c := in.Carried; c != nil {
 		s.segs, s.unsent, s.queue, s.nextTurn = c.Conversation, c.Unsent, c.Queue, c.NextTurn
 		s.turn, s.turns, s.usage, s.runs, s.version = c.Turn, c.Turns, c.Usage, c.Runs, c.Version
+		s.answers, s.paused = c.Answers, c.Paused
 	} else if f := in.Fork; f != nil {
 		s.segs, s.unsent, s.nextTurn, s.turns, s.usage = f.Conversation, f.Unsent, max(f.NextTurn, 1), f.Turns, f.Usage
 	}
@@ -139,6 +145,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 		case s.ready():
 			next := s.queue[0]
 			s.queue = s.queue[1:]
+			s.woken(ctx)
 			s.runTurn(ctx, next)
 		default:
 			s.releasing = true
@@ -162,7 +169,8 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 			next := in
 			next.Fork = nil
 			next.Carried = &Carried{Sandbox: s.sbx.Carry(), Conversation: s.segs, Unsent: s.unsent,
-				Queue: s.queue, NextTurn: s.nextTurn, Turn: s.turn, Turns: s.turns, Usage: s.usage, Runs: s.runs, Version: s.version}
+				Queue: s.queue, NextTurn: s.nextTurn, Turn: s.turn, Turns: s.turns, Usage: s.usage, Runs: s.runs, Version: s.version,
+				Answers: s.answers, Paused: s.paused}
 			return workflow.NewContinueAsNewError(ctx, WorkflowName, next)
 		}
 	}
@@ -247,7 +255,12 @@ func (s *session) register(ctx workflow.Context) error {
 		return err
 	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateEnd,
-		func(ctx workflow.Context, req EndRequest) (EndResult, error) {
+		func(ctx workflow.Context, req EndRequest) (res EndResult, err error) {
+			if a := s.answered(ctx); a != nil {
+				_, err := a.replay(&res)
+				return res, err
+			}
+			defer func() { s.remember(ctx, res, "", err) }()
 			s.ending, s.destroy, s.endErr = true, req.Destroy, nil
 			for id := range s.awaiting {
 				s.decisions[id] = false // a call awaiting approval is denied
@@ -258,7 +271,7 @@ func (s *session) register(ctx workflow.Context) error {
 			}
 			return s.endResult, sandbox.Failure(s.endErr)
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req EndRequest) error { return s.open() }})
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req EndRequest) error { return s.openOrAnswered(ctx) }})
 }
 
 // changed notes a change of the state, for UpdateWait.

@@ -29,6 +29,9 @@ const (
 	// SignalStarted is what a session sends its manager once its sandbox
 	// is made (an Ended without Error): a create or a fork waits for it.
 	SignalStarted = "berth.session.started"
+	// SignalActive is what a session the manager paused sends it when a
+	// message wakes it (an Ended without Error).
+	SignalActive = "berth.session.active"
 )
 
 // Session statuses, as Info.Status gives them.

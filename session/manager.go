@@ -70,6 +70,9 @@ type entry struct {
 	// pausedAt is the last turn the session had accepted when it was
 	// paused.
 	pausedAt int
+	// woke: the session said a message woke it while an operation ran
+	// on it (a pause whose answer is on its way).
+	woke bool
 }
 
 // accepted is the number of the last turn a session accepted.
@@ -109,6 +112,7 @@ func Manager(ctx workflow.Context, in ManagerInput) error {
 	}
 	started := workflow.GetSignalChannel(ctx, SignalStarted)
 	ended := workflow.GetSignalChannel(ctx, SignalEnded)
+	active := workflow.GetSignalChannel(ctx, SignalActive)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			sel := workflow.NewSelector(ctx)
@@ -121,6 +125,11 @@ func Manager(ctx workflow.Context, in ManagerInput) error {
 				var sig Ended
 				c.Receive(ctx, &sig)
 				m.onEnded(sig)
+			})
+			sel.AddReceive(active, func(c workflow.ReceiveChannel, _ bool) {
+				var sig Ended
+				c.Receive(ctx, &sig)
+				m.onActive(sig)
 			})
 			sel.Select(ctx)
 		}
@@ -147,6 +156,13 @@ func Manager(ctx workflow.Context, in ManagerInput) error {
 	var gone Ended
 	for started.ReceiveAsync(&gone) {
 	}
+	for {
+		var sig Ended
+		if !active.ReceiveAsync(&sig) {
+			break
+		}
+		m.onActive(sig)
+	}
 	next := in
 	next.Carried = &Carried{Sessions: m.infos(true), Next: m.next, Ops: m.ops, Runs: m.runs, PausedAt: map[string]int{}}
 	for _, e := range m.sessions {
@@ -162,6 +178,19 @@ func (m *manager) onEnded(sig Ended) {
 	for _, e := range m.sessions {
 		if e.WorkflowID == sig.WorkflowID && !e.destroying {
 			e.Status, e.Error = StatusEnded, sig.Error
+		}
+	}
+}
+
+// onActive marks a paused session that a message woke.
+func (m *manager) onActive(sig Ended) {
+	for _, e := range m.sessions {
+		switch {
+		case e.WorkflowID != sig.WorkflowID:
+		case e.busy:
+			e.woke = true
+		case e.Status == StatusPaused:
+			e.Status = StatusActive
 		}
 	}
 }
@@ -470,6 +499,7 @@ func (m *manager) operate(ctx workflow.Context, ref, status, update string, arg 
 		return Info{}, failure(provider.Errorf(provider.KindNotFound, "session %s has ended: %s", e.ID, orUnsaid(e.Error)))
 	}
 	prev := e.Status
+	e.woke = false
 	if status != "" {
 		e.Status = status
 	}
@@ -495,6 +525,9 @@ func (m *manager) switchProvider(ctx workflow.Context, req SwitchRequest) (Info,
 func (m *manager) pause(ctx workflow.Context, ref Ref) (Info, error) {
 	return m.operate(ctx, ref.Session, "", agent.UpdatePause, nil, func(e *entry, st agent.State) {
 		e.Status, e.pausedAt = StatusPaused, accepted(st)
+		if e.woke { // while its answer was on its way
+			e.Status = StatusActive
+		}
 	})
 }
 

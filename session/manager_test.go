@@ -222,7 +222,8 @@ func roles(req fakemodel.Request) string {
 
 // The signal names and shape package agent sends are the manager's.
 func TestSignalsMatch(t *testing.T) {
-	if agent.SignalManagerEnded != session.SignalEnded || agent.SignalManagerStarted != session.SignalStarted {
+	if agent.SignalManagerEnded != session.SignalEnded || agent.SignalManagerStarted != session.SignalStarted ||
+		agent.SignalManagerActive != session.SignalActive {
 		t.Fatalf("agent signals %s and %s, the manager hears %s and %s", agent.SignalManagerEnded,
 			agent.SignalManagerStarted, session.SignalEnded, session.SignalStarted)
 	}
@@ -413,9 +414,14 @@ func TestPauseResumeSwitch(t *testing.T) {
 	if st, _ := m.state(s1); st.Sandbox.State != sandbox.StatePaused && st.Sandbox.State != sandbox.StateHibernated {
 		t.Errorf("the paused session's sandbox is %s", st.Sandbox.State)
 	}
-	// A message wakes it: the next list says so.
+	// A message wakes it: the session tells its manager, whose registry
+	// says so without a list.
 	m.h.Model.Script(fakemodel.Reply{Text: "awake"})
 	m.send(s1, "wake up")
+	testkit.Eventually(t, "the registry to say s1 is active", 10*time.Second, func() bool {
+		i, _ := find(m.query(), "s1")
+		return i.Status == session.StatusActive
+	})
 	if i, _ := find(m.list(false), "s1"); i.Status != session.StatusActive {
 		t.Errorf("after a message woke it: %+v", i)
 	}
