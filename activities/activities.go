@@ -84,6 +84,7 @@ type CreateInput struct {
 // Create makes a sandbox, or finds the one a previous attempt made: the
 // spec's id makes it idempotent.
 func (a *Activities) Create(ctx context.Context, in CreateInput) (Ref, error) {
+	defer heartbeat(ctx)()
 	return returned(a.create(ctx, in))
 }
 
@@ -121,6 +122,7 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (Ref, error) {
 
 // Destroy destroys a sandbox; one that is already gone is not an error.
 func (a *Activities) Destroy(ctx context.Context, ref Ref) error {
+	defer heartbeat(ctx)()
 	return toTemporal(a.destroy(ctx, ref))
 }
 

@@ -314,7 +314,7 @@ func (s *Sandbox) dropCheckpoint(ctx workflow.Context) {
 // destroy destroys a sandbox the handle is done with; a failure leaves it
 // to the reaper.
 func (s *Sandbox) destroy(ctx workflow.Context, ref Ref) {
-	_, err := call[struct{}](ctx, s.opts(ref.Queue, 0), acts.Destroy, activities.Ref(ref))
+	_, err := call[struct{}](ctx, s.lifecycle(ref.Queue), acts.Destroy, activities.Ref(ref))
 	if err != nil && !errors.Is(err, provider.ErrLost) {
 		workflow.GetLogger(ctx).Warn("destroy sandbox", "sandbox", ref.ID, "error", err)
 	}

@@ -305,6 +305,21 @@ func activityOptions(queue string, runFor time.Duration) workflow.ActivityOption
 	return opts
 }
 
+// lifecycleOptions are those of Create and Destroy, which heartbeat as
+// they run (an image pull, a container's removal, may be long): a worker
+// that dies under one is noticed within heartbeatTimeout, not at its
+// start-to-close timeout minutes later.
+func lifecycleOptions(queue string) workflow.ActivityOptions {
+	o := activityOptions(queue, 0)
+	o.HeartbeatTimeout = heartbeatTimeout
+	return o
+}
+
+// lifecycle are lifecycleOptions with the sandbox's host timeout.
+func (s *Sandbox) lifecycle(queue string) workflow.ActivityOptions {
+	return s.hostTimeout(lifecycleOptions(queue))
+}
+
 // transferOptions are those of snapshots and restores.
 func transferOptions(queue string) workflow.ActivityOptions {
 	opts := activityOptions(queue, transferTimeout)

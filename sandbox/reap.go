@@ -59,7 +59,7 @@ func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (Re
 			continue
 		}
 		ref := activities.Ref{Provider: info.Provider, ID: info.ID, Queue: queue}
-		if _, err := call[struct{}](ctx, activityOptions(queue, 0), acts.Destroy, ref); err != nil {
+		if _, err := call[struct{}](ctx, lifecycleOptions(queue), acts.Destroy, ref); err != nil {
 			workflow.GetLogger(ctx).Warn("reap sandbox", "sandbox", info.ID, "error", err)
 			continue
 		}

@@ -196,7 +196,7 @@ func (s *Sandbox) create(ctx workflow.Context, prov, id string) creation {
 	// Creation runs to its end even when the workflow is cancelled
 	// meanwhile, so that what it made is known, and destroyed.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	return creation{queue: queue, made: workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, s.opts(queue, 0)), acts.Create,
+	return creation{queue: queue, made: workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, s.lifecycle(queue)), acts.Create,
 		activities.CreateInput{Provider: prov, Spec: spec})}
 }
 
@@ -512,7 +512,7 @@ func (s *Sandbox) Stop(ctx workflow.Context) error {
 		return nil
 	}
 	if s.st.State != StateHibernated {
-		_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Destroy, activities.Ref(s.st.Ref))
+		_, err := call[struct{}](ctx, s.lifecycle(s.st.Ref.Queue), acts.Destroy, activities.Ref(s.st.Ref))
 		if err != nil && !errors.Is(err, provider.ErrLost) {
 			return fmt.Errorf("stop sandbox %s: %w", s.st.Ref.ID, err)
 		}
