@@ -106,9 +106,16 @@ func TestSessionCLI(t *testing.T) {
 
 	// -o jsonl: one event a line, in order.
 	s.model.Script(shellCall("c2", "cat main.py"), fakemodel.Reply{Text: "It prints 6*7."})
-	var types []string
+	var (
+		types    []string
+		streamed string
+	)
 	for _, line := range lines(s.ok("send", id, "what does main.py do?", "-o", "jsonl")) {
 		e := decode[turnEvent](t, "send -o jsonl", line)
+		if e.Type == "text" {
+			streamed += e.Data // the answer as it streams, when the printer saw it under way
+			continue
+		}
 		types = append(types, e.Type)
 		if e.Type == "output" && !strings.Contains(e.Output, "print(6*7)") {
 			t.Errorf("output event %+v lacks the file", e)
@@ -119,6 +126,9 @@ func TestSessionCLI(t *testing.T) {
 	}
 	if got := strings.Join(types, ","); got != "turn,call,output,answer" {
 		t.Errorf("jsonl events %s, want turn,call,output,answer", got)
+	}
+	if streamed != "" && streamed != "It prints 6*7." {
+		t.Errorf("the answer streamed as %q", streamed)
 	}
 
 	// Shell completion offers the sessions.

@@ -16,9 +16,10 @@ import (
 
 // turnEvent is one line of send's -o jsonl.
 type turnEvent struct {
-	// Type is turn, call, stdout, stderr (a running command's output, as
-	// it comes), approval, output (what the model was given), answer or
-	// error.
+	// Type is turn, text (the model's text, as it comes: the answer,
+	// or what it says before tool calls), call, stdout, stderr (a
+	// running command's output, as it comes), approval, output (what the
+	// model was given), answer or error.
 	Type      string `json:"type"`
 	Session   string `json:"session,omitempty"`
 	Turn      int    `json:"turn,omitempty"`
@@ -31,6 +32,8 @@ type turnEvent struct {
 	Text      string `json:"text,omitempty"`
 	Error     string `json:"error,omitempty"`
 	Tokens    int64  `json:"tokens,omitempty"`
+	// Streamed says, in text, that the answer was printed as it came.
+	Streamed bool `json:"-"`
 }
 
 // readFunc reads a stored stream from an offset: what is there, or
@@ -52,15 +55,20 @@ type turnPrinter struct {
 	err      error
 	seen     map[string]string    // call id -> the status printed
 	live     map[string]*liveCall // calls whose output is followed
-	streamed map[string]bool      // calls whose output was printed live
+	streamed map[string]bool      // calls whose output was printed live; text streams followed
+	textKey  string               // the model's text stream followed now
+	// textBytes counts the text printed of each stream, to know an
+	// answer printed whole as it streamed.
+	textBytes map[string]int
 }
 
 func newTurnPrinter(ctx context.Context, w io.Writer, jsonl bool, turn int, read readFunc) *turnPrinter {
 	return &turnPrinter{ctx: ctx, read: read, jsonl: jsonl, turn: turn, w: w, atLine: true,
-		seen: map[string]string{}, live: map[string]*liveCall{}, streamed: map[string]bool{}}
+		seen: map[string]string{}, live: map[string]*liveCall{}, streamed: map[string]bool{}, textBytes: map[string]int{}}
 }
 
-// liveCall follows a running command's two streams.
+// liveCall follows a running command's two streams, or the model's
+// text.
 type liveCall struct {
 	id     string
 	keys   [2]string
@@ -73,15 +81,35 @@ func (p *turnPrinter) see(st agent.State) error {
 	if st.Turn.Number != p.turn {
 		return nil
 	}
+	p.followText(st.Turn)
 	for _, c := range st.Turn.Calls {
 		if err := p.changed(c); err != nil {
 			return err
 		}
 		if c.Status == agent.StatusRunning && c.Stdout != "" && p.live[c.ID] == nil {
-			p.follow(c)
+			p.follow(c.ID, [2]string{c.Stdout, c.Stderr})
 		}
 	}
 	return p.failed()
+}
+
+// textID is the live id of the model's text streamed to key.
+func textID(key string) string { return "text " + key }
+
+// followText prints the model's text as it streams: each step's
+// stream, followed while the model is called, then read to its end
+// before what the step asked for is printed.
+func (p *turnPrinter) followText(t agent.TurnState) {
+	thinking := t.Status == agent.StatusThinking && t.Stream != ""
+	if p.textKey != "" && (!thinking || t.Stream != p.textKey) {
+		p.catchUp(textID(p.textKey))
+		p.textKey = ""
+	}
+	if thinking && p.textKey == "" && !p.streamed[textID(t.Stream)] {
+		p.textKey = t.Stream
+		p.streamed[textID(t.Stream)] = true // followed once
+		p.follow(textID(t.Stream), [2]string{t.Stream})
+	}
 }
 
 // changed prints what is new of a call's status.
@@ -105,12 +133,13 @@ func (p *turnPrinter) changed(c agent.CallState) error {
 	return nil
 }
 
-// follow prints a running call's output as it is stored, until the
-// call is seen done.
-func (p *turnPrinter) follow(c agent.CallState) {
+// follow prints what is stored of a live id's streams (a running
+// call's stdout and stderr, or the model's text) as it comes, until
+// catchUp.
+func (p *turnPrinter) follow(id string, keys [2]string) {
 	ctx, cancel := context.WithCancel(p.ctx)
-	l := &liveCall{id: c.ID, keys: [2]string{c.Stdout, c.Stderr}, cancel: cancel, done: make(chan struct{})}
-	p.live[c.ID] = l
+	l := &liveCall{id: id, keys: keys, cancel: cancel, done: make(chan struct{})}
+	p.live[id] = l
 	go func() {
 		defer close(l.done)
 		for ctx.Err() == nil {
@@ -165,14 +194,23 @@ func (p *turnPrinter) data(id string, stream int, b []byte) {
 	if p.err != nil {
 		return
 	}
-	p.streamed[id] = true
+	key, isText := strings.CutPrefix(id, "text ")
+	if isText {
+		p.textBytes[key] += len(b)
+	} else {
+		p.streamed[id] = true
+	}
 	if p.jsonl {
-		p.err = writeJSON(p.w, turnEvent{Type: streamNames[stream], CallID: id, Data: string(b)})
+		e := turnEvent{Type: streamNames[stream], CallID: id, Data: string(b)}
+		if isText {
+			e = turnEvent{Type: "text", Data: string(b)}
+		}
+		p.err = writeJSON(p.w, e)
 		return
 	}
 	var out strings.Builder
 	for _, r := range string(b) {
-		if p.atLine {
+		if p.atLine && !isText {
 			out.WriteString("  ")
 		}
 		out.WriteRune(r)
@@ -201,7 +239,12 @@ func (p *turnPrinter) finish(t agent.TurnState) error {
 		}
 		return fmt.Errorf("turn %d: %s", t.Number, t.Error)
 	}
-	return p.event(turnEvent{Type: "answer", Turn: t.Number, Text: t.Answer, Tokens: t.Usage.TotalTokens})
+	e := turnEvent{Type: "answer", Turn: t.Number, Text: t.Answer, Tokens: t.Usage.TotalTokens}
+	p.mu.Lock()
+	// The answer was printed as it streamed: only the end of its line.
+	e.Streamed = t.Stream != "" && p.textBytes[t.Stream] == len(t.Answer) && t.Answer != ""
+	p.mu.Unlock()
+	return p.event(e)
 }
 
 // event prints one event, as a JSON line or as text.
@@ -232,8 +275,14 @@ func (p *turnPrinter) event(e turnEvent) error {
 		}
 	case "answer":
 		text = strings.TrimRight(e.Text, "\n") + "\n"
+		if e.Streamed {
+			text = ""
+			if !p.atLine {
+				text = "\n"
+			}
+		}
 	}
-	if text != "" && !p.atLine {
+	if text != "" && text != "\n" && !p.atLine {
 		text = "\n" + text
 	}
 	if text != "" {

@@ -45,8 +45,15 @@ func TestTurnPrinterLive(t *testing.T) {
 		call := agent.CallState{ID: "c1", Name: "shell", Arguments: `{"command":"make test"}`, Status: agent.StatusRunning,
 			Stdout: "o", Stderr: "e"}
 		state := func(c agent.CallState) agent.State {
-			return agent.State{Turn: agent.TurnState{Number: 1, Calls: []agent.CallState{c}}}
+			return agent.State{Turn: agent.TurnState{Number: 1, Status: agent.StatusRunning, Stream: "t1", Calls: []agent.CallState{c}}}
 		}
+		// What the model says before its tool call streams first.
+		if err := p.see(agent.State{Turn: agent.TurnState{Number: 1, Status: agent.StatusThinking, Stream: "t1"}}); err != nil {
+			t.Fatal(err)
+		}
+		st.set("t1", "Let me run ")
+		waitUntil(t, func() bool { return strings.Contains(out.String(), "Let me run ") })
+		st.set("t1", "Let me run the tests.")
 		if err := p.see(state(call)); err != nil {
 			t.Fatal(err)
 		}
@@ -58,17 +65,26 @@ func TestTurnPrinterLive(t *testing.T) {
 		if err := p.see(state(call)); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.finish(agent.TurnState{Number: 1, Status: agent.StatusDone, Answer: "passed", Calls: []agent.CallState{call}}); err != nil {
+		// The answer streams as it comes, and is not printed again.
+		st.set("t2", "passed")
+		if err := p.see(agent.State{Turn: agent.TurnState{Number: 1, Status: agent.StatusThinking, Stream: "t2", Calls: []agent.CallState{call}}}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, func() bool { return strings.Contains(out.String(), "passed") })
+		if err := p.finish(agent.TurnState{Number: 1, Status: agent.StatusDone, Stream: "t2", Answer: "passed", Calls: []agent.CallState{call}}); err != nil {
 			t.Fatal(err)
 		}
 		p.stop()
-		want := "$ make test\n  first\n  second\n  warning\n  exit code 0\npassed\n"
+		want := "Let me run the tests.\n$ make test\n  first\n  second\n  warning\n  exit code 0\npassed\n"
 		if jsonl {
-			want = `{"type":"call","call_id":"c1","name":"shell","arguments":"{\"command\":\"make test\"}"}
+			want = `{"type":"text","data":"Let me run "}
+{"type":"text","data":"the tests."}
+{"type":"call","call_id":"c1","name":"shell","arguments":"{\"command\":\"make test\"}"}
 {"type":"stdout","call_id":"c1","data":"first\n"}
 {"type":"stdout","call_id":"c1","data":"second\n"}
 {"type":"stderr","call_id":"c1","data":"warning\n"}
 {"type":"output","call_id":"c1","output":"exit code 0\nfirst\nsecond\nstderr:\nwarning\n"}
+{"type":"text","data":"passed"}
 {"type":"answer","turn":1,"text":"passed"}
 `
 		}
