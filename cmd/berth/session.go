@@ -144,10 +144,11 @@ func newSessionSend(sf *sessionFlags) *cobra.Command {
 		Use:   "send SESSION MESSAGE...",
 		Short: "Send a message and print the tool activity and the answer as they come",
 		Long: `berth session send sends a message to a session, then prints what the agent
-does as it does it: each tool call and its output, then the answer. The
+does as it does it: what the model says, each tool call, a command's
+output as it runs, then the rest of the answer. The
 message is the arguments joined by spaces, or standard input when it is
 "-". A turn that fails prints why and exits 125. With -o jsonl it prints
-one event a line: {"type": "turn"|"call"|"output"|"approval"|"answer"|"error", ...}.`,
+one event a line: {"type": "turn"|"text"|"call"|"stdout"|"stderr"|"approval"|"output"|"answer"|"error", ...}.`,
 		Args: usageArgs(cobra.MinimumNArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
