@@ -277,6 +277,9 @@ type CallState struct {
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
 	Status    string `json:"status"`
+	// Said is what the model said before asking for this call and the
+	// others of its step (on the first of them), cut to a few KiB.
+	Said string `json:"said,omitempty"`
 	// Stdout and Stderr are the blob keys a shell command's output is
 	// stored at as it runs, readable live through the relay (the
 	// session's workflow answers transfer.QueryRead).

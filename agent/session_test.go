@@ -695,7 +695,8 @@ func TestSessionOnHost(t *testing.T) {
 // its streams' keys, and the session's workflow relays them.
 func TestSessionLiveOutput(t *testing.T) {
 	h := newHarness(t)
-	h.Model.Script(toolCalls(shell("live", "echo first; sleep 3; echo second")), fakemodel.Reply{Text: "done"})
+	h.Model.Script(fakemodel.Reply{Text: "Running it.", ToolCalls: []fakemodel.ToolCall{shell("live", "echo first; sleep 3; echo second")}},
+		fakemodel.Reply{Text: "done"})
 	s := h.start(agent.SessionInput{})
 	turn := s.send("run it")
 	st := s.waitFor("the call running, with its keys", func(st agent.State) bool {
@@ -710,7 +711,7 @@ func TestSessionLiveOutput(t *testing.T) {
 	if st := s.state(); st.Turn.Calls[0].Status != agent.StatusRunning {
 		t.Errorf("the output was read after the command ended: %+v", st.Turn.Calls[0])
 	}
-	if t := s.turn(turn); len(t.Calls) != 1 || !strings.Contains(t.Calls[0].Output, "first\nsecond\n") {
-		h.T.Errorf("the call's output: %+v", t.Calls)
+	if t := s.turn(turn); len(t.Calls) != 1 || !strings.Contains(t.Calls[0].Output, "first\nsecond\n") || t.Calls[0].Said != "Running it." {
+		h.T.Errorf("the call's output, and what the model said before it: %+v", t.Calls)
 	}
 }

@@ -348,8 +348,12 @@ func (s *session) runTurn(ctx workflow.Context, q queued) {
 			s.finish(StatusDone, resp.Message.Content, "", nil)
 			return
 		}
-		for _, call := range resp.Message.ToolCalls {
-			pending = append(pending, s.runTool(ctx, ws, call))
+		for i, call := range resp.Message.ToolCalls {
+			said := ""
+			if i == 0 {
+				said = resp.Message.Content
+			}
+			pending = append(pending, s.runTool(ctx, ws, call, said))
 		}
 	}
 }
@@ -382,9 +386,11 @@ func (s *session) complete(ctx workflow.Context, req chat.Request) (chat.Respons
 }
 
 // runTool runs one tool call in the sandbox, after its approval when
-// approvals are on, and returns the tool message answering it.
-func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, call chat.ToolCall) chat.Message {
-	s.turn.Calls = append(s.turn.Calls, CallState{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Status: StatusRunning})
+// approvals are on, and returns the tool message answering it. said is
+// what the model said before it, for the state to show.
+func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, call chat.ToolCall, said string) chat.Message {
+	s.turn.Calls = append(s.turn.Calls, CallState{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Status: StatusRunning,
+		Said: cut(strings.TrimSpace(said), maxStateOutput)})
 	if len(s.turn.Calls) > maxStateCalls {
 		s.turn.Calls = s.turn.Calls[len(s.turn.Calls)-maxStateCalls:]
 	}

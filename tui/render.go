@@ -108,11 +108,15 @@ func ending(line func(prefix, text string), t agent.TurnState) {
 	}
 }
 
-// call renders a tool call: "$ <command>" for shell, "[tool] <name>
+// call renders a tool call, after what the model said before it if
+// anything: "$ <command>" for shell, "[tool] <name>
 // <arguments>" for the others, then its output indented (while it runs,
 // its stdout and stderr as they grow; once done, its Output), and what
 // it waits for.
 func call(line func(prefix, text string), c agent.CallState, live liveFunc) {
+	if c.Said != "" {
+		line("", c.Said) // what the model said before the call
+	}
 	if c.Name == tools.Shell {
 		var args struct {
 			Command string `json:"command"`

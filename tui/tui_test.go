@@ -61,10 +61,14 @@ func TestTurnLive(t *testing.T) {
 	f.push("s1", agent.State{Status: agent.StatusThinking, Turn: turn})
 	d.shows("thinking…", "· thinking")
 
-	shell := agent.CallState{ID: "c1", Name: "shell", Arguments: `{"command":"go test ./..."}`, Status: agent.StatusRunning}
+	shell := agent.CallState{ID: "c1", Name: "shell", Arguments: `{"command":"go test ./..."}`, Status: agent.StatusRunning,
+		Said: "Let me run the tests first."}
 	turn.Status, turn.Tool, turn.Calls = agent.StatusRunning, "shell", []agent.CallState{shell}
 	f.push("s1", agent.State{Status: agent.StatusRunning, Turn: turn})
-	d.shows("$ go test ./...", "running…", "· running shell")
+	d.shows("Let me run the tests first.", "$ go test ./...", "running…", "· running shell")
+	if v := d.view(); strings.Index(v, "Let me run the tests first.") > strings.Index(v, "$ go test") {
+		t.Errorf("what the model said shows after its call:\n%s", v)
+	}
 
 	shell.Status, shell.Output, shell.Failed = agent.StatusDone, "--- FAIL: TestAdd\nexit status 1", true
 	read := agent.CallState{ID: "c2", Name: "read_file", Arguments: `{"path":"add.go"}`, Status: agent.StatusDone, Output: "1\tpackage add"}

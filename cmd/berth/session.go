@@ -225,6 +225,9 @@ func printState(w io.Writer, ref string, st agent.State) error {
 	for _, t := range turns {
 		fmt.Fprintf(w, "\n> %s\n", flatten(t.Message))
 		for _, c := range t.Calls {
+			if c.Said != "" {
+				fmt.Fprintln(w, c.Said)
+			}
 			fmt.Fprintln(w, callLine(c.Name, c.Arguments))
 		}
 		switch {
