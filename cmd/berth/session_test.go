@@ -294,3 +294,41 @@ func TestAgentWorkerKilled(t *testing.T) {
 		t.Errorf("the log after two crashes:\n%s\nwant two runs, one a turn", out)
 	}
 }
+
+// TestSessionSendRidesOutServerRestart stops the Temporal server while
+// berth session send follows a turn whose command runs, and starts it
+// again on the same database and port: send waits, then prints the
+// turn whole and exits 0; the command ran once.
+func TestSessionSendRidesOutServerRestart(t *testing.T) {
+	model := fakemodel.New(t)
+	t.Setenv("BERTH_MODEL", fakemodel.Model)
+	t.Setenv("OPENAI_BASE_URL", model.URL)
+	t.Setenv("OPENAI_API_KEY", fakemodel.Key)
+	berth, data := berthBinary(t), dataDir(t)
+	srv := startServer(t, data, "127.0.0.1:0")
+	addr := srv.Address()
+	startWorker(t, berth, addr, data, "worker")
+	s := &sessionCLI{t: t, berth: berth, addr: addr, model: model, data: data}
+	id := strings.TrimSpace(s.ok("new"))
+
+	model.Script(shellCall("c1", "echo ran >> log; "+waitGo+"; echo done-waiting; touch end"), fakemodel.Reply{Text: "finished"})
+	send := startBerth(t, berth, "session", "send", "--address", addr, id, "run it")
+	waitSandboxFile(t, data, "log")
+	if err := srv.Stop(); err != nil {
+		t.Fatalf("stop the server: %v", err)
+	}
+	// The command ends while the server is down: its result waits.
+	touchSandboxFile(t, data, "go")
+	waitSandboxFile(t, data, "end")
+	startServer(t, data, addr)
+
+	code := send.wait(t, 3*time.Minute)
+	out := send.stdout.String()
+	if code != 0 || !strings.Contains(out, "  done-waiting") || !strings.HasSuffix(out, "finished\n") {
+		t.Errorf("berth session send across the restart: exit %d, stdout %q, stderr %q", code, out, send.stderr.String())
+	}
+	model.Script(shellCall("c2", "cat log"), fakemodel.Reply{Text: "read"})
+	if out := s.ok("send", id, "log?"); strings.Count(out, "ran\n") != 1 {
+		t.Errorf("the command ran %d times, want once:\n%s", strings.Count(out, "ran\n"), out)
+	}
+}

@@ -81,7 +81,8 @@ func (p *turnPrinter) see(st agent.State) error {
 	if st.Turn.Number != p.turn {
 		return nil
 	}
-	p.followText(st.Turn)
+	// A step's text comes before its calls, the next step's after them.
+	p.endText(st.Turn)
 	for _, c := range st.Turn.Calls {
 		if err := p.changed(c); err != nil {
 			return err
@@ -90,22 +91,25 @@ func (p *turnPrinter) see(st agent.State) error {
 			p.follow(c.ID, [2]string{c.Stdout, c.Stderr})
 		}
 	}
+	p.startText(st.Turn)
 	return p.failed()
 }
 
 // textID is the live id of the model's text streamed to key.
 func textID(key string) string { return "text " + key }
 
-// followText prints the model's text as it streams: each step's
-// stream, followed while the model is called, then read to its end
-// before what the step asked for is printed.
-func (p *turnPrinter) followText(t agent.TurnState) {
-	thinking := t.Status == agent.StatusThinking && t.Stream != ""
-	if p.textKey != "" && (!thinking || t.Stream != p.textKey) {
+// endText reads the model's text followed to its end, once its step is
+// over: the turn no longer thinking, or thinking on another step.
+func (p *turnPrinter) endText(t agent.TurnState) {
+	if p.textKey != "" && (t.Status != agent.StatusThinking || t.Stream != p.textKey) {
 		p.catchUp(textID(p.textKey))
 		p.textKey = ""
 	}
-	if thinking && p.textKey == "" && !p.streamed[textID(t.Stream)] {
+}
+
+// startText follows the model's text as it streams, while it is called.
+func (p *turnPrinter) startText(t agent.TurnState) {
+	if t.Status == agent.StatusThinking && t.Stream != "" && p.textKey == "" && !p.streamed[textID(t.Stream)] {
 		p.textKey = t.Stream
 		p.streamed[textID(t.Stream)] = true // followed once
 		p.follow(textID(t.Stream), [2]string{t.Stream})
