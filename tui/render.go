@@ -9,12 +9,17 @@ import (
 
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/tools"
+	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/session"
 )
 
 // maxArgs caps the arguments a non-shell call shows, on one line: a
 // write_file's content can be the whole file.
 const maxArgs = 200
+
+// approvalLines is the length past which a command awaiting approval
+// says how long it is: its start may be above the screen.
+const approvalLines = 10
 
 // pending is a message sent but not yet in the state: Turn is zero until
 // the session has accepted it.
@@ -117,12 +122,17 @@ func call(line func(prefix, text string), c agent.CallState, live liveFunc) {
 	if c.Said != "" {
 		line("", c.Said) // what the model said before the call
 	}
+	lines := 1 // of the command
 	if c.Name == tools.Shell {
 		var args struct {
 			Command string `json:"command"`
 		}
 		if json.Unmarshal([]byte(c.Arguments), &args) == nil && args.Command != "" {
-			line("$ ", args.Command)
+			// Every character of the command shows, so that what is
+			// approved is what runs.
+			shown := termtext.Command(args.Command)
+			lines = strings.Count(shown, "\n") + 1
+			line("$ ", shown)
 		} else {
 			line("$ ", oneLine(c.Arguments, maxArgs))
 		}
@@ -147,7 +157,11 @@ func call(line func(prefix, text string), c agent.CallState, live liveFunc) {
 		}
 		line("  ", "running…")
 	case agent.StatusApproval:
-		line("  ", "awaiting approval: /approve or /deny")
+		if lines > approvalLines {
+			line("  ", fmt.Sprintf("awaiting approval of a command of %d lines (pgup to read it all): /approve or /deny", lines))
+		} else {
+			line("  ", "awaiting approval: /approve or /deny")
+		}
 	case agent.StatusDenied:
 		line("  ", "denied")
 	}
@@ -207,22 +221,10 @@ func overwritten(s string) string {
 }
 
 // clean makes text from a model or a sandbox, both untrusted, safe to
-// print: escape sequences are dropped whole (a colour's "\x1b[31m"
-// leaves nothing), tabs become spaces and every other control character
-// is dropped, so that an output cannot move the cursor, retitle the
-// window or rewrite the screen.
+// print (termtext.Clean: no escape sequence, no control character), with
+// tabs as spaces, whose width the wrapping must know.
 func clean(s string) string {
-	s = ansi.Strip(s)
-	s = strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\t", "    ")
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r == '\n':
-			return r
-		case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
-			return -1
-		}
-		return r
-	}, s)
+	return strings.ReplaceAll(termtext.Clean(s), "\t", "    ")
 }
 
 // oneLine is s on one line, cut to n runes.

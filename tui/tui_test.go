@@ -3,6 +3,7 @@ package tui
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -209,6 +210,29 @@ func TestApprove(t *testing.T) {
 	d.shows("  denied", "· thinking")
 	d.typ("/approve")
 	d.shows("error: no tool call awaits approval")
+}
+
+// TestApproveHiddenCommand: a command awaiting approval shows whole,
+// however it tries to hide part of itself: below a screenful of blank
+// lines, behind a carriage return and an erase-line sequence, or behind
+// a bidirectional override.
+func TestApproveHiddenCommand(t *testing.T) {
+	f := newFake(s1())
+	command := "id > PWNED" + strings.Repeat("\n", 60) + "echo x #\r\x1b[2Kls -la \u202e"
+	args, err := json.Marshal(map[string]string{"command": command})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := agent.TurnState{Number: 1, Status: agent.StatusApproval, Message: "look", Tool: "shell", Calls: []agent.CallState{
+		{ID: "c1", Name: "shell", Arguments: string(args), Status: agent.StatusApproval},
+	}}
+	f.push("s1", agent.State{Status: agent.StatusApproval, Turn: turn})
+	d := drive(t, f, Options{Session: "s1"})
+	d.send(tea.WindowSizeMsg{Width: 80, Height: 12})
+	d.shows("$ id > PWNED", "⟨59 blank lines⟩", "echo x #␍␛[2Kls -la ⟨U+202E⟩", "awaiting approval: /approve or /deny")
+	if raw := d.m.View(); strings.Contains(raw, "\x1b[2K") || strings.Contains(raw, "\u202e") {
+		t.Errorf("the command's control sequences reach the terminal: %q", raw)
+	}
 }
 
 // TestErrors: every failure is one line in the status line, and the UI

@@ -136,6 +136,10 @@ func TestDevAndRun(t *testing.T) {
 		{"not found", []string{"--", "no-such-program"}, "", "command not found", 127},
 		{"out of memory", []string{"--memory", "64Mi", "--", "/usr/bin/python3", "-c", "b = bytearray(1 << 30)"}, "", "out of memory", 137},
 		{"signal", []string{"--", "sh", "-c", "kill -TERM $$"}, "", "", 128 + 15},
+		// Output is printed as it is, as docker exec does; --sanitize
+		// keeps it from acting on the terminal.
+		{"raw output", []string{"--", "printf", `a\033]0;t\007b\r\n`}, "a\x1b]0;t\x07b\r\n", "", 0},
+		{"sanitize", []string{"--sanitize", "--", "printf", `a\033]0;t\007b\r\n\033[31mc\r`}, "ab\nc\n", "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 )
 
 func newLogs(cf *connFlags) *cobra.Command {
-	var outFmt *format
+	var res *resultFlags
 	cmd := &cobra.Command{
 		Use:   "logs RUN-ID",
 		Short: "Follow a run started with berth run --detach, and exit with its exit code",
@@ -27,7 +27,7 @@ cancel RUN-ID, or interrupt the berth run that started it without
 				return err
 			}
 			defer c.Temporal().Close()
-			sink := newSink(*outFmt)
+			sink := res.sink()
 			stdout, stderr := sink.writers()
 			out, err := c.FollowRun(ctx, args[0], stdout, stderr)
 			if err != nil && ctx.Err() != nil {
@@ -37,6 +37,6 @@ cancel RUN-ID, or interrupt the berth run that started it without
 			return sink.result("run "+args[0], args[0], out, err)
 		},
 	}
-	outFmt = addResultFormat(cmd.Flags())
+	res = addResultFlags(cmd.Flags())
 	return cmd
 }

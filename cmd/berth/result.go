@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -54,26 +55,42 @@ type sink struct {
 	out    io.Writer
 	bufs   [2]bytes.Buffer
 	events *events
+	// clean, in text, are the writers cleaning the output (--sanitize).
+	clean []*termtext.Writer
 }
 
-// addResultFormat declares -o on run, exec and logs.
-func addResultFormat(fs *pflag.FlagSet) *format { return addFormat(fs, formatJSON, formatJSONL) }
+// resultFlags are -o and --sanitize, on run, exec and logs.
+type resultFlags struct {
+	format   *format
+	sanitize bool
+}
 
-func newSink(f format) *sink {
-	s := &sink{f: f, out: os.Stdout}
-	if f == formatJSONL {
+func addResultFlags(fs *pflag.FlagSet) *resultFlags {
+	r := &resultFlags{format: addFormat(fs, formatJSON, formatJSONL)}
+	fs.BoolVar(&r.sanitize, "sanitize", false, "in text, drop escape sequences and control characters but newline and tab from the output, so that it cannot act on the terminal (by default it is printed as it is, as docker exec does)")
+	return r
+}
+
+func (r *resultFlags) sink() *sink {
+	s := &sink{f: *r.format, out: os.Stdout}
+	switch {
+	case s.f == formatJSONL:
 		s.events = &events{w: s.out}
+	case s.f == formatText && r.sanitize:
+		s.clean = []*termtext.Writer{termtext.NewWriter(os.Stdout), termtext.NewWriter(os.Stderr)}
 	}
 	return s
 }
 
 // writers are where the command's stdout and stderr are written.
 func (s *sink) writers() (stdout, stderr io.Writer) {
-	switch s.f {
-	case formatJSON:
+	switch {
+	case s.f == formatJSON:
 		return &s.bufs[0], &s.bufs[1]
-	case formatJSONL:
+	case s.f == formatJSONL:
 		return s.events.stream(0), s.events.stream(1)
+	case s.clean != nil:
+		return s.clean[0], s.clean[1]
 	}
 	return os.Stdout, os.Stderr
 }
@@ -82,6 +99,9 @@ func (s *sink) writers() (stdout, stderr io.Writer) {
 // and says how berth exits, as runResult does for text; what names the
 // command in error messages.
 func (s *sink) result(what, id string, out workflows.RunOutput, err error) error {
+	for _, w := range s.clean {
+		_ = w.Close() // a carriage return held at the end; nothing to do if the terminal is gone
+	}
 	if s.f == formatText || err != nil && !errors.Is(err, client.ErrIncomplete) {
 		return runResult(what, out, err)
 	}

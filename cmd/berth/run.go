@@ -34,7 +34,7 @@ func newRun(cf *connFlags) *cobra.Command {
 		maxOutput  string
 		detach     bool
 		stdin      bool
-		outFmt     *format
+		res        *resultFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
@@ -98,9 +98,9 @@ always follows "--", and "berth run -- ls" runs ls.`,
 				return fmt.Errorf("start the run: %w", err)
 			}
 			if detach {
-				return printID(os.Stdout, *outFmt, id)
+				return printID(os.Stdout, *res.format, id)
 			}
-			return followOrCancel(ctx, c, id, newSink(*outFmt))
+			return followOrCancel(ctx, c, id, res.sink())
 		},
 	}
 	f := cmd.Flags()
@@ -114,7 +114,7 @@ always follows "--", and "berth run -- ls" runs ls.`,
 	f.BoolVar(&detach, "detach", false, "print the run's workflow id and return at once")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
 	f.StringVar(&maxOutput, "max-output", "", "store at most this much of each output stream, its start and its end (default 256Mi)")
-	outFmt = addResultFormat(f)
+	res = addResultFlags(f)
 	cmd.AddCommand(newRunLs(cf), newRunCancel(cf))
 	return cmd
 }

@@ -17,7 +17,7 @@ func newSandboxExec(cf *connFlags) *cobra.Command {
 		env    []string
 		stdin  bool
 		maxOut string
-		outFmt *format
+		res    *resultFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "exec ID [flags] -- CMD [ARGS...]",
@@ -54,7 +54,7 @@ and the command runs once.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			sink := newSink(*outFmt)
+			sink := res.sink()
 			stdout, stderr := sink.writers()
 			out, err := c.Exec(ctx, id, req, stdout, stderr)
 			if client.NotFound(err) {
@@ -69,7 +69,7 @@ and the command runs once.`,
 	f.DurationVar(&req.Timeout, "timeout", 0, "end the command after this long (default 10m)")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
 	f.StringVar(&maxOut, "max-output", "", "store at most this much of each output stream, its start and its end (default 256Mi)")
-	outFmt = addResultFormat(f)
+	res = addResultFlags(f)
 	return cmd
 }
 

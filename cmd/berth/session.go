@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/session"
 )
@@ -172,7 +173,7 @@ one event a line: {"type": "turn"|"text"|"call"|"stdout"|"stderr"|"approval"|"ou
 			if turn == 0 {
 				return provider.Errorf(provider.KindNotFound, "session %s did not accept the message: it is ending", args[0])
 			}
-			p := newTurnPrinter(ctx, os.Stdout, *out == formatJSONL, turn, func(ctx context.Context, key string, off int64) ([]byte, error) {
+			p := newTurnPrinter(ctx, os.Stdout, *out == formatJSONL, args[0], turn, func(ctx context.Context, key string, off int64) ([]byte, error) {
 				return s.Read(ctx, args[0], key, off)
 			})
 			defer p.stop()
@@ -215,7 +216,8 @@ func newSessionShow(sf *sessionFlags) *cobra.Command {
 	return cmd
 }
 
-// printState prints a session's turns for people.
+// printState prints a session's turns for people, what came from the
+// model or the sandbox made safe for the terminal (see turnPrinter).
 func printState(w io.Writer, ref string, st agent.State) error {
 	fmt.Fprintf(w, "session %s: %s, sandbox %s, %d messages, %d tokens\n", ref, st.Status, dash(string(st.Sandbox.State)), st.Messages, st.Usage.TotalTokens)
 	turns := st.Turns
@@ -223,18 +225,18 @@ func printState(w io.Writer, ref string, st agent.State) error {
 		turns = append(turns, st.Turn)
 	}
 	for _, t := range turns {
-		fmt.Fprintf(w, "\n> %s\n", flatten(t.Message))
+		fmt.Fprintf(w, "\n> %s\n", flatten(termtext.Clean(t.Message)))
 		for _, c := range t.Calls {
 			if c.Said != "" {
-				fmt.Fprintln(w, c.Said)
+				fmt.Fprintln(w, strings.TrimRight(termtext.Clean(c.Said), "\n"))
 			}
 			fmt.Fprintln(w, callLine(c.Name, c.Arguments))
 		}
 		switch {
 		case t.Error != "":
-			fmt.Fprintf(w, "[%s] %s\n", t.Status, t.Error)
+			fmt.Fprintf(w, "[%s] %s\n", t.Status, termtext.Clean(t.Error))
 		case t.Answer != "":
-			fmt.Fprintln(w, strings.TrimRight(t.Answer, "\n"))
+			fmt.Fprintln(w, strings.TrimRight(termtext.Clean(t.Answer), "\n"))
 		default:
 			fmt.Fprintf(w, "[%s]\n", t.Status)
 		}

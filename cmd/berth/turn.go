@@ -12,6 +12,7 @@ import (
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/tools"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/termtext"
 )
 
 // turnEvent is one line of send's -o jsonl.
@@ -43,11 +44,17 @@ type readFunc func(ctx context.Context, key string, offset int64) ([]byte, error
 // turnPrinter prints a turn's tool activity as the states it is shown
 // reveal it: each call when it starts, a command's output as it runs
 // (read from its stored streams), the call's result when it ends.
+//
+// In text, for people, what came from the model or the sandbox is made
+// safe for the terminal: the text and the output cleaned of escape
+// sequences and control characters (termtext), a command shown with
+// every character visible. -o jsonl gives it exactly, for programs.
 type turnPrinter struct {
-	ctx   context.Context
-	read  readFunc
-	jsonl bool
-	turn  int
+	ctx     context.Context
+	read    readFunc
+	jsonl   bool
+	session string // as the user named it, for the approval hint
+	turn    int
 
 	mu       sync.Mutex // w, atLine, err: live output is printed from its own goroutine
 	w        io.Writer
@@ -60,11 +67,15 @@ type turnPrinter struct {
 	// textBytes counts the text printed of each stream, to know an
 	// answer printed whole as it streamed.
 	textBytes map[string]int
+	// filters clean each stream printed live, in text: a sequence may
+	// be cut between two reads.
+	filters map[string]*termtext.Filter
 }
 
-func newTurnPrinter(ctx context.Context, w io.Writer, jsonl bool, turn int, read readFunc) *turnPrinter {
-	return &turnPrinter{ctx: ctx, read: read, jsonl: jsonl, turn: turn, w: w, atLine: true,
-		seen: map[string]string{}, live: map[string]*liveCall{}, streamed: map[string]bool{}, textBytes: map[string]int{}}
+func newTurnPrinter(ctx context.Context, w io.Writer, jsonl bool, session string, turn int, read readFunc) *turnPrinter {
+	return &turnPrinter{ctx: ctx, read: read, jsonl: jsonl, session: session, turn: turn, w: w, atLine: true,
+		seen: map[string]string{}, live: map[string]*liveCall{}, streamed: map[string]bool{}, textBytes: map[string]int{},
+		filters: map[string]*termtext.Filter{}}
 }
 
 // liveCall follows a running command's two streams, or the model's
@@ -212,8 +223,14 @@ func (p *turnPrinter) data(id string, stream int, b []byte) {
 		p.err = writeJSON(p.w, e)
 		return
 	}
+	fk := fmt.Sprint(id, stream)
+	f := p.filters[fk]
+	if f == nil {
+		f = new(termtext.Filter)
+		p.filters[fk] = f
+	}
 	var out strings.Builder
-	for _, r := range string(b) {
+	for _, r := range string(f.Append(nil, b)) {
 		if p.atLine && !isText {
 			out.WriteString("  ")
 		}
@@ -267,9 +284,9 @@ func (p *turnPrinter) event(e turnEvent) error {
 	case "call":
 		text = callLine(e.Name, e.Arguments) + "\n"
 	case "approval":
-		text = fmt.Sprintf("  awaiting approval: berth session approve (or deny) %s\n", e.CallID)
+		text = fmt.Sprintf("  awaiting approval: berth session approve %[1]s %[2]s (or deny %[1]s %[2]s)\n", p.session, e.CallID)
 	case "output":
-		out := strings.TrimRight(e.Output, "\n")
+		out := strings.TrimRight(termtext.Clean(e.Output), "\n")
 		if p.streamed[e.CallID] {
 			// Its output was printed as it came: only how it ended.
 			out, _, _ = strings.Cut(out, "\n")
@@ -278,7 +295,7 @@ func (p *turnPrinter) event(e turnEvent) error {
 			text = indent(out, "  ") + "\n"
 		}
 	case "answer":
-		text = strings.TrimRight(e.Text, "\n") + "\n"
+		text = strings.TrimRight(termtext.Clean(e.Text), "\n") + "\n"
 		if e.Streamed {
 			text = ""
 			if !p.atLine {
@@ -296,18 +313,19 @@ func (p *turnPrinter) event(e turnEvent) error {
 	return p.err
 }
 
-// callLine shows a tool call in one line: a shell command as it would be
-// typed, others by name and arguments.
+// callLine shows a tool call: a shell command whole, as it would be
+// typed, with every character visible (termtext.Command), its lines
+// after the first indented; others in one line, by name and arguments.
 func callLine(name, args string) string {
 	if name == tools.Shell {
 		var a struct {
 			Command string `json:"command"`
 		}
 		if json.Unmarshal([]byte(args), &a) == nil && a.Command != "" {
-			return "$ " + flatten(a.Command)
+			return "$ " + indent(termtext.Command(a.Command), "  ")[2:]
 		}
 	}
-	return "[tool] " + name + " " + flatten(args)
+	return "[tool] " + termtext.Clean(name) + " " + flatten(termtext.Clean(args))
 }
 
 func indent(s, prefix string) string {

