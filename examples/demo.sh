@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o bin/ ./cmd/berth ./cmd/berth-host
 CGO_ENABLED=0 go build -o bin/ ./cmd/berth-sandboxd # static: it runs in Docker images too
-data=$(mktemp -d /tmp/berth-demo.XXXXXX)
+data=$(mktemp -d "${TMPDIR:-/tmp}/berth-demo.XXXXXX")
 # The coding agent's model: BERTH_MODEL with OPENAI_API_KEY (OpenAI) or
 # OPENAI_BASE_URL (any compatible server); with a key alone, a small
 # OpenAI model; with neither, a local Ollama if one answers.
@@ -21,16 +21,28 @@ if [ -z "${BERTH_MODEL:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ] &&
   model=$(printf '%s' "$models" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p' | head -n1) && [ -n "$model" ]; then
   export OPENAI_BASE_URL=http://127.0.0.1:11434/v1 BERTH_MODEL=$model
 fi
-port=17233
-bin/berth dev --data-dir "$data" --port "$port" --ui-port 0 2>"$data.log" &
+# berth dev picks free ports (--port 0) and logs the server's address
+# once it is ready; the demo waits for that, and gives up at once if
+# berth dev exits.
+bin/berth dev --data-dir "$data" --port 0 --ui-port 0 2>"$data.log" &
 dev=$!
-trap 'kill $dev 2>/dev/null; wait $dev 2>/dev/null; rm -rf "$data" "$data.log"' EXIT
-up=
-for _ in $(seq 100); do # wait for the server and worker
-  if timeout 10 bin/berth run --address 127.0.0.1:$port -- true 2>/dev/null; then up=1; break; fi
-  sleep 0.2
+cleanup() {
+  set +e # every step runs, whatever the one before did
+  kill "$dev" 2>/dev/null
+  wait "$dev" 2>/dev/null
+  rm -rf "$data" "$data.log"
+}
+trap cleanup EXIT
+addr=
+for _ in $(seq 600); do # 60 s
+  addr=$(sed -n 's/.*berth dev is ready.* address=\([^ ]*\).*/\1/p' "$data.log" | head -n1)
+  [ -n "$addr" ] && break
+  if ! kill -0 "$dev" 2>/dev/null; then
+    echo "berth dev exited:"; cat "$data.log"; exit 1
+  fi
+  sleep 0.1
 done
-if [ -z "$up" ]; then echo "berth dev did not come up:"; cat "$data.log"; exit 1; fi
+if [ -z "$addr" ]; then echo "berth dev was not ready in 60 s:"; cat "$data.log"; exit 1; fi
 cat > "$data/hello.py" <<'PY'
 import os, platform, sys
 print("hello from", platform.node(), "as uid", os.getuid(), "in", os.getcwd())
@@ -40,16 +52,16 @@ sys.exit(3)
 PY
 set +e
 if [ -x /usr/bin/python3 ]; then
-  bin/berth run --address 127.0.0.1:$port --file hello.py="$data/hello.py" --memory 256Mi -- /usr/bin/python3 hello.py
+  bin/berth run --address $addr --file hello.py="$data/hello.py" --memory 256Mi -- /usr/bin/python3 hello.py
 else # no Python on this machine: the same in sh
-  bin/berth run --address 127.0.0.1:$port --memory 256Mi -- /bin/sh -c 'echo "hello from $(hostname) as uid $(id -u) in $PWD"; exit 3'
+  bin/berth run --address $addr --memory 256Mi -- /bin/sh -c 'echo "hello from $(hostname) as uid $(id -u) in $PWD"; exit 3'
 fi
 echo "berth run exited with $? (the program's own exit code)"
 set -e
 
 # A standalone sandbox: it lives in its own workflow, pauses when idle
 # (here after 2 s) and wakes on the next command, processes and all.
-b() { bin/berth "$1" "$2" --address 127.0.0.1:$port "${@:3}"; }
+b() { bin/berth "$1" "$2" --address $addr "${@:3}"; }
 id=$(b sandbox create --idle-timeout 2s)
 echo "created standalone sandbox $id"
 b sandbox exec "$id" -- sh -c 'echo "state kept across pauses" > note.txt; sleep 1000 > /dev/null 2>&1 &'

@@ -233,10 +233,15 @@ func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "../../examples/demo.sh")
-	cmd.Env = append(os.Environ(), "BERTH_MODEL="+fakemodel.Model, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY="+fakemodel.Key)
+	tmp := t.TempDir()
+	cmd.Env = append(os.Environ(), "BERTH_MODEL="+fakemodel.Model, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY="+fakemodel.Key, "TMPDIR="+tmp)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo.sh: %v\n%s", err, out)
+	}
+	// It cleans up after itself: its data directory and log are gone.
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("demo.sh left %d files in TMPDIR, the first %s", len(left), left[0].Name())
 	}
 	for _, want := range []string{"berth run exited with 3", "background process still alive", "coding agent session s1", "\n  55\n", "fib(10) is 55."} {
 		if !strings.Contains(string(out), want) {
