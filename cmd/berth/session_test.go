@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -233,15 +235,25 @@ func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "../../examples/demo.sh")
-	tmp := t.TempDir()
-	cmd.Env = append(os.Environ(), "BERTH_MODEL="+fakemodel.Model, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY="+fakemodel.Key, "TMPDIR="+tmp)
+	cmd.Env = append(os.Environ(), "BERTH_MODEL="+fakemodel.Model, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY="+fakemodel.Key)
+	// demo.sh keeps its data in $TMPDIR/berth-demo.*, which sandbox
+	// users must be able to pass through: the test's own temporary
+	// directory is closed to them.
+	tmp := os.Getenv("TMPDIR")
+	if tmp == "" {
+		tmp = "/tmp"
+	}
+	before, _ := filepath.Glob(filepath.Join(tmp, "berth-demo.*"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo.sh: %v\n%s", err, out)
 	}
 	// It cleans up after itself: its data directory and log are gone.
-	if left, _ := os.ReadDir(tmp); len(left) > 0 {
-		t.Errorf("demo.sh left %d files in TMPDIR, the first %s", len(left), left[0].Name())
+	after, _ := filepath.Glob(filepath.Join(tmp, "berth-demo.*"))
+	for _, f := range after {
+		if !slices.Contains(before, f) {
+			t.Errorf("demo.sh left %s behind", f)
+		}
 	}
 	for _, want := range []string{"berth run exited with 3", "background process still alive", "coding agent session s1", "\n  55\n", "fib(10) is 55."} {
 		if !strings.Contains(string(out), want) {
