@@ -23,8 +23,10 @@ if [ -z "${BERTH_MODEL:-}" ] && [ -z "${OPENAI_BASE_URL:-}" ] &&
 fi
 # berth dev picks free ports (--port 0) and logs the server's address
 # once it is ready; the demo waits for that, and gives up at once if
-# berth dev exits.
-bin/berth dev --data-dir "$data" --port 0 --ui-port 0 2>"$data.log" &
+# berth dev exits. BERTH_DEV_FLAGS adds flags of berth dev's (for
+# example --provider docker).
+# shellcheck disable=SC2086 # the flags are words
+bin/berth dev --data-dir "$data" --port 0 --ui-port 0 ${BERTH_DEV_FLAGS:-} 2>"$data.log" &
 dev=$!
 cleanup() {
   set +e # every step runs, whatever the one before did

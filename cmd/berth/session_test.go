@@ -248,18 +248,35 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo.sh: %v\n%s", err, out)
 	}
-	// It cleans up after itself: its data directory and log are gone.
-	after, _ := filepath.Glob(filepath.Join(tmp, "berth-demo.*"))
-	for _, f := range after {
-		if !slices.Contains(before, f) {
-			t.Errorf("demo.sh left %s behind", f)
-		}
-	}
 	for _, want := range []string{"berth run exited with 3", "background process still alive", "coding agent session s1", "\n  55\n", "fib(10) is 55."} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("demo.sh's output lacks %q:\n%s", want, out)
 		}
 	}
+	// It cleans up after itself: its data directory and log are gone.
+	leftBehind := func() {
+		after, _ := filepath.Glob(filepath.Join(tmp, "berth-demo.*"))
+		for _, f := range after {
+			if !slices.Contains(before, f) {
+				t.Errorf("demo.sh left %s behind", f)
+			}
+		}
+	}
+	leftBehind()
+
+	// When berth dev cannot start, demo.sh says why at once, and still
+	// cleans up.
+	cmd = exec.CommandContext(ctx, "bash", "../../examples/demo.sh")
+	cmd.Env = append(os.Environ(), "BERTH_DEV_FLAGS=--provider no-such-provider")
+	start := time.Now()
+	out, err = cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "berth dev exited") || !strings.Contains(string(out), "no-such-provider") {
+		t.Errorf("demo.sh with berth dev failing: %v\n%s", err, out)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("demo.sh took %s to see berth dev fail", d)
+	}
+	leftBehind()
 }
 
 // TestAgentWorkerKilled kills the only worker with SIGKILL in the middle
