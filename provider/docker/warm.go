@@ -22,6 +22,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/docker/dockerinit"
+	"github.com/berth-dev/berth/provider/internal/hostsock"
 	"github.com/berth-dev/berth/provider/internal/warmclaim"
 	"github.com/berth-dev/berth/sandboxd"
 )
@@ -31,6 +32,12 @@ const (
 	daemonPath  = "/.berth/berth-sandboxd" // in the container
 	sandboxName = "sandbox"                // the sandbox user's name
 )
+
+// daemonUID is the daemon's uid, on the host as in the container: the
+// owner of its sockets. The host dials them with hostsock, which refuses
+// anything else at their names (the run directory is the container's
+// /run/berth, which its root can write).
+const daemonUID = 0
 
 // startTimeout bounds how long a container's daemon may take to serve.
 const startTimeout = 30 * time.Second
@@ -134,10 +141,10 @@ func (p *Provider) startWarm(ctx context.Context, image string, res provider.Res
 	}
 	w = &warm{container: id, uid: uid}
 	run := filepath.Join(dir, runDir)
-	w.client = sandboxd.NewClient(sandboxd.UnixDialer(filepath.Join(run, socketName)))
+	w.client = sandboxd.NewClient(hostsock.Dialer(filepath.Join(run, socketName), daemonUID))
 	ctl := filepath.Join(run, dockerinit.ControlSocket)
 	w.control = &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dialUnix(ctx, ctl) },
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return hostsock.Dial(ctx, ctl, daemonUID) },
 	}}
 	if err := p.waitServing(ctx, w); err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/hostproc"
+	"github.com/berth-dev/berth/provider/internal/hostsock"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/provider/internal/settings"
 	"github.com/berth-dev/berth/sandboxd"
@@ -195,15 +196,11 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 	return w, nil
 }
 
-// dialUnix connects to a unix socket by path, however long the path.
+// dialUnix connects to a daemon's socket by path, however long the
+// path. The host made the socket (see makeStateDir), so it is root's;
+// hostsock refuses anything else at its name.
 func dialUnix(ctx context.Context, path string) (net.Conn, error) {
-	name, done, err := shortSocketPath(path)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	var d net.Dialer
-	return d.DialContext(ctx, "unix", name)
+	return hostsock.Dial(ctx, path, 0)
 }
 
 // makeStateDir makes a daemon's state directory, and its socket,
