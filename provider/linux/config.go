@@ -42,7 +42,9 @@ type Config struct {
 	Limits KernelLimits
 	// ImageDir is the cache of root filesystems unpacked from images
 	// (Spec.Image; see package image), owned from UIDBase so that files
-	// of an image's root are root's in the sandbox. Zero means
+	// of an image's root are root's in the sandbox. It is root's alone
+	// (0700), without set-id files: a daemon gets its root filesystem as
+	// a detached mount, never by path. Zero means
 	// StateDir/.images (a dot-directory, as the provider's own are).
 	// Another cache directory may be shared only by providers with the
 	// same UIDBase.

@@ -158,13 +158,18 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("-1000"), 0); err != nil {
 		p.log.Debug("protect daemon from the out-of-memory killer", "err", err)
 	}
-	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs,
+	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs != "",
 		Limits: p.cfg.Limits, TmpSize: p.cfg.Limits.tmpSize(memory)}, lnFile)
 	// The daemon holds the listening socket now, and alone: should it
 	// die, connecting fails at once instead of waiting in the backlog.
 	lnFile.Close()
 	if err != nil {
 		return nil, fmt.Errorf("configure daemon: %w", err)
+	}
+	if rootfs != "" {
+		if err := sendRootFS(ctl, rootfs); err != nil {
+			return nil, fmt.Errorf("configure daemon: %w", err)
+		}
 	}
 	mnt, err := workspace()
 	if err != nil {
@@ -194,6 +199,23 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 		return nil, daemonError(fmt.Errorf("first request: %w", err), logPath)
 	}
 	return w, nil
+}
+
+// sendRootFS sends the daemon the root filesystem directory rootfs as
+// a detached mount, read-only, nosuid and nodev, which it attaches in
+// its own mount namespace: it reaches the directory by no path.
+func sendRootFS(ctl *os.File, rootfs string) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, rootfs, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("root filesystem %s: %w", rootfs, err)
+	}
+	tree := os.NewFile(uintptr(fd), "rootfs")
+	defer tree.Close()
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return fmt.Errorf("root filesystem %s: %w", rootfs, err)
+	}
+	return send(ctl, []byte(msgRootFS), tree)
 }
 
 // dialUnix connects to a daemon's socket by path, however long the
