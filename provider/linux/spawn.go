@@ -140,7 +140,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 	}
 	defer ownerLock.Close()
 
-	cmd := p.daemonCommand(logf, child, oom, exe, ownerLock, cmds)
+	cmd := p.daemonCommand(owner, logf, child, oom, exe, ownerLock, cmds)
 	if err := startOwnedBy(cmd, owner); err != nil {
 		return nil, fmt.Errorf("start daemon: %w", err)
 	}
@@ -167,7 +167,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 		return nil, fmt.Errorf("configure daemon: %w", err)
 	}
 	if rootfs != "" {
-		if err := sendRootFS(ctl, rootfs); err != nil {
+		if err := p.sendRootFS(ctl, rootfs, owner); err != nil {
 			return nil, fmt.Errorf("configure daemon: %w", err)
 		}
 	}
@@ -203,8 +203,11 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 
 // sendRootFS sends the daemon the root filesystem directory rootfs as
 // a detached mount, read-only, nosuid and nodev, which it attaches in
-// its own mount namespace: it reaches the directory by no path.
-func sendRootFS(ctl *os.File, rootfs string) error {
+// its own mount namespace: it reaches the directory by no path. The
+// mount shows files of UIDBase as the sandbox's root's (see
+// imageIDMap), on file systems that can map ids; on others they are
+// nobody's.
+func (p *Provider) sendRootFS(ctl *os.File, rootfs string, owner int) error {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, rootfs, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
 		return fmt.Errorf("root filesystem %s: %w", rootfs, err)
@@ -214,6 +217,15 @@ func sendRootFS(ctl *os.File, rootfs string) error {
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 		return fmt.Errorf("root filesystem %s: %w", rootfs, err)
+	}
+	userns, err := p.imageIDMap(owner)
+	if err != nil {
+		return err
+	}
+	defer userns.Close()
+	idmap := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns.Fd())}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &idmap); err != nil {
+		p.log.Warn("root filesystem: its files are not mapped to the sandbox's ids, its root's show as nobody's", "rootfs", rootfs, "err", err)
 	}
 	return send(ctl, []byte(msgRootFS), tree)
 }
@@ -248,9 +260,9 @@ func (p *Provider) makeStateDir(dir string) (listener *os.File, err error) {
 
 // daemonCommand is how a daemon is started: through a descriptor of its
 // binary, with its files, in new namespaces where it is root of its own
-// user namespace. It must be started with startOwnedBy.
-func (p *Provider) daemonCommand(log *os.File, files ...*os.File) *exec.Cmd {
-	base := p.cfg.UIDBase
+// user namespace. It must be started with startOwnedBy(owner).
+func (p *Provider) daemonCommand(owner int, log *os.File, files ...*os.File) *exec.Cmd {
+	ids := p.idMap(owner)
 	return &exec.Cmd{
 		Path:       fdPath(fdExe),
 		Args:       []string{daemonArg0},
@@ -262,8 +274,8 @@ func (p *Provider) daemonCommand(log *os.File, files ...*os.File) *exec.Cmd {
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRange}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRange}},
+			UidMappings:                ids,
+			GidMappings:                ids,
 			GidMappingsEnableSetgroups: true,
 			// Become root of the new user namespace (the host's root is
 			// not mapped in it), and so hold its capabilities.
