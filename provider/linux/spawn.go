@@ -218,16 +218,22 @@ func (p *Provider) sendRootFS(ctl *os.File, rootfs string, owner int) error {
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 		return fmt.Errorf("root filesystem %s: %w", rootfs, err)
 	}
+	if err := p.mapIDs(fd, owner); err != nil {
+		p.log.Warn("root filesystem: its files are not mapped to the sandbox's ids, its root's show as nobody's", "rootfs", rootfs, "err", err)
+	}
+	return send(ctl, []byte(msgRootFS), tree)
+}
+
+// mapIDs gives the detached mount tree an id mapping that shows files
+// of UIDBase as those of the root of the sandbox owned by owner.
+func (p *Provider) mapIDs(tree, owner int) error {
 	userns, err := p.imageIDMap(owner)
 	if err != nil {
 		return err
 	}
 	defer userns.Close()
 	idmap := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns.Fd())}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &idmap); err != nil {
-		p.log.Warn("root filesystem: its files are not mapped to the sandbox's ids, its root's show as nobody's", "rootfs", rootfs, "err", err)
-	}
-	return send(ctl, []byte(msgRootFS), tree)
+	return unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &idmap)
 }
 
 // dialUnix connects to a daemon's socket by path, however long the
