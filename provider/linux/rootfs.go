@@ -133,7 +133,7 @@ func bindRootFS(tree *os.File, at func(string) string) error {
 
 // rootfsMount is where a root filesystem is attached in the new root
 // while its entries are bound.
-const rootfsMount = ".rootfs"
+const rootfsMount = ".berth-rootfs"
 
 // copyEntry puts one top-level entry of a root into the new root:
 // symbolic links are recreated, directories and files bound read-only.
