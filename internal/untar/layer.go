@@ -167,10 +167,10 @@ func (x *extractor) removeLower(dirfd int, dir, name string) error {
 }
 
 // mode is the mode an entry gets: its permissions, and in a layer its
-// set-user-id, set-group-id and sticky bits.
+// sticky bit; never set-user-id or set-group-id bits.
 func (x *extractor) mode(hdr *tar.Header) uint32 {
 	if x.opts.Layer {
-		return uint32(hdr.Mode) & 0o7777
+		return uint32(hdr.Mode) & 0o1777
 	}
 	return uint32(hdr.Mode) & 0o777
 }

@@ -95,8 +95,10 @@ type Options struct {
 	//     directory) is refused;
 	//   - hard links must name a regular file already in the tree;
 	//   - device files are refused; fifos and other types are skipped;
-	//   - set-user-id, set-group-id and sticky bits are kept, and a
-	//     directory's mode is kept as it is;
+	//   - sticky bits are kept, and a directory's mode is kept as it is;
+	//     set-user-id and set-group-id bits are dropped: the host's copy
+	//     of an image must give no host user another's rights, and in a
+	//     sandbox (no_new_privs, nosuid mounts) they would do nothing;
 	//   - a file or a directory replaces whatever is at its name.
 	Layer bool
 	// Owner, if not nil, says who owns each entry on the host given the

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -20,6 +21,10 @@ func TestConformance(t *testing.T) {
 			return newTestProvider(t, Config{StateDir: p.cfg.StateDir})
 		},
 		DaemonRSS: daemonRSS,
+		DaemonSocket: func(t *testing.T, sb provider.Sandbox) string {
+			s := sb.(*sandbox)
+			return filepath.Join(p.slotPath(s.rec.UID), runDir, socketName)
+		},
 	})
 }
 

@@ -8,6 +8,19 @@
 // that only root can reach, and so gives Docker sandboxes what linux
 // ones have: the exec journal (exactly-once), the file API, the bounds.
 //
+// # What of an image runs
+//
+// Nothing but berth's daemon: the image's ENTRYPOINT and CMD are
+// replaced by it, its HEALTHCHECK is turned off (Docker would run it as
+// the container's root, outside the daemon's confinement), and its USER
+// and WORKDIR are not used (commands run as the sandbox user, in
+// /workspace or Spec.Dir). Its ENV is the commands' base environment.
+// Its VOLUMEs become bounded tmpfs (see below); one at or below a path
+// berth mounts (/run/berth, /.berth, /dev/shm, /etc/passwd, /etc/group,
+// below /workspace) is refused as provider.ErrBadInput. The host
+// reaches the daemon's sockets by descriptor (package hostsock): a link
+// put at their names is refused, never followed.
+//
 // # Isolation
 //
 // The container runs with a read-only root; every capability dropped

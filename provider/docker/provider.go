@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/image"
 	"github.com/berth-dev/berth/provider/internal/clients"
+	"github.com/berth-dev/berth/provider/internal/hostsock"
 	"github.com/berth-dev/berth/provider/internal/idlock"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/provider/internal/sandboxspec"
@@ -264,7 +264,7 @@ func (p *Provider) handle(rec *record) *sandbox {
 // client returns the shared client of a sandbox.
 func (p *Provider) client(rec *record) *sandboxd.Client {
 	return p.clients.Get(rec.ID, func() *sandboxd.Client {
-		return sandboxd.NewClient(sandboxd.UnixDialer(filepath.Join(p.slotPath(rec.UID), runDir, socketName)))
+		return sandboxd.NewClient(hostsock.Dialer(filepath.Join(p.slotPath(rec.UID), runDir, socketName), daemonUID))
 	})
 }
 
@@ -340,12 +340,6 @@ func randomHex(n int) string {
 // env is the base environment of commands, over the image's.
 func env(spec map[string]string) map[string]string {
 	return sandboxspec.Env(spec)
-}
-
-// dialUnix connects to a unix socket.
-func dialUnix(ctx context.Context, path string) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, "unix", path)
 }
 
 // encode is json.Marshal for values that cannot fail.

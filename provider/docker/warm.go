@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/docker/dockerinit"
+	"github.com/berth-dev/berth/provider/internal/hostsock"
 	"github.com/berth-dev/berth/provider/internal/warmclaim"
 	"github.com/berth-dev/berth/sandboxd"
 )
@@ -31,6 +34,12 @@ const (
 	daemonPath  = "/.berth/berth-sandboxd" // in the container
 	sandboxName = "sandbox"                // the sandbox user's name
 )
+
+// daemonUID is the daemon's uid, on the host as in the container: the
+// owner of its sockets. The host dials them with hostsock, which refuses
+// anything else at their names (the run directory is the container's
+// /run/berth, which its root can write).
+const daemonUID = 0
 
 // startTimeout bounds how long a container's daemon may take to serve.
 const startTimeout = 30 * time.Second
@@ -71,6 +80,19 @@ func claimMsg(env map[string]string, dir string, expires time.Time, nproc int64)
 // startWarm makes and starts a container of image with limits res, and
 // waits until its daemon serves.
 func (p *Provider) startWarm(ctx context.Context, image string, res provider.Resources, network provider.Network) (w *warm, err error) {
+	img, err := p.docker.ImageInspect(ctx, image)
+	if err != nil {
+		return nil, fmt.Errorf("inspect image %.200q: %v", image, oneLine(err))
+	}
+	var volumes []string
+	if img.Config != nil {
+		for v := range img.Config.Volumes {
+			volumes = append(volumes, v)
+		}
+	}
+	if err := checkVolumes(image, volumes); err != nil {
+		return nil, err
+	}
 	uid, err := p.reserveSlot()
 	if err != nil {
 		return nil, err
@@ -99,20 +121,14 @@ func (p *Provider) startWarm(ctx context.Context, image string, res provider.Res
 	if err := writeUsers(dir, uid); err != nil {
 		return nil, err
 	}
-	img, err := p.docker.ImageInspect(ctx, image)
-	if err != nil {
-		return nil, fmt.Errorf("inspect image %.200q: %v", image, oneLine(err))
-	}
 	hc := p.hostConfig(dir, res, network)
 	// The image's volumes would be Docker volumes, on the host's disk
 	// and bounded by nothing (but for Landlock, which keeps commands
 	// from writing anywhere but /workspace, /tmp and /dev, where the
 	// kernel has it): each is a tmpfs like /tmp instead.
-	if img.Config != nil {
-		for v := range img.Config.Volumes {
-			if _, ok := hc.Tmpfs[v]; !ok && v != provider.Workspace {
-				hc.Tmpfs[v] = hc.Tmpfs["/tmp"]
-			}
+	for _, v := range volumes {
+		if v = path.Clean(v); hc.Tmpfs[v] == "" && v != provider.Workspace {
+			hc.Tmpfs[v] = hc.Tmpfs["/tmp"]
 		}
 	}
 	created, err := p.docker.ContainerCreate(ctx, client.ContainerCreateOptions{
@@ -134,10 +150,10 @@ func (p *Provider) startWarm(ctx context.Context, image string, res provider.Res
 	}
 	w = &warm{container: id, uid: uid}
 	run := filepath.Join(dir, runDir)
-	w.client = sandboxd.NewClient(sandboxd.UnixDialer(filepath.Join(run, socketName)))
+	w.client = sandboxd.NewClient(hostsock.Dialer(filepath.Join(run, socketName), daemonUID))
 	ctl := filepath.Join(run, dockerinit.ControlSocket)
 	w.control = &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dialUnix(ctx, ctl) },
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return hostsock.Dial(ctx, ctl, daemonUID) },
 	}}
 	if err := p.waitServing(ctx, w); err != nil {
 		return nil, err
@@ -196,6 +212,26 @@ func (p *Provider) logs(id string) string {
 	return "daemon log: " + string(bytes.TrimSpace(b))
 }
 
+// mounted are the paths berth mounts in every container. An image's
+// VOLUME may name /workspace or /tmp (berth's own mount wins there), but
+// no other of them, nor any path below one.
+var mounted = []string{daemonPath, dockerinit.RunDir, provider.Workspace, "/tmp", "/dev/shm", "/etc/passwd", "/etc/group"}
+
+// checkVolumes refuses an image that declares a VOLUME over a path berth
+// mounts: Docker would mount the volume over berth's daemon or its
+// sockets, and the sandbox would never serve.
+func checkVolumes(image string, volumes []string) error {
+	for _, v := range volumes {
+		v = path.Clean("/" + v)
+		for _, m := range mounted {
+			if (v == m && m != provider.Workspace && m != "/tmp") || strings.HasPrefix(v, m+"/") {
+				return fmt.Errorf("%w: image %.200q declares VOLUME %.200q, over %s, which berth mounts: remove it from the image", provider.ErrBadInput, image, v, m)
+			}
+		}
+	}
+	return nil
+}
+
 // reserveSlot picks a free host uid for a sandbox user and makes its
 // slot directory, whose mkdir is the reservation.
 func (p *Provider) reserveSlot() (int, error) {
@@ -229,13 +265,20 @@ func writeUsers(dir string, uid int) error {
 
 func (p *Provider) containerConfig(image string, uid int) *container.Config {
 	return &container.Config{
-		Image:      image,
-		Entrypoint: []string{daemonPath, dockerinit.Arg},
-		Cmd:        []string{},
-		User:       "0:0",
-		WorkingDir: "/",
-		Hostname:   "sandbox",
-		Env:        []string{dockerinit.ConfigEnv + "=" + encode(dockerinit.Config{UID: uid, GID: uid})},
+		Image: image,
+		// No process of the image runs but berth's daemon, which confines
+		// itself before it serves and runs commands unprivileged: the
+		// image's entrypoint and command are replaced (commands run in
+		// the image's environment, which the daemon passes on), and its
+		// HEALTHCHECK, which Docker would run as the container's root
+		// with none of the daemon's confinement, is turned off.
+		Entrypoint:  []string{daemonPath, dockerinit.Arg},
+		Cmd:         []string{},
+		Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
+		User:        "0:0",
+		WorkingDir:  "/",
+		Hostname:    "sandbox",
+		Env:         []string{dockerinit.ConfigEnv + "=" + encode(dockerinit.Config{UID: uid, GID: uid})},
 		Labels: map[string]string{
 			LabelProvider: Name,
 			LabelStateDir: p.cfg.StateDir,

@@ -26,6 +26,9 @@ func TestConformance(t *testing.T) {
 			return q
 		},
 		DaemonRSS: daemonRSS,
+		DaemonSocket: func(t *testing.T, sb provider.Sandbox) string {
+			return p.socket(sb.(*sandbox).rec.Container, socketName)
+		},
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/berth-dev/berth/internal/wsimage"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/hostproc"
+	"github.com/berth-dev/berth/provider/internal/hostsock"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/provider/internal/warmclaim"
 	"github.com/berth-dev/berth/sandboxd"
@@ -201,18 +202,11 @@ func (p *Provider) teardown(ctx context.Context, cid string) error {
 	return nil
 }
 
-// dialUnix connects to a unix socket by path, however long the path:
-// past what a socket address holds, through a descriptor of its
-// directory.
+// dialUnix connects to a daemon's socket by path, however long the
+// path. The run directory is the sandbox's to write (its gofer makes
+// there whatever the sandbox makes in it), so hostsock checks that what
+// is at the socket's name is a socket the gofer made, as root, and not
+// a link to another sandbox's.
 func dialUnix(ctx context.Context, path string) (net.Conn, error) {
-	var d net.Dialer
-	if len(path) <= 107 {
-		return d.DialContext(ctx, "unix", path)
-	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path)))
+	return hostsock.Dial(ctx, path, 0)
 }

@@ -23,7 +23,10 @@
 // and an image is bounded in bytes and entries (MaxSize, MaxFiles).
 // Files keep their owners' numeric ids, shifted by the cache's IDShift so
 // that a provider whose sandboxes map their root to a host uid sees them
-// owned as the image says.
+// owned as the image says; set-user-id and set-group-id bits are
+// dropped, and the cache directory is root's alone (0700): no host user
+// may run an image's program as its owner's uid. Providers hand an image
+// to their sandboxes by descriptor or as root.
 package image
 
 import (
@@ -32,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -120,6 +124,9 @@ const (
 	tmpDir    = "tmp"   // unpacking, removing
 	locksDir  = "locks" // one lock file per image
 	shiftFile = "idshift"
+	// setIDFile marks a cache whose images have no set-id bits: images
+	// unpacked before untar dropped them are stripped once.
+	setIDFile = "no-setid"
 	recordExt = ".json"
 )
 
@@ -150,9 +157,13 @@ func Open(dir string, opts ...Option) (*Cache, error) {
 		return nil, err
 	}
 	c.dir = abs
-	// Sandboxes' mapped users reach their images through dir: it must
-	// be searchable, not readable.
-	if err := os.MkdirAll(c.dir, 0o711); err != nil {
+	// Root's alone: no other host user may reach an image's files, which
+	// keep their owners' ids (a sandbox's root among them). Providers
+	// hand their sandboxes an image by descriptor, never by path.
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("image cache: %w", err)
+	}
+	if err := os.Chmod(c.dir, 0o700); err != nil { // made 0711 before
 		return nil, fmt.Errorf("image cache: %w", err)
 	}
 	for _, d := range []string{tmpDir, locksDir} {
@@ -161,6 +172,9 @@ func Open(dir string, opts ...Option) (*Cache, error) {
 		}
 	}
 	if err := c.checkShift(); err != nil {
+		return nil, err
+	}
+	if err := c.stripSetID(); err != nil {
 		return nil, err
 	}
 	c.sweep()
@@ -501,6 +515,41 @@ func (c *Cache) sweep() {
 		}
 		unlock()
 	}
+}
+
+// stripSetID removes the set-user-id and set-group-id bits that images
+// unpacked by an older berth kept, once per cache.
+func (c *Cache) stripSetID() error {
+	mark := filepath.Join(c.dir, setIDFile)
+	if _, err := os.Stat(mark); err == nil {
+		return nil
+	}
+	entries, err := os.ReadDir(c.dir)
+	if err != nil {
+		return fmt.Errorf("image cache: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == tmpDir || e.Name() == locksDir {
+			continue
+		}
+		err := filepath.WalkDir(filepath.Join(c.dir, e.Name()), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.Type()&^fs.ModeDir != 0 { // links are not followed
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil || fi.Mode()&(fs.ModeSetuid|fs.ModeSetgid) == 0 {
+				return err
+			}
+			return os.Chmod(p, fi.Mode()&(fs.ModePerm|fs.ModeSticky))
+		})
+		if err != nil {
+			return fmt.Errorf("image cache: strip set-id bits: %w", err)
+		}
+	}
+	if err := writeFileAtomic(mark, nil); err != nil {
+		return fmt.Errorf("image cache: %w", err)
+	}
+	return nil
 }
 
 func isDir(p string) bool {

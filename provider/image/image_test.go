@@ -84,8 +84,8 @@ func checkRoot(t *testing.T, root string) {
 			t.Errorf("%s owned by %d:%d, want %d", p, uid, gid, want)
 		}
 	}
-	if fi, err := os.Stat(filepath.Join(root, "usr/bin/suid")); err != nil || fi.Mode()&os.ModeSetuid == 0 {
-		t.Errorf("set-user-id bit: %v, %v", fi, err)
+	if fi, err := os.Stat(filepath.Join(root, "usr/bin/suid")); err != nil || fi.Mode()&os.ModeSetuid != 0 || fi.Mode().Perm() != 0o755 {
+		t.Errorf("usr/bin/suid, 04755 in the image: %v, %v; want 0755", fi.Mode(), err)
 	}
 	if uid, _ := owner(t, root); uid != shift {
 		t.Errorf("root owned by %d", uid)
@@ -547,4 +547,50 @@ func TestCrash(t *testing.T) {
 		t.Errorf("big: %v, %v", fi, err)
 	}
 	checkRoot(t, root)
+}
+
+// TestHostUsersKeptOut: no host user but root reaches an image's files,
+// and none of them is set-user-id or set-group-id on the host: an
+// image's set-user-id root program was anyone's way to the uid every
+// sandbox's root maps to. Images unpacked before set-id bits were
+// dropped lose them when the cache is opened.
+func TestHostUsersKeptOut(t *testing.T) {
+	parent := t.TempDir()
+	for _, d := range []string{parent, filepath.Dir(parent)} { // as a state directory is
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(parent, "images")
+	old := filepath.Join(dir, "sha256", "0123", "usr", "bin")
+	if err := os.MkdirAll(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711) // as an older berth made it
+	if err := os.WriteFile(filepath.Join(old, "su"), []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(old, "su"), os.ModeSetuid|os.ModeSetgid|0o755); err != nil {
+		t.Fatal(err)
+	}
+	layout := t.TempDir()
+	imagetest.WriteLayout(t, layout, "v1", imagetest.Layer(t, imagetest.RootFS(t)...))
+	c, _ := open(t, dir)
+	root, err := c.RootFS(t.Context(), "oci:"+layout+":v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(root, "usr/bin/suid"), filepath.Join(old, "su")} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s: mode %v (%v), want 0755 without set-id bits", p, fi.Mode(), err)
+		}
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the cache directory's mode: %v (%v), want 0700", fi.Mode(), err)
+	}
+	cmd := exec.Command("/usr/bin/stat", filepath.Join(root, "usr/bin/suid"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
+		t.Errorf("nobody reaches an image's file: %v: %s", err, out)
+	}
 }

@@ -18,11 +18,14 @@ type Config struct {
 	// executable if there is one, else the executable itself (which then
 	// costs each sandbox the memory its packages' initialisation takes).
 	DaemonPath string
-	// UIDBase is the host uid (and gid) that root inside a sandbox maps
-	// to; the sandbox gets 65536 ids from there. Zero means 100000. Each
-	// sandbox's user namespace is owned by a host uid of its own from the
-	// 65536 after those (UIDBase+65536 on), to which the kernel charges
-	// its per-user counters: no one on the host may use these uids.
+	// UIDBase places the host ids sandboxes map: ids 1 to 65535 inside
+	// a sandbox (its user, 1000, among them) are UIDBase+id on the host.
+	// Each sandbox's root, its daemon, is a host uid (and gid) of its own
+	// from the 65536 after those (UIDBase+65536 on), which also owns its
+	// user namespace, so that the kernel charges its per-user counters
+	// to that sandbox alone and no two sandboxes' daemons share a uid; it
+	// is taken while the daemon lives and reused after. Zero means
+	// 100000. No one on the host may use these uids.
 	UIDBase int
 	// Defaults are the limits of a sandbox whose spec names none. Zero
 	// fields mean 2 GiB of memory, 4096 processes, CPU unlimited, and a
@@ -41,8 +44,11 @@ type Config struct {
 	// KernelLimits.
 	Limits KernelLimits
 	// ImageDir is the cache of root filesystems unpacked from images
-	// (Spec.Image; see package image), owned from UIDBase so that files
-	// of an image's root are root's in the sandbox. Zero means
+	// (Spec.Image; see package image), owned from UIDBase; each sandbox
+	// mounts its image with UIDBase mapped to its root, so that files of
+	// an image's root are root's in the sandbox. It is root's alone
+	// (0700), without set-id files: a daemon gets its root filesystem as
+	// a detached mount, never by path. Zero means
 	// StateDir/.images (a dot-directory, as the provider's own are).
 	// Another cache directory may be shared only by providers with the
 	// same UIDBase.

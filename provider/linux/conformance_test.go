@@ -26,6 +26,9 @@ func TestConformance(t *testing.T) {
 		DaemonRSS: func(t *testing.T, sb provider.Sandbox) int64 {
 			return daemonRSS(t, sb)
 		},
+		DaemonSocket: func(t *testing.T, sb provider.Sandbox) string {
+			return socketPath(p.cfg.StateDir, sb.ID())
+		},
 	})
 }
 

@@ -26,8 +26,11 @@ type warmMsg struct {
 	// NewRoot is a directory, reachable from the daemon, to mount the
 	// sandbox's root on (each daemon mounts it in its own namespace).
 	NewRoot string `json:"new_root"`
-	// RootFS is a root filesystem directory; empty means the host's.
-	RootFS string `json:"rootfs,omitempty"`
+	// RootFS says that the sandbox has a root filesystem of its own,
+	// whose directory comes next, by descriptor, with msgRootFS; false
+	// means the host's. The daemon, which runs as a host uid of its
+	// own, reaches it by no path: the image cache is root's alone.
+	RootFS bool `json:"rootfs,omitempty"`
 	// Limits are the kernel limits the daemon sets before anything of
 	// the sandbox runs.
 	Limits KernelLimits `json:"limits"`
@@ -39,6 +42,9 @@ type warmMsg struct {
 // its own because the host formats the workspace while the daemon
 // builds the rest of its root.
 const msgWorkspace = "workspace"
+
+// msgRootFS comes with a descriptor of the root filesystem's directory.
+const msgRootFS = "rootfs"
 
 // claimMsg turns a warm daemon into one sandbox's daemon.
 type claimMsg struct {

@@ -82,19 +82,27 @@ func runDaemon(ctl *os.File, cmds *os.File) error {
 
 	var wm warmMsg
 	var lnFile *os.File
-	if err := recvJSON(ctl, &wm, &lnFile); err != nil {
+	err := recvJSON(ctl, &wm, &lnFile)
+	if err != nil {
 		return fmt.Errorf("read configuration: %w", err)
 	}
 	if lnFile == nil {
 		return fmt.Errorf("no listening socket")
 	}
+	var rootfs *os.File
+	if wm.RootFS {
+		if rootfs, err = recvFile(ctl, msgRootFS); err != nil {
+			return fmt.Errorf("read root filesystem: %w", err)
+		}
+		defer rootfs.Close()
+	}
 	if err := setKernelLimits(wm.Limits); err != nil {
 		return fmt.Errorf("kernel limits: %w", err)
 	}
-	if err := prepareRoot(wm.NewRoot, wm.RootFS, wm.TmpSize); err != nil {
+	if err := prepareRoot(wm.NewRoot, rootfs, wm.TmpSize); err != nil {
 		return fmt.Errorf("set up root filesystem: %w", err)
 	}
-	ws, err := recvWorkspace(ctl)
+	ws, err := recvFile(ctl, msgWorkspace)
 	if err != nil {
 		return fmt.Errorf("read workspace: %w", err)
 	}
@@ -194,17 +202,17 @@ func recvJSON(ctl *os.File, v any, f **os.File) error {
 	return json.Unmarshal(msg, v)
 }
 
-// recvWorkspace reads the message that carries the workspace's mount.
-func recvWorkspace(ctl *os.File) (*os.File, error) {
+// recvFile reads a message name that carries a descriptor.
+func recvFile(ctl *os.File, name string) (*os.File, error) {
 	msg, f, err := recv(ctl)
 	switch {
 	case err != nil:
 		return nil, err
-	case string(msg) != msgWorkspace || f == nil:
+	case string(msg) != name || f == nil:
 		if f != nil {
 			f.Close()
 		}
-		return nil, fmt.Errorf("got %q, want the workspace's mount", msg)
+		return nil, fmt.Errorf("got %.100q, want %s with a descriptor", msg, name)
 	}
 	return f, nil
 }

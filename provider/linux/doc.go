@@ -16,9 +16,10 @@
 // every capability dropped, under cgroup limits on memory, CPU and
 // processes that are in force before the first command starts; their
 // memory limit leaves the daemon a reserve (KernelLimits.MemoryReserve).
-// Each sandbox's user namespace is owned by a host uid of its own, so
-// that the kernel's per-user counters of one sandbox are charged neither
-// to the host's root nor to another sandbox.
+// Each sandbox's user namespace is owned by a host uid of its own, which
+// is also its root's (its daemon's), so that the kernel's per-user
+// counters of one sandbox are charged neither to the host's root nor to
+// another sandbox, and no two sandboxes' daemons share a host uid.
 //
 // Sandboxes outlive the process that created them: any process on the
 // host that opens the provider on the same state directory finds them by

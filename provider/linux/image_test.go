@@ -5,7 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,7 +63,8 @@ func TestImage(t *testing.T) {
 			first := time.Since(start)
 			out := sh(t, sb, "cat "+imagetest.Marker+"; id -u; stat -c '%U %u %A' /etc/berth-image /srv/app/data /srv/far /usr/bin/suid; "+
 				"test -e /usr/bin/apt && echo host apt; echo x > /etc/x || echo read-only")
-			want := imagetest.MarkerData + "1000\nroot 0 -rw-r--r--\nsandbox 1000 -rw-r--r--\nnobody 65534 -rw-r--r--\nroot 0 -rwsr-xr-x\nread-only\n"
+			// The image's set-user-id program is not: see TestImageKeptFromHostUsers.
+			want := imagetest.MarkerData + "1000\nroot 0 -rw-r--r--\nsandbox 1000 -rw-r--r--\nnobody 65534 -rw-r--r--\nroot 0 -rwxr-xr-x\nread-only\n"
 			if out != want {
 				t.Errorf("in the image's root:\n%s\nwant\n%s", out, want)
 			}
@@ -78,5 +84,39 @@ func TestImage(t *testing.T) {
 	}
 	if _, err := p.Create(t.Context(), provider.Spec{Image: "oci:/nonexistent"}); !errors.Is(err, provider.ErrBadInput) {
 		t.Errorf("missing image: %v, want bad input", err)
+	}
+}
+
+// TestImageKeptFromHostUsers: a host user other than root reaches no
+// file of an image the provider unpacked, and finds no set-id program
+// there: an image's set-user-id root program was any local user's way
+// to the host uid of sandboxes' root.
+func TestImageKeptFromHostUsers(t *testing.T) {
+	p, err := New(Config{StateDir: shortTempDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyAll(t, p) })
+	layout := t.TempDir()
+	imagetest.WriteLayout(t, layout, "v1", imagetest.Layer(t, imagetest.RootFS(t)...))
+	ref := "oci:" + layout + ":v1"
+	sb := create(t, p, provider.Spec{Image: ref})
+	if out := sh(t, sb, "cat "+imagetest.Marker); out != imagetest.MarkerData {
+		t.Fatalf("the sandbox does not run on the image: %q", out)
+	}
+	root, err := p.images.RootFS(t.Context(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suid := filepath.Join(root, "usr/bin/suid") // 04755 in the image
+	if fi, err := os.Stat(suid); err != nil || fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+		t.Errorf("%s on the host: %v (%v), want no set-id bits", suid, fi.Mode(), err)
+	}
+	// The state directory is open to others (sandboxes' daemons reach
+	// it), so nothing above the cache keeps nobody out.
+	cmd := exec.Command("/usr/bin/stat", "-c", "%A %u", suid)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
+		t.Errorf("nobody reaches the image's files: %v: %s", err, out)
 	}
 }

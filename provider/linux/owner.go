@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -118,4 +119,61 @@ func startAs(cmd *exec.Cmd, owner, securebits int) error {
 		return fmt.Errorf("take owner uid %d: %w", owner, e)
 	}
 	return cmd.Start()
+}
+
+// idMap is the id mapping of the user namespace of a sandbox whose
+// namespace owner is owner. Its root, the daemon, is owner on the host:
+// a host uid of its own, which no other sandbox's daemon shares, so that
+// whoever took one daemon's uid could signal no other. The other ids,
+// the sandbox user's among them, are UIDBase+id, as an image's files
+// are stored (see Config.ImageDir); a sandbox's image is mounted with
+// its files of UIDBase shown as owner, its root's (see imageIDMap).
+func (p *Provider) idMap(owner int) []syscall.SysProcIDMap {
+	return []syscall.SysProcIDMap{
+		{ContainerID: 0, HostID: owner, Size: 1},
+		{ContainerID: 1, HostID: p.cfg.UIDBase + 1, Size: idRange - 1},
+	}
+}
+
+// imageIDMap returns a user namespace, open, whose mapping takes the
+// ids of an image's files as the cache stores them (from UIDBase) to
+// the host ids the sandbox whose namespace owner is owner sees them as:
+// UIDBase to owner, its root; the others as they are. A root filesystem
+// mounted with it as its id mapping (MOUNT_ATTR_IDMAP) is owned in the
+// sandbox as the image says.
+//
+// The kernel makes a user namespace only with a process in it: a child
+// of the daemon's binary is made in one, stopped by ptrace before it
+// runs anything, and killed once its namespace is open. ptrace's tracer
+// is a thread, hence the lock.
+func (p *Provider) imageIDMap(owner int) (*os.File, error) {
+	base := p.cfg.UIDBase
+	ids := []syscall.SysProcIDMap{
+		{ContainerID: base, HostID: owner, Size: 1},
+		{ContainerID: base + 1, HostID: base + 1, Size: idRange - 1},
+	}
+	cmd := &exec.Cmd{
+		Path: p.cfg.DaemonPath,
+		Args: []string{"berth-idmap"},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: ids,
+			GidMappings: ids,
+			Ptrace:      true,
+		},
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("image id mapping: %w", err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
+	if err != nil {
+		return nil, fmt.Errorf("image id mapping: %w", err)
+	}
+	return f, nil
 }

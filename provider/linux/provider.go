@@ -87,10 +87,6 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
-	if err := checkTraversable(images.Dir()); err != nil {
-		images.Close()
-		return nil, fmt.Errorf("linux provider: %w", err)
-	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, images: images, held: map[string]*os.File{}}
 	p.pool = p.newPool()
 	p.sweepWarm()

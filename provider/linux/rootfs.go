@@ -28,8 +28,9 @@ var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 // workspace: read-only binds of the host's or rootfs's entries, /tmp,
 // /proc and /dev. newRoot is a directory shared by every sandbox; the
 // tmpfs mounted on it is this daemon's alone, in its own mount namespace.
-// /tmp and /dev/shm hold tmpSize bytes each.
-func prepareRoot(newRoot, rootfs string, tmpSize int64) error {
+// rootfs, if not nil, is the root filesystem as a detached mount (see
+// sendRootFS). /tmp and /dev/shm hold tmpSize bytes each.
+func prepareRoot(newRoot string, rootfs *os.File, tmpSize int64) error {
 	// Nothing mounted from here on may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
@@ -38,7 +39,7 @@ func prepareRoot(newRoot, rootfs string, tmpSize int64) error {
 		return fmt.Errorf("mount root tmpfs: %w", err)
 	}
 	at := func(name string) string { return filepath.Join(newRoot, name) }
-	if rootfs != "" {
+	if rootfs != nil {
 		if err := bindRootFS(rootfs, at); err != nil {
 			return err
 		}
@@ -102,21 +103,37 @@ func bindHost(at func(string) string) error {
 	return nil
 }
 
-func bindRootFS(root string, at func(string) string) error {
+// bindRootFS attaches the detached mount tree at rootfsMount in the new
+// root, binds its entries from there, and detaches it again.
+func bindRootFS(tree *os.File, at func(string) string) error {
+	root := at(rootfsMount)
+	if err := os.Mkdir(root, 0o700); err != nil {
+		return err
+	}
+	if err := unix.MoveMount(int(tree.Fd()), "", unix.AT_FDCWD, root, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach root filesystem: %w", err)
+	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return fmt.Errorf("read root filesystem: %w", err)
 	}
 	for _, e := range entries {
-		if reserved[e.Name()] {
+		if reserved[e.Name()] || e.Name() == rootfsMount {
 			continue
 		}
 		if err := copyEntry(filepath.Join(root, e.Name()), at(e.Name())); err != nil {
 			return err
 		}
 	}
-	return nil
+	if err := unix.Unmount(root, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach root filesystem: %w", err)
+	}
+	return os.Remove(root)
 }
+
+// rootfsMount is where a root filesystem is attached in the new root
+// while its entries are bound.
+const rootfsMount = ".berth-rootfs"
 
 // copyEntry puts one top-level entry of a root into the new root:
 // symbolic links are recreated, directories and files bound read-only.

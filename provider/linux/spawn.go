@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/hostproc"
+	"github.com/berth-dev/berth/provider/internal/hostsock"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/provider/internal/settings"
 	"github.com/berth-dev/berth/sandboxd"
@@ -139,7 +140,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 	}
 	defer ownerLock.Close()
 
-	cmd := p.daemonCommand(logf, child, oom, exe, ownerLock, cmds)
+	cmd := p.daemonCommand(owner, logf, child, oom, exe, ownerLock, cmds)
 	if err := startOwnedBy(cmd, owner); err != nil {
 		return nil, fmt.Errorf("start daemon: %w", err)
 	}
@@ -157,13 +158,18 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("-1000"), 0); err != nil {
 		p.log.Debug("protect daemon from the out-of-memory killer", "err", err)
 	}
-	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs,
+	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs != "",
 		Limits: p.cfg.Limits, TmpSize: p.cfg.Limits.tmpSize(memory)}, lnFile)
 	// The daemon holds the listening socket now, and alone: should it
 	// die, connecting fails at once instead of waiting in the backlog.
 	lnFile.Close()
 	if err != nil {
 		return nil, fmt.Errorf("configure daemon: %w", err)
+	}
+	if rootfs != "" {
+		if err := p.sendRootFS(ctl, rootfs, owner); err != nil {
+			return nil, fmt.Errorf("configure daemon: %w", err)
+		}
 	}
 	mnt, err := workspace()
 	if err != nil {
@@ -195,15 +201,46 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 	return w, nil
 }
 
-// dialUnix connects to a unix socket by path, however long the path.
-func dialUnix(ctx context.Context, path string) (net.Conn, error) {
-	name, done, err := shortSocketPath(path)
+// sendRootFS sends the daemon the root filesystem directory rootfs as
+// a detached mount, read-only, nosuid and nodev, which it attaches in
+// its own mount namespace: it reaches the directory by no path. The
+// mount shows files of UIDBase as the sandbox's root's (see
+// imageIDMap), on file systems that can map ids; on others they are
+// nobody's.
+func (p *Provider) sendRootFS(ctl *os.File, rootfs string, owner int) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, rootfs, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("root filesystem %s: %w", rootfs, err)
 	}
-	defer done()
-	var d net.Dialer
-	return d.DialContext(ctx, "unix", name)
+	tree := os.NewFile(uintptr(fd), "rootfs")
+	defer tree.Close()
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return fmt.Errorf("root filesystem %s: %w", rootfs, err)
+	}
+	if err := p.mapIDs(fd, owner); err != nil {
+		p.log.Warn("root filesystem: its files are not mapped to the sandbox's ids, its root's show as nobody's", "rootfs", rootfs, "err", err)
+	}
+	return send(ctl, []byte(msgRootFS), tree)
+}
+
+// mapIDs gives the detached mount tree an id mapping that shows files
+// of UIDBase as those of the root of the sandbox owned by owner.
+func (p *Provider) mapIDs(tree, owner int) error {
+	userns, err := p.imageIDMap(owner)
+	if err != nil {
+		return err
+	}
+	defer userns.Close()
+	idmap := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns.Fd())}
+	return unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &idmap)
+}
+
+// dialUnix connects to a daemon's socket by path, however long the
+// path. The host made the socket (see makeStateDir), so it is root's;
+// hostsock refuses anything else at its name.
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
+	return hostsock.Dial(ctx, path, 0)
 }
 
 // makeStateDir makes a daemon's state directory, and its socket,
@@ -229,9 +266,9 @@ func (p *Provider) makeStateDir(dir string) (listener *os.File, err error) {
 
 // daemonCommand is how a daemon is started: through a descriptor of its
 // binary, with its files, in new namespaces where it is root of its own
-// user namespace. It must be started with startOwnedBy.
-func (p *Provider) daemonCommand(log *os.File, files ...*os.File) *exec.Cmd {
-	base := p.cfg.UIDBase
+// user namespace. It must be started with startOwnedBy(owner).
+func (p *Provider) daemonCommand(owner int, log *os.File, files ...*os.File) *exec.Cmd {
+	ids := p.idMap(owner)
 	return &exec.Cmd{
 		Path:       fdPath(fdExe),
 		Args:       []string{daemonArg0},
@@ -243,8 +280,8 @@ func (p *Provider) daemonCommand(log *os.File, files ...*os.File) *exec.Cmd {
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
 				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRange}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: idRange}},
+			UidMappings:                ids,
+			GidMappings:                ids,
 			GidMappingsEnableSetgroups: true,
 			// Become root of the new user namespace (the host's root is
 			// not mapped in it), and so hold its capabilities.

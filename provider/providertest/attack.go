@@ -1,6 +1,7 @@
 package providertest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ func attackTests() []test {
 		{name: "ManySmallProcesses", serial: true, fn: testManySmallProcesses},
 		{name: "ForkBombDaemonSurvives", serial: true, fn: testForkBombDaemon},
 		{name: "MemoryFullDaemonServes", serial: true, fn: testMemoryFull},
+		{name: "SocketSwappedForLink", fn: testSocketSwapped},
 	}
 }
 
@@ -672,4 +674,78 @@ sys.stdin.read()
 		hold(t, sb, program, daemonWork)
 	}
 	checkServing(t, sb)
+}
+
+// testSocketSwapped: a sandbox that replaces its daemon's socket with a
+// link to another sandbox's (a Docker image's root did, from a
+// healthcheck) must not take the host there. A host that dials it
+// afresh, as another process would, reaches the sandbox's own daemon or
+// fails with a typed error; it never runs a command in, writes to or
+// reads from the other sandbox, and writes nothing into the other's
+// socket directory.
+func testSocketSwapped(t *testing.T, s *suite) {
+	if s.h.DaemonSocket == nil {
+		t.Skip("the provider reaches its daemons through no socket on the host")
+	}
+	p := s.open(t)
+	a := s.mustCreate(t, p, s.newSpec(t))
+	b := s.mustCreate(t, p, s.newSpec(t))
+	mustSh(t, a, "echo a > who")
+	mustSh(t, b, "echo b > who")
+	sockA, sockB := s.h.DaemonSocket(t, a), s.h.DaemonSocket(t, b)
+	dirB := func() []string {
+		entries, err := os.ReadDir(filepath.Dir(sockB))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	before := dirB()
+	if err := os.Rename(sockA, sockA+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(sockB, sockA); err != nil {
+		t.Fatal(err)
+	}
+
+	// A provider of its own dials anew: no connection made before the
+	// swap is reused.
+	a2, err := s.open(t).Get(t.Context(), a.ID())
+	if err != nil {
+		t.Fatalf("Get(%s): %v", a.ID(), err)
+	}
+	typed := func(op string, err error) {
+		t.Helper()
+		if err != nil && provider.KindOf(err) == provider.KindInternal {
+			t.Errorf("%s on the sandbox whose socket is a link: %v, want success or a typed error", op, err)
+		}
+	}
+	r, err := execute(t, a2, provider.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat who; echo x > pwned"}})
+	if err == nil && strings.TrimSpace(r.stdout) != "a" {
+		t.Errorf("exec on sandbox a ran in another sandbox: it printed %q", r.stdout)
+	} else if err != nil {
+		typed("Exec", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+	defer cancel()
+	typed("WriteFile", a2.WriteFile(ctx, "written", strings.NewReader("x"), 0))
+	if rc, err := a2.ReadFile(ctx, "who"); err == nil {
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		if strings.TrimSpace(string(got)) != "a" {
+			t.Errorf("ReadFile on sandbox a read another sandbox's file: %q", got)
+		}
+	} else {
+		typed("ReadFile", err)
+	}
+	if out := mustSh(t, b, "ls"); strings.TrimSpace(out) != "who" {
+		t.Errorf("the other sandbox's workspace holds %q after the swap", out)
+	}
+	if after := dirB(); !slices.Equal(after, before) {
+		t.Errorf("the other sandbox's socket directory held %v, now %v", before, after)
+	}
 }

@@ -35,6 +35,12 @@ type Harness struct {
 	// in-sandbox daemon of a sandbox (used to check that memory stays
 	// bounded); tests needing it skip with a clear message when nil.
 	DaemonRSS func(t *testing.T, sb provider.Sandbox) int64
+	// DaemonSocket, if set, returns the host path of the socket through
+	// which the host reaches sb's daemon, for the test that replaces it
+	// with a link to another sandbox's (as a process in a sandbox that
+	// can write the socket's directory would); it is nil for providers
+	// that reach their daemons through no socket on the host.
+	DaemonSocket func(t *testing.T, sb provider.Sandbox) string
 	// ApproximateMemory, when set, says why the provider enforces memory
 	// limits by watching rather than through the kernel. The daemon's
 	// own work (its reads fill a cache counted against the limit) may
