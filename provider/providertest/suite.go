@@ -63,6 +63,7 @@ func Run(t *testing.T, h Harness) {
 		{"Hostile", hostileTests()},
 		{"Pause", pauseTests()},
 		{"Limits", limitTests()},
+		{"Memory", memoryTests()},
 		{"Attack", attackTests()},
 	} {
 		t.Run(g.name, func(t *testing.T) {
