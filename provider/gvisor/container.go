@@ -89,8 +89,15 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 			owner.Close()
 		}
 	}()
+	stat, err := makeMemoryCgroup(cid, hostMemory(res.Memory))
+	if err != nil {
+		return nil, err
+	}
+	if stat != nil {
+		defer stat.Close() // the sandbox has its own once started
+	}
 	err = writeBundle(bundleSpec{dir: dir, rootfs: rootfs, daemon: p.cfg.DaemonPath, resources: res,
-		openFiles: p.cfg.OpenFiles, cgroup: cgroupPath(cid)})
+		openFiles: p.cfg.OpenFiles, cgroup: cgroupPath(cid), hostStat: stat != nil})
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +105,7 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 	if err != nil {
 		return nil, err
 	}
-	pid, err := p.runContainer(ctx, cid, dir)
+	pid, err := p.runContainer(ctx, cid, dir, stat)
 	if err != nil {
 		return nil, err
 	}
@@ -191,6 +198,9 @@ func (p *Provider) teardown(ctx context.Context, cid string) error {
 			return fmt.Errorf("destroy container %s: %w", cid, err)
 		}
 		// runsc no longer knows it: never started, or deleted already.
+	}
+	if err := removeMemoryCgroup(cid); err != nil {
+		return fmt.Errorf("destroy container %s: %w", cid, err)
 	}
 	if err := wsimage.Unmount(filepath.Join(dir, workspaceDir)); err != nil {
 		return fmt.Errorf("destroy container %s: %w", cid, err)
