@@ -100,7 +100,6 @@ func (o *oomKiller) run() {
 			fmt.Fprintf(os.Stderr, "memory usage: %v\n", err)
 		case used > o.limit-memoryReserve(o.limit) || o.hostSeesMore(used):
 			if o.stopAndLook() {
-				o.kills.Add(1)
 				// The memory comes back as the processes exit.
 				time.Sleep(5 * time.Millisecond)
 				continue
@@ -309,6 +308,8 @@ func (o *oomKiller) killLargest() bool {
 	if victim < 0 {
 		return false
 	}
+	// Counted first: sandboxd reads the count once the command ends.
+	o.kills.Add(1)
 	for _, pr := range procs {
 		if pr.pid != o.self && pr.sid == victim {
 			_ = unix.Kill(pr.pid, unix.SIGKILL)
