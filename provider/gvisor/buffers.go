@@ -17,7 +17,7 @@ import (
 // process (pidfd_getfd, which its CAP_SYS_PTRACE, gVisor's, allows) and
 // counts a pipe at its capacity, which gVisor may hold whole (it never
 // shrinks a pipe's buffer once grown), and a socket at what is queued in
-// it either way.
+// it, to read and (but for unix sockets, whose peer queues it) to send.
 
 // buffers is what a scan found.
 type buffers struct {
@@ -97,6 +97,11 @@ func bufferSize(pidfd, fd int, pipe bool) int64 {
 		return int64(n)
 	}
 	in, _ := unix.IoctlGetInt(dup, unix.TIOCINQ) // FIONREAD
+	if domain, _ := unix.GetsockoptInt(dup, unix.SOL_SOCKET, unix.SO_DOMAIN); domain == unix.AF_UNIX {
+		// What a unix socket's peer sent is queued at this end only
+		// (its TIOCOUTQ is the same bytes).
+		return int64(max(in, 0))
+	}
 	out, _ := unix.IoctlGetInt(dup, unix.TIOCOUTQ)
 	return int64(max(in, 0)) + int64(max(out, 0))
 }

@@ -217,12 +217,12 @@ func writeBundle(b bundleSpec) error {
 // bytes. The daemon holds what the sandbox's processes use to memory
 // (see oomKiller): gVisor's count of it, and the kernel buffers that the
 // sentry keeps in its own heap. The host's limit adds the sentry's and
-// gofer's own memory (50-60 MiB), room for what processes take between
-// two looks of the daemon, and the buffers that commands freed but that
-// the sentry's collector has not yet given back: up to as much again as
-// the buffers it held (Go's heap grows to twice its live size before it
-// collects). Reaching it loses the sandbox.
-func hostMemory(memory int64) int64 { return 2*memory + 160<<20 }
+// gofer's own memory (50-60 MiB) and what processes take between two
+// looks of the daemon (256 MiB in all), and the buffers that killed
+// commands freed but that the sentry's collector has not yet given back:
+// up to as much again as the sandbox's limit (Go's heap grows to twice
+// its live size before it collects). Reaching it loses the sandbox.
+func hostMemory(memory int64) int64 { return 2*memory + 256<<20 }
 
 // hostPids is the host's process limit of a sandbox limited to pids
 // processes: the sandbox's processes are tasks of the sentry, bounded

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,12 +45,18 @@ type oomKiller struct {
 	self      int
 	kills     atomic.Int64
 
-	// The last scan of kernel buffers, when it started and how long it
-	// took: a scan looks at every descriptor, so it runs at most half the
-	// time, but when commands are stopped.
-	bufs buffers
-	last time.Time
-	took time.Duration
+	// The last count of kernel buffers. A scanner counts them in the
+	// background, at most half the time (a scan looks at every
+	// descriptor), every scanEvery (its nanoseconds), and says when they
+	// grew fast; a look counts them with commands stopped, which a
+	// background count begun before it must not undo (looks counts
+	// them).
+	mu        sync.Mutex
+	bufs      buffers
+	looks     int
+	lastLook  time.Time
+	scanEvery atomic.Int64
+	grew      atomic.Bool
 	// own is the sentry's own memory, as far as the daemon knows: the
 	// host's count less the sandbox's, at its lowest since the last
 	// look; rest is its lowest ever, the sentry at rest; -1 before the
@@ -73,6 +80,9 @@ const (
 	// ownSlack is how much the sentry's own memory may grow before the
 	// daemon looks for what grew it.
 	ownSlack = 16 << 20
+	// lookEvery is how often commands holding much in kernel buffers
+	// are stopped to count them.
+	lookEvery = 50 * time.Millisecond
 	// hostMargin: the host's count this close to the host's limit has
 	// the daemon kill even when the sandbox's count is under its own.
 	hostMargin = 32 << 20
@@ -83,6 +93,8 @@ func (o *oomKiller) run() {
 		return
 	}
 	o.own, o.rest = -1, -1
+	o.scanEvery.Store(int64(scanEvery))
+	go o.scanner()
 	for {
 		// With the host's count to go by, scans are for when it shows
 		// more than the daemon knows of; without, they are all there is.
@@ -92,13 +104,17 @@ func (o *oomKiller) run() {
 		if o.host != nil && o.own <= o.rest+ownSlack {
 			every = scanEveryHost
 		}
-		o.scan(every)
+		o.scanEvery.Store(int64(every))
+		// Buffers that grow fast between two scans fill faster than a
+		// scan can follow: commands are stopped for the next, and
+		// looks follow each other while they hold much.
+		growing := o.grew.Swap(false) || o.holdsMuch() && time.Since(o.lastLook) >= lookEvery
 		used, err := o.used()
 		wait := oomPollIdle
 		switch {
 		case err != nil:
 			fmt.Fprintf(os.Stderr, "memory usage: %v\n", err)
-		case used > o.limit-memoryReserve(o.limit) || o.hostSeesMore(used):
+		case used > o.limit-memoryReserve(o.limit) || growing || o.hostSeesMore(used):
 			if o.stopAndLook() {
 				// The memory comes back as the processes exit.
 				time.Sleep(5 * time.Millisecond)
@@ -117,7 +133,10 @@ func (o *oomKiller) run() {
 // they can.
 func (o *oomKiller) used() (int64, error) {
 	used, err := memoryUsed()
-	return used + processes()*processOverhead - selfRSS() + o.bufs.total, err
+	o.mu.Lock()
+	bufs := o.bufs.total
+	o.mu.Unlock()
+	return used + processes()*processOverhead - selfRSS() + bufs, err
 }
 
 // hostSeesMore reports whether the host counts more memory than the
@@ -149,7 +168,12 @@ func (o *oomKiller) hostSeesMore(used int64) bool {
 func (o *oomKiller) stopAndLook() bool {
 	o.signalAll(unix.SIGSTOP)
 	defer o.signalAll(unix.SIGCONT)
-	o.scan(0)
+	b := scanBuffers(o.self)
+	o.mu.Lock()
+	o.bufs = b
+	o.looks++
+	o.lastLook = time.Now()
+	o.mu.Unlock()
 	used, err := o.used()
 	if err != nil {
 		return false
@@ -205,15 +229,33 @@ func (o *oomKiller) hostUsed() (int64, error) {
 	return used, nil
 }
 
-// scan counts kernel buffers again if the last count is older than
-// every, and no sooner than it took; every 0 counts now.
-func (o *oomKiller) scan(every time.Duration) {
-	start := time.Now()
-	if every > 0 && start.Sub(o.last) < max(every, o.took) {
-		return
+// holdsMuch reports whether commands hold more than an eighth of the
+// limit in kernel buffers.
+func (o *oomKiller) holdsMuch() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.bufs.total > o.limit/8
+}
+
+// scanner counts kernel buffers in the background.
+func (o *oomKiller) scanner() {
+	for {
+		o.mu.Lock()
+		looks, before := o.looks, o.bufs.total
+		o.mu.Unlock()
+		start := time.Now()
+		b := scanBuffers(o.self)
+		took := time.Since(start)
+		o.mu.Lock()
+		if o.looks == looks {
+			o.bufs = b
+			if b.total-before > ownSlack {
+				o.grew.Store(true)
+			}
+		}
+		o.mu.Unlock()
+		time.Sleep(max(time.Duration(o.scanEvery.Load()), took))
 	}
-	o.bufs = scanBuffers(o.self)
-	o.last, o.took = start, time.Since(start)
 }
 
 // memoryReserve is how much of a sandbox's memory limit its commands
@@ -293,10 +335,13 @@ func memoryUsed() (int64, error) {
 // reports whether there was one.
 func (o *oomKiller) killLargest() bool {
 	procs := readProcs()
+	o.mu.Lock()
+	byPid := o.bufs.byPid
+	o.mu.Unlock()
 	held := map[int]int64{}
 	for _, pr := range procs {
 		if pr.pid != o.self && pr.sid != o.self {
-			held[pr.sid] += pr.rss*int64(os.Getpagesize()) + o.bufs.byPid[pr.pid]
+			held[pr.sid] += pr.rss*int64(os.Getpagesize()) + byPid[pr.pid]
 		}
 	}
 	victim, most := -1, int64(-1)
