@@ -199,13 +199,13 @@ func (p *Provider) teardown(ctx context.Context, cid string) error {
 		}
 		// runsc no longer knows it: never started, or deleted already.
 	}
-	if err := removeMemoryCgroup(cid); err != nil {
-		return fmt.Errorf("destroy container %s: %w", cid, err)
-	}
 	if err := wsimage.Unmount(filepath.Join(dir, workspaceDir)); err != nil {
 		return fmt.Errorf("destroy container %s: %w", cid, err)
 	}
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("destroy container %s: %w", cid, err)
+	}
+	if err := removeMemoryCgroup(cid); err != nil {
 		return fmt.Errorf("destroy container %s: %w", cid, err)
 	}
 	return nil
