@@ -182,8 +182,9 @@ const daemonReserve = 32
 func userProcesses(pids int64) int64 { return pids - min(daemonReserve, pids/4) }
 
 // teardown stops a container and removes all it held: runsc's sandbox
-// and gofer processes, its cgroups and state, the workspace's mount and
-// loop device, and its directory. A container that is already gone is
+// and gofer processes (those of its memory cgroup, whether runsc knows
+// them or not), its cgroups and state, the workspace's mount and loop
+// device, and its directory. A container that is already gone is
 // not an error.
 func (p *Provider) teardown(ctx context.Context, cid string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -197,7 +198,11 @@ func (p *Provider) teardown(ctx context.Context, cid string) error {
 		if _, serr := p.state(ctx, cid); serr == nil {
 			return fmt.Errorf("destroy container %s: %w", cid, err)
 		}
-		// runsc no longer knows it: never started, or deleted already.
+		// runsc no longer knows it: never started, deleted already, or
+		// started by a runsc run killed half-way, whose processes run.
+	}
+	if err := killCgroup(cid); err != nil {
+		return fmt.Errorf("destroy container %s: %w", cid, err)
 	}
 	if err := wsimage.Unmount(filepath.Join(dir, workspaceDir)); err != nil {
 		return fmt.Errorf("destroy container %s: %w", cid, err)
@@ -205,7 +210,7 @@ func (p *Provider) teardown(ctx context.Context, cid string) error {
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("destroy container %s: %w", cid, err)
 	}
-	if err := removeMemoryCgroup(cid); err != nil {
+	if err := removeCgroups(cid); err != nil {
 		return fmt.Errorf("destroy container %s: %w", cid, err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -58,18 +59,53 @@ func makeMemoryCgroup(cid string, limit int64) (*os.File, error) {
 	return f, nil
 }
 
-// removeMemoryCgroup removes a container's memory cgroup once its
-// processes are gone. A cgroup already gone is not an error.
-func removeMemoryCgroup(cid string) error {
-	dir := memoryCgroupDir(cid)
-	// The sandbox's processes may take a moment to leave it.
+// killCgroup kills every process left in a container's memory cgroup,
+// which are all the container's: the sandbox and gofer processes of a
+// container that runsc no longer knows (a runsc run killed half-way
+// leaves them running, and runsc delete cannot find them). A cgroup
+// already gone is not an error.
+func killCgroup(cid string) error {
+	procs := filepath.Join(memoryCgroupDir(cid), "cgroup.procs")
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		err := unix.Rmdir(dir)
-		switch {
-		case err == nil || errors.Is(err, unix.ENOENT):
+		b, err := os.ReadFile(procs)
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil
-		case !errors.Is(err, unix.EBUSY) || time.Now().After(deadline):
-			return fmt.Errorf("remove memory cgroup %s: %w", dir, err)
+		}
+		if err != nil {
+			return fmt.Errorf("memory cgroup: %w", err)
+		}
+		pids := strings.Fields(string(b))
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("memory cgroup %s: %d processes left", memoryCgroupDir(cid), len(pids))
+		}
+		for _, pid := range pids {
+			if n, err := strconv.Atoi(pid); err == nil {
+				_ = unix.Kill(n, unix.SIGKILL)
+			}
 		}
 	}
+}
+
+// removeCgroups removes a container's cgroups, in every hierarchy, once
+// its processes are gone: the memory cgroup the provider made, and those
+// runsc made and, having forgotten the container, did not remove. A
+// cgroup already gone is not an error.
+func removeCgroups(cid string) error {
+	dirs, _ := filepath.Glob(filepath.Join(filepath.Dir(memoryCgroupRoot), "*", cgroupPath(cid)))
+	for _, dir := range dirs {
+		// The sandbox's processes may take a moment to leave it.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			err := unix.Rmdir(dir)
+			if err == nil || errors.Is(err, unix.ENOENT) {
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				return fmt.Errorf("remove cgroup %s: %w", dir, err)
+			}
+		}
+	}
+	return nil
 }
