@@ -65,10 +65,11 @@ var sandboxEtc = sandboxspec.Etc()
 // run commands as the sandbox user and act on files as them (SETUID,
 // SETGID), to kill its commands (KILL), to remove what the user made
 // read-only (DAC_OVERRIDE), to confine its file operations to the
-// workspace (SYS_CHROOT: see sandboxd's asUser), and to mount the
-// writable places nodev, which runsc does not (SYS_ADMIN, in gVisor's
-// kernel, not the host's). Commands have none.
-var daemonCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_SYS_CHROOT", "CAP_SYS_ADMIN"}
+// workspace (SYS_CHROOT: see sandboxd's asUser), to mount the writable
+// places nodev, which runsc does not (SYS_ADMIN), and to count the
+// kernel buffers its commands hold (SYS_PTRACE: see scanBuffers); all
+// gVisor's, not the host's. Commands have none.
+var daemonCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_SYS_CHROOT", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE"}
 
 // bundleSpec is what a container is made from.
 type bundleSpec struct {
@@ -78,6 +79,7 @@ type bundleSpec struct {
 	resources provider.Resources
 	openFiles int64
 	cgroup    string // cgroupsPath
+	hostStat  bool   // the daemon is passed its memory cgroup's memory.stat
 }
 
 // writeBundle makes the container's directory: its root of mount points
@@ -160,12 +162,13 @@ func writeBundle(b bundleSpec) error {
 	)
 	bindRO(b.daemon, daemonPath)
 
-	cfg, err := json.Marshal(daemonConfig{UID: sandboxUID, GID: sandboxGID, Memory: b.resources.Memory})
+	memory := hostMemory(b.resources.Memory)
+	cfg, err := json.Marshal(daemonConfig{UID: sandboxUID, GID: sandboxGID, Memory: b.resources.Memory,
+		HostMemory: memory, HostStat: b.hostStat})
 	if err != nil {
 		return err
 	}
 	pids := hostPids(b.resources.Pids)
-	memory := hostMemory(b.resources.Memory)
 	swap := memory // no swap beyond the limit
 	res := &specs.LinuxResources{
 		Memory: &specs.LinuxMemory{Limit: &memory, Swap: &swap},
@@ -211,11 +214,15 @@ func writeBundle(b bundleSpec) error {
 }
 
 // hostMemory is the host's memory limit of a sandbox limited to memory
-// bytes: its processes' memory, which the daemon holds to memory (see
-// oomKiller), and the sentry's and gofer's own (50-60 MiB), with room
-// for what the processes take between two looks of the daemon.
-// Reaching it loses the sandbox.
-func hostMemory(memory int64) int64 { return memory + max(memory/2, 160<<20) }
+// bytes. The daemon holds what the sandbox's processes use to memory
+// (see oomKiller): gVisor's count of it, and the kernel buffers that the
+// sentry keeps in its own heap. The host's limit adds the sentry's and
+// gofer's own memory (50-60 MiB) and what processes take between two
+// looks of the daemon (256 MiB in all), and the buffers that killed
+// commands freed but that the sentry's collector has not yet given back:
+// up to as much again as the sandbox's limit (Go's heap grows to twice
+// its live size before it collects). Reaching it loses the sandbox.
+func hostMemory(memory int64) int64 { return 2*memory + 256<<20 }
 
 // hostPids is the host's process limit of a sandbox limited to pids
 // processes: the sandbox's processes are tasks of the sentry, bounded

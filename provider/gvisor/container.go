@@ -90,8 +90,15 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 			owner.Close()
 		}
 	}()
+	stat, err := makeMemoryCgroup(cid, hostMemory(res.Memory))
+	if err != nil {
+		return nil, err
+	}
+	if stat != nil {
+		defer stat.Close() // the sandbox has its own once started
+	}
 	err = writeBundle(bundleSpec{dir: dir, rootfs: rootfs, daemon: p.cfg.DaemonPath, resources: res,
-		openFiles: p.cfg.OpenFiles, cgroup: cgroupPath(cid)})
+		openFiles: p.cfg.OpenFiles, cgroup: cgroupPath(cid), hostStat: stat != nil})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +106,7 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 	if err != nil {
 		return nil, err
 	}
-	pid, err := p.runContainer(ctx, cid, dir)
+	pid, err := p.runContainer(ctx, cid, dir, stat)
 	if err != nil {
 		return nil, err
 	}
@@ -176,8 +183,9 @@ const daemonReserve = 32
 func userProcesses(pids int64) int64 { return pids - min(daemonReserve, pids/4) }
 
 // teardown stops a container and removes all it held: runsc's sandbox
-// and gofer processes, its cgroups and state, the workspace's mount and
-// loop device, and its directory. A container that is already gone is
+// and gofer processes (those of its memory cgroup, whether runsc knows
+// them or not), its cgroups and state, the workspace's mount and loop
+// device, and its directory. A container that is already gone is
 // not an error.
 func (p *Provider) teardown(ctx context.Context, cid string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -191,12 +199,19 @@ func (p *Provider) teardown(ctx context.Context, cid string) error {
 		if _, serr := p.state(ctx, cid); serr == nil {
 			return fmt.Errorf("destroy container %s: %w", cid, err)
 		}
-		// runsc no longer knows it: never started, or deleted already.
+		// runsc no longer knows it: never started, deleted already, or
+		// started by a runsc run killed half-way, whose processes run.
+	}
+	if err := killCgroup(cid); err != nil {
+		return fmt.Errorf("destroy container %s: %w", cid, err)
 	}
 	if err := wsimage.Unmount(filepath.Join(dir, workspaceDir)); err != nil {
 		return fmt.Errorf("destroy container %s: %w", cid, err)
 	}
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("destroy container %s: %w", cid, err)
+	}
+	if err := removeCgroups(cid); err != nil {
 		return fmt.Errorf("destroy container %s: %w", cid, err)
 	}
 	return nil

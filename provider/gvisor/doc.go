@@ -24,20 +24,23 @@
 //   - memory: gVisor's kernel keeps all the sandbox's memory and has no
 //     limit of its own, and the host's cgroup limit, reached, would kill
 //     it and lose the sandbox; so the daemon enforces Resources.Memory
-//     (less a reserve of its own, as in the linux provider), killing the
-//     command that holds the most when commands go past it (reported as
-//     ErrOutOfMemory), and the host's cgroup limit is higher by half, at
-//     least 160 MiB, for gVisor's own memory. The daemon polls, so the
-//     limit is approximate;
+//     (less a reserve of its own, as in the linux provider), counting
+//     gVisor's figure and the pipe and socket buffers the sentry keeps
+//     outside it, and watching the host cgroup's own count, which the
+//     provider passes in; it kills the command that holds the most when
+//     commands go past the limit (reported as ErrOutOfMemory). The
+//     host's cgroup limit is twice the sandbox's and 256 MiB, for
+//     gVisor's own memory and the buffers its collector has yet to give
+//     back. The daemon watches, so the limit is approximate;
 //   - processes: the sandbox user's RLIMIT_NPROC, which gVisor enforces,
 //     is Resources.Pids less a reserve of 32 for the daemon; the host's
 //     cgroup allows twice that and 512 more, for the threads gVisor runs
 //     them on; CPU is the host cgroup's quota;
 //   - the daemon runs as root of the sandbox with SETUID, SETGID, KILL,
-//     DAC_OVERRIDE, SYS_CHROOT and SYS_ADMIN (gVisor's, not the host's:
-//     it remounts the writable places nodev, and confines its file
-//     operations, see below) and no_new_privs; commands run as uid 1000
-//     with none.
+//     DAC_OVERRIDE, SYS_CHROOT, SYS_ADMIN and SYS_PTRACE (gVisor's, not
+//     the host's: it remounts the writable places nodev, confines its
+//     file operations, see below, and counts its commands' buffers) and
+//     no_new_privs; commands run as uid 1000 with none.
 //
 // gVisor follows a final symbolic link that open is told not to follow
 // when it is also told to open a directory, which os.Root relies on: so

@@ -298,3 +298,32 @@ func TestSweep(t *testing.T) {
 		t.Errorf("a dead process's warm container was not swept: %v", err)
 	}
 }
+
+// TestTeardownForgottenContainer tears down a started container whose
+// runsc state is gone, as after a runsc run killed half-way (its
+// deadline passed on a loaded host): its sandbox and gofer processes
+// still run, and teardown must end them and leave nothing.
+func TestTeardownForgottenContainer(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: -1})
+	c, err := p.startContainer(t.Context(), "", p.cfg.Defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.release()
+	states, _ := filepath.Glob(filepath.Join(p.cfg.StateDir, runscDir, "*"+c.id+"*"))
+	if len(states) == 0 {
+		t.Fatalf("no runsc state of container %s found to remove: the test would prove nothing", c.id)
+	}
+	for _, s := range states {
+		if err := os.RemoveAll(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !hasProcess(t, c.id) {
+		t.Fatalf("container %s has no process before teardown: the test would prove nothing", c.id)
+	}
+	if err := p.teardown(t.Context(), c.id); err != nil {
+		t.Errorf("teardown of a container runsc forgot: %v", err)
+	}
+	checkGone(t, p, &record{Container: c.id})
+}

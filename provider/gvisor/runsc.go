@@ -53,20 +53,29 @@ func (p *Provider) runsc(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 // runContainer starts the container of the bundle in dir, detached, with
-// its standard output and error going to the daemon's log.
+// its standard output and error going to the daemon's log, and stat,
+// unless nil, passed to the daemon as its descriptor hostStatFD.
 //
 // It returns the pid of the sandbox process, which runsc writes to a
 // file as it starts it: asking runsc state for it would start runsc
 // once more, a tenth of a cold creation's time.
-func (p *Provider) runContainer(ctx context.Context, cid, dir string) (int, error) {
+func (p *Provider) runContainer(ctx context.Context, cid, dir string, stat *os.File) (int, error) {
 	logf, err := os.OpenFile(filepath.Join(dir, daemonLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
 	}
 	defer logf.Close()
 	pidFile := filepath.Join(dir, runscPid)
-	cmd := p.runscCmd(ctx, filepath.Join(dir, runscLog), "run", "--detach", "--pid-file", pidFile, "--bundle", dir, cid)
+	args := []string{"run", "--detach", "--pid-file", pidFile, "--bundle", dir}
+	if stat != nil {
+		cmd0 := 3 // the first of cmd.ExtraFiles
+		args = append(args, "--pass-fd", fmt.Sprintf("%d:%d", cmd0, hostStatFD))
+	}
+	cmd := p.runscCmd(ctx, filepath.Join(dir, runscLog), append(args, cid)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if stat != nil {
+		cmd.ExtraFiles = []*os.File{stat}
+	}
 	if err := cmd.Run(); err != nil {
 		return 0, fmt.Errorf("runsc run: %w%s", err, logTail(dir))
 	}

@@ -69,6 +69,7 @@ func Run(t *testing.T, h Harness) {
 		{"Hostile", hostileTests()},
 		{"Pause", pauseTests()},
 		{"Limits", limitTests()},
+		{"Memory", memoryTests()},
 		{"Attack", attackTests()},
 	} {
 		t.Run(g.name, func(t *testing.T) {
