@@ -35,21 +35,37 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
 		since = time.Unix(0, ns)
 	}
 	top := "."
+	var name string
 	if r.URL.Query().Has("path") {
-		name, rel, err := s.relPath(r, true)
-		if err == nil {
-			if _, err = s.root.Stat(rel); err != nil {
-				err = s.fileError("export", name, err)
-			}
-		}
-		if err != nil {
+		var err error
+		if name, top, err = s.relPath(r); err != nil {
 			writeError(w, err)
 			return
 		}
-		top = rel
 	}
-	w.Header().Set("Content-Type", "application/x-tar")
-	if err := s.export(w, top, since); err != nil {
+	// The export runs confined (see asUser), as every operation on the
+	// workspace's contents does: it reads what the sandbox user may read
+	// and nothing outside the workspace, whatever a command does to the
+	// tree while it is walked. Its result is sent once the path is found.
+	started := false
+	err := s.asUser(func() error {
+		if top != "." {
+			if err := s.checkLinks(name, top, true); err != nil {
+				return err
+			}
+			if _, err := s.root.Stat(top); err != nil {
+				return s.fileError("export", name, err)
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-tar")
+		started = true
+		return s.export(w, top, since)
+	})
+	switch {
+	case err == nil:
+	case !started:
+		writeError(w, err)
+	default:
 		// The status is sent; breaking the stream is how the client
 		// learns that the archive is incomplete.
 		s.log.Warn("export workspace", "err", err)
@@ -77,6 +93,18 @@ func (s *Server) export(w io.Writer, top string, since time.Time) error {
 		FollowTop: true,
 		Live:      true,
 		HardLinks: true,
+		// A directory the sandbox user cannot read, or one replaced by a
+		// link that leads out of the workspace while it was walked, is
+		// written without its contents: the export holds what the user
+		// can read, as unreadable files are left out (exportRegular).
+		Skip: func(name string, err error) bool {
+			if errors.Is(err, fs.ErrPermission) || errors.Is(err, s.escape) ||
+				errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+				s.log.Info("export: directory left out", "path", name, "err", err)
+				return true
+			}
+			return false
+		},
 		Regular: func(tw *tar.Writer, hdr *tar.Header, name string, fi fs.FileInfo) (bool, error) {
 			return s.exportRegular(tw, w, hdr, name, fi, since)
 		},
@@ -497,8 +525,8 @@ func (s *Server) merge(src, dst string, check bool) error {
 			}
 			continue
 		case err == nil:
-			if err := s.root.RemoveAll(to); err != nil {
-				return s.fileError("import", to, err)
+			if err := s.remove(to, to); err != nil {
+				return err
 			}
 		case !errors.Is(err, fs.ErrNotExist):
 			return s.fileError("import", to, err)

@@ -18,10 +18,20 @@
 //
 // # Files
 //
-// File operations are confined to the workspace with [os.Root], which
-// resolves symbolic links without ever leaving it, so links the sandboxed
-// code made, and races on them, cannot reach other files. They run with
-// the file-system identity of the sandbox user, so what the daemon writes
-// the user owns, and what the user cannot read the daemon will not read
-// on its behalf.
+// Every operation on the workspace's contents (read, write, list,
+// remove, export, import) runs confined, on an OS thread of its own that
+// ends with it: with the sandbox user's uid, gid and no supplementary
+// groups or capabilities, and, where the daemon may chroot (linux and
+// gvisor), with the workspace as its root directory. So what the daemon
+// writes the user owns, what the user cannot read the daemon will not
+// read on its behalf, and no path, link or rename a command makes, even
+// while an operation walks the tree, can take it out of the workspace,
+// whatever the kernel makes of O_NOFOLLOW. Paths are resolved with
+// [os.Root], which refuses links that lead out of the workspace; below
+// the top, exports check that each directory they open is the one they
+// listed, and removals go by open directories and never follow links.
+// An export holds what the sandbox user can read: a file or directory
+// the user cannot read is left out (a directory keeps its entry, empty).
+// A removal gives a directory the user made read-only back its owner's
+// rights first, as the user could.
 package sandboxd

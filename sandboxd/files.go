@@ -22,45 +22,28 @@ import (
 // input rather than an unbounded answer.
 const maxDirEntries = 100_000
 
-// asUser runs fn on a thread whose file-system identity is the sandbox
-// user's, so what it creates the user owns and it may touch only what the
-// user may. The thread is the goroutine's alone until fn returns.
-func (s *Server) asUser(fn func() error) error {
-	if !s.switchUser {
-		return fn()
-	}
-	runtime.LockOSThread()
-	// setfsuid and setfsgid change only the calling thread, and report
-	// the previous value rather than an error.
-	if s.noFsuid {
-		return s.asUserEffective(fn)
-	}
-	prevGID, _ := unix.SetfsgidRetGid(s.cfg.GID)
-	prevUID, _ := unix.SetfsuidRetUid(s.cfg.UID)
-	err := fn()
-	_, _ = unix.SetfsuidRetUid(prevUID)
-	_, _ = unix.SetfsgidRetGid(prevGID)
-	runtime.UnlockOSThread()
-	return err
-}
-
-// asUserEffective is asUser where there is no setfsuid (gVisor): the
-// file-system ids follow the effective ids, which the raw system calls
-// change for the calling thread alone (Go's syscall.Setresuid would
-// change every thread).
-//
-// gVisor also follows a final symbolic link that open is told not to
-// follow when it is also told to open a directory (O_NOfalse with
-// O_DIRECTORY; Linux refuses), which os.Root relies on to see links: so
-// the thread first gets a root directory of its own, the workspace,
-// where links resolve inside the workspace whatever they say.
+// asUser runs fn confined: on an OS thread of its own whose root
+// directory is the workspace (where the daemon may chroot: see
+// canChroot) and whose every id is the sandbox user's, with no
+// capabilities. What fn creates the user owns; it may touch only what
+// the user may; and whatever a path or a link says, even one a command
+// swaps while fn walks it, resolution cannot leave the workspace, since
+// the thread's root is the workspace. Every operation on workspace
+// contents runs here: reads, writes, listings, removals, exports and
+// imports, on every provider, so that none depends on how a kernel
+// treats O_NOFOLLOW (gVisor follows a link that open is told not to
+// follow when it is also told to open a directory, which os.Root relies
+// on) or on rights the daemon holds and the user does not.
 //
 // The work runs in a goroutine of its own, whose thread is never
 // unlocked: it ends with the goroutine, and nothing else ever runs on it
 // as the sandbox user or in its root. (The caller's goroutine may live
-// on: an HTTP connection's serves request after request.)
-func (s *Server) asUserEffective(fn func() error) error {
-	runtime.UnlockOSThread() // asUser's, on the caller's thread
+// on: an HTTP connection's serves request after request.) A daemon that
+// is the sandbox user already has nothing to drop, and runs fn as it is.
+func (s *Server) asUser(fn func() error) error {
+	if !s.switchUser {
+		return fn()
+	}
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -69,12 +52,14 @@ func (s *Server) asUserEffective(fn func() error) error {
 	return <-done
 }
 
+// confined confines the calling thread, which is locked and never
+// unlocked, and runs fn on it. The raw system calls change the calling
+// thread alone (Go's syscall.Setresuid would change every thread).
 func (s *Server) confined(fn func() error) error {
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return fmt.Errorf("confine file operations: %w", err)
-	}
-	if err := unix.Chroot(s.cfg.Workspace); err != nil {
-		return fmt.Errorf("confine file operations: %w", err)
+	if s.chroot {
+		if err := chrootThread(s.cfg.Workspace); err != nil {
+			return fmt.Errorf("confine file operations: %w", err)
+		}
 	}
 	if _, _, errno := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); errno != 0 {
 		return fmt.Errorf("drop supplementary groups: %w", errno)
@@ -86,7 +71,50 @@ func (s *Server) confined(fn func() error) error {
 	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uid, uid, uid); errno != 0 {
 		return fmt.Errorf("switch to the sandbox user: %w", errno)
 	}
+	// A change of uid drops the capabilities, unless the daemon inherited
+	// SECBIT_NO_SETUID_FIXUP (the linux provider's host side sets it on
+	// the thread that starts the daemon): drop them outright.
+	if err := dropCapabilities(); err != nil {
+		return err
+	}
 	return fn()
+}
+
+// chrootThread makes dir the calling thread's root and working
+// directory. Threads share these until one unshares them (CLONE_FS).
+func chrootThread(dir string) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return err
+	}
+	if err := unix.Chroot(dir); err != nil {
+		return err
+	}
+	return unix.Chdir("/")
+}
+
+// canChroot reports whether file operations can run in a root of their
+// own, the workspace: the daemon needs CAP_SYS_CHROOT, and a seccomp
+// filter that lets it unshare CLONE_FS. Docker's default filter allows
+// unshare only with CAP_SYS_ADMIN, which the docker provider's daemon
+// does not have: there the confinement is os.Root's, which a Linux
+// kernel honours (O_NOFOLLOW at every step), and the user's rights.
+func canChroot(dir string) bool {
+	ok := make(chan bool, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		ok <- chrootThread(dir) == nil
+	}()
+	return <-ok
+}
+
+// dropCapabilities empties the calling thread's capability sets.
+func dropCapabilities() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData // version 3 takes two
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("drop capabilities: %w", err)
+	}
+	return nil
 }
 
 // fileError turns a failure on a workspace path into a typed error.
@@ -109,17 +137,22 @@ func (s *Server) fileError(op, name string, err error) error {
 }
 
 // relPath reads the path parameter of a request as a workspace path.
-// Where links are not seen by os.Root (see linkEscapes), a path that
-// leaves the workspace through one is refused here; followFinal says
-// whether the operation follows a link that is the path's last
-// component (reads do; writes and removals replace or remove the link).
-func (s *Server) relPath(r *http.Request, followFinal bool) (string, string, error) {
+func (s *Server) relPath(r *http.Request) (string, string, error) {
 	name := r.URL.Query().Get("path")
 	rel, err := provider.WorkspacePath(name)
-	if err == nil && s.noFsuid && s.linkEscapes(rel, followFinal) {
-		err = fmt.Errorf("%w: %q: path leaves %s", provider.ErrBadInput, name, provider.Workspace)
-	}
 	return name, rel, err
+}
+
+// checkLinks refuses, where links are not seen by os.Root (see
+// linkEscapes), a path that leaves the workspace through one; followFinal
+// says whether the operation follows a link that is the path's last
+// component (reads do; writes and removals replace or remove the link).
+// It runs confined (asUser), as the operation does.
+func (s *Server) checkLinks(name, rel string, followFinal bool) error {
+	if s.noFsuid && s.linkEscapes(rel, followFinal) {
+		return fmt.Errorf("%w: %q: path leaves %s", provider.ErrBadInput, name, provider.Workspace)
+	}
+	return nil
 }
 
 // fsuidMissing reports whether the kernel lacks setfsuid, as gVisor
@@ -136,7 +169,7 @@ const maxLinks = 40
 // through a symbolic link out of it. os.Root finds that out itself,
 // except on gVisor, which follows a link that open is told not to
 // follow when it is also told to open a directory: there file
-// operations run in a root of their own, the workspace (asUserEffective),
+// operations run in a root of their own, the workspace (asUser),
 // so that a link cannot take them out whatever it says, and this check
 // gives such paths the answer they get elsewhere, bad input. A link
 // changed between the check and the operation changes only the answer.
@@ -194,18 +227,23 @@ func (s *Server) open(rel string) (*os.File, error) {
 }
 
 func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
-	name, rel, err := s.relPath(r, true)
+	name, rel, err := s.relPath(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	var f *os.File
 	err = s.asUser(func() error {
-		f, err = s.open(rel)
-		return err
+		if err := s.checkLinks(name, rel, true); err != nil {
+			return err
+		}
+		if f, err = s.open(rel); err != nil {
+			return s.fileError("read", name, err)
+		}
+		return nil
 	})
 	if err != nil {
-		writeError(w, s.fileError("read", name, err))
+		writeError(w, err)
 		return
 	}
 	defer f.Close()
@@ -224,7 +262,7 @@ func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
-	name, rel, err := s.relPath(r, false)
+	name, rel, err := s.relPath(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -251,6 +289,9 @@ func (s *Server) writeFile(rel, name string, r io.Reader, mode fs.FileMode) erro
 	}
 	mode = sanitizeMode(mode)
 	return s.asUser(func() error {
+		if err := s.checkLinks(name, rel, false); err != nil {
+			return err
+		}
 		dir := path.Dir(rel)
 		if err := s.root.MkdirAll(dir, 0o755); err != nil {
 			return s.fileError("write", name, err)
@@ -288,7 +329,7 @@ func sanitizeMode(m fs.FileMode) fs.FileMode {
 }
 
 func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
-	name, rel, err := s.relPath(r, false)
+	name, rel, err := s.relPath(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -297,33 +338,30 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: remove %q: the workspace itself cannot be removed", provider.ErrBadInput, name))
 		return
 	}
-	// RemoveAll says nothing of a path it cannot resolve; Lstat tells a
-	// missing path from one that leads out of the workspace.
-	if _, err := s.root.Lstat(rel); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			w.WriteHeader(http.StatusNoContent)
-			return
+	err = s.asUser(func() error {
+		if err := s.checkLinks(name, rel, false); err != nil {
+			return err
 		}
-		writeError(w, s.fileError("remove", name, err))
-		return
-	}
-	// The daemon's own rights, not the user's: the caller owns the
-	// workspace, and a tree the user made read-only must still go.
-	if err := s.root.RemoveAll(rel); err != nil {
-		writeError(w, s.fileError("remove", name, err))
+		return s.remove(rel, name)
+	})
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) handleListDir(w http.ResponseWriter, r *http.Request) {
-	name, rel, err := s.relPath(r, true)
+	name, rel, err := s.relPath(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	var infos []provider.FileInfo
 	err = s.asUser(func() error {
+		if err := s.checkLinks(name, rel, true); err != nil {
+			return err
+		}
 		infos, err = s.listDir(rel, name)
 		return err
 	})

@@ -25,43 +25,45 @@ type procs struct {
 	done    chan struct{}
 	// cmdAdj, when set, is the oom_score_adj commands get.
 	cmdAdj []byte
-	// forks, when not nil, takes the forks to run on the thread that
-	// lives in the commands' cgroup.
+	// forks takes the forks to run on the forking thread (forkLoop).
 	forks chan func()
 }
 
-// newProcs starts the reaper, and when cgroup (a cgroup v1 tasks file)
-// is not nil the thread that forks commands into it.
+// newProcs starts the reaper and the thread that forks commands, into
+// cgroup (a cgroup v1 tasks file) if it is not nil.
 func newProcs(cmdAdj int, cgroup *os.File) (*procs, error) {
 	p := &procs{
 		waiting: map[int]chan unix.WaitStatus{},
 		sigs:    make(chan os.Signal, 1),
 		done:    make(chan struct{}),
+		forks:   make(chan func()),
 	}
 	if cmdAdj != 0 {
 		p.cmdAdj = []byte(strconv.Itoa(cmdAdj))
 	}
-	if cgroup != nil {
-		p.forks = make(chan func())
-		errc := make(chan error, 1)
-		go p.forkLoop(cgroup, errc)
-		if err := <-errc; err != nil {
-			return nil, err
-		}
+	errc := make(chan error, 1)
+	go p.forkLoop(cgroup, errc)
+	if err := <-errc; err != nil {
+		return nil, err
 	}
 	signal.Notify(p.sigs, unix.SIGCHLD)
 	go p.reapLoop()
 	return p, nil
 }
 
-// forkLoop moves one OS thread into the commands' cgroup and forks every
-// command from it: a process is born in the cgroup of the thread that
-// forks it, so commands never run outside, and the rest of the daemon
-// stays out. The thread is moved once, not around each fork: moving a
-// thread takes a lock that waits for every CPU. It never leaves the
-// cgroup, and ends with the goroutine, which never unlocks it.
-// (Commands' parent-death signal belongs to this thread too, and it
-// lives as long as the daemon.)
+// forkLoop forks every command from one OS thread, which lives as long
+// as the daemon: a command's parent-death signal (SIGKILL) belongs to
+// the thread that forked it, and the daemon's other threads may end (a
+// goroutine that locked its thread and returns takes the thread with
+// it, as file operations do: see asUser), which would kill the
+// commands they happened to fork.
+//
+// With a cgroup, the thread moves into the commands' cgroup first: a
+// process is born in the cgroup of the thread that forks it, so commands
+// never run outside, and the rest of the daemon stays out. The thread is
+// moved once, not around each fork: moving a thread takes a lock that
+// waits for every CPU. It never leaves the cgroup, and ends with the
+// goroutine, which never unlocks it.
 func (p *procs) forkLoop(cgroup *os.File, errc chan<- error) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
@@ -76,9 +78,11 @@ func (p *procs) forkLoop(cgroup *os.File, errc chan<- error) {
 		return
 	}
 	// 0 is the writing thread.
-	if _, err := cgroup.Write([]byte("0")); err != nil {
-		errc <- fmt.Errorf("sandboxd: move the forking thread into the commands' cgroup: %w", err)
-		return
+	if cgroup != nil {
+		if _, err := cgroup.Write([]byte("0")); err != nil {
+			errc <- fmt.Errorf("sandboxd: move the forking thread into the commands' cgroup: %w", err)
+			return
+		}
 	}
 	errc <- nil
 	for {
@@ -91,11 +95,8 @@ func (p *procs) forkLoop(cgroup *os.File, errc chan<- error) {
 	}
 }
 
-// forkExec runs syscall.ForkExec, on the forking thread if there is one.
+// forkExec runs syscall.ForkExec on the forking thread.
 func (p *procs) forkExec(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
-	if p.forks == nil {
-		return syscall.ForkExec(path, argv, attr)
-	}
 	done := make(chan struct{})
 	select {
 	case p.forks <- func() {

@@ -78,8 +78,10 @@ type Server struct {
 	running    atomic.Int64
 	devNull    *os.File // every command's stdin, unless it has one
 	switchUser bool     // commands and file operations switch to UID/GID
-	// noFsuid: the kernel has no setfsuid (gVisor); see asUserEffective.
+	// noFsuid: the kernel has no setfsuid: gVisor, whose quirks
+	// linkEscapes and exportRegular allow for.
 	noFsuid bool
+	chroot  bool // file operations run in a root of their own: see asUser
 }
 
 // New makes a daemon serving cfg.Workspace.
@@ -116,6 +118,13 @@ func New(cfg Config) (*Server, error) {
 		switchUser: cfg.UID != os.Geteuid() || cfg.GID != os.Getegid(),
 		noFsuid:    fsuidMissing(),
 		configured: make(chan struct{}),
+	}
+	if s.switchUser {
+		// gVisor follows links that os.Root relies on open not to
+		// follow: there the workspace as root is what confines.
+		if s.chroot = canChroot(cfg.Workspace); !s.chroot && s.noFsuid {
+			return nil, errors.New("sandboxd: file operations cannot be confined to the workspace: the daemon needs CAP_SYS_CHROOT and unshare(CLONE_FS)")
+		}
 	}
 	if !cfg.Deferred {
 		close(s.configured)

@@ -8,6 +8,7 @@ package tartree
 import (
 	"archive/tar"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -61,6 +62,10 @@ type Options struct {
 	// HardLinks writes the second and later names of a file with
 	// several as hard links to its first.
 	HardLinks bool
+	// Skip, if set, reports whether a directory that cannot be opened or
+	// read, for err, is written without its contents rather than failing
+	// the whole. Nil skips none but, when Live, those removed meanwhile.
+	Skip func(name string, err error) bool
 	// Regular writes a regular file: hdr is its header but for its type
 	// and size. It reports whether it wrote it; a file it leaves out has
 	// no later hard links to it. Nil writes the file whole, as it is
@@ -112,14 +117,27 @@ func (t *tree) walk(name, rel string, fi fs.FileInfo) error {
 	}
 	d, err := t.fsys.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		if t.opts.Live && errors.Is(err, fs.ErrNotExist) {
+		if t.skip(name, err) {
+			return nil
+		}
+		return err
+	}
+	// What was opened must be the directory seen: one replaced since,
+	// by a link say, is not walked, so the walk never goes where a link
+	// leads nor round a loop, however the file system resolves names.
+	if dfi, err := d.Stat(); err != nil || !os.SameFile(fi, dfi) {
+		d.Close()
+		if err == nil {
+			err = fmt.Errorf("%s: replaced while the tree was written", name)
+		}
+		if t.opts.Live {
 			return nil
 		}
 		return err
 	}
 	entries, err := d.ReadDir(-1)
 	d.Close()
-	if err != nil && !(t.opts.Live && errors.Is(err, fs.ErrNotExist)) {
+	if err != nil && !t.skip(name, err) {
 		return err
 	}
 	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
@@ -136,6 +154,15 @@ func (t *tree) walk(name, rel string, fi fs.FileInfo) error {
 		}
 	}
 	return nil
+}
+
+// skip reports whether the directory name, which failed with err, is
+// written without its contents.
+func (t *tree) skip(name string, err error) bool {
+	if t.opts.Live && errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	return t.opts.Skip != nil && t.opts.Skip(name, err)
 }
 
 // entry writes one entry.

@@ -32,6 +32,10 @@
 // loopback unless the spec asks for NetworkOpen (Docker's bridge).
 // Commands run as an unprivileged user with no capabilities. The
 // writable places are /workspace, /tmp and /dev/shm, nosuid and nodev.
+// The daemon's operations on the workspace's contents run as that user
+// too, without capabilities, confined by os.Root (Docker's seccomp
+// profile refuses the unshare a chroot per operation needs; see
+// sandboxd's Files).
 //
 // # Kernel counters per user
 //

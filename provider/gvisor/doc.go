@@ -44,9 +44,11 @@
 //
 // gVisor follows a final symbolic link that open is told not to follow
 // when it is also told to open a directory, which os.Root relies on: so
-// the daemon's file operations run as the sandbox user in a root of
-// their own, the workspace, and sandboxd checks each path's links
-// itself to refuse those that leave it.
+// every operation of the daemon on the workspace's contents (reads,
+// writes, listings, removals, exports, imports) runs as the sandbox user,
+// without capabilities, in a root of its own, the workspace, and
+// sandboxd checks each path's links itself to refuse those that leave
+// it (see sandboxd's Files).
 //
 // # What needs root
 //

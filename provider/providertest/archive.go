@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ func archiveTests() []test {
 	return []test{
 		{name: "RoundTrip", fn: testArchiveRoundTrip},
 		{name: "Hostile", fn: testArchiveHostile},
+		{name: "UserRights", fn: testArchiveUserRights},
 	}
 }
 
@@ -297,4 +299,36 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// testArchiveUserRights checks that an export reads with the sandbox
+// user's rights, no more: what the user cannot read is left out (a
+// directory keeps its entry, empty), and the rest comes whole.
+func testArchiveUserRights(t *testing.T, s *suite) {
+	_, sb := s.sandbox(t)
+	mustSh(t, sb, `mkdir -p shut/sub && echo in > shut/sub/f && echo secret > closed &&
+echo open > open && chmod 000 closed shut`)
+	ctx := timeout(t, opTimeout)
+	rc, err := sb.Export(ctx)
+	if err != nil {
+		t.Fatalf("Export: %v", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(rc, maxTestTar))
+	rc.Close()
+	if err != nil {
+		t.Fatalf("reading the export: %v", err)
+	}
+	hdrs := readTar(t, data)
+	if _, ok := hdrs["open"]; !ok {
+		t.Errorf("the export lacks a file the user can read; it holds %v", slices.Sorted(maps.Keys(hdrs)))
+	}
+	for _, name := range []string{"closed", "shut/sub", "shut/sub/f"} {
+		if _, ok := hdrs[name]; ok {
+			t.Errorf("the export holds %s, which the sandbox user cannot read", name)
+		}
+	}
+	if _, ok := hdrs["shut"]; !ok {
+		t.Errorf("the export lacks the entry of a directory the user cannot read; it holds %v", slices.Sorted(maps.Keys(hdrs)))
+	}
+	checkServing(t, sb)
 }

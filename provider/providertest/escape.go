@@ -27,6 +27,7 @@ func escapeTests() []test {
 		{name: "Symlinks", fn: testEscapeSymlinks},
 		{name: "SymlinkRace", fn: testEscapeRace},
 		{name: "WorkspaceRoot", fn: testWorkspaceRoot},
+		{name: "LinkSwapRace", serial: true, fn: testLinkSwapRace},
 	}
 }
 

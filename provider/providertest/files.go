@@ -236,6 +236,10 @@ func testRemove(t *testing.T, s *suite) {
 		{name: "EmptyDir", setup: "mkdir e", path: "e", gone: []string{"e"}},
 		// What go mod download leaves: a tree the user may not write to.
 		{name: "ReadOnlyTree", setup: "mkdir -p ro/sub && echo x > ro/sub/f && chmod -R a-w ro", path: "ro", gone: []string{"ro"}},
+		// Removal acts as the sandbox user, who owns the tree and may
+		// give it back the rights it took away.
+		{name: "UnreadableTree", setup: "mkdir -p nr/sub && echo x > nr/sub/f && chmod 000 nr/sub nr", path: "nr", gone: []string{"nr"}},
+		{name: "InReadOnlyDir", setup: "mkdir -p rd && echo x > rd/f && echo y > rd/g && chmod a-w rd", path: "rd/f", gone: []string{"rd/f"}, kept: []string{"rd/g"}},
 		{name: "LinkNotTarget", setup: "mkdir -p real && echo x > real/f && ln -s real link", path: "link", gone: []string{"link"}, kept: []string{"real/f"}},
 	}
 	_, sb := s.sandbox(t)
