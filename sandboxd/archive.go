@@ -269,7 +269,7 @@ func (s *Server) importTar(r io.Reader) error {
 	defer s.root.RemoveAll(stage)
 	im := &importer{s: s, stage: stage, opened: map[string]*os.File{}, buf: make([]byte, 256<<10)}
 	defer im.close()
-	if err := im.unpack(tar.NewReader(r)); err != nil {
+	if err := im.unpack(sparsetar.NewReader(r)); err != nil {
 		return err
 	}
 	if err := im.finish(); err != nil {
@@ -309,7 +309,7 @@ func (im *importer) close() {
 	}
 }
 
-func (im *importer) unpack(tr *tar.Reader) error {
+func (im *importer) unpack(tr *sparsetar.Reader) error {
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -325,7 +325,7 @@ func (im *importer) unpack(tr *tar.Reader) error {
 }
 
 // entry unpacks one entry of the archive, whose data r holds.
-func (im *importer) entry(hdr *tar.Header, r io.Reader) error {
+func (im *importer) entry(hdr *tar.Header, r *sparsetar.Reader) error {
 	s := im.s
 	rel, err := archivePath(hdr.Name)
 	if err != nil || rel == "." {
@@ -433,13 +433,22 @@ func archivePath(name string) (string, error) {
 
 // unpackFile writes one file of an archive as name in the directory
 // open as dirfd. name is one path component, and O_NOFOLLOW refuses a
-// symbolic link in its place, so the file cannot land elsewhere.
-func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r io.Reader, mode fs.FileMode, buf []byte) error {
+// symbolic link in its place, so the file cannot land elsewhere. A
+// sparse file's data is written at its extents and its holes left as
+// holes: never written, never read as zeros.
+func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r *sparsetar.Reader, mode fs.FileMode, buf []byte) error {
 	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode))
 	if err != nil {
 		return s.fileError("import", hdr.Name, err)
 	}
-	_, err = untar.WriteData(fd, r, buf)
+	if ext, ok := r.Extents(); ok {
+		_, err = untar.WriteExtents(fd, r, ext, hdr.Size, buf)
+		if err == io.ErrUnexpectedEOF {
+			err = fmt.Errorf("%w: import %q: the archive ends inside it", provider.ErrBadInput, truncate(hdr.Name))
+		}
+	} else {
+		_, err = untar.WriteData(fd, r, buf)
+	}
 	if err == nil {
 		err = unix.Fchmod(fd, uint32(mode))
 	}
@@ -449,6 +458,9 @@ func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r io.Reader
 	}
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
+	}
+	if errors.Is(err, provider.ErrBadInput) {
+		return err
 	}
 	if err != nil {
 		return s.fileError("import", hdr.Name, err)

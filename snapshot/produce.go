@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/berth-dev/berth/internal/sparsetar"
 )
 
 // produce reads the source's tar stream into entries and jobs.
@@ -23,7 +25,7 @@ func (sv *saver) produce(ctx context.Context, since time.Time) error {
 	defer rc.Close()
 	// The tar reader reads 512-byte blocks; a buffer makes those memory
 	// copies rather than reads of the stream (a pipe, an HTTP body).
-	tr := tar.NewReader(bufio.NewReaderSize(rc, 256<<10))
+	tr := sparsetar.NewReader(bufio.NewReaderSize(rc, 256<<10))
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -55,10 +57,17 @@ func (sv *saver) produce(ctx context.Context, since time.Time) error {
 			return fmt.Errorf("%w: snapshot: source archive: %v", ErrBadInput, err)
 		}
 		if e.Type == typeFile {
-			if hdr.PAXRecords[UnchangedRecord] == "1" {
+			err = sv.checkSize(hdr)
+			switch {
+			case err != nil:
+			case hdr.PAXRecords[UnchangedRecord] == "1":
 				err = sv.addUnchanged(ctx, e, hdr)
-			} else {
-				err = sv.addContents(ctx, e, tr, hdr.Size)
+			default:
+				if ext, ok := tr.Extents(); ok {
+					err = sv.addSparse(ctx, e, tr, ext, hdr.Size)
+				} else {
+					err = sv.addContents(ctx, e, tr, hdr.Size)
+				}
 			}
 			if errors.Is(err, errVanished) {
 				delete(sv.check.seen, e.Path)
@@ -150,6 +159,79 @@ func (sv *saver) skip(path string, why error) {
 	}
 }
 
+// checkSize leaves out a file whose size, holes included, passes the
+// store's bounds (see WithMaxFileSize), before anything of it is read;
+// and a sparse file in a format that the tar reader reads holes and all,
+// as zeros: reading a hole of terabytes would cost what the hole does
+// not, and sandboxd never writes that format.
+func (sv *saver) checkSize(hdr *tar.Header) error {
+	size := hdr.Size
+	if hdr.PAXRecords[UnchangedRecord] == "1" {
+		n, err := strconv.ParseInt(hdr.PAXRecords[SizeRecord], 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%w: snapshot: source archive: %q: bad %s record", ErrBadInput, truncate(hdr.Name), SizeRecord)
+		}
+		size = n
+	}
+	switch {
+	case sparsetar.Foreign(hdr):
+		return &skipError{errors.New("a sparse file in a format whose holes would be read as zeros")}
+	case size > sv.store.maxFileSize:
+		return &skipError{fmt.Errorf("%d bytes, holes included, more than the %d a snapshot keeps of one file", size, sv.store.maxFileSize)}
+	case size > sv.store.maxTotalSize-sv.size:
+		return &skipError{fmt.Errorf("%d bytes, holes included, would take the snapshot past the %d bytes of files it keeps", size, sv.store.maxTotalSize)}
+	}
+	return nil
+}
+
+// addSparse reads a sparse file's data, which r holds for the extents
+// ext, into chunks; the holes between them are references to no chunk,
+// one whatever its length. Chunks are cut at the same offsets as a file
+// without holes is, so that both share them.
+func (sv *saver) addSparse(ctx context.Context, e *entry, r io.Reader, ext []sparsetar.Extent, size int64) error {
+	if size < packLimit {
+		// Small: packed whole, its few holes as zeros.
+		b := make([]byte, size)
+		for _, x := range ext {
+			if _, err := io.ReadFull(r, b[x.Off:x.Off+x.Len]); err != nil {
+				return readErr(ctx, fmt.Errorf("snapshot: read %q from the source: %w", e.Path, err))
+			}
+		}
+		return sv.addSmall(ctx, e, bytes.NewReader(b), size)
+	}
+	hole := func(n int64) {
+		if n > 0 {
+			e.Chunks = append(e.Chunks, &ref{Len: n})
+			e.Size += n
+			sv.doneBytes.Add(n)
+		}
+	}
+	for _, x := range ext {
+		hole(x.Off - e.Size)
+		for end := x.Off + x.Len; e.Size < end; {
+			n := min(end, (e.Size/chunkSize+1)*chunkSize) - e.Size
+			buf, err := sv.acquire(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := io.ReadFull(r, (*buf)[:n]); err != nil {
+				sv.release(buf)
+				return readErr(ctx, fmt.Errorf("snapshot: read %q from the source: %w", e.Path, err))
+			}
+			*buf = (*buf)[:n]
+			r := &ref{Len: n}
+			e.Chunks = append(e.Chunks, r)
+			e.Size += n
+			sv.doneBytes.Add(n)
+			if err := sv.send(ctx, &job{buf: buf, ref: r}); err != nil {
+				return err
+			}
+		}
+	}
+	hole(size - e.Size)
+	return nil
+}
+
 // addUnchanged takes a file the source sent without contents from the
 // parent, or else asks the source for it.
 func (sv *saver) addUnchanged(ctx context.Context, e *entry, hdr *tar.Header) error {
@@ -172,6 +254,14 @@ func (sv *saver) addUnchanged(ctx context.Context, e *entry, hdr *tar.Header) er
 		return fmt.Errorf("snapshot: read %q from the source: %w", e.Path, err)
 	}
 	defer rc.Close()
+	if sf, ok := rc.(extentReader); ok {
+		if ext, size, ok := sf.Extents(); ok {
+			if size > sv.store.maxFileSize || size > sv.store.maxTotalSize-sv.size {
+				return &skipError{fmt.Errorf("%d bytes, holes included, more than a snapshot keeps", size)}
+			}
+			return sv.addSparse(ctx, e, rc, ext, size)
+		}
+	}
 	return sv.addContents(ctx, e, rc, -1)
 }
 
