@@ -110,12 +110,19 @@ func (s *Server) exportRegular(tw *tar.Writer, w io.Writer, hdr *tar.Header, nam
 	}
 	hdr.Typeflag, hdr.Size, hdr.ModTime = tar.TypeReg, fi.Size(), fi.ModTime()
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < fi.Size() {
-		if ext, ok := dataExtents(f, fi.Size(), st.Blocks*512); ok {
+		ext, ok, err := dataExtents(f, fi.Size(), st.Blocks*512)
+		if err != nil {
+			return true, exportSkipped(tw, hdr, err)
+		}
+		if ok {
 			return true, exportSparse(tw, w, hdr, f, ext)
 		}
 	} else if s.noFsuid && fi.Size() >= scanMin {
 		// gVisor reports every file fully allocated, and all data: the
 		// file is read once more, for its blocks of zeros.
+		if err := checkScan(f, fi.Size()); err != nil {
+			return true, exportSkipped(tw, hdr, err)
+		}
 		if ext, ok := scanExtents(f, fi.Size()); ok && extentsLen(ext) <= fi.Size()/2 {
 			return true, exportSparse(tw, w, hdr, f, ext)
 		}
@@ -134,18 +141,55 @@ func (s *Server) exportRegular(tw *tar.Writer, w io.Writer, hdr *tar.Header, nam
 // dataExtents lists where the data of a file of size bytes, allocated
 // bytes of it on disk, is: by SEEK_DATA and SEEK_HOLE, or, where these
 // call everything data (gVisor), by reading it for blocks of zeros. It
-// reports false when it cannot tell.
-func dataExtents(f *os.File, size, allocated int64) ([]sparsetar.Extent, bool) {
+// reports false when it cannot tell, and an error for a file that would
+// have to be read and is too large to (see checkScan).
+func dataExtents(f *os.File, size, allocated int64) ([]sparsetar.Extent, bool, error) {
 	ext, ok := seekExtents(f, size)
 	if ok && extentsLen(ext) > 2*allocated+sparsetar.BlockSize {
-		return scanExtents(f, size)
+		if err := checkScan(f, size); err != nil {
+			return nil, false, err
+		}
+		ext, ok = scanExtents(f, size)
 	}
-	return ext, ok
+	return ext, ok, nil
 }
 
 // scanMin is the smallest file worth reading twice to find its holes
 // where the file system does not say (see exportRegular).
 const scanMin = 1 << 20
+
+// maxScan bounds the size of a file read for its holes where the file
+// system does not say where they are: reading costs the file's size,
+// holes included, however little data it holds.
+const maxScan = 64 << 30
+
+// checkScan says whether a file of size bytes, whose holes the file
+// system does not show, may be read whole: if it is at most maxScan, or
+// if it is no larger than the bytes its file system uses, so that
+// reading it costs no more than the data the workspace holds. A larger
+// file is mostly holes, and is left out (see exportSkipped).
+func checkScan(f *os.File, size int64) error {
+	if size <= maxScan {
+		return nil
+	}
+	var st unix.Statfs_t
+	var used int64
+	if err := unix.Fstatfs(int(f.Fd()), &st); err == nil {
+		used = int64(st.Blocks-st.Bfree) * st.Frsize
+	}
+	if size <= used {
+		return nil
+	}
+	return fmt.Errorf("%d bytes, holes included, on a file system that cannot show holes: more than the %d bytes read to find them, and than the %d bytes of data the file system holds", size, int64(maxScan), used)
+}
+
+// exportSkipped writes a regular file as left out, saying why (see
+// provider.PAXSkipped).
+func exportSkipped(tw *tar.Writer, hdr *tar.Header, why error) error {
+	hdr.Size = 0
+	hdr.PAXRecords = map[string]string{provider.PAXSkipped: why.Error()}
+	return tw.WriteHeader(hdr)
+}
 
 func extentsLen(ext []sparsetar.Extent) int64 {
 	var n int64
@@ -340,6 +384,9 @@ func (im *importer) entry(hdr *tar.Header, r *sparsetar.Reader) error {
 		}
 		im.dirs = append(im.dirs, deferred{name: dst, mode: mode, mtime: hdr.ModTime})
 	case tar.TypeReg:
+		if hdr.PAXRecords[provider.PAXSkipped] != "" {
+			return nil // an export left it out: there is nothing to make
+		}
 		dir, err := im.dir(path.Dir(dst))
 		if err != nil {
 			return s.fileError("import", hdr.Name, err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/sparsetar"
+	"github.com/berth-dev/berth/provider"
 )
 
 // produce reads the source's tar stream into entries and jobs.
@@ -159,14 +160,15 @@ func (sv *saver) skip(path string, why error) {
 	}
 }
 
-// checkSize leaves out a file whose size, holes included, passes the
+// checkSize leaves out a file the source left out (see
+// provider.PAXSkipped); a file whose size, holes included, passes the
 // store's bounds (see WithMaxFileSize), before anything of it is read;
 // and a sparse file in a format that the tar reader reads holes and all,
 // as zeros: reading a hole of terabytes would cost what the hole does
 // not, and sandboxd never writes that format.
 func (sv *saver) checkSize(hdr *tar.Header) error {
 	size := hdr.Size
-	if hdr.PAXRecords[UnchangedRecord] == "1" {
+	if hdr.PAXRecords[UnchangedRecord] == "1" && hdr.PAXRecords[provider.PAXSkipped] == "" {
 		n, err := strconv.ParseInt(hdr.PAXRecords[SizeRecord], 10, 64)
 		if err != nil || n < 0 {
 			return fmt.Errorf("%w: snapshot: source archive: %q: bad %s record", ErrBadInput, truncate(hdr.Name), SizeRecord)
@@ -174,6 +176,8 @@ func (sv *saver) checkSize(hdr *tar.Header) error {
 		size = n
 	}
 	switch {
+	case hdr.PAXRecords[provider.PAXSkipped] != "":
+		return &skipError{fmt.Errorf("left out by the source: %s", truncate(hdr.PAXRecords[provider.PAXSkipped]))}
 	case sparsetar.Foreign(hdr):
 		return &skipError{errors.New("a sparse file in a format whose holes would be read as zeros")}
 	case size > sv.store.maxFileSize:

@@ -72,6 +72,10 @@ func (s sandboxSource) ReadFile(ctx context.Context, path string) (io.ReadCloser
 		}
 		return nil, err
 	}
+	if why := hdr.PAXRecords[provider.PAXSkipped]; why != "" {
+		rc.Close()
+		return nil, fmt.Errorf("%w: %q: left out by the source: %s", ErrBadInput, truncate(path), truncate(why))
+	}
 	if hdr.Typeflag != tar.TypeReg {
 		// Replaced since the export listed it.
 		rc.Close()

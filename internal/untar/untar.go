@@ -295,6 +295,10 @@ func (x *extractor) entry(hdr *tar.Header, rel string, r io.Reader) error {
 		x.warn(hdr.Name, fmt.Sprintf("entries of type %q are not copied", hdr.Typeflag))
 		return nil
 	}
+	if why := hdr.PAXRecords[provider.PAXSkipped]; why != "" && hdr.Typeflag == tar.TypeReg {
+		x.warn(hdr.Name, "left out by the sandbox: "+truncate(why))
+		return nil
+	}
 	if hdr.Typeflag == tar.TypeSymlink {
 		if reason := unsafeLink(rel, hdr.Linkname); reason != "" {
 			x.warn(hdr.Name, reason)
@@ -316,6 +320,10 @@ func (x *extractor) topEntry(hdr *tar.Header, r io.Reader) error {
 		return x.ensureTree()
 	case tar.TypeReg:
 		x.single = true
+		if why := hdr.PAXRecords[provider.PAXSkipped]; why != "" {
+			x.warn(hdr.Name, "left out by the sandbox: "+truncate(why))
+			return nil
+		}
 		return x.write(x.parent, x.base, ".", hdr, r)
 	case tar.TypeSymlink:
 		x.single = true
