@@ -109,23 +109,12 @@ func (s *Server) exportRegular(tw *tar.Writer, w io.Writer, hdr *tar.Header, nam
 		return false, nil
 	}
 	hdr.Typeflag, hdr.Size, hdr.ModTime = tar.TypeReg, fi.Size(), fi.ModTime()
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < fi.Size() {
-		ext, ok, err := dataExtents(f, fi.Size(), st.Blocks*512)
-		if err != nil {
-			return true, exportSkipped(tw, hdr, err)
-		}
-		if ok {
-			return true, exportSparse(tw, w, hdr, f, ext)
-		}
-	} else if s.noFsuid && fi.Size() >= scanMin {
-		// gVisor reports every file fully allocated, and all data: the
-		// file is read once more, for its blocks of zeros.
-		if err := checkScan(f, fi.Size()); err != nil {
-			return true, exportSkipped(tw, hdr, err)
-		}
-		if ext, ok := scanExtents(f, fi.Size()); ok && extentsLen(ext) <= fi.Size()/2 {
-			return true, exportSparse(tw, w, hdr, f, ext)
-		}
+	ext, sparse, err := s.extents(f, fi)
+	if err != nil {
+		return true, exportSkipped(tw, hdr, err)
+	}
+	if sparse {
+		return true, exportSparse(tw, w, hdr, f, ext)
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return true, err
@@ -138,20 +127,69 @@ func (s *Server) exportRegular(tw *tar.Writer, w io.Writer, hdr *tar.Header, nam
 	return true, err
 }
 
-// dataExtents lists where the data of a file of size bytes, allocated
-// bytes of it on disk, is: by SEEK_DATA and SEEK_HOLE, or, where these
-// call everything data (gVisor), by reading it for blocks of zeros. It
-// reports false when it cannot tell, and an error for a file that would
-// have to be read and is too large to (see checkScan).
-func dataExtents(f *os.File, size, allocated int64) ([]sparsetar.Extent, bool, error) {
-	ext, ok := seekExtents(f, size)
-	if ok && extentsLen(ext) > 2*allocated+sparsetar.BlockSize {
+// extents lists where the data of a file with holes is, and reports
+// false for a file to send whole. Where the file system does not say
+// (gVisor calls every byte data), the file is read for blocks of zeros.
+// An error says why the file must be left out: finding its holes, or
+// sending it, would cost far more than its data (see checkScan and
+// coalesce).
+func (s *Server) extents(f *os.File, fi fs.FileInfo) ([]sparsetar.Extent, bool, error) {
+	size := fi.Size()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	var ext []sparsetar.Extent
+	switch {
+	case ok && st.Blocks*512 < size:
+		if ext, ok = seekExtents(f, size); !ok {
+			return nil, false, nil
+		}
+		if extentsLen(ext) > 2*st.Blocks*512+sparsetar.BlockSize {
+			// More data than blocks on disk: SEEK_DATA does not know.
+			if err := checkScan(f, size); err != nil {
+				return nil, false, err
+			}
+			if ext, ok = scanExtents(f, size); !ok {
+				return nil, false, nil
+			}
+		}
+	case s.noFsuid && size >= scanMin:
 		if err := checkScan(f, size); err != nil {
 			return nil, false, err
 		}
-		ext, ok = scanExtents(f, size)
+		if ext, ok = scanExtents(f, size); !ok || extentsLen(ext) > size/2 {
+			return nil, false, nil
+		}
+	default:
+		return nil, false, nil
 	}
-	return ext, ok, nil
+	ext, err := coalesce(ext)
+	return ext, err == nil, err
+}
+
+// Bounds on the runs of data of one file. A sparse entry carries at
+// most sparsetar.MaxExtents: more are merged across the smallest holes
+// between them, which then travel as zeros, at most as many bytes of
+// zeros as of data (or minMerged). Past maxRuns, the runs are not even
+// listed.
+const (
+	maxRuns   = 1 << 20
+	minMerged = 64 << 20
+)
+
+// coalesce fits a file's runs of data into a sparse entry, or says why
+// it cannot without sending much more than the data.
+func coalesce(ext []sparsetar.Extent) ([]sparsetar.Extent, error) {
+	if len(ext) <= sparsetar.MaxExtents {
+		return ext, nil
+	}
+	if len(ext) > maxRuns {
+		return nil, fmt.Errorf("more than %d runs of data, the most an export lists", maxRuns)
+	}
+	data := extentsLen(ext)
+	merged := sparsetar.Coalesce(ext, sparsetar.MaxExtents)
+	if zeros := extentsLen(merged) - data; zeros > max(data, minMerged) {
+		return nil, fmt.Errorf("%d runs of data, more than the %d a sparse file carries, so far apart that merging them would send %d bytes of holes as zeros for %d bytes of data", len(ext), sparsetar.MaxExtents, zeros, data)
+	}
+	return merged, nil
 }
 
 // scanMin is the smallest file worth reading twice to find its holes
@@ -213,6 +251,8 @@ func scanExtents(f *os.File, size int64) ([]sparsetar.Extent, bool) {
 			at := off + int64(i)
 			if k := len(ext) - 1; k >= 0 && ext[k].Off+ext[k].Len == at {
 				ext[k].Len += int64(len(blk))
+			} else if len(ext) > maxRuns {
+				return ext, true // coalesce refuses it
 			} else {
 				ext = append(ext, sparsetar.Extent{Off: at, Len: int64(len(blk))})
 			}
@@ -225,7 +265,7 @@ func scanExtents(f *os.File, size int64) ([]sparsetar.Extent, bool) {
 			return nil, false
 		}
 	}
-	return sparsetar.Coalesce(ext, sparsetar.MaxExtents), true
+	return ext, true
 }
 
 // seekExtents lists where a file's data is by SEEK_DATA and SEEK_HOLE.
@@ -246,11 +286,14 @@ func seekExtents(f *os.File, size int64) ([]sparsetar.Extent, bool) {
 		}
 		hole = min(hole, size)
 		if hole > data {
+			if len(ext) > maxRuns {
+				break // coalesce refuses it
+			}
 			ext = append(ext, sparsetar.Extent{Off: data, Len: hole - data})
 		}
 		off = hole
 	}
-	return sparsetar.Coalesce(ext, sparsetar.MaxExtents), true
+	return ext, true
 }
 
 // exportSparse writes a sparse file's data extents only (see

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -88,10 +90,9 @@ func checkSparse(t *testing.T, p string, size int64, data map[int64]string, maxD
 				t.Fatalf("%s: byte %d is %d, want %d", p, d+int64(i), c, want(d+int64(i)))
 			}
 		}
-		for o := range data {
-			if o >= d && o < h {
-				found[o] = true
-			}
+		i, _ := slices.BinarySearch(offs, d)
+		for ; i < len(offs) && offs[i] < h; i++ {
+			found[offs[i]] = true
 		}
 		off = h
 	}
@@ -326,5 +327,47 @@ func TestSaveApparentBounds(t *testing.T) {
 	}
 	if info.Files != 2 || info.Size != 6<<40 {
 		t.Errorf("kept %d files of %d bytes, want a and c, 6 TiB", info.Files, info.Size)
+	}
+}
+
+// TestDaemonFragmentedFiles: a file of more runs of data than a sparse
+// entry carries is sent with its smallest holes merged, when that costs
+// little, and restored the same; one whose runs are far apart is left
+// out with a note, for the CPU of its data, rather than sent with its
+// terabyte of holes as zeros.
+func TestDaemonFragmentedFiles(t *testing.T) {
+	from, wsFrom := serveDaemon(t)
+	to, wsTo := serveDaemon(t)
+	const runs = 20000
+	clustered := map[int64]string{1 << 40: "far"}
+	scattered := map[int64]string{}
+	for i := range int64(runs) {
+		clustered[i*8192] = strings.Repeat(string(rune('a'+i%26)), 4096)
+		scattered[i<<26] = strings.Repeat(string(rune('a'+i%26)), 4096)
+	}
+	sparseFile(t, filepath.Join(wsFrom, "clustered.img"), 2<<40, clustered)
+	sparseFile(t, filepath.Join(wsFrom, "scattered.img"), runs<<26, scattered)
+
+	ctx, used := cpuBudget(t, 20*time.Second)
+	s, _ := newStore(t)
+	info, err := s.Save(ctx, &daemonSource{c: from}, SaveOptions{})
+	if err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	if info.Skipped != 1 || !strings.HasPrefix(info.SkippedPaths[0], `"scattered.img": left out by the source: `) {
+		t.Errorf("Save left out %d paths: %q; want scattered.img, with why", info.Skipped, info.SkippedPaths)
+	}
+	rc, err := s.Open(ctx, info.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if err := to.Import(ctx, rc); err != nil {
+		t.Fatalf("Import: %v", err)
+	}
+	t.Logf("%s of CPU", used())
+	checkSparse(t, filepath.Join(wsTo, "clustered.img"), 2<<40, clustered, 256<<20)
+	if _, err := os.Lstat(filepath.Join(wsTo, "scattered.img")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("scattered.img was restored (%v)", err)
 	}
 }

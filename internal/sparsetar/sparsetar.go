@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -34,22 +35,36 @@ const MaxExtents = 16 << 10
 // BlockSize is the unit in which unpackers look for zeros to skip.
 const BlockSize = 4096
 
-// Coalesce merges extents separated by the smallest holes until there
-// are at most max: the holes merged are written as zeros.
+// Coalesce merges extents (in order, not overlapping) across the
+// smallest holes between them until there are at most max: the holes
+// merged are then data, written as zeros. It merges as few holes as it
+// must, the smallest first.
 func Coalesce(ext []Extent, max int) []Extent {
-	for gap := int64(BlockSize); len(ext) > max; gap *= 2 {
-		out := ext[:1]
-		for _, e := range ext[1:] {
-			last := &out[len(out)-1]
-			if e.Off-(last.Off+last.Len) <= gap {
-				last.Len = e.Off + e.Len - last.Off
-				continue
-			}
-			out = append(out, e)
-		}
-		ext = out
+	if len(ext) <= max || max < 1 {
+		return ext
 	}
-	return ext
+	// gaps[i] is the hole before ext[i+1]; the len(ext)-max smallest go.
+	order := make([]int, len(ext)-1)
+	for i := range order {
+		order[i] = i
+	}
+	gap := func(i int) int64 { return ext[i+1].Off - (ext[i].Off + ext[i].Len) }
+	sort.SliceStable(order, func(a, b int) bool { return gap(order[a]) < gap(order[b]) })
+	merge := make([]bool, len(ext)-1)
+	for _, i := range order[:len(ext)-max] {
+		merge[i] = true
+	}
+	out := make([]Extent, 0, max)
+	out = append(out, ext[0])
+	for i, e := range ext[1:] {
+		if merge[i] {
+			last := &out[len(out)-1]
+			last.Len = e.Off + e.Len - last.Off
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // DataWriter takes a sparse entry's data: the bytes of its extents, in
