@@ -21,6 +21,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/internal/sparsetar"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandboxd"
 )
 
 // sparseFile makes a file of size bytes holding data at the given
@@ -370,4 +372,52 @@ func TestDaemonFragmentedFiles(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(wsTo, "scattered.img")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("scattered.img was restored (%v)", err)
 	}
+}
+
+// servedSandbox is a sandbox served by an in-process daemon.
+type servedSandbox struct{ sandboxd.Served }
+
+func (servedSandbox) ID() string { return "served" }
+func (servedSandbox) Info(context.Context) (provider.Info, error) {
+	return provider.Info{}, nil
+}
+func (servedSandbox) Destroy(context.Context) error { return nil }
+
+// TestUnchangedSparseFromParentMissing: a sparse file the parent left
+// out (past its bounds) and that has not changed since is read again,
+// through an export of it alone: its data, not its 15 TiB.
+func TestUnchangedSparseFromParentMissing(t *testing.T) {
+	c, ws := serveDaemon(t)
+	sb := servedSandbox{sandboxd.Served{Client: c, Ready: func() error { return nil }, Check: func(err error) error { return err }}}
+	const size = 15 << 40
+	data := map[int64]string{0: "head", 7 << 40: "middle", size - 4: "tail"}
+	sparseFile(t, filepath.Join(ws, "big.img"), size, data)
+	writeFile(t, filepath.Join(ws, "small"), []byte("small"), 0o644, time.Now())
+
+	b, _ := newBucket(t)
+	// The parent starts, by its clock, well after the files last changed:
+	// the second save is sent them unchanged.
+	narrow := New(b, WithMaxFileSize(1<<40), withClock(func() time.Time { return time.Now().Add(time.Minute) }))
+	parent := mustSave(t, narrow, SandboxSource(sb), SaveOptions{Source: "served"})
+	if parent.Skipped != 1 {
+		t.Fatalf("the parent left out %q, want big.img", parent.SkippedPaths)
+	}
+	ctx, used := cpuBudget(t, 20*time.Second)
+	info, err := New(b).Save(ctx, SandboxSource(sb), SaveOptions{Parent: parent.ID, Source: "served"})
+	if err != nil {
+		t.Fatalf("Save: %v (%s of CPU)", err, used())
+	}
+	if info.Skipped != 0 || info.Files != 2 {
+		t.Fatalf("the second save kept %d files, left out %q", info.Files, info.SkippedPaths)
+	}
+	to, wsTo := serveDaemon(t)
+	rc, err := New(b).Open(ctx, info.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if err := to.Import(ctx, rc); err != nil {
+		t.Fatal(err)
+	}
+	checkSparse(t, filepath.Join(wsTo, "big.img"), size, data, 1<<20)
 }
