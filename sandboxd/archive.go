@@ -354,7 +354,7 @@ func (s *Server) importTar(r io.Reader) error {
 		return s.fileError("import", stage, err)
 	}
 	defer s.root.RemoveAll(stage)
-	im := &importer{s: s, stage: stage, opened: map[string]*os.File{}, buf: make([]byte, 256<<10)}
+	im := &importer{s: s, stage: stage, opened: map[string]*os.File{}, buf: make([]byte, 256<<10), skipped: map[string]bool{}}
 	defer im.close()
 	if err := im.unpack(sparsetar.NewReader(r)); err != nil {
 		return err
@@ -381,6 +381,8 @@ type importer struct {
 	// are written with the few calls they need.
 	opened map[string]*os.File
 	buf    []byte
+	// skipped names the files an export left out (provider.PAXSkipped).
+	skipped map[string]bool
 }
 
 // deferred is what an entry leaves to be done once every file is in.
@@ -428,7 +430,10 @@ func (im *importer) entry(hdr *tar.Header, r *sparsetar.Reader) error {
 		im.dirs = append(im.dirs, deferred{name: dst, mode: mode, mtime: hdr.ModTime})
 	case tar.TypeReg:
 		if hdr.PAXRecords[provider.PAXSkipped] != "" {
-			return nil // an export left it out: there is nothing to make
+			// An export left it out: there is nothing to make, nor to
+			// link its other names to.
+			im.skipped[rel] = true
+			return nil
 		}
 		dir, err := im.dir(path.Dir(dst))
 		if err != nil {
@@ -441,6 +446,9 @@ func (im *importer) entry(hdr *tar.Header, r *sparsetar.Reader) error {
 		}
 		im.links = append(im.links, deferred{name: dst, target: hdr.Linkname})
 	case tar.TypeLink:
+		if old, err := archivePath(hdr.Linkname); err == nil && im.skipped[old] {
+			return nil
+		}
 		return im.hardLink(hdr, dst)
 	default:
 		return fmt.Errorf("%w: import %q: entries of type %q are not allowed", provider.ErrBadInput, hdr.Name, hdr.Typeflag)

@@ -48,6 +48,12 @@ func (sv *saver) produce(ctx context.Context, since time.Time) error {
 		// Paths are checked before any content is read. The checker
 		// sees files without their contents, which come later, so its
 		// totals are not used here.
+		if e.Type == typeHardlink && sv.leftOut[e.Target] {
+			// Another name of a file left out: there is nothing to
+			// link it to.
+			sv.skip(e.Path, errors.New("a hard link to a file left out"))
+			continue
+		}
 		if err := sv.check.add(e); err != nil {
 			if errors.Is(err, errPathTooLong) {
 				// The workspace may hold it (the kernel bounds
@@ -72,11 +78,13 @@ func (sv *saver) produce(ctx context.Context, since time.Time) error {
 			}
 			if errors.Is(err, errVanished) {
 				delete(sv.check.seen, e.Path)
+				sv.leaveOut(e.Path)
 				continue
 			}
 			var skip *skipError
 			if errors.As(err, &skip) {
 				delete(sv.check.seen, e.Path)
+				sv.leaveOut(e.Path)
 				sv.skip(e.Path, skip.err)
 				continue
 			}
@@ -234,6 +242,15 @@ func (sv *saver) addSparse(ctx context.Context, e *entry, r io.Reader, ext []spa
 	}
 	hole(size - e.Size)
 	return nil
+}
+
+// leaveOut records a regular file left out, so that its other names
+// (hard links to it) are left out too.
+func (sv *saver) leaveOut(path string) {
+	if sv.leftOut == nil {
+		sv.leftOut = make(map[string]bool)
+	}
+	sv.leftOut[path] = true
 }
 
 // addUnchanged takes a file the source sent without contents from the

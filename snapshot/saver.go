@@ -36,6 +36,7 @@ type saver struct {
 	skipped      int
 	skippedPaths []string
 	lastSkipped  string
+	leftOut      map[string]bool // regular files left out, by path
 
 	jobs    chan *job
 	uploads chan upload

@@ -421,3 +421,32 @@ func TestUnchangedSparseFromParentMissing(t *testing.T) {
 	}
 	checkSparse(t, filepath.Join(wsTo, "big.img"), size, data, 1<<20)
 }
+
+// TestLeftOutWithLinks: a file the source left out, and its other
+// names, are left out with a note; the snapshot does not fail, and an
+// import of the source's stream makes none of them.
+func TestLeftOutWithLinks(t *testing.T) {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "a", Typeflag: tar.TypeReg, Mode: 0o644, PAXRecords: map[string]string{provider.PAXSkipped: "too large to read"}})
+	tw.WriteHeader(&tar.Header{Name: "b", Typeflag: tar.TypeLink, Linkname: "a"})
+	tw.WriteHeader(&tar.Header{Name: "c", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1})
+	tw.Write([]byte("c"))
+	tw.Close()
+
+	s, _ := newStore(t)
+	info := mustSave(t, s, tarSource{b.Bytes()}, SaveOptions{})
+	if info.Skipped != 2 || info.Files != 1 ||
+		!strings.HasPrefix(info.SkippedPaths[0], `"a": left out by the source: too large`) || !strings.HasPrefix(info.SkippedPaths[1], `"b": `) {
+		t.Errorf("kept %d files, left out %d: %q; want c kept, a and b left out", info.Files, info.Skipped, info.SkippedPaths)
+	}
+	c, ws := serveDaemon(t)
+	if err := c.Import(t.Context(), bytes.NewReader(b.Bytes())); err != nil {
+		t.Fatalf("Import: %v", err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if _, err := os.Lstat(filepath.Join(ws, name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the import made %s (%v)", name, err)
+		}
+	}
+}

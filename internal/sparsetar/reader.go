@@ -62,7 +62,7 @@ func (r *Reader) Next() (*tar.Header, error) {
 		// The tar reader skipped less than was read for it.
 		return nil, fmt.Errorf("%w: sparsetar: the stream lost its place", tar.ErrHeader)
 	}
-	if hdr.PAXRecords["GNU.sparse.major"] != "0" || hdr.PAXRecords["GNU.sparse.minor"] != "1" {
+	if hdr.Typeflag != tar.TypeReg || hdr.PAXRecords["GNU.sparse.major"] != "0" || hdr.PAXRecords["GNU.sparse.minor"] != "1" {
 		return hdr, nil
 	}
 	// archive/tar checked the map (numbers, order, inside the size)
@@ -118,6 +118,9 @@ func (r *Reader) Extents() ([]Extent, bool) { return r.ext, r.sparse }
 func Foreign(hdr *tar.Header) bool {
 	if hdr.Typeflag == tar.TypeGNUSparse {
 		return true
+	}
+	if hdr.Typeflag != tar.TypeReg {
+		return false
 	}
 	major, minor := hdr.PAXRecords["GNU.sparse.major"], hdr.PAXRecords["GNU.sparse.minor"]
 	if major == "0" && minor == "1" {
