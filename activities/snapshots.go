@@ -44,6 +44,10 @@ type SnapshotInfo struct {
 	Size    int64     `json:"size"`   // bytes of files
 	Stored  int64     `json:"stored"` // bytes this snapshot added to the store
 	Created time.Time `json:"created"`
+	// Skipped counts the files the snapshot left out (see
+	// snapshot.Info.Skipped), SkippedPaths names the first few, and why.
+	Skipped      int      `json:"skipped,omitempty"`
+	SkippedPaths []string `json:"skipped_paths,omitempty"`
 }
 
 // RestoreInput asks for a snapshot to be unpacked into a sandbox's
@@ -77,7 +81,13 @@ func (a *Activities) snapshot(ctx context.Context, in SnapshotInput) (SnapshotIn
 	if err != nil {
 		return SnapshotInfo{}, snapshotError(err)
 	}
-	return SnapshotInfo{ID: info.ID, Files: info.Files, Size: info.Size, Stored: info.Stored, Created: info.Created}, nil
+	if info.Skipped > 0 {
+		activity.GetLogger(ctx).Warn("the snapshot left files out", "snapshot", info.ID, "skipped", info.Skipped, "paths", info.SkippedPaths)
+	}
+	return SnapshotInfo{
+		ID: info.ID, Files: info.Files, Size: info.Size, Stored: info.Stored, Created: info.Created,
+		Skipped: info.Skipped, SkippedPaths: info.SkippedPaths,
+	}, nil
 }
 
 // RestoreOutput says when a restore ended, by the sandbox host's clock

@@ -103,6 +103,12 @@ const (
 	PAXSize      = "BERTH.size"
 )
 
+// PAXSkipped marks a regular file that an export leaves out, saying why,
+// as a header of size 0: a file whose holes the sandbox's file system
+// cannot show (gVisor), too large to read for them. Importers make
+// nothing of it; snapshots name it among the paths they left out.
+const PAXSkipped = "BERTH.skipped"
+
 // Pauser is implemented by sandboxes whose provider can freeze them in
 // place: no CPU used, memory and processes kept.
 type Pauser interface {

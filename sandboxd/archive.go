@@ -137,16 +137,12 @@ func (s *Server) exportRegular(tw *tar.Writer, w io.Writer, hdr *tar.Header, nam
 		return false, nil
 	}
 	hdr.Typeflag, hdr.Size, hdr.ModTime = tar.TypeReg, fi.Size(), fi.ModTime()
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < fi.Size() {
-		if ext, ok := dataExtents(f, fi.Size(), st.Blocks*512); ok {
-			return true, exportSparse(tw, w, hdr, f, ext)
-		}
-	} else if s.noFsuid && fi.Size() >= scanMin {
-		// gVisor reports every file fully allocated, and all data: the
-		// file is read once more, for its blocks of zeros.
-		if ext, ok := scanExtents(f, fi.Size()); ok && extentsLen(ext) <= fi.Size()/2 {
-			return true, exportSparse(tw, w, hdr, f, ext)
-		}
+	ext, sparse, err := s.extents(f, fi)
+	if err != nil {
+		return true, exportSkipped(tw, hdr, err)
+	}
+	if sparse {
+		return true, exportSparse(tw, w, hdr, f, ext)
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return true, err
@@ -159,21 +155,107 @@ func (s *Server) exportRegular(tw *tar.Writer, w io.Writer, hdr *tar.Header, nam
 	return true, err
 }
 
-// dataExtents lists where the data of a file of size bytes, allocated
-// bytes of it on disk, is: by SEEK_DATA and SEEK_HOLE, or, where these
-// call everything data (gVisor), by reading it for blocks of zeros. It
-// reports false when it cannot tell.
-func dataExtents(f *os.File, size, allocated int64) ([]sparsetar.Extent, bool) {
-	ext, ok := seekExtents(f, size)
-	if ok && extentsLen(ext) > 2*allocated+sparsetar.BlockSize {
-		return scanExtents(f, size)
+// extents lists where the data of a file with holes is, and reports
+// false for a file to send whole. Where the file system does not say
+// (gVisor calls every byte data), the file is read for blocks of zeros.
+// An error says why the file must be left out: finding its holes, or
+// sending it, would cost far more than its data (see checkScan and
+// coalesce).
+func (s *Server) extents(f *os.File, fi fs.FileInfo) ([]sparsetar.Extent, bool, error) {
+	size := fi.Size()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	var ext []sparsetar.Extent
+	switch {
+	case ok && st.Blocks*512 < size:
+		if ext, ok = seekExtents(f, size); !ok {
+			return nil, false, nil
+		}
+		if extentsLen(ext) > 2*st.Blocks*512+sparsetar.BlockSize {
+			// More data than blocks on disk: SEEK_DATA does not know.
+			if err := checkScan(f, size); err != nil {
+				return nil, false, err
+			}
+			if ext, ok = scanExtents(f, size); !ok {
+				return nil, false, nil
+			}
+		}
+	case s.noFsuid && size >= scanMin:
+		if err := checkScan(f, size); err != nil {
+			return nil, false, err
+		}
+		if ext, ok = scanExtents(f, size); !ok || extentsLen(ext) > size/2 {
+			return nil, false, nil
+		}
+	default:
+		return nil, false, nil
 	}
-	return ext, ok
+	ext, err := coalesce(ext)
+	return ext, err == nil, err
+}
+
+// Bounds on the runs of data of one file. A sparse entry carries at
+// most sparsetar.MaxExtents: more are merged across the smallest holes
+// between them, which then travel as zeros, at most as many bytes of
+// zeros as of data (or minMerged). Past maxRuns, the runs are not even
+// listed.
+const (
+	maxRuns   = 1 << 20
+	minMerged = 64 << 20
+)
+
+// coalesce fits a file's runs of data into a sparse entry, or says why
+// it cannot without sending much more than the data.
+func coalesce(ext []sparsetar.Extent) ([]sparsetar.Extent, error) {
+	if len(ext) <= sparsetar.MaxExtents {
+		return ext, nil
+	}
+	if len(ext) > maxRuns {
+		return nil, fmt.Errorf("more than %d runs of data, the most an export lists", maxRuns)
+	}
+	data := extentsLen(ext)
+	merged := sparsetar.Coalesce(ext, sparsetar.MaxExtents)
+	if zeros := extentsLen(merged) - data; zeros > max(data, minMerged) {
+		return nil, fmt.Errorf("%d runs of data, more than the %d a sparse file carries, so far apart that merging them would send %d bytes of holes as zeros for %d bytes of data", len(ext), sparsetar.MaxExtents, zeros, data)
+	}
+	return merged, nil
 }
 
 // scanMin is the smallest file worth reading twice to find its holes
 // where the file system does not say (see exportRegular).
 const scanMin = 1 << 20
+
+// maxScan bounds the size of a file read for its holes where the file
+// system does not say where they are: reading costs the file's size,
+// holes included, however little data it holds.
+const maxScan = 64 << 30
+
+// checkScan says whether a file of size bytes, whose holes the file
+// system does not show, may be read whole: if it is at most maxScan, or
+// if it is no larger than the bytes its file system uses, so that
+// reading it costs no more than the data the workspace holds. A larger
+// file is mostly holes, and is left out (see exportSkipped).
+func checkScan(f *os.File, size int64) error {
+	if size <= maxScan {
+		return nil
+	}
+	var st unix.Statfs_t
+	var used int64
+	if err := unix.Fstatfs(int(f.Fd()), &st); err == nil {
+		used = int64(st.Blocks-st.Bfree) * st.Frsize
+	}
+	if size <= used {
+		return nil
+	}
+	return fmt.Errorf("%d bytes, holes included, on a file system that cannot show holes: more than the %d bytes read to find them, and than the %d bytes of data the file system holds", size, int64(maxScan), used)
+}
+
+// exportSkipped writes a regular file as left out, saying why (see
+// provider.PAXSkipped).
+func exportSkipped(tw *tar.Writer, hdr *tar.Header, why error) error {
+	hdr.Size = 0
+	hdr.PAXRecords = map[string]string{provider.PAXSkipped: why.Error()}
+	return tw.WriteHeader(hdr)
+}
 
 func extentsLen(ext []sparsetar.Extent) int64 {
 	var n int64
@@ -197,6 +279,8 @@ func scanExtents(f *os.File, size int64) ([]sparsetar.Extent, bool) {
 			at := off + int64(i)
 			if k := len(ext) - 1; k >= 0 && ext[k].Off+ext[k].Len == at {
 				ext[k].Len += int64(len(blk))
+			} else if len(ext) > maxRuns {
+				return ext, true // coalesce refuses it
 			} else {
 				ext = append(ext, sparsetar.Extent{Off: at, Len: int64(len(blk))})
 			}
@@ -209,7 +293,7 @@ func scanExtents(f *os.File, size int64) ([]sparsetar.Extent, bool) {
 			return nil, false
 		}
 	}
-	return sparsetar.Coalesce(ext, sparsetar.MaxExtents), true
+	return ext, true
 }
 
 // seekExtents lists where a file's data is by SEEK_DATA and SEEK_HOLE.
@@ -230,11 +314,14 @@ func seekExtents(f *os.File, size int64) ([]sparsetar.Extent, bool) {
 		}
 		hole = min(hole, size)
 		if hole > data {
+			if len(ext) > maxRuns {
+				break // coalesce refuses it
+			}
 			ext = append(ext, sparsetar.Extent{Off: data, Len: hole - data})
 		}
 		off = hole
 	}
-	return sparsetar.Coalesce(ext, sparsetar.MaxExtents), true
+	return ext, true
 }
 
 // exportSparse writes a sparse file's data extents only (see
@@ -295,9 +382,9 @@ func (s *Server) importTar(r io.Reader) error {
 		return s.fileError("import", stage, err)
 	}
 	defer s.root.RemoveAll(stage)
-	im := &importer{s: s, stage: stage, opened: map[string]*os.File{}, buf: make([]byte, 256<<10)}
+	im := &importer{s: s, stage: stage, opened: map[string]*os.File{}, buf: make([]byte, 256<<10), skipped: map[string]bool{}}
 	defer im.close()
-	if err := im.unpack(tar.NewReader(r)); err != nil {
+	if err := im.unpack(sparsetar.NewReader(r)); err != nil {
 		return err
 	}
 	if err := im.finish(); err != nil {
@@ -322,6 +409,8 @@ type importer struct {
 	// are written with the few calls they need.
 	opened map[string]*os.File
 	buf    []byte
+	// skipped names the files an export left out (provider.PAXSkipped).
+	skipped map[string]bool
 }
 
 // deferred is what an entry leaves to be done once every file is in.
@@ -337,7 +426,7 @@ func (im *importer) close() {
 	}
 }
 
-func (im *importer) unpack(tr *tar.Reader) error {
+func (im *importer) unpack(tr *sparsetar.Reader) error {
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -353,7 +442,7 @@ func (im *importer) unpack(tr *tar.Reader) error {
 }
 
 // entry unpacks one entry of the archive, whose data r holds.
-func (im *importer) entry(hdr *tar.Header, r io.Reader) error {
+func (im *importer) entry(hdr *tar.Header, r *sparsetar.Reader) error {
 	s := im.s
 	rel, err := archivePath(hdr.Name)
 	if err != nil || rel == "." {
@@ -368,6 +457,12 @@ func (im *importer) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		im.dirs = append(im.dirs, deferred{name: dst, mode: mode, mtime: hdr.ModTime})
 	case tar.TypeReg:
+		if hdr.PAXRecords[provider.PAXSkipped] != "" {
+			// An export left it out: there is nothing to make, nor to
+			// link its other names to.
+			im.skipped[rel] = true
+			return nil
+		}
 		dir, err := im.dir(path.Dir(dst))
 		if err != nil {
 			return s.fileError("import", hdr.Name, err)
@@ -379,6 +474,9 @@ func (im *importer) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		im.links = append(im.links, deferred{name: dst, target: hdr.Linkname})
 	case tar.TypeLink:
+		if old, err := archivePath(hdr.Linkname); err == nil && im.skipped[old] {
+			return nil
+		}
 		return im.hardLink(hdr, dst)
 	default:
 		return fmt.Errorf("%w: import %q: entries of type %q are not allowed", provider.ErrBadInput, hdr.Name, hdr.Typeflag)
@@ -461,13 +559,22 @@ func archivePath(name string) (string, error) {
 
 // unpackFile writes one file of an archive as name in the directory
 // open as dirfd. name is one path component, and O_NOFOLLOW refuses a
-// symbolic link in its place, so the file cannot land elsewhere.
-func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r io.Reader, mode fs.FileMode, buf []byte) error {
+// symbolic link in its place, so the file cannot land elsewhere. A
+// sparse file's data is written at its extents and its holes left as
+// holes: never written, never read as zeros.
+func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r *sparsetar.Reader, mode fs.FileMode, buf []byte) error {
 	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode))
 	if err != nil {
 		return s.fileError("import", hdr.Name, err)
 	}
-	_, err = untar.WriteData(fd, r, buf)
+	if ext, ok := r.Extents(); ok {
+		_, err = untar.WriteExtents(fd, r, ext, hdr.Size, buf)
+		if err == io.ErrUnexpectedEOF {
+			err = fmt.Errorf("%w: import %q: the archive ends inside it", provider.ErrBadInput, truncate(hdr.Name))
+		}
+	} else {
+		_, err = untar.WriteData(fd, r, buf)
+	}
 	if err == nil {
 		err = unix.Fchmod(fd, uint32(mode))
 	}
@@ -477,6 +584,9 @@ func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r io.Reader
 	}
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
+	}
+	if errors.Is(err, provider.ErrBadInput) {
+		return err
 	}
 	if err != nil {
 		return s.fileError("import", hdr.Name, err)

@@ -22,8 +22,18 @@
 // packed together, many to a chunk of up to 4 MiB, and found again by the
 // hash of their own contents. Chunks already in the store are not written
 // again, so a second snapshot of a workspace stores only what changed.
-// A chunk of zeros (a sparse file's hole, most often) is a reference to
-// no chunk: neither stored nor fetched, and restored as a hole.
+// A hole of a sparse file, whatever its length, is one reference to no
+// chunk, and so is a chunk of zeros: neither stored nor fetched, and
+// restored as a hole. A sparse file's data is read without its holes
+// (the source's tar stream carries only the data; see
+// internal/sparsetar), so a Save costs the data, not the file's size.
+//
+// # Apparent size
+//
+// A file larger than WithMaxFileSize (16 TiB), holes included, or past
+// WithMaxTotalSize (64 TiB) for the whole snapshot, is left out, as is a
+// file the source left out: Save names them in Info.SkippedPaths rather
+// than fail, so that a workspace cannot make its checkpoints fail.
 //
 // # Incremental saves
 //

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path"
 	"strings"
 	"time"
@@ -66,7 +67,8 @@ const (
 // A large file is a list of whole chunks; a small one is a slice of a
 // chunk packed with other small files. A ref whose Hash is all zeros is
 // a hole: Len zero bytes that no chunk holds (no data has that SHA-256),
-// so sparse files and runs of zeros cost nothing to save or restore.
+// so sparse files and runs of zeros cost nothing to save or restore. A
+// hole is one ref however long it is.
 type ref struct {
 	Hash hash
 	Off  int64
@@ -348,13 +350,20 @@ func (c *checker) checkContents(e *entry) error {
 	case typeFile:
 		var total int64
 		for _, r := range e.Chunks {
-			if r == nil || r.Off < 0 || r.Len <= 0 || r.Off > maxChunkSize || r.Len > maxChunkSize-r.Off || r.hole() && r.Off != 0 {
+			// A hole may be of any length: one reference for a hole
+			// of terabytes, not one per chunk it spans.
+			if r == nil || r.Off < 0 || r.Len <= 0 || r.Len > math.MaxInt64-total ||
+				r.hole() && r.Off != 0 ||
+				!r.hole() && (r.Off > maxChunkSize || r.Len > maxChunkSize-r.Off) {
 				return errors.New("bad chunk reference")
 			}
 			total += r.Len
 		}
 		if total != e.Size {
 			return fmt.Errorf("size %d, chunks hold %d bytes", e.Size, total)
+		}
+		if e.Size > math.MaxInt64-c.size {
+			return errors.New("the files' sizes add up past what a snapshot holds")
 		}
 		c.files++
 		c.size += e.Size

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,7 +117,8 @@ func (rs *restore) write(ctx context.Context, w io.Writer) error {
 		// A file with holes travels as a sparse entry: its data only.
 		var out io.Writer = tw
 		var sparse *sparsetar.DataWriter
-		if ext, ok := extents(e); ok {
+		ext, ok := extents(e)
+		if ok {
 			dw, err := sparsetar.WriteHeader(tw, bw, hdr, ext)
 			if err != nil {
 				return rs.writeErr(ctx, err)
@@ -125,10 +127,15 @@ func (rs *restore) write(ctx context.Context, w io.Writer) error {
 		} else if err := tw.WriteHeader(hdr); err != nil {
 			return rs.writeErr(ctx, err)
 		}
+		var pos int64
 		for _, r := range e.Chunks {
+			pos += r.Len
 			if r.hole() {
-				if sparse == nil {
-					if _, err := io.CopyN(tw, zeroReader{}, r.Len); err != nil {
+				// A hole is skipped, unless it is one of the small ones
+				// merged into the data to keep under MaxExtents, or the
+				// file has no holes left as holes.
+				if sparse == nil || inData(ext, pos-r.Len) {
+					if _, err := io.CopyN(out, zeroReader{}, r.Len); err != nil {
 						return rs.writeErr(ctx, err)
 					}
 				}
@@ -167,8 +174,9 @@ func (rs *restore) write(ctx context.Context, w io.Writer) error {
 	return rs.writeErr(ctx, bw.Flush())
 }
 
-// extents lists where a file with holes has data, or reports false for
-// a file without holes, or with too many to describe.
+// extents lists where a file with holes has data, and reports whether
+// it has holes. A file with more runs of data than a sparse entry
+// carries has the smallest holes between them merged into the data.
 func extents(e *entry) ([]sparsetar.Extent, bool) {
 	var ext []sparsetar.Extent
 	holes := false
@@ -184,7 +192,16 @@ func extents(e *entry) ([]sparsetar.Extent, bool) {
 		}
 		off += r.Len
 	}
-	return ext, holes && len(ext) <= sparsetar.MaxExtents
+	if len(ext) > sparsetar.MaxExtents {
+		ext = sparsetar.Coalesce(ext, sparsetar.MaxExtents)
+	}
+	return ext, holes
+}
+
+// inData reports whether offset off is inside one of the extents.
+func inData(ext []sparsetar.Extent, off int64) bool {
+	i := sort.Search(len(ext), func(i int) bool { return ext[i].Off > off })
+	return i > 0 && off < ext[i-1].Off+ext[i-1].Len
 }
 
 type zeroReader struct{}

@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/berth-dev/berth/internal/sparsetar"
+	"github.com/berth-dev/berth/provider"
 )
 
 // produce reads the source's tar stream into entries and jobs.
@@ -23,7 +26,7 @@ func (sv *saver) produce(ctx context.Context, since time.Time) error {
 	defer rc.Close()
 	// The tar reader reads 512-byte blocks; a buffer makes those memory
 	// copies rather than reads of the stream (a pipe, an HTTP body).
-	tr := tar.NewReader(bufio.NewReaderSize(rc, 256<<10))
+	tr := sparsetar.NewReader(bufio.NewReaderSize(rc, 256<<10))
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -45,6 +48,12 @@ func (sv *saver) produce(ctx context.Context, since time.Time) error {
 		// Paths are checked before any content is read. The checker
 		// sees files without their contents, which come later, so its
 		// totals are not used here.
+		if e.Type == typeHardlink && sv.leftOut[e.Target] {
+			// Another name of a file left out: there is nothing to
+			// link it to.
+			sv.skip(e.Path, errors.New("a hard link to a file left out"))
+			continue
+		}
 		if err := sv.check.add(e); err != nil {
 			if errors.Is(err, errPathTooLong) {
 				// The workspace may hold it (the kernel bounds
@@ -55,18 +64,27 @@ func (sv *saver) produce(ctx context.Context, since time.Time) error {
 			return fmt.Errorf("%w: snapshot: source archive: %v", ErrBadInput, err)
 		}
 		if e.Type == typeFile {
-			if hdr.PAXRecords[UnchangedRecord] == "1" {
+			err = sv.checkSize(hdr)
+			switch {
+			case err != nil:
+			case hdr.PAXRecords[UnchangedRecord] == "1":
 				err = sv.addUnchanged(ctx, e, hdr)
-			} else {
-				err = sv.addContents(ctx, e, tr, hdr.Size)
+			default:
+				if ext, ok := tr.Extents(); ok {
+					err = sv.addSparse(ctx, e, tr, ext, hdr.Size)
+				} else {
+					err = sv.addContents(ctx, e, tr, hdr.Size)
+				}
 			}
 			if errors.Is(err, errVanished) {
 				delete(sv.check.seen, e.Path)
+				sv.leaveOut(e.Path)
 				continue
 			}
 			var skip *skipError
 			if errors.As(err, &skip) {
 				delete(sv.check.seen, e.Path)
+				sv.leaveOut(e.Path)
 				sv.skip(e.Path, skip.err)
 				continue
 			}
@@ -150,6 +168,91 @@ func (sv *saver) skip(path string, why error) {
 	}
 }
 
+// checkSize leaves out a file the source left out (see
+// provider.PAXSkipped); a file whose size, holes included, passes the
+// store's bounds (see WithMaxFileSize), before anything of it is read;
+// and a sparse file in a format that the tar reader reads holes and all,
+// as zeros: reading a hole of terabytes would cost what the hole does
+// not, and sandboxd never writes that format.
+func (sv *saver) checkSize(hdr *tar.Header) error {
+	size := hdr.Size
+	if hdr.PAXRecords[UnchangedRecord] == "1" && hdr.PAXRecords[provider.PAXSkipped] == "" {
+		n, err := strconv.ParseInt(hdr.PAXRecords[SizeRecord], 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%w: snapshot: source archive: %q: bad %s record", ErrBadInput, truncate(hdr.Name), SizeRecord)
+		}
+		size = n
+	}
+	switch {
+	case hdr.PAXRecords[provider.PAXSkipped] != "":
+		return &skipError{fmt.Errorf("left out by the source: %s", truncate(hdr.PAXRecords[provider.PAXSkipped]))}
+	case sparsetar.Foreign(hdr):
+		return &skipError{errors.New("a sparse file in a format whose holes would be read as zeros")}
+	case size > sv.store.maxFileSize:
+		return &skipError{fmt.Errorf("%d bytes, holes included, more than the %d a snapshot keeps of one file", size, sv.store.maxFileSize)}
+	case size > sv.store.maxTotalSize-sv.size:
+		return &skipError{fmt.Errorf("%d bytes, holes included, would take the snapshot past the %d bytes of files it keeps", size, sv.store.maxTotalSize)}
+	}
+	return nil
+}
+
+// addSparse reads a sparse file's data, which r holds for the extents
+// ext, into chunks; the holes between them are references to no chunk,
+// one whatever its length. Chunks are cut at the same offsets as a file
+// without holes is, so that both share them.
+func (sv *saver) addSparse(ctx context.Context, e *entry, r io.Reader, ext []sparsetar.Extent, size int64) error {
+	if size < packLimit {
+		// Small: packed whole, its few holes as zeros.
+		b := make([]byte, size)
+		for _, x := range ext {
+			if _, err := io.ReadFull(r, b[x.Off:x.Off+x.Len]); err != nil {
+				return readErr(ctx, fmt.Errorf("snapshot: read %q from the source: %w", e.Path, err))
+			}
+		}
+		return sv.addSmall(ctx, e, bytes.NewReader(b), size)
+	}
+	hole := func(n int64) {
+		if n > 0 {
+			e.Chunks = append(e.Chunks, &ref{Len: n})
+			e.Size += n
+			sv.doneBytes.Add(n)
+		}
+	}
+	for _, x := range ext {
+		hole(x.Off - e.Size)
+		for end := x.Off + x.Len; e.Size < end; {
+			n := min(end, (e.Size/chunkSize+1)*chunkSize) - e.Size
+			buf, err := sv.acquire(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := io.ReadFull(r, (*buf)[:n]); err != nil {
+				sv.release(buf)
+				return readErr(ctx, fmt.Errorf("snapshot: read %q from the source: %w", e.Path, err))
+			}
+			*buf = (*buf)[:n]
+			r := &ref{Len: n}
+			e.Chunks = append(e.Chunks, r)
+			e.Size += n
+			sv.doneBytes.Add(n)
+			if err := sv.send(ctx, &job{buf: buf, ref: r}); err != nil {
+				return err
+			}
+		}
+	}
+	hole(size - e.Size)
+	return nil
+}
+
+// leaveOut records a regular file left out, so that its other names
+// (hard links to it) are left out too.
+func (sv *saver) leaveOut(path string) {
+	if sv.leftOut == nil {
+		sv.leftOut = make(map[string]bool)
+	}
+	sv.leftOut[path] = true
+}
+
 // addUnchanged takes a file the source sent without contents from the
 // parent, or else asks the source for it.
 func (sv *saver) addUnchanged(ctx context.Context, e *entry, hdr *tar.Header) error {
@@ -172,6 +275,14 @@ func (sv *saver) addUnchanged(ctx context.Context, e *entry, hdr *tar.Header) er
 		return fmt.Errorf("snapshot: read %q from the source: %w", e.Path, err)
 	}
 	defer rc.Close()
+	if sf, ok := rc.(extentReader); ok {
+		if ext, size, ok := sf.Extents(); ok {
+			if size > sv.store.maxFileSize || size > sv.store.maxTotalSize-sv.size {
+				return &skipError{fmt.Errorf("%d bytes, holes included, more than a snapshot keeps", size)}
+			}
+			return sv.addSparse(ctx, e, rc, ext, size)
+		}
+	}
 	return sv.addContents(ctx, e, rc, -1)
 }
 

@@ -31,11 +31,12 @@ type saver struct {
 	entries      []*entry
 	check        checker
 	files        int
-	size         int64
-	pack         *job // the pack being filled
+	size         int64 // of the files kept so far, holes included
+	pack         *job  // the pack being filled
 	skipped      int
 	skippedPaths []string
 	lastSkipped  string
+	leftOut      map[string]bool // regular files left out, by path
 
 	jobs    chan *job
 	uploads chan upload

@@ -26,6 +26,9 @@ type Store struct {
 	grace       time.Duration
 	clockMargin time.Duration
 	now         func() time.Time
+	// Bounds on the apparent size of what a Save keeps: see
+	// WithMaxFileSize and WithMaxTotalSize.
+	maxFileSize, maxTotalSize int64
 
 	// One encoder and decoder for chunks, shared: their EncodeAll and
 	// DecodeAll are safe for concurrent use.
@@ -40,6 +43,13 @@ type Store struct {
 const (
 	DefaultGracePeriod = time.Hour
 	DefaultClockMargin = 2 * time.Second
+	// DefaultMaxFileSize is the largest file ext4 holds (with 4 KiB
+	// blocks): a workspace's file is rarely beyond it, whatever its
+	// holes.
+	DefaultMaxFileSize = 16 << 40
+	// DefaultMaxTotalSize bounds the sum of the files' sizes, holes
+	// included: four of the largest.
+	DefaultMaxTotalSize = 64 << 40
 )
 
 // Option configures a Store.
@@ -69,6 +79,31 @@ func WithClockMargin(d time.Duration) Option {
 	}
 }
 
+// WithMaxFileSize bounds the size of a file a Save keeps, holes
+// included; zero means DefaultMaxFileSize. A larger file is left out of
+// the snapshot and named in Info.SkippedPaths, as a path too long is:
+// a sandbox's workspace never fails to snapshot for what it holds. Holes
+// cost a Save and a restore nothing; the bound is for what is not berth
+// (a tar reader, a file system without holes) that gets the snapshot.
+func WithMaxFileSize(n int64) Option {
+	return func(s *Store) {
+		if n > 0 {
+			s.maxFileSize = n
+		}
+	}
+}
+
+// WithMaxTotalSize bounds the sum of the sizes of the files a Save keeps,
+// holes included; zero means DefaultMaxTotalSize. The files past it, in
+// the source's order, are left out as for WithMaxFileSize.
+func WithMaxTotalSize(n int64) Option {
+	return func(s *Store) {
+		if n > 0 {
+			s.maxTotalSize = n
+		}
+	}
+}
+
 // withClock replaces time.Now, for tests of the grace period.
 func withClock(now func() time.Time) Option {
 	return func(s *Store) { s.now = now }
@@ -77,7 +112,10 @@ func withClock(now func() time.Time) Option {
 // New returns a Store keeping its snapshots in b. The caller keeps
 // ownership of b and closes it after the last use of the Store.
 func New(b *blob.Bucket, opts ...Option) *Store {
-	s := &Store{bucket: b, grace: DefaultGracePeriod, clockMargin: DefaultClockMargin, now: time.Now}
+	s := &Store{
+		bucket: b, grace: DefaultGracePeriod, clockMargin: DefaultClockMargin, now: time.Now,
+		maxFileSize: DefaultMaxFileSize, maxTotalSize: DefaultMaxTotalSize,
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -121,9 +159,11 @@ type Info struct {
 	// Source is SaveOptions.Source.
 	Source string
 	// Skipped counts the paths Save left out because a snapshot cannot
-	// carry them (longer than provider.MaxPathLen, below one left out, or
-	// gone or unreadable when asked for), and SkippedPaths names the first
-	// of them. A workspace never fails to snapshot for its names.
+	// carry them (longer than provider.MaxPathLen, below one left out,
+	// gone or unreadable when asked for, larger than WithMaxFileSize or
+	// past WithMaxTotalSize, or sparse in a format whose holes could not
+	// be told from data), and SkippedPaths names the first of them. A
+	// workspace never fails to snapshot for its names or its sizes.
 	Skipped      int
 	SkippedPaths []string
 }

@@ -1,9 +1,14 @@
-// Package sparsetar writes sparse regular files into a tar stream in the
-// GNU sparse 1.0 PAX format, which archive/tar reads but does not write:
-// only the data extents travel, and a reader (archive/tar, GNU tar,
-// bsdtar) sees the file whole, its holes as zeros. berth's unpackers turn
-// runs of zeros back into holes (see ZeroBlock), so a sparse file stays
-// small all the way through an export, a snapshot and a restore.
+// Package sparsetar carries sparse regular files through tar streams in
+// the GNU sparse 0.1 PAX format, which archive/tar, GNU tar and bsdtar
+// read but archive/tar does not write: only the data extents travel, and
+// the map of where they go is a PAX record.
+//
+// archive/tar reads such an entry whole, its holes as zeros, and keeps
+// its map to itself: reading a file of 15 TiB with one byte of data
+// costs writing 15 TiB of zeros into buffers. [Reader] reads the map
+// from the PAX record and the data alone, so that a sparse file costs
+// its data, not its size, all the way through an export, a snapshot and
+// a restore (internal/untar's WriteExtents writes it back with holes).
 package sparsetar
 
 import (
@@ -12,37 +17,54 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // Extent is a run of a file's data: Len bytes at Off.
 type Extent struct{ Off, Len int64 }
 
-// MaxExtents bounds the extents of one entry: archive/tar refuses a
-// sparse map of more than 1 MiB. Files with more are written with
+// MaxExtents bounds the extents of one entry: archive/tar refuses PAX
+// records of more than 1 MiB, and the map is one (16Ki extents of two
+// 19-digit numbers take 640 KiB). Files with more are written with
 // neighbouring extents merged (Coalesce).
 const MaxExtents = 16 << 10
 
 // BlockSize is the unit in which unpackers look for zeros to skip.
 const BlockSize = 4096
 
-// Coalesce merges extents separated by the smallest holes until there
-// are at most max: the holes merged are written as zeros.
+// Coalesce merges extents (in order, not overlapping) across the
+// smallest holes between them until there are at most max: the holes
+// merged are then data, written as zeros. It merges as few holes as it
+// must, the smallest first.
 func Coalesce(ext []Extent, max int) []Extent {
-	for gap := int64(BlockSize); len(ext) > max; gap *= 2 {
-		out := ext[:1]
-		for _, e := range ext[1:] {
-			last := &out[len(out)-1]
-			if e.Off-(last.Off+last.Len) <= gap {
-				last.Len = e.Off + e.Len - last.Off
-				continue
-			}
-			out = append(out, e)
-		}
-		ext = out
+	if len(ext) <= max || max < 1 {
+		return ext
 	}
-	return ext
+	// gaps[i] is the hole before ext[i+1]; the len(ext)-max smallest go.
+	order := make([]int, len(ext)-1)
+	for i := range order {
+		order[i] = i
+	}
+	gap := func(i int) int64 { return ext[i+1].Off - (ext[i].Off + ext[i].Len) }
+	sort.SliceStable(order, func(a, b int) bool { return gap(order[a]) < gap(order[b]) })
+	merge := make([]bool, len(ext)-1)
+	for _, i := range order[:len(ext)-max] {
+		merge[i] = true
+	}
+	out := make([]Extent, 0, max)
+	out = append(out, ext[0])
+	for i, e := range ext[1:] {
+		if merge[i] {
+			last := &out[len(out)-1]
+			last.Len = e.Off + e.Len - last.Off
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // DataWriter takes a sparse entry's data: the bytes of its extents, in
@@ -73,38 +95,45 @@ func (d *DataWriter) Close() error {
 
 // WriteHeader starts a sparse regular file in the stream: hdr.Name,
 // hdr.Mode, hdr.ModTime and hdr.Size (the logical size) describe it,
-// ext (in order, not overlapping, inside the size) where its data is. w
-// must be the writer under tw: the entry is written there directly, tw
-// being flushed first and left ready for the next entry once the returned
-// writer is closed.
+// ext (in order, not overlapping, inside the size, at most MaxExtents)
+// where its data is. w must be the writer under tw: the entry is written
+// there directly, tw being flushed first and left ready for the next
+// entry once the returned writer is closed.
 func WriteHeader(tw *tar.Writer, w io.Writer, hdr *tar.Header, ext []Extent) (*DataWriter, error) {
 	if err := tw.Flush(); err != nil {
 		return nil, err
 	}
+	if len(ext) > MaxExtents {
+		return nil, fmt.Errorf("sparsetar: %q: %d extents, more than %d", hdr.Name, len(ext), MaxExtents)
+	}
 	var data int64
-	var sparseMap bytes.Buffer
-	sparseMap.WriteString(strconv.Itoa(len(ext)) + "\n")
+	var sparseMap strings.Builder
 	end := int64(0)
-	for _, e := range ext {
+	for i, e := range ext {
 		if e.Off < end || e.Len < 0 || e.Off+e.Len > hdr.Size {
 			return nil, fmt.Errorf("sparsetar: %q: bad extent %d+%d", hdr.Name, e.Off, e.Len)
 		}
 		end = e.Off + e.Len
 		data += e.Len
-		fmt.Fprintf(&sparseMap, "%d\n%d\n", e.Off, e.Len)
+		if i > 0 {
+			sparseMap.WriteByte(',')
+		}
+		fmt.Fprintf(&sparseMap, "%d,%d", e.Off, e.Len)
 	}
-	if pad := sparseMap.Len() % blockLen; pad != 0 {
-		sparseMap.Write(make([]byte, blockLen-pad))
-	}
-	physical := int64(sparseMap.Len()) + data
 
+	// The name is in the path record too: 0.1 readers take it from
+	// there, and GNU.sparse.name is how archive/tar and GNU tar 1.0
+	// readers find it.
 	records := []struct{ k, v string }{
-		{"GNU.sparse.major", "1"},
-		{"GNU.sparse.minor", "0"},
+		{"GNU.sparse.major", "0"},
+		{"GNU.sparse.minor", "1"},
 		{"GNU.sparse.name", hdr.Name},
-		{"GNU.sparse.realsize", strconv.FormatInt(hdr.Size, 10)},
+		{"GNU.sparse.size", strconv.FormatInt(hdr.Size, 10)},
+		{"GNU.sparse.numblocks", strconv.Itoa(len(ext))},
+		{"GNU.sparse.map", sparseMap.String()},
 		{"mtime", formatTime(hdr.ModTime)},
-		{"size", strconv.FormatInt(physical, 10)},
+		{"path", hdr.Name},
+		{"size", strconv.FormatInt(data, 10)},
 	}
 	var pax bytes.Buffer
 	for _, r := range records {
@@ -127,12 +156,11 @@ func WriteHeader(tw *tar.Writer, w io.Writer, hdr *tar.Header, ext []Extent) (*D
 		return nil, err
 	}
 	out.Write(main)
-	out.Write(sparseMap.Bytes())
 	if _, err := w.Write(out.Bytes()); err != nil {
 		return nil, err
 	}
 	pad := int64(0)
-	if r := physical % blockLen; r != 0 {
+	if r := data % blockLen; r != 0 {
 		pad = blockLen - r
 	}
 	return &DataWriter{w: w, left: data, pad: pad}, nil
@@ -189,8 +217,9 @@ func formatTime(t time.Time) string {
 	return fmt.Sprintf("%d.%09d", sec, nsec)
 }
 
-// ZeroBlock reports whether b is all zeros: unpackers skip such blocks
-// with a seek, leaving a hole, rather than write them.
+// ZeroBlock reports whether b is all zeros: unpackers of data that came
+// without a map skip such blocks with a seek, leaving a hole, rather than
+// write them.
 func ZeroBlock(b []byte) bool {
 	// bytes.Equal is the runtime's vectorised memequal: several times
 	// faster than a loop over the bytes.

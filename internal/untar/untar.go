@@ -164,7 +164,8 @@ func Extract(r io.Reader, target string, opts Options) error {
 		x.parent, x.base = fd, filepath.Base(target)
 		x.target = target
 	}
-	return x.run(tar.NewReader(r))
+	x.tr = sparsetar.NewReader(r)
+	return x.run()
 }
 
 type extractor struct {
@@ -185,6 +186,7 @@ type extractor struct {
 	seen     map[string]bool // Layer: every path this layer made
 	dirModes []dirMode       // set when everything is unpacked
 	buf      []byte
+	tr       *sparsetar.Reader
 }
 
 type dirMode struct {
@@ -212,10 +214,10 @@ func bad(name, format string, args ...any) error {
 	return fmt.Errorf("%w: entry %q: %s", ErrBadArchive, truncate(name), fmt.Sprintf(format, args...))
 }
 
-func (x *extractor) run(tr *tar.Reader) error {
+func (x *extractor) run() error {
 	first := true
 	for {
-		hdr, err := tr.Next()
+		hdr, err := x.tr.Next()
 		if err == io.EOF {
 			break
 		}
@@ -234,7 +236,7 @@ func (x *extractor) run(tr *tar.Reader) error {
 			return err
 		}
 		first = false
-		if err := x.entry(hdr, rel, tr); err != nil {
+		if err := x.entry(hdr, rel, x.tr); err != nil {
 			return err
 		}
 	}
@@ -295,6 +297,10 @@ func (x *extractor) entry(hdr *tar.Header, rel string, r io.Reader) error {
 		x.warn(hdr.Name, fmt.Sprintf("entries of type %q are not copied", hdr.Typeflag))
 		return nil
 	}
+	if why := hdr.PAXRecords[provider.PAXSkipped]; why != "" && hdr.Typeflag == tar.TypeReg {
+		x.warn(hdr.Name, "left out by the sandbox: "+truncate(why))
+		return nil
+	}
 	if hdr.Typeflag == tar.TypeSymlink {
 		if reason := unsafeLink(rel, hdr.Linkname); reason != "" {
 			x.warn(hdr.Name, reason)
@@ -316,6 +322,10 @@ func (x *extractor) topEntry(hdr *tar.Header, r io.Reader) error {
 		return x.ensureTree()
 	case tar.TypeReg:
 		x.single = true
+		if why := hdr.PAXRecords[provider.PAXSkipped]; why != "" {
+			x.warn(hdr.Name, "left out by the sandbox: "+truncate(why))
+			return nil
+		}
 		return x.write(x.parent, x.base, ".", hdr, r)
 	case tar.TypeSymlink:
 		x.single = true
@@ -450,8 +460,21 @@ func (x *extractor) write(dirfd int, name, rel string, hdr *tar.Header, r io.Rea
 }
 
 // copyData writes a regular file's data, exactly as many bytes as its
-// header says, counting them against the budget.
+// header says, counting them against the budget: a sparse file's holes
+// count, though they cost neither work nor disk.
 func (x *extractor) copyData(fd int, r io.Reader, hdr *tar.Header) error {
+	if ext, ok := x.tr.Extents(); ok {
+		var data int64
+		for _, e := range ext {
+			data += e.Len
+		}
+		n, err := WriteExtents(fd, readErrors{r, hdr.Name}, ext, hdr.Size, x.buf)
+		x.budget -= hdr.Size
+		if err == io.ErrUnexpectedEOF || err == nil && n != data {
+			return bad(hdr.Name, "%d bytes of data, its sparse map says %d", n, data)
+		}
+		return err
+	}
 	n, err := WriteData(fd, readErrors{r, hdr.Name}, x.buf)
 	x.budget -= n
 	if err != nil {
@@ -479,10 +502,49 @@ func (r readErrors) Read(p []byte) (int, error) {
 
 // WriteData copies r to fd, a new, empty file, through buf, and returns
 // the bytes read. Blocks of zeros are skipped with a seek rather than
-// written, so that a sparse file (see internal/sparsetar) stays sparse,
-// and runs of zeros take no disk: an unpacked file never takes more
-// space than its data. A stream cut short ends the file where it stops.
+// written, so that runs of zeros take no disk: an unpacked file never
+// takes more space than its data. A stream cut short ends the file where
+// it stops.
 func WriteData(fd int, r io.Reader, buf []byte) (int64, error) {
+	size, err := writeRuns(fd, r, buf)
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		// A file ending in zeros ends in a hole, which only a truncate
+		// makes part of the file.
+		return size, unix.Ftruncate(fd, size)
+	}
+	return size, err
+}
+
+// WriteExtents writes a sparse file's data, read from r, at its extents
+// in fd, a new, empty file, and makes the file size bytes long: the holes
+// between the extents are never written, so the work and the disk it
+// takes are its data's, whatever its size. It returns the bytes of data
+// read; r ending before the extents are full is io.ErrUnexpectedEOF.
+func WriteExtents(fd int, r io.Reader, ext []sparsetar.Extent, size int64, buf []byte) (int64, error) {
+	var total int64
+	for _, e := range ext {
+		if e.Off < 0 || e.Len < 0 || e.Off+e.Len > size {
+			return total, fmt.Errorf("%w: extent %d+%d outside a file of %d bytes", ErrBadArchive, e.Off, e.Len, size)
+		}
+		if _, err := unix.Seek(fd, e.Off, io.SeekStart); err != nil {
+			return total, err
+		}
+		n, err := writeRuns(fd, io.LimitReader(r, e.Len), buf)
+		total += n
+		if err != io.EOF && err != io.ErrUnexpectedEOF {
+			return total, err
+		}
+		if n != e.Len {
+			return total, io.ErrUnexpectedEOF
+		}
+	}
+	return total, unix.Ftruncate(fd, size)
+}
+
+// writeRuns copies r to fd from its offset, skipping blocks of zeros,
+// until r ends, and returns the bytes read and how r ended: io.EOF or
+// io.ErrUnexpectedEOF when it did, else an error.
+func writeRuns(fd int, r io.Reader, buf []byte) (int64, error) {
 	var size int64
 	for {
 		n, err := io.ReadFull(r, buf)
@@ -512,11 +574,6 @@ func WriteData(fd int, r io.Reader, buf []byte) (int64, error) {
 			b = b[run:]
 		}
 		size += int64(n)
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			// A file ending in zeros ends in a hole, which only a
-			// truncate makes part of the file.
-			return size, unix.Ftruncate(fd, size)
-		}
 		if err != nil {
 			return size, err
 		}

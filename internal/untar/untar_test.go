@@ -368,3 +368,70 @@ func TestWriteDataRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestExtractHugeSparse: a sparse entry of 15 TiB with a few bytes of
+// data is unpacked for the CPU of its data: its holes are neither read
+// as zeros nor scanned, and stay holes. Read as zeros, they took half
+// an hour.
+func TestExtractHugeSparse(t *testing.T) {
+	h := newHost(t)
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	const size = 15 << 40
+	ext := []sparsetar.Extent{{Off: 0, Len: 4}, {Off: 7 << 40, Len: 6}, {Off: size - 4, Len: 4}}
+	dw, err := sparsetar.WriteHeader(tw, &b, &tar.Header{Name: "img", Mode: 0o644, Size: size}, ext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dw.Write([]byte("headmiddletail"))
+	dw.Close()
+	tw.Close()
+	target := filepath.Join(h.dst, "img")
+
+	done := make(chan error, 1)
+	start := processCPU()
+	go func() { done <- Extract(&b, target, Options{MaxBytes: size}) }()
+	const budget = 10 * time.Second
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			break wait
+		case <-tick.C:
+			if used := processCPU() - start; used > budget {
+				t.Fatalf("Extract used more than %s of CPU for 14 bytes of data", budget)
+			}
+		}
+	}
+	fi, err := os.Stat(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != size || fi.Sys().(*syscall.Stat_t).Blocks*512 > 1<<20 {
+		t.Errorf("img: %d bytes, %d on disk", fi.Size(), fi.Sys().(*syscall.Stat_t).Blocks*512)
+	}
+	f, _ := os.Open(target)
+	defer f.Close()
+	for _, c := range []struct {
+		off  int64
+		want string
+	}{{0, "head"}, {7 << 40, "middle"}, {size - 4, "tail"}} {
+		got := make([]byte, len(c.want))
+		f.ReadAt(got, c.off)
+		if string(got) != c.want {
+			t.Errorf("img holds %q at %d, want %q", got, c.off, c.want)
+		}
+	}
+}
+
+// processCPU is the CPU time, user and system, this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -24,6 +24,8 @@ func hostileTests() []test {
 		{name: "FifoExport", fn: testFifoExport},
 		{name: "HardLinks", fn: testHardLinks},
 		{name: "Sparse", fn: testSparse},
+		// Serial: it measures this process's CPU.
+		{name: "SparseSnapshot", serial: true, fn: testSparseSnapshot},
 		{name: "OddNames", fn: testOddNames},
 	}
 }
