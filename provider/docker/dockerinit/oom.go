@@ -1,0 +1,237 @@
+package dockerinit
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// memoryGuard ends the command that holds a sandbox's memory when the
+// kernel will not. The container's memory cgroup counts everything the
+// sandbox holds, kernel buffers included, but its out-of-memory killer
+// runs only when reclaim frees nothing, and reclaim can always free the
+// pages of the image's files the commands run from: they are charged to
+// the container when first read, unlike the linux provider's host
+// files. So a command that holds the limit in memory nothing can
+// reclaim (socket buffers, here 118 MiB in a 128 MiB sandbox) has the
+// kernel evict and read back its own program text, for minutes, instead
+// of being killed.
+//
+// The guard watches the cgroup and, when what commands hold beyond the
+// reach of reclaim (the cgroup's usage less its file pages and the
+// daemon's own memory) passes the limit less the daemon's reserve, kills
+// the sandbox user's process with the highest oom_score, the kernel's
+// own choice, and counts the kill, which sandboxd reports as the command
+// running out of memory. That is the limit the linux provider gives its
+// commands (the sandbox's less the same reserve), and it leaves the
+// daemon room to serve.
+type memoryGuard struct {
+	uid   int
+	cg    cgroupFiles
+	kills atomic.Int64
+}
+
+// cgroupFiles names the files of the container's memory cgroup, which
+// Docker mounts read-only at /sys/fs/cgroup in its own cgroup namespace.
+type cgroupFiles struct {
+	usage, limit, stat string
+	file               []string // memory.stat's keys of file pages on the LRU (tmpfs is not)
+}
+
+var (
+	cgroupV1 = cgroupFiles{
+		usage: "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+		limit: "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+		stat:  "/sys/fs/cgroup/memory/memory.stat",
+		file:  []string{"total_active_file", "total_inactive_file"},
+	}
+	cgroupV2 = cgroupFiles{
+		usage: "/sys/fs/cgroup/memory.current",
+		limit: "/sys/fs/cgroup/memory.max",
+		stat:  "/sys/fs/cgroup/memory.stat",
+		file:  []string{"active_file", "inactive_file"},
+	}
+)
+
+// Guard timings: a poll reads one number; a sandbox in the state the
+// guard ends stays in it for minutes, so a tenth of a second is soon
+// enough. After a kill, the victim's memory takes a moment to come back.
+const (
+	guardPoll  = 100 * time.Millisecond
+	guardAfter = 200 * time.Millisecond
+)
+
+// memoryReserve is what the commands of a sandbox limited to limit
+// leave the daemon: as the linux provider's default
+// (KernelLimits.MemoryReserve), 16 MiB, or a quarter of smaller limits.
+func memoryReserve(limit int64) int64 { return min(16<<20, limit/4) }
+
+// newMemoryGuard returns the guard of the container's memory cgroup, or
+// nil where the container has none this process can read.
+func newMemoryGuard(uid int) *memoryGuard {
+	for _, cg := range []cgroupFiles{cgroupV2, cgroupV1} {
+		if _, err := os.Stat(cg.usage); err == nil {
+			return &memoryGuard{uid: uid, cg: cg}
+		}
+	}
+	return nil
+}
+
+// count is the number of commands the guard killed.
+func (g *memoryGuard) count() int64 {
+	if g == nil {
+		return 0
+	}
+	return g.kills.Load()
+}
+
+// run watches the cgroup for good.
+func (g *memoryGuard) run() {
+	for {
+		wait := guardPoll
+		killed, err := g.check()
+		switch {
+		case err != nil:
+			fmt.Fprintf(os.Stderr, "berth-sandboxd: memory guard: %v\n", err)
+			wait = 10 * guardPoll
+		case killed:
+			wait = guardAfter
+		}
+		time.Sleep(wait)
+	}
+}
+
+// check kills a command if commands hold more than they may; it says
+// whether it did.
+func (g *memoryGuard) check() (bool, error) {
+	limit, err := readLimit(g.cg.limit)
+	if err != nil || limit <= 0 {
+		return false, err
+	}
+	allowed := limit - memoryReserve(limit)
+	usage, err := readInt(g.cg.usage)
+	if err != nil || usage <= allowed {
+		return false, err // what commands hold is at most the usage
+	}
+	stat, err := os.ReadFile(g.cg.stat)
+	if err != nil {
+		return false, err
+	}
+	held := usage - statSum(stat, g.cg.file) - selfMemory()
+	if held <= allowed {
+		return false, nil
+	}
+	pid := g.victim()
+	if pid <= 0 {
+		return false, nil
+	}
+	// The count goes first: sandboxd reads it when the victim's wait
+	// returns.
+	g.kills.Add(1)
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		g.kills.Add(-1)
+		return false, nil // gone already
+	}
+	fmt.Fprintf(os.Stderr, "berth-sandboxd: commands hold %d MiB that nothing can reclaim, of %d MiB allowed: killed process %d\n", held>>20, allowed>>20, pid)
+	return true, nil
+}
+
+// victim is the sandbox user's process with the highest oom_score, or 0.
+func (g *memoryGuard) victim() int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	self := os.Getpid()
+	best, bestScore := 0, int64(-1)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if uid, ok := procUID(pid); !ok || uid != g.uid {
+			continue
+		}
+		score, err := readInt("/proc/" + e.Name() + "/oom_score")
+		if err == nil && score > bestScore {
+			best, bestScore = pid, score
+		}
+	}
+	return best
+}
+
+// procUID reads the real uid of process pid.
+func procUID(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				return 0, false
+			}
+			uid, err := strconv.Atoi(f[0])
+			return uid, err == nil
+		}
+	}
+	return 0, false
+}
+
+// selfMemory is the daemon's own memory: its resident pages less those
+// shared with files (its binary's, which is the host's).
+func selfMemory() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return 0
+	}
+	resident, _ := strconv.ParseInt(f[1], 10, 64)
+	shared, _ := strconv.ParseInt(f[2], 10, 64)
+	return max(resident-shared, 0) * int64(os.Getpagesize())
+}
+
+// readLimit reads a memory limit; "max" (cgroup v2) is none, 0.
+func readLimit(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	if s := strings.TrimSpace(string(b)); s != "max" {
+		return strconv.ParseInt(s, 10, 64)
+	}
+	return 0, nil
+}
+
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+}
+
+// statSum adds up the values of keys in a memory.stat.
+func statSum(stat []byte, keys []string) int64 {
+	var sum int64
+	for line := range strings.Lines(string(stat)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
+		for _, want := range keys {
+			if k == want {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				sum += n
+			}
+		}
+	}
+	return sum
+}
