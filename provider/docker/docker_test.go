@@ -492,3 +492,61 @@ func TestWarmContainerFitted(t *testing.T) {
 	}
 	sh(t, sb, "true")
 }
+
+// holdProgram fills socket pairs until what the sandbox holds beyond the
+// reach of reclaim (its cgroup's usage less its file pages) is within
+// the given bytes of its limit, then holds it for a while and says
+// "held". It stays under the limit, where the kernel kills nothing: only
+// the daemon's reserve, which commands may not take, is crossed.
+const holdProgram = `
+import os, socket, time
+root = "/sys/fs/cgroup/"
+if os.path.exists(root + "memory.current"):
+    usage_file, limit_file, stat_file, keys = root + "memory.current", root + "memory.max", root + "memory.stat", ("active_file", "inactive_file")
+else:
+    root += "memory/"
+    usage_file, limit_file, stat_file, keys = root + "memory.usage_in_bytes", root + "memory.limit_in_bytes", root + "memory.stat", ("total_active_file", "total_inactive_file")
+def held():
+    stat = dict(line.split() for line in open(stat_file))
+    return int(open(usage_file).read()) - sum(int(stat[k]) for k in keys)
+limit = int(open(limit_file).read())
+chunk = b"s" * 16384
+socks = []
+while held() < limit - %d:
+    a, b = socket.socketpair()
+    socks.append((a, b))
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    a.setblocking(False)
+    try:
+        while True:
+            a.send(chunk)
+    except BlockingIOError:
+        pass
+print("holding", held() >> 20, "MiB of", limit >> 20, flush=True)
+time.sleep(20)
+print("held", flush=True)
+`
+
+// TestMemoryReserve: a command that holds the sandbox's memory in kernel
+// buffers, up to less than the daemon's reserve below the limit, is killed
+// as out of memory, as on the linux provider (whose commands' cgroup is
+// limited to that), although the kernel, under its limit, would kill
+// nothing: its commands would go on evicting and reading back their own
+// program text for minutes at the limit. The sandbox serves on.
+func TestMemoryReserve(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: -1})
+	const limit = 128 << 20
+	sb := create(t, p, provider.Spec{ID: "reserve", Resources: provider.Resources{Memory: limit}})
+	// Within 8 MiB of the limit: past the reserve (16 MiB), with room
+	// for the daemon's own memory under the limit.
+	program := fmt.Sprintf(holdProgram, 8<<20)
+	var stdout, stderr strings.Builder
+	res, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", program}, Stdout: &stdout, Stderr: &stderr})
+	t.Logf("exit code %d, signal %q, out of memory %v, err %v, stdout %q, stderr %q", res.ExitCode, res.Signal, res.OOMKilled, err, stdout.String(), stderr.String())
+	if !errors.Is(err, provider.ErrOutOfMemory) || !res.OOMKilled {
+		t.Errorf("a command holding the sandbox's memory less 8 MiB in socket buffers: %v, want it killed as out of memory", err)
+	}
+	if out := sh(t, sb, "echo ok"); strings.TrimSpace(out) != "ok" {
+		t.Errorf("a command after the kill says %q", out)
+	}
+}

@@ -128,18 +128,34 @@ func (g *memoryGuard) check() (bool, error) {
 		return false, nil
 	}
 	pid := g.victim()
-	if pid <= 0 {
+	if pid <= 0 || !g.kill(pid) {
 		return false, nil
+	}
+	fmt.Fprintf(os.Stderr, "berth-sandboxd: commands hold %d MiB that nothing can reclaim, of %d MiB allowed: killed process %d\n", held>>20, allowed>>20, pid)
+	return true, nil
+}
+
+// kill kills process pid if it is still the sandbox user's, and counts
+// the kill; it says whether it did. The pidfd names the process for
+// good: a pid that was reused is checked again, and one that ended is
+// not signalled.
+func (g *memoryGuard) kill(pid int) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	if uid, ok := procUID(pid); !ok || uid != g.uid {
+		return false
 	}
 	// The count goes first: sandboxd reads it when the victim's wait
 	// returns.
 	g.kills.Add(1)
-	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
 		g.kills.Add(-1)
-		return false, nil // gone already
+		return false
 	}
-	fmt.Fprintf(os.Stderr, "berth-sandboxd: commands hold %d MiB that nothing can reclaim, of %d MiB allowed: killed process %d\n", held>>20, allowed>>20, pid)
-	return true, nil
+	return true
 }
 
 // victim is the sandbox user's process with the highest oom_score, or 0.
