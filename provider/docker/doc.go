@@ -60,7 +60,14 @@
 // swap), CPU and pids are the container's cgroup limits; /tmp and
 // /dev/shm are tmpfs of a quarter of the memory limit each, and so is
 // each of the image's VOLUMEs, which would otherwise be Docker volumes
-// on the host's disk.
+// on the host's disk. Commands may hold, in memory reclaim cannot free
+// (anonymous memory, tmpfs, pipe and socket buffers), the memory limit
+// less a reserve for the daemon (16 MiB, or a quarter of smaller
+// limits), as on the linux provider: the daemon watches the container's
+// memory cgroup and past that kills the sandbox user's process with the
+// highest oom_score, reported as out of memory. The kernel would not:
+// it evicts and reads back the image's files that commands run from,
+// charged to the container, and kills nothing for minutes.
 //
 // # State
 //
