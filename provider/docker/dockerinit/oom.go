@@ -18,23 +18,28 @@ import (
 // runs only when reclaim frees nothing, and reclaim can always free the
 // pages of the image's files the commands run from: they are charged to
 // the container when first read, unlike the linux provider's host
-// files. So a command that holds the limit in memory nothing can
+// files. So a command that holds nearly the limit in memory nothing can
 // reclaim (socket buffers, here 118 MiB in a 128 MiB sandbox) has the
 // kernel evict and read back its own program text, for minutes, instead
 // of being killed.
 //
-// The guard watches the cgroup and, when what commands hold beyond the
-// reach of reclaim (the cgroup's usage less its file pages and the
-// daemon's own memory) passes the limit less the daemon's reserve, kills
-// the sandbox user's process with the highest oom_score, the kernel's
-// own choice, and counts the kill, which sandboxd reports as the command
-// running out of memory. That is the limit the linux provider gives its
-// commands (the sandbox's less the same reserve), and it leaves the
-// daemon room to serve.
+// The guard watches the cgroup for that state: what commands hold
+// beyond the reach of reclaim (the cgroup's usage less its file pages
+// and the daemon's own memory) past the limit less the daemon's reserve,
+// which on the linux provider is the commands' own limit, while the
+// cgroup faults pages back in without pause (thrashFaults in each poll,
+// for thrashPolls polls in a row). Then it kills the sandbox user's
+// process with the highest oom_score, the kernel's own choice, and
+// counts the kill, which sandboxd reports as the command running out of
+// memory. Memory merely held near the limit is the kernel's to deal
+// with, as it is without the guard: it kills at the limit, at once.
 type memoryGuard struct {
 	uid   int
 	cg    cgroupFiles
 	kills atomic.Int64
+
+	faults int64 // the cgroup's major faults at the last poll
+	streak int   // polls in a row that found the cgroup thrashing
 }
 
 // cgroupFiles names the files of the container's memory cgroup, which
@@ -42,29 +47,36 @@ type memoryGuard struct {
 type cgroupFiles struct {
 	usage, limit, stat string
 	file               []string // memory.stat's keys of file pages on the LRU (tmpfs is not)
+	faults             string   // memory.stat's key of major faults
 }
 
 var (
 	cgroupV1 = cgroupFiles{
-		usage: "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-		limit: "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-		stat:  "/sys/fs/cgroup/memory/memory.stat",
-		file:  []string{"total_active_file", "total_inactive_file"},
+		usage:  "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+		limit:  "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+		stat:   "/sys/fs/cgroup/memory/memory.stat",
+		file:   []string{"total_active_file", "total_inactive_file"},
+		faults: "total_pgmajfault",
 	}
 	cgroupV2 = cgroupFiles{
-		usage: "/sys/fs/cgroup/memory.current",
-		limit: "/sys/fs/cgroup/memory.max",
-		stat:  "/sys/fs/cgroup/memory.stat",
-		file:  []string{"active_file", "inactive_file"},
+		usage:  "/sys/fs/cgroup/memory.current",
+		limit:  "/sys/fs/cgroup/memory.max",
+		stat:   "/sys/fs/cgroup/memory.stat",
+		file:   []string{"active_file", "inactive_file"},
+		faults: "pgmajfault",
 	}
 )
 
-// Guard timings: a poll reads one number; a sandbox in the state the
-// guard ends stays in it for minutes, so a tenth of a second is soon
-// enough. After a kill, the victim's memory takes a moment to come back.
+// Guard timings. A poll reads one number, or memory.stat when usage is
+// past the reserve. A thrashing cgroup was seen faulting 1,800 pages a
+// second, for minutes; a second of it, at 200 a second or more, is
+// enough to tell it from a moment's reading of files. After a kill, the
+// victim's memory takes a moment to come back.
 const (
-	guardPoll  = 100 * time.Millisecond
-	guardAfter = 200 * time.Millisecond
+	guardPoll    = 100 * time.Millisecond
+	thrashFaults = 20
+	thrashPolls  = 10
+	guardAfter   = 200 * time.Millisecond
 )
 
 // memoryReserve is what the commands of a sandbox limited to limit
@@ -93,12 +105,16 @@ func (g *memoryGuard) count() int64 {
 
 // run watches the cgroup for good.
 func (g *memoryGuard) run() {
+	var last string // the last error told, told once
 	for {
 		wait := guardPoll
 		killed, err := g.check()
 		switch {
 		case err != nil:
-			fmt.Fprintf(os.Stderr, "berth-sandboxd: memory guard: %v\n", err)
+			if err.Error() != last {
+				fmt.Fprintf(os.Stderr, "berth-sandboxd: memory guard: %v\n", err)
+			}
+			last = err.Error()
 			wait = 10 * guardPoll
 		case killed:
 			wait = guardAfter
@@ -107,8 +123,8 @@ func (g *memoryGuard) run() {
 	}
 }
 
-// check kills a command if commands hold more than they may; it says
-// whether it did.
+// check kills a command if commands hold more than they may while the
+// cgroup thrashes; it says whether it did.
 func (g *memoryGuard) check() (bool, error) {
 	limit, err := readLimit(g.cg.limit)
 	if err != nil || limit <= 0 {
@@ -117,21 +133,30 @@ func (g *memoryGuard) check() (bool, error) {
 	allowed := limit - memoryReserve(limit)
 	usage, err := readInt(g.cg.usage)
 	if err != nil || usage <= allowed {
-		return false, err // what commands hold is at most the usage
+		g.streak = 0 // what commands hold is at most the usage
+		return false, err
 	}
 	stat, err := os.ReadFile(g.cg.stat)
 	if err != nil {
 		return false, err
 	}
+	faults := statSum(stat, []string{g.cg.faults})
+	faulting := faults-g.faults >= thrashFaults
+	g.faults = faults
 	held := usage - statSum(stat, g.cg.file) - selfMemory()
-	if held <= allowed {
+	if held <= allowed || !faulting {
+		g.streak = 0
+		return false, nil
+	}
+	if g.streak++; g.streak < thrashPolls {
 		return false, nil
 	}
 	pid := g.victim()
 	if pid <= 0 || !g.kill(pid) {
 		return false, nil
 	}
-	fmt.Fprintf(os.Stderr, "berth-sandboxd: commands hold %d MiB that nothing can reclaim, of %d MiB allowed: killed process %d\n", held>>20, allowed>>20, pid)
+	g.streak = 0
+	fmt.Fprintf(os.Stderr, "berth-sandboxd: commands hold %d MiB that nothing can reclaim, of %d MiB allowed, and the kernel evicts and reads back their files: killed process %d\n", held>>20, allowed>>20, pid)
 	return true, nil
 }
 
