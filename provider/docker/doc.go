@@ -64,7 +64,16 @@
 // swap), CPU and pids are the container's cgroup limits; /tmp and
 // /dev/shm are tmpfs of a quarter of the memory limit each, and so is
 // each of the image's VOLUMEs, which would otherwise be Docker volumes
-// on the host's disk.
+// on the host's disk. The kernel kills a command at the memory limit
+// only when reclaim frees nothing, and reclaim can always free the
+// image's files that commands run from, charged to the container: a
+// command holding nearly the limit in socket buffers was left for
+// minutes evicting and reading back its own program text. So the daemon
+// watches the container's memory cgroup: past the limit less a reserve
+// (16 MiB, or a quarter of smaller limits, as the linux provider's
+// commands' limit), in memory reclaim cannot free, while the cgroup
+// faults pages back in for a second, it kills the sandbox user's process
+// with the highest oom_score, reported as out of memory.
 //
 // # State
 //

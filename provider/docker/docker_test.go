@@ -492,3 +492,70 @@ func TestWarmContainerFitted(t *testing.T) {
 	}
 	sh(t, sb, "true")
 }
+
+// thrashProgram fills socket pairs until what the sandbox holds beyond
+// the reach of reclaim (its cgroup's usage less its file pages) is
+// within the given bytes of its limit, then, for 20 s, reads through a
+// mapping of the workspace file "big", larger than what is left: the
+// kernel evicts its pages and reads them back, and kills nothing, being
+// under its limit. Then it says "done".
+const thrashProgram = `
+import mmap, os, socket, time
+root = "/sys/fs/cgroup/"
+if os.path.exists(root + "memory.current"):
+    usage_file, limit_file, stat_file, keys = root + "memory.current", root + "memory.max", root + "memory.stat", ("active_file", "inactive_file")
+else:
+    root += "memory/"
+    usage_file, limit_file, stat_file, keys = root + "memory.usage_in_bytes", root + "memory.limit_in_bytes", root + "memory.stat", ("total_active_file", "total_inactive_file")
+def held():
+    stat = dict(line.split() for line in open(stat_file))
+    return int(open(usage_file).read()) - sum(int(stat[k]) for k in keys)
+limit = int(open(limit_file).read())
+chunk = b"s" * 16384
+socks = []
+while held() < limit - %d:
+    a, b = socket.socketpair()
+    socks.append((a, b))
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    a.setblocking(False)
+    try:
+        while True:
+            a.send(chunk)
+    except BlockingIOError:
+        pass
+print("holding", held() >> 20, "MiB of", limit >> 20, flush=True)
+f = open("big", "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+end = time.monotonic() + 20
+passes = 0
+while time.monotonic() < end:
+    for i in range(0, len(m), 4096):
+        m[i]
+    passes += 1
+print("done", passes, "passes", flush=True)
+`
+
+// TestMemoryThrash: a command that holds the sandbox's memory in kernel
+// buffers, past the daemon's reserve (16 MiB) but under the limit, and
+// needs more file pages than are left, is killed as out of memory, as
+// on the linux provider (whose commands' cgroup is limited to the
+// sandbox's limit less that reserve). The kernel would kill nothing:
+// reclaim always frees some of the pages the command reads, and it
+// reads them back, for as long as it runs. The sandbox serves on.
+func TestMemoryThrash(t *testing.T) {
+	p := newTestProvider(t, Config{Pool: -1})
+	sb := create(t, p, provider.Spec{ID: "thrash", Resources: provider.Resources{Memory: 128 << 20}})
+	sh(t, sb, "head -c 16777216 /dev/urandom > big")
+	// Within 8 MiB of the limit: past the reserve, with room for the
+	// daemon's own memory under the limit.
+	program := fmt.Sprintf(thrashProgram, 8<<20)
+	var stdout, stderr strings.Builder
+	res, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", program}, Stdout: &stdout, Stderr: &stderr})
+	t.Logf("exit code %d, signal %q, out of memory %v, err %v, stdout %q, stderr %q", res.ExitCode, res.Signal, res.OOMKilled, err, stdout.String(), stderr.String())
+	if !errors.Is(err, provider.ErrOutOfMemory) || !res.OOMKilled {
+		t.Errorf("a command holding the sandbox's memory less 8 MiB in socket buffers and reading 16 MiB of mapped file: %v, want it killed as out of memory", err)
+	}
+	if out := sh(t, sb, "echo ok"); strings.TrimSpace(out) != "ok" {
+		t.Errorf("a command after the kill says %q", out)
+	}
+}

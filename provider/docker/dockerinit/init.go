@@ -91,7 +91,8 @@ func run() error {
 	if err := linux.Confine(); err != nil {
 		return fmt.Errorf("confine: %w", err)
 	}
-	oom := oomCounter()
+	guard := newMemoryGuard(cfg.UID)
+	oom := oomCounter(guard)
 	srv, err := sandboxd.New(sandboxd.Config{
 		Workspace: "/workspace",
 		UID:       cfg.UID,
@@ -103,6 +104,9 @@ func run() error {
 	})
 	if err != nil {
 		return err
+	}
+	if guard != nil {
+		go guard.run()
 	}
 	if err := srv.WarmUp("/bin/true"); err != nil {
 		fmt.Fprintf(os.Stderr, "warm-up command: %v\n", err) // the image may have no /bin/true
@@ -137,8 +141,9 @@ func baseEnv() map[string]string {
 // oomCounter reads the container's count of out-of-memory kills from its
 // memory cgroup, which Docker mounts read-only at /sys/fs/cgroup in the
 // container's own cgroup namespace: memory.events on cgroup v2,
-// memory.oom_control on v1.
-func oomCounter() func() (int64, error) {
+// memory.oom_control on v1; to which it adds the kills of the memory
+// guard.
+func oomCounter(guard *memoryGuard) func() (int64, error) {
 	for _, c := range []struct{ path, key string }{
 		{"/sys/fs/cgroup/memory.events", "oom_kill"},
 		{"/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"},
@@ -158,7 +163,8 @@ func oomCounter() func() (int64, error) {
 			}
 			for line := range strings.Lines(string(b[:n])) {
 				if v, ok := strings.CutPrefix(line, c.key+" "); ok {
-					return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					return n + guard.count(), err
 				}
 			}
 			return 0, fmt.Errorf("no %s in %s", c.key, c.path)
