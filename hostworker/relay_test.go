@@ -1,6 +1,7 @@
 package hostworker_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -244,12 +245,23 @@ func TestRelay(t *testing.T) {
 
 	// Uploads: only under a workflow's own prefix, imported only by it.
 	wantType(t, "write another sandbox's upload", relayWrite(ctx, rc, "relay-b", "uploads/relay-a/x"), transfer.BadInput)
-	theirs, _, err := cl.Upload(ctx, "relay-a", strings.NewReader("a's"))
+	var tarball bytes.Buffer
+	tw := tar.NewWriter(&tarball)
+	if err := tw.WriteHeader(&tar.Header{Name: "a.txt", Mode: 0o644, Size: 3, Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write([]byte("a's")); err != nil || tw.Close() != nil {
+		t.Fatal(err)
+	}
+	theirs, _, err := cl.Upload(ctx, "relay-a", &tarball)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = cl.Update(ctx, "relay-b", "", workflows.UpdateImport, nil, workflows.ImportRequest{Blob: theirs, Parts: 1})
 	wantType(t, "import another sandbox's upload", err, string(provider.KindBadInput))
+	if err == nil || !strings.Contains(err.Error(), "not an upload of this sandbox's") {
+		t.Errorf("import another sandbox's upload: %v", err)
+	}
 
 	// Past the bound: refused at once, typed, and nothing left.
 	rec.take()
