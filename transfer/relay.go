@@ -104,10 +104,12 @@ func UploadPrefix(workflowID string) (string, error) {
 const (
 	// DefaultUploadBytes bounds the bytes of the uploads stored for one
 	// workflow at a time (deleted when imported, or after
-	// activities.TransferMaxAge).
-	DefaultUploadBytes = 2 << 30
-	// DefaultUploadParts bounds the objects those uploads are stored in.
-	DefaultUploadParts = 8192
+	// activities.TransferMaxAge): a default workspace's size (10 GiB),
+	// more than it could unpack.
+	DefaultUploadBytes = 10 << 30
+	// DefaultUploadParts bounds the objects those uploads are stored in
+	// (a full part is MaxChunk bytes).
+	DefaultUploadParts = 32768
 	// relayTimeout bounds one operation's work on the blob store: it
 	// runs in a workflow task, whose own timeout is 10 s by default.
 	relayTimeout = 5 * time.Second
