@@ -323,7 +323,8 @@ func TestExecLocalAbandoned(t *testing.T) {
 }
 
 // TestSweepTransfers: uploads and exports older than the age given go,
-// newer ones and other objects stay.
+// newer ones and other objects stay; a stream whose last part is new
+// stays whole.
 func TestSweepTransfers(t *testing.T) {
 	dir := t.TempDir()
 	bucket, err := fileblob.OpenBucket(dir, nil)
@@ -338,6 +339,15 @@ func TestSweepTransfers(t *testing.T) {
 		transfer.Exports + "sb-1/run-1.tar/000000": true,
 		transfer.Uploads + "sb-1-bb.tar":           false,
 		"outputs/sb-1/sb-1-c1/stdout/000000":       true,
+		// An upload under way: an old first part, a new second one.
+		transfer.Uploads + "wf-1/u1/000000": true,
+		transfer.Uploads + "wf-1/u1/000001": false,
+		// An expired upload in two parts.
+		transfer.Uploads + "wf-1/u2/000000": true,
+		transfer.Uploads + "wf-1/u2/000001": true,
+	}
+	gone := func(key string) bool {
+		return keys[key] && !strings.HasPrefix(key, "outputs/") && !strings.HasPrefix(key, transfer.Uploads+"wf-1/u1/")
 	}
 	for key, isOld := range keys {
 		if err := bucket.WriteAll(t.Context(), key, []byte("x"), nil); err != nil {
@@ -350,12 +360,12 @@ func TestSweepTransfers(t *testing.T) {
 		}
 	}
 	n, err := acts.SweepTransfers(t.Context(), time.Hour)
-	if err != nil || n != 2 {
-		t.Errorf("swept %d, %v; want 2", n, err)
+	if err != nil || n != 4 {
+		t.Errorf("swept %d, %v; want 4", n, err)
 	}
-	for key, isOld := range keys {
+	for key := range keys {
 		exists, _ := bucket.Exists(t.Context(), key)
-		if gone := isOld && !strings.HasPrefix(key, "outputs/"); exists == gone {
+		if exists == gone(key) {
 			t.Errorf("%s: exists %v after the sweep", key, exists)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
+	"strings"
 	"time"
 
 	"gocloud.dev/blob"
@@ -80,12 +82,14 @@ func (a *Activities) ReapSnapshots(ctx context.Context, in ReapSnapshotsInput) (
 }
 
 // TransferMaxAge is how long uploads and exports may stay in the blob
-// store: front ends delete theirs when done, so what is older was left
-// by one that died.
+// store after their last part was written: front ends delete theirs
+// when done, so what is older was left by one that died.
 const TransferMaxAge = time.Hour
 
-// SweepTransfers deletes the uploads and exports older than maxAge
-// (TransferMaxAge when zero), and says how many it deleted.
+// SweepTransfers deletes the uploads and exports whose newest part is
+// older than maxAge (TransferMaxAge when zero), and says how many objects
+// it deleted. A stream goes whole or not at all: an upload still being
+// written keeps its first parts however old they are.
 func (a *Activities) SweepTransfers(ctx context.Context, maxAge time.Duration) (int, error) {
 	if maxAge <= 0 {
 		maxAge = TransferMaxAge
@@ -93,6 +97,12 @@ func (a *Activities) SweepTransfers(ctx context.Context, maxAge time.Duration) (
 	cutoff := time.Now().Add(-maxAge)
 	deleted := 0
 	for _, prefix := range []string{transfer.Uploads, transfer.Exports} {
+		type stream struct {
+			keys   []string
+			newest time.Time
+		}
+		streams := map[string]*stream{}
+		var order []string
 		it := a.Outputs.List(&blob.ListOptions{Prefix: prefix})
 		for {
 			obj, err := it.Next(ctx)
@@ -102,14 +112,45 @@ func (a *Activities) SweepTransfers(ctx context.Context, maxAge time.Duration) (
 			if err != nil {
 				return deleted, toTemporal(fmt.Errorf("list %s: %w", prefix, err))
 			}
-			if obj.IsDir || !obj.ModTime.Before(cutoff) {
+			if obj.IsDir {
 				continue
 			}
-			if err := a.Outputs.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-				return deleted, toTemporal(fmt.Errorf("delete %s: %w", obj.Key, err))
+			name := streamOf(obj.Key)
+			st := streams[name]
+			if st == nil {
+				st = &stream{}
+				streams[name] = st
+				order = append(order, name)
 			}
-			deleted++
+			st.keys = append(st.keys, obj.Key)
+			if obj.ModTime.After(st.newest) {
+				st.newest = obj.ModTime
+			}
+		}
+		for _, name := range order {
+			st := streams[name]
+			if !st.newest.Before(cutoff) {
+				continue
+			}
+			for _, key := range st.keys {
+				if err := a.Outputs.Delete(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+					return deleted, toTemporal(fmt.Errorf("delete %s: %w", key, err))
+				}
+				deleted++
+			}
 		}
 	}
 	return deleted, nil
+}
+
+// streamOf is the stream a stored object is part of: its key less the
+// part's name (transfer.PartKey, transfer.PartialKey), or the key itself
+// for an object stored whole.
+func streamOf(key string) string {
+	dir, part := path.Split(key)
+	digits := strings.TrimSuffix(part, ".partial")
+	if dir == "" || len(digits) < 6 || strings.Trim(digits, "0123456789") != "" {
+		return key
+	}
+	return strings.TrimSuffix(dir, "/")
 }

@@ -92,6 +92,12 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 	if err := s.register(ctx); err != nil {
 		return err
 	}
+	// The relay serves the model's streams and the sandbox's outputs.
+	stream := StreamPrefix(workflow.GetInfo(ctx).WorkflowExecution.ID)
+	err = transfer.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: append(s.sbx.Served(), stream)} })
+	if err != nil {
+		return err
+	}
 	if in.Carried != nil {
 		s.sbx = sandbox.Reattach(ctx, in.Carried.Sandbox)
 	} else {

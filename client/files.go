@@ -18,7 +18,7 @@ func (c *Client) Import(ctx context.Context, sandboxID string, r io.Reader) erro
 	if err != nil {
 		return err
 	}
-	defer c.DeleteStream(context.WithoutCancel(ctx), sandboxID, key, parts)
+	defer c.DeleteStream(context.WithoutCancel(ctx), sandboxID, key)
 	return c.Update(ctx, sandboxID, "", workflows.UpdateImport, nil, workflows.ImportRequest{Blob: key, Parts: parts})
 }
 
@@ -31,7 +31,7 @@ func (c *Client) Export(ctx context.Context, sandboxID, path string, w io.Writer
 		return err
 	}
 	if out.Blob != "" {
-		defer c.DeleteStream(context.WithoutCancel(ctx), sandboxID, out.Blob, out.Parts)
+		defer c.DeleteStream(context.WithoutCancel(ctx), sandboxID, out.Blob)
 	}
 	return c.WriteOutput(ctx, sandboxID, out, 0, w)
 }

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 
+	"go.temporal.io/api/serviceerror"
+	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -13,9 +17,10 @@ import (
 // not keep all of it, or it was cut at its cap.
 var ErrIncomplete = errors.New("output incomplete")
 
-// inFlight is how many relay queries a transfer keeps going at once: a
-// query's round trip is mostly waiting, and the worker serves them one
-// after another per workflow.
+// inFlight is how many relay calls a transfer keeps going at once: a
+// call's round trip is mostly waiting, and the worker serves them one
+// after another per workflow. The server takes at most 10 Updates in
+// flight per workflow (history.maxInFlightUpdates); more wait.
 const inFlight = 8
 
 // readChunk reads what is stored of a stream at off, at most max bytes,
@@ -108,25 +113,33 @@ func (c *Client) WriteOutput(ctx context.Context, workflowID string, o transfer.
 }
 
 // Upload stores what r reads as an upload for sandbox sandboxID (a tar
-// stream to import), through the relay of its workflow's workers, and
-// says where: the key and the number of parts.
+// stream to import), through the relay of its workflow, and says where:
+// the key and the number of parts. A sandbox's uploads are bounded
+// (transfer.DefaultUploadBytes): past the bound, Upload fails at once
+// with a BadInput error.
 func (c *Client) Upload(ctx context.Context, sandboxID string, r io.Reader) (key string, parts int, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	key = transfer.Uploads + sandboxID + "/" + NewID("")
+	prefix, err := transfer.UploadPrefix(sandboxID)
+	if err != nil {
+		return "", 0, err
+	}
+	key = prefix + NewID("")
 	errs := make(chan error, inFlight)
 	running := 0
 	wait := func() error {
 		running--
 		return <-errs
 	}
-	for {
+	var first error
+	for first == nil {
 		buf := make([]byte, transfer.MaxChunk)
 		n, rerr := io.ReadFull(r, buf)
 		if n > 0 || parts == 0 {
 			if running == inFlight {
 				if err := wait(); err != nil {
-					return "", 0, err
+					first = err
+					break
 				}
 			}
 			part := parts
@@ -140,39 +153,58 @@ func (c *Client) Upload(ctx context.Context, sandboxID string, r io.Reader) (key
 			break
 		}
 		if rerr != nil {
-			for running > 0 {
-				wait()
-			}
-			return "", 0, rerr
+			first = rerr
 		}
 	}
-	var first error
+	// Parts sent are waited for, not cancelled: a part sent could be
+	// stored after the delete below.
 	for running > 0 {
 		if err := wait(); err != nil && first == nil {
 			first = err
 		}
 	}
 	if first != nil {
+		c.DeleteStream(context.WithoutCancel(ctx), sandboxID, key)
 		return "", 0, first
 	}
 	return key, parts, nil
 }
 
 func (c *Client) writeChunk(ctx context.Context, workflowID, key string, part int, data []byte) error {
-	err := c.retry(ctx, func(ctx context.Context) error {
-		_, err := c.temporal.QueryWorkflow(ctx, workflowID, "", transfer.QueryWrite, key, part, data)
-		return err
-	})
-	return c.unavailable(err, "upload to "+workflowID, false, "")
+	return c.relayUpdate(ctx, workflowID, transfer.UpdateWrite, "upload to "+workflowID,
+		transfer.WriteRequest{Key: key, Part: part}, data)
 }
 
-// DeleteStream removes an export or an upload once it is no longer
-// needed (what is left behind, the reaper removes after an hour).
-func (c *Client) DeleteStream(ctx context.Context, workflowID, key string, parts int) error {
+// DeleteStream removes an export or an upload of workflow workflowID's
+// once it is no longer needed (what is left behind, the reaper removes
+// after an hour).
+func (c *Client) DeleteStream(ctx context.Context, workflowID, key string) error {
+	return c.relayUpdate(ctx, workflowID, transfer.UpdateDelete, "delete "+key, transfer.DeleteRequest{Key: key})
+}
+
+// relayUpdate sends one of the relay's Updates, whose validator does
+// the work and answers with the rejection transfer.Stored when it is
+// done: a rejected Update leaves nothing in history, not even its
+// arguments.
+func (c *Client) relayUpdate(ctx context.Context, workflowID, name, op string, args ...any) error {
 	err := c.retry(ctx, func(ctx context.Context) error {
-		_, err := c.temporal.QueryWorkflow(ctx, workflowID, "", transfer.QueryDelete,
-			transfer.DeleteRequest{Key: key, Parts: parts})
+		h, err := c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
+			WorkflowID: workflowID, UpdateName: name, Args: args,
+			WaitForStage: tclient.WorkflowUpdateStageAccepted,
+		})
+		if err == nil {
+			err = h.Get(ctx, nil)
+		}
+		var app *temporal.ApplicationError
+		switch {
+		case err == nil:
+			return fmt.Errorf("%s: the worker accepted %s, which no berth relay does", op, name)
+		case errors.As(err, &app) && app.Type() == transfer.Stored:
+			return nil
+		case errors.As(err, &app) && app.Type() == transfer.StoreFailed:
+			return serviceerror.NewUnavailable(app.Error()) // the store, for now: again
+		}
 		return err
 	})
-	return c.unavailable(err, "delete "+key, false, "")
+	return c.unavailable(err, op, false, "")
 }

@@ -76,6 +76,9 @@ type Options struct {
 	// server's task queues. That is only right where every worker on
 	// Queue serves the model, as on one host.
 	ModelQueue string
+	// Relay bounds what the relay stores for front ends (uploads); zero
+	// fields mean transfer's defaults.
+	Relay transfer.Limits
 }
 
 // Worker is the running set of workers.
@@ -107,12 +110,12 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 		GenericQueue: opts.Queue, HostQueue: opts.HostQueue,
 	}
 	w := &Worker{queue: opts.Queue, HostQueue: opts.HostQueue}
-	// Every workflow answers the relay's queries: front ends read
-	// outputs and write uploads through the server, never the disk.
+	// The relay: front ends read outputs and write uploads through the
+	// server, never the disk, and only a workflow's own.
 	identity := activities.Identity(opts.HostQueue)
 	w.generic = worker.New(c, opts.Queue, worker.Options{
 		Identity:     identity,
-		Interceptors: []interceptor.WorkerInterceptor{transfer.Interceptor(opts.Outputs, 0)},
+		Interceptors: []interceptor.WorkerInterceptor{transfer.Interceptor(opts.Outputs, opts.Relay)},
 	})
 	w.generic.RegisterActivity(acts)
 	for _, wf := range opts.Workflows {

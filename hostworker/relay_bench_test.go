@@ -52,8 +52,8 @@ func BenchmarkRelay(b *testing.B) {
 		}
 	})
 	_ = key
-	// An export, as the worker stores one, read back.
-	export := transfer.Exports + "bench/x"
+	// An export of the sandbox's, as the worker stores one, read back.
+	export := transfer.Exports + sandboxStatus(b, c, run.GetID()).ID + "/x"
 	pw := transfer.NewPartWriter(ctx, bucket, export, transfer.DefaultPartSize, 0)
 	if _, err := pw.Write(data); err != nil {
 		b.Fatal(err)

@@ -24,6 +24,14 @@
 // take a handle across continue-as-new; Reap destroys the sandboxes whose
 // owner is gone.
 //
+// # Front ends
+//
+// What a sandbox stores for front ends (outputs too big for a result,
+// files read, exports) they read through the relay of the workflow that
+// holds the handle, and of no other: a workflow says so with
+//
+//	transfer.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: sbx.Served()} })
+//
 // # Routing
 //
 // A sandbox is created by a worker that serves its provider: on the

@@ -255,7 +255,7 @@ func (s *Sandbox) lost(ctx workflow.Context, cause error) error {
 // nextID names the sandbox's next incarnation.
 func (s *Sandbox) nextID() string {
 	s.st.Generation++
-	return fmt.Sprintf("%s-%d", s.st.Base, s.st.Generation)
+	return incarnation(s.st.Base, s.st.Generation)
 }
 
 // checkpoint snapshots the workspace as the handle's new checkpoint and

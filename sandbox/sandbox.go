@@ -239,6 +239,33 @@ func newID() string {
 // sandbox is re-created: after a hibernation, a recovery or a switch.
 func (s *Sandbox) ID() string { return s.st.Ref.ID }
 
+// Served are the blob store prefixes of what the sandbox stored, in all
+// its incarnations (Base, Base-2, ...): its commands' outputs, files
+// read, exports. A workflow hands them to transfer.Serve, so that front
+// ends read them through it, and through no other workflow.
+func (s *Sandbox) Served() []string {
+	if s == nil || s.st.Base == "" {
+		return nil
+	}
+	var ps []string
+	for g := 1; g <= s.st.Generation; g++ {
+		id := incarnation(s.st.Base, g)
+		for _, p := range []string{transfer.Outputs, transfer.Files, transfer.Exports} {
+			ps = append(ps, p+id+"/")
+		}
+	}
+	return ps
+}
+
+// incarnation is the id of generation g of the sandbox first made as
+// base.
+func incarnation(base string, g int) string {
+	if g == 1 {
+		return base
+	}
+	return fmt.Sprintf("%s-%d", base, g)
+}
+
 // Ref names a sandbox outside its handle: its provider, its id, and the
 // task queue of the workers that can reach it.
 type Ref struct {

@@ -14,12 +14,18 @@
 //
 // # Relay
 //
-// A worker registers Interceptor, which gives every workflow it runs
-// three queries: QueryRead reads a stored stream from an offset,
-// QueryWrite stores one part of an upload, QueryDelete removes an export
-// or an upload once read. Queries are served by the worker, never
-// written to history, and reach it through the server: a client needs
-// nothing but the server's address, and no path on the worker's disk.
-// Only keys under the prefixes Outputs, Files, Exports and Uploads can
-// be read, only uploads written, and only exports and uploads deleted.
+// A worker registers Interceptor, which lets a front end reach the blob
+// store through the Temporal server alone, never a path on the worker's
+// disk, and only for what the workflow it names owns. A workflow says
+// what it owns with Serve (the sandbox handle's prefixes, a session's
+// model streams, whether it takes uploads); the relay asks it before
+// each operation and refuses anything else (BadInput). QueryRead reads
+// a stored stream from an offset: a read, and a Query. UpdateWrite
+// stores one part of an upload, UpdateDelete removes an export or an
+// upload: writes, and Updates, which Temporal's authorizer tells from
+// reads. Their validator does the work and then rejects the Update with
+// Stored, which the client takes for success: a rejected Update writes
+// nothing to history, so the data never enters it, and validators do
+// not run on replay. A workflow's uploads are bounded (Limits) and
+// expire: the reaper removes what is older than an hour.
 package transfer

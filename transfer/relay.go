@@ -4,20 +4,43 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 )
 
-// The relay's queries, which every workflow of a worker with Interceptor
-// answers.
+// The relay's operations. Reads are a Query; writes and deletes are
+// Updates, which Temporal's authorizer counts as writes, and which the
+// relay always rejects, with Stored when it did the work: a rejected
+// Update writes nothing to history, so the data never enters it.
 const (
-	QueryRead   = "berth.blob.read"   // ReadRequest -> []byte
-	QueryWrite  = "berth.blob.write"  // key string, part int, data []byte -> nothing
-	QueryDelete = "berth.blob.delete" // DeleteRequest -> nothing
+	QueryRead    = "berth.blob.read"   // ReadRequest -> []byte
+	UpdateWrite  = "berth.blob.write"  // WriteRequest, data []byte -> rejected with Stored
+	UpdateDelete = "berth.blob.delete" // DeleteRequest -> rejected with Stored
+	// QueryServed is the Query a workflow answers, through Serve, with
+	// what it owns: the relay asks it before it serves anything.
+	QueryServed = "berth.blob.served" // -> Served
+)
+
+// Error types of the relay's answers (temporal.ApplicationError types).
+const (
+	// Stored is the rejection that means success: the part was stored,
+	// or the stream deleted.
+	Stored = "berth.blob.stored"
+	// BadInput: a key the workflow does not own, a malformed request, an
+	// upload over its owner's bound. Never worth retrying. It is the
+	// same string as provider.KindBadInput.
+	BadInput = "BadInput"
+	// StoreFailed: the blob store failed; the call may be sent again.
+	StoreFailed = "BlobStoreFailed"
 )
 
 // ReadRequest asks for at most Max bytes (MaxChunk when zero or more) of
@@ -31,63 +54,251 @@ type ReadRequest struct {
 // The answer to a read is what is stored of the stream from the offset
 // asked, as raw bytes (no JSON, no base64): possibly nothing yet, while
 // its writer has not got there.
-//
-// A write stores one part of an upload, the key under Uploads. Its
-// arguments are separate, so that the data travels raw too. Parts are
-// MaxChunk bytes but the last; writing a part again replaces it.
 
-// DeleteRequest removes the first Parts parts of an export or an upload.
-type DeleteRequest struct {
-	Key   string `json:"key"`
-	Parts int    `json:"parts"`
+// WriteRequest stores one part of an upload, whose key is under the
+// workflow's UploadPrefix. The data is the Update's second argument, so
+// that it travels raw. Parts are MaxChunk bytes but the last; writing a
+// part again replaces it.
+type WriteRequest struct {
+	Key  string `json:"key"`
+	Part int    `json:"part"`
 }
 
-// relayTimeout bounds one query's work on the blob store.
-const relayTimeout = 30 * time.Second
+// DeleteRequest removes an export or an upload of the workflow's, every
+// part of it there is.
+type DeleteRequest struct {
+	Key string `json:"key"`
+}
 
-// Interceptor gives every workflow of a worker the relay's queries over
-// bucket, whose streams are cut in parts of partSize bytes (zero means
-// DefaultPartSize).
-func Interceptor(bucket *blob.Bucket, partSize int) interceptor.WorkerInterceptor {
-	if partSize <= 0 {
-		partSize = DefaultPartSize
+// Served is what a workflow serves through the relay.
+type Served struct {
+	// Prefixes name what is the workflow's own: streams under them (each
+	// under Outputs, Files or Exports, and ending with a slash) are read,
+	// and its exports deleted.
+	Prefixes []string `json:"prefixes"`
+	// Uploads says the workflow takes uploads, under UploadPrefix of its
+	// workflow id.
+	Uploads bool `json:"uploads,omitempty"`
+}
+
+// Serve tells the relay what the calling workflow owns: served is asked
+// each time a front end reads, writes or deletes through the workflow,
+// and reads the workflow's state as it is then (it must not block). A
+// workflow that does not call Serve serves nothing. Serve registers the
+// Query QueryServed, which changes no history: call it first thing, in
+// every run (a run continued as new calls it again).
+func Serve(ctx workflow.Context, served func() Served) error {
+	return workflow.SetQueryHandler(ctx, QueryServed, func() (Served, error) { return served(), nil })
+}
+
+// UploadPrefix is where the uploads of the workflow workflowID are
+// stored. A workflow whose id is not one clean path element takes none.
+func UploadPrefix(workflowID string) (string, error) {
+	if workflowID == "" || workflowID == "." || strings.Contains(workflowID, "..") || strings.ContainsAny(workflowID, "/\\\x00") {
+		return "", fmt.Errorf("transfer: workflow id %q is not one path element: it takes no uploads", workflowID)
 	}
-	return &relay{bucket: bucket, partSize: partSize}
+	return Uploads + workflowID + "/", nil
+}
+
+// Bounds of the relay, per workflow that takes uploads.
+const (
+	// DefaultUploadBytes bounds the bytes of the uploads stored for one
+	// workflow at a time (deleted when imported, or after
+	// activities.TransferMaxAge): a default workspace's size (10 GiB),
+	// more than it could unpack.
+	DefaultUploadBytes = 10 << 30
+	// DefaultUploadParts bounds the objects those uploads are stored in
+	// (a full part is MaxChunk bytes).
+	DefaultUploadParts = 32768
+	// relayTimeout bounds one operation's work on the blob store: it
+	// runs in a workflow task, whose own timeout is 10 s by default.
+	relayTimeout = 5 * time.Second
+)
+
+// Limits bounds what the relay stores; zero fields mean the defaults.
+type Limits struct {
+	// PartSize is the size of the parts of the streams the worker
+	// stores (DefaultPartSize).
+	PartSize int
+	// UploadBytes and UploadParts bound each workflow's uploads
+	// (DefaultUploadBytes, DefaultUploadParts).
+	UploadBytes int64
+	UploadParts int
+}
+
+// Interceptor gives every workflow of a worker the relay's operations
+// over bucket: each serves what the workflow says it owns (Serve), and
+// nothing else.
+func Interceptor(bucket *blob.Bucket, limits Limits) interceptor.WorkerInterceptor {
+	if limits.PartSize <= 0 {
+		limits.PartSize = DefaultPartSize
+	}
+	if limits.UploadBytes <= 0 {
+		limits.UploadBytes = DefaultUploadBytes
+	}
+	if limits.UploadParts <= 0 {
+		limits.UploadParts = DefaultUploadParts
+	}
+	return &relay{bucket: bucket, limits: limits}
 }
 
 type relay struct {
 	interceptor.WorkerInterceptorBase
-	bucket   *blob.Bucket
-	partSize int
+	bucket *blob.Bucket
+	limits Limits
 }
 
 func (r *relay) InterceptWorkflow(_ workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
 	return &relayInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, relay: r}
 }
 
+// relayInbound is the relay of one workflow execution, as a worker
+// holds it in its cache.
 type relayInbound struct {
 	interceptor.WorkflowInboundInterceptorBase
 	relay *relay
+	// uploads counts what is stored of the workflow's uploads, from a
+	// listing when first needed (the relay of a workflow evicted from
+	// the cache starts again from one).
+	uploads *usage
 }
 
-// ExecuteWorkflow registers the queries before the workflow runs. They
-// write no history, and need no workflow state: adding them changes
-// nothing a replay sees.
+// ExecuteWorkflow registers the relay's operations before the workflow
+// runs. The handlers only declare the arguments; HandleQuery and
+// ValidateUpdate do the work. None of it writes history: a Query does
+// not, nor does an Update rejected by its validator, and validators do
+// not run on replay.
 func (i *relayInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
-	for name, handler := range map[string]any{QueryRead: i.relay.read, QueryWrite: i.relay.write, QueryDelete: i.relay.delete} {
-		if err := workflow.SetQueryHandler(ctx, name, handler); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QueryRead, func(ReadRequest) ([]byte, error) {
+		return nil, errors.New("transfer: the relay's interceptor answers reads")
+	}); err != nil {
+		return nil, err
+	}
+	for name, handler := range map[string]any{
+		UpdateWrite:  func(workflow.Context, WriteRequest, []byte) error { return errNeverAccepted },
+		UpdateDelete: func(workflow.Context, DeleteRequest) error { return errNeverAccepted },
+	} {
+		if err := workflow.SetUpdateHandler(ctx, name, handler); err != nil {
 			return nil, err
 		}
 	}
 	return i.Next.ExecuteWorkflow(ctx, in)
 }
 
-func (r *relay) read(req ReadRequest) ([]byte, error) {
-	if err := validKey(req.Key, Outputs, Files, Exports); err != nil {
+var errNeverAccepted = errors.New("transfer: the relay's updates are never accepted")
+
+func (i *relayInbound) HandleQuery(ctx workflow.Context, in *interceptor.HandleQueryInput) (any, error) {
+	if in.QueryType != QueryRead {
+		return i.Next.HandleQuery(ctx, in)
+	}
+	req, ok := arg[ReadRequest](in.Args, 0)
+	if !ok {
+		return nil, badInput("transfer: a read takes a ReadRequest")
+	}
+	served, err := i.served(ctx)
+	if err != nil {
 		return nil, err
 	}
+	if err := served.reads(req.Key, workflow.GetInfo(ctx).WorkflowExecution.ID); err != nil {
+		return nil, err
+	}
+	return i.relay.read(req)
+}
+
+func (i *relayInbound) ValidateUpdate(ctx workflow.Context, in *interceptor.UpdateInput) error {
+	var op func(context.Context, Served, string) error
+	switch in.Name {
+	case UpdateWrite:
+		req, ok1 := arg[WriteRequest](in.Args, 0)
+		data, ok2 := arg[[]byte](in.Args, 1)
+		if !ok1 || !ok2 {
+			return badInput("transfer: a write takes a WriteRequest and the data")
+		}
+		op = func(ctx context.Context, s Served, id string) error { return i.write(ctx, s, id, req, data) }
+	case UpdateDelete:
+		req, ok := arg[DeleteRequest](in.Args, 0)
+		if !ok {
+			return badInput("transfer: a delete takes a DeleteRequest")
+		}
+		op = func(ctx context.Context, s Served, id string) error { return i.delete(ctx, s, id, req.Key) }
+	default:
+		return i.Next.ValidateUpdate(ctx, in)
+	}
+	served, err := i.served(ctx)
+	if err != nil {
+		return err
+	}
+	id := workflow.GetInfo(ctx).WorkflowExecution.ID
+	err = unblocked(ctx, func() error {
+		c, cancel := context.WithTimeout(context.Background(), relayTimeout)
+		defer cancel()
+		return op(c, served, id)
+	})
+	if err != nil {
+		return err
+	}
+	return temporal.NewNonRetryableApplicationError("stored", Stored, nil)
+}
+
+// served asks the workflow what it owns.
+func (i *relayInbound) served(ctx workflow.Context) (Served, error) {
+	v, err := i.Next.HandleQuery(ctx, &interceptor.HandleQueryInput{QueryType: QueryServed})
+	if err != nil {
+		return Served{}, badInput(fmt.Sprintf("transfer: workflow %s serves no blobs", workflow.GetInfo(ctx).WorkflowExecution.ID))
+	}
+	s, ok := v.(Served)
+	if !ok {
+		return Served{}, fmt.Errorf("transfer: %s answered %T", QueryServed, v)
+	}
+	return s, nil
+}
+
+// reads refuses a key that is not a stream under one of s's prefixes.
+func (s Served) reads(key, workflowID string) error {
+	if err := validKey(key, Outputs, Files, Exports); err != nil {
+		return badInput(err.Error())
+	}
+	if !s.owns(key) {
+		return notOwned(key, workflowID)
+	}
+	return nil
+}
+
+func (s Served) owns(key string) bool {
+	for _, p := range s.Prefixes {
+		if strings.HasSuffix(p, "/") && strings.HasPrefix(key, p) && len(key) > len(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// upload returns the workflow's upload prefix, and refuses a key that is
+// not one upload there: one path element under it.
+func (s Served) upload(key, workflowID string) (string, error) {
+	prefix, err := UploadPrefix(workflowID)
+	if !s.Uploads || err != nil {
+		return "", badInput(fmt.Sprintf("transfer: workflow %s takes no uploads", workflowID))
+	}
+	if err := validKey(key, Uploads); err != nil {
+		return "", badInput(err.Error())
+	}
+	name, ok := strings.CutPrefix(key, prefix)
+	if !ok || strings.Contains(name, "/") {
+		return "", notOwned(key, workflowID)
+	}
+	return prefix, nil
+}
+
+func notOwned(key, workflowID string) error {
+	return badInput(fmt.Sprintf("transfer: %q is not workflow %s's: a workflow serves only its own sandbox's, run's or session's blobs", key, workflowID))
+}
+
+func badInput(msg string) error { return temporal.NewNonRetryableApplicationError(msg, BadInput, nil) }
+
+func (r *relay) read(req ReadRequest) ([]byte, error) {
 	if req.Offset < 0 {
-		return nil, errors.New("transfer: negative offset")
+		return nil, badInput("transfer: negative offset")
 	}
 	max := req.Max
 	if max <= 0 || max > MaxChunk {
@@ -95,7 +306,7 @@ func (r *relay) read(req ReadRequest) ([]byte, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
 	defer cancel()
-	b, err := ReadAt(ctx, r.bucket, req.Key, r.partSize, req.Offset, max)
+	b, err := ReadAt(ctx, r.bucket, req.Key, r.limits.PartSize, req.Offset, max)
 	if err != nil {
 		return nil, fmt.Errorf("transfer: read %s at %d: %w", req.Key, req.Offset, err)
 	}
@@ -105,29 +316,148 @@ func (r *relay) read(req ReadRequest) ([]byte, error) {
 	return b, nil
 }
 
-// write and delete answer true: a query handler must return a value.
-func (r *relay) write(key string, part int, data []byte) (bool, error) {
-	if err := CheckUpload(key); err != nil {
-		return false, err
+func (i *relayInbound) write(ctx context.Context, s Served, workflowID string, req WriteRequest, data []byte) error {
+	prefix, err := s.upload(req.Key, workflowID)
+	if err != nil {
+		return err
 	}
-	if part < 0 || len(data) > MaxChunk {
-		return false, fmt.Errorf("transfer: part %d of %d bytes: parts are numbered from 0 and at most %d bytes", part, len(data), MaxChunk)
+	lim := i.relay.limits
+	if req.Part < 0 || req.Part >= lim.UploadParts || len(data) > MaxChunk {
+		return badInput(fmt.Sprintf("transfer: part %d of %d bytes: parts are numbered from 0 to %d and hold at most %d bytes",
+			req.Part, len(data), lim.UploadParts-1, MaxChunk))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
-	defer cancel()
-	if err := writeObject(ctx, r.bucket, PartKey(key, part), data); err != nil {
-		return false, fmt.Errorf("transfer: write part %d of %s: %w", part, key, err)
+	key := PartKey(req.Key, req.Part)
+	if err := i.reserve(ctx, prefix, key, int64(len(data))); err != nil {
+		return err
 	}
-	return true, nil
+	if err := writeObject(ctx, i.relay.bucket, key, data); err != nil {
+		i.uploads = nil // count again: the part may be there, or not
+		return storeFailed(fmt.Errorf("transfer: write part %d of %s: %w", req.Part, req.Key, err))
+	}
+	i.uploads.set(key, int64(len(data)))
+	return nil
 }
 
-func (r *relay) delete(req DeleteRequest) (bool, error) {
-	if err := validKey(req.Key, Exports, Uploads); err != nil {
-		return false, err
+// reserve refuses a part that would take the workflow's uploads past
+// their bounds. A count that says so is made again from a listing before
+// the part is refused: the reaper may have removed uploads since.
+func (i *relayInbound) reserve(ctx context.Context, prefix, key string, n int64) error {
+	lim := i.relay.limits
+	for fresh := i.uploads == nil; ; fresh = true {
+		if fresh {
+			u, err := countUploads(ctx, i.relay.bucket, prefix)
+			if err != nil {
+				return storeFailed(err)
+			}
+			i.uploads = u
+		}
+		bytes, parts := i.uploads.with(key, n)
+		if bytes <= lim.UploadBytes && parts <= lim.UploadParts {
+			return nil
+		}
+		if fresh {
+			return badInput(fmt.Sprintf("transfer: upload %s: the uploads of a workflow are bounded to %d bytes in %d parts at a time, and this part would make %d bytes in %d parts",
+				strings.TrimSuffix(key[:strings.LastIndex(key, "/")], "/"), lim.UploadBytes, lim.UploadParts, bytes, parts))
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
-	defer cancel()
-	return true, DeleteParts(ctx, r.bucket, req.Key, req.Parts)
+}
+
+func (i *relayInbound) delete(ctx context.Context, s Served, workflowID, key string) error {
+	if strings.HasPrefix(key, Uploads) {
+		if _, err := s.upload(key, workflowID); err != nil {
+			return err
+		}
+	} else {
+		if err := validKey(key, Exports); err != nil {
+			return badInput(fmt.Sprintf("transfer: only exports and uploads are deleted: %v", err))
+		}
+		if !s.owns(key) {
+			return notOwned(key, workflowID)
+		}
+	}
+	gone, err := deleteStream(ctx, i.relay.bucket, key)
+	for _, k := range gone {
+		i.uploads.drop(k)
+	}
+	if err != nil {
+		return storeFailed(err)
+	}
+	return nil
+}
+
+func storeFailed(err error) error {
+	return temporal.NewApplicationError(err.Error(), StoreFailed)
+}
+
+// usage is what is stored of a workflow's uploads: each object's size.
+type usage struct {
+	size  map[string]int64
+	bytes int64
+}
+
+func countUploads(ctx context.Context, bucket *blob.Bucket, prefix string) (*usage, error) {
+	u := &usage{size: map[string]int64{}}
+	it := bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return u, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("transfer: list %s: %w", prefix, err)
+		}
+		if !obj.IsDir {
+			u.set(obj.Key, obj.Size)
+		}
+	}
+}
+
+// with is the bytes and objects there would be with key holding n bytes.
+func (u *usage) with(key string, n int64) (bytes int64, parts int) {
+	old, ok := u.size[key]
+	if ok {
+		return u.bytes - old + n, len(u.size)
+	}
+	return u.bytes + n, len(u.size) + 1
+}
+
+func (u *usage) set(key string, n int64) {
+	if u == nil {
+		return
+	}
+	u.bytes += n - u.size[key]
+	u.size[key] = n
+}
+
+func (u *usage) drop(key string) {
+	if u == nil {
+		return
+	}
+	u.bytes -= u.size[key]
+	delete(u.size, key)
+}
+
+// deleteStream removes every object of the stream key (its parts and
+// partial parts) and says which it removed: what there is, listed, not
+// what a caller says there is.
+func deleteStream(ctx context.Context, bucket *blob.Bucket, key string) (gone []string, err error) {
+	it := bucket.List(&blob.ListOptions{Prefix: key + "/"})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return gone, nil
+		}
+		if err != nil {
+			return gone, fmt.Errorf("transfer: list %s: %w", key, err)
+		}
+		if obj.IsDir {
+			continue
+		}
+		if err := bucket.Delete(ctx, obj.Key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return gone, fmt.Errorf("transfer: delete %s: %w", obj.Key, err)
+		}
+		gone = append(gone, obj.Key)
+	}
 }
 
 // DeleteParts removes the parts of a stream, and their partial objects.
@@ -142,3 +472,43 @@ func DeleteParts(ctx context.Context, bucket *blob.Bucket, key string, parts int
 	}
 	return nil
 }
+
+// arg is the i-th decoded argument of a handler, as its type.
+func arg[T any](args []any, i int) (T, bool) {
+	var zero T
+	if i >= len(args) {
+		return zero, false
+	}
+	v, ok := args[i].(T)
+	return v, ok
+}
+
+// unblocked runs f, blocking I/O, from a workflow's update validator,
+// with the workflow's deadlock detector paused: the SDK would otherwise
+// fail the workflow task when f takes over a second (a slow store). The
+// SDK pauses it only around its data converter's calls, for converters
+// that call out (workflow.DataConverterWithoutDeadlockDetection): f runs
+// as one. f's own timeout (relayTimeout) bounds it instead.
+func unblocked(ctx workflow.Context, f func() error) error {
+	dc := workflow.DataConverterWithoutDeadlockDetection(callConverter{f})
+	if aware, ok := dc.(workflow.ContextAware); ok {
+		dc = aware.WithWorkflowContext(ctx)
+	}
+	_, err := dc.ToPayload(nil)
+	return err
+}
+
+// callConverter is a data converter whose ToPayload runs a function: the
+// only way to get the SDK to pause its deadlock detector around it.
+type callConverter struct{ f func() error }
+
+func (c callConverter) ToPayload(any) (*commonpb.Payload, error) { return nil, c.f() }
+func (callConverter) FromPayload(*commonpb.Payload, any) error   { return errors.ErrUnsupported }
+func (callConverter) ToPayloads(...any) (*commonpb.Payloads, error) {
+	return nil, errors.ErrUnsupported
+}
+func (callConverter) FromPayloads(*commonpb.Payloads, ...any) error { return errors.ErrUnsupported }
+func (callConverter) ToString(*commonpb.Payload) string             { return "" }
+func (callConverter) ToStrings(*commonpb.Payloads) []string         { return nil }
+
+var _ converter.DataConverter = callConverter{}

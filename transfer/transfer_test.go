@@ -2,9 +2,11 @@ package transfer
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"testing"
 
+	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob/memblob"
 )
 
@@ -63,35 +65,84 @@ func TestReadAt(t *testing.T) {
 	}
 }
 
-// TestRelayKeys: the relay reads only streams, writes only uploads, and
-// deletes only exports and uploads.
-func TestRelayKeys(t *testing.T) {
+// TestServedKeys: a workflow reads only the streams under its own
+// prefixes, uploads only under its own upload prefix, one element deep.
+func TestServedKeys(t *testing.T) {
+	s := Served{Prefixes: []string{"outputs/sb-a/", "exports/sb-a/", "files/sb-a-2/"}, Uploads: true}
+	for _, key := range []string{"outputs/sb-a/c1/stdout", "exports/sb-a/x", "files/sb-a-2/f"} {
+		if err := s.reads(key, "wf-a"); err != nil {
+			t.Errorf("read %q: %v", key, err)
+		}
+	}
+	for _, key := range []string{
+		"outputs/sb-b/c1/stdout",     // another sandbox's
+		"outputs/sb-ab/c1/stdout",    // a prefix of a name is not the name
+		"outputs/sb-a/../sb-b/c1/x",  // climbs out
+		"outputs/sb-a/",              // the prefix itself
+		"uploads/wf-a/u1",            // uploads are not read
+		"snapshots/x", "/etc/passwd", // not streams
+		"outputs/sb-a/c1\x00",
+	} {
+		err := s.reads(key, "wf-a")
+		var app *temporal.ApplicationError
+		if !errors.As(err, &app) || app.Type() != BadInput || !app.NonRetryable() {
+			t.Errorf("read %q: %v, want a non-retryable %s", key, err, BadInput)
+		}
+	}
+	for _, c := range []struct {
+		key, workflow string
+		ok            bool
+	}{
+		{"uploads/wf-a/u1", "wf-a", true},
+		{"uploads/wf-b/u1", "wf-a", false},   // another workflow's
+		{"uploads/wf-a/u1/x", "wf-a", false}, // not one element
+		{"uploads/wf-a/../x", "wf-a", false}, // climbs out
+		{"uploads/wf-a", "wf-a", false},      // the prefix itself
+		{"uploads/a/b/u1", "a/b", false},     // an id of two elements takes none
+		{"outputs/sb-a/c1", "wf-a", false},   // not an upload
+	} {
+		_, err := s.upload(c.key, c.workflow)
+		if (err == nil) != c.ok {
+			t.Errorf("upload %q by %s: %v", c.key, c.workflow, err)
+		}
+	}
+	if _, err := (Served{}).upload("uploads/wf-a/u1", "wf-a"); err == nil {
+		t.Error("a workflow that takes no uploads took one")
+	}
+}
+
+// TestDeleteStream removes every object of a stream, and nothing beside.
+func TestDeleteStream(t *testing.T) {
+	ctx := t.Context()
 	bucket := memblob.OpenBucket(nil)
 	defer bucket.Close()
-	r := &relay{bucket: bucket, partSize: DefaultPartSize}
-	for _, key := range []string{"snapshots/x", "outputs/../snapshots/x", "outputs/", "uploads/a//b", "/etc/passwd", "outputs/a\x00b"} {
-		if _, err := r.read(ReadRequest{Key: key}); err == nil {
-			t.Errorf("read %q: no error", key)
+	for _, k := range []string{"exports/sb/x/000000", "exports/sb/x/000001.partial", "exports/sb/x/000007", "exports/sb/xy/000000"} {
+		if err := bucket.WriteAll(ctx, k, []byte("x"), nil); err != nil {
+			t.Fatal(err)
 		}
 	}
-	for _, key := range []string{"outputs/sb/x", "exports/sb/x", "snapshots/x", "uploads/../outputs/x"} {
-		if _, err := r.write(key, 0, []byte("x")); err == nil {
-			t.Errorf("write %q: no error", key)
-		}
+	gone, err := deleteStream(ctx, bucket, "exports/sb/x")
+	if err != nil || len(gone) != 3 {
+		t.Fatalf("deleted %v, %v; want the 3 objects of exports/sb/x", gone, err)
 	}
-	if _, err := r.write("uploads/sb/u1", 0, make([]byte, MaxChunk+1)); err == nil {
-		t.Error("a part over MaxChunk was written")
+	if ok, _ := bucket.Exists(ctx, "exports/sb/xy/000000"); !ok {
+		t.Error("another stream was deleted")
 	}
-	if _, err := r.write("uploads/sb/u1", 0, []byte("tar")); err != nil {
-		t.Fatal(err)
+}
+
+// TestUsage counts a part written again once.
+func TestUsage(t *testing.T) {
+	u := &usage{size: map[string]int64{}}
+	u.set("k/000000", 10)
+	u.set("k/000001", 5)
+	if b, n := u.with("k/000000", 3); b != 8 || n != 2 {
+		t.Errorf("with a part replaced: %d bytes in %d parts, want 8 in 2", b, n)
 	}
-	if _, err := r.delete(DeleteRequest{Key: "outputs/sb/c1/stdout", Parts: 1}); err == nil {
-		t.Error("deleted an output")
+	if b, n := u.with("k/000002", 3); b != 18 || n != 3 {
+		t.Errorf("with a new part: %d bytes in %d parts, want 18 in 3", b, n)
 	}
-	if _, err := r.delete(DeleteRequest{Key: "uploads/sb/u1", Parts: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if ok, _ := bucket.Exists(t.Context(), PartKey("uploads/sb/u1", 0)); ok {
-		t.Error("the upload is still there")
+	u.drop("k/000000")
+	if u.bytes != 5 || len(u.size) != 1 {
+		t.Errorf("after a drop: %d bytes in %d parts, want 5 in 1", u.bytes, len(u.size))
 	}
 }

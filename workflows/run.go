@@ -119,6 +119,12 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	if err := workflow.SetQueryHandler(ctx, RunQuery, func() (RunStatus, error) { return status, nil }); err != nil {
 		return RunOutput{}, err
 	}
+	// The relay serves the sandbox's outputs, which follow the run once
+	// it has ended, and nothing else.
+	var sbx *sandbox.Sandbox
+	if err := transfer.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: sbx.Served()} }); err != nil {
+		return RunOutput{}, err
+	}
 	var (
 		result *RunOutput // the command's, once it ended
 		failed bool       // the run ends without one: its result says why
@@ -137,7 +143,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	}
 	defer func() { failed = result == nil }()
 	// A one-shot job is never idle long enough to pause.
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image},
+	sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image},
 		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env), sandbox.WithRecovery(sandbox.Fail),
 		sandbox.WithIdleTimeout(sandbox.NoIdleTimeout), sandbox.WithHibernateAfter(sandbox.NoIdleTimeout))
 	if err != nil {

@@ -99,9 +99,9 @@ type WriteFilesRequest struct {
 }
 
 // ImportRequest names a tar stream a front end stored in the output blob
-// store, under transfer.Uploads (through the relay: see package client),
-// to unpack into the workspace. Parts is the number of parts it is
-// stored in; zero means one object.
+// store, under the sandbox's transfer.UploadPrefix (through the relay:
+// see package client), to unpack into the workspace. Parts is the
+// number of parts it is stored in; zero means one object.
 type ImportRequest struct {
 	Blob  string `json:"blob"`
 	Parts int    `json:"parts,omitempty"`
@@ -343,7 +343,13 @@ type standalone struct {
 }
 
 func (s *standalone) register(ctx workflow.Context) error {
-	err := workflow.SetQueryHandler(ctx, QuerySandbox, func() (SandboxStatus, error) {
+	// The relay serves the sandbox's outputs, files and exports, and
+	// takes uploads for it, to import.
+	err := transfer.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: s.sbx.Served(), Uploads: true} })
+	if err != nil {
+		return err
+	}
+	err = workflow.SetQueryHandler(ctx, QuerySandbox, func() (SandboxStatus, error) {
 		st := SandboxStatus{Created: s.created, Config: s.config}
 		if s.sbx == nil {
 			return st, nil // being created
@@ -418,6 +424,11 @@ func (s *standalone) validateImport(ctx workflow.Context, req ImportRequest) err
 	}
 	if err := transfer.CheckUpload(req.Blob); err != nil {
 		return updateError(fmt.Errorf("%w: %v", provider.ErrBadInput, err))
+	}
+	// Only what was uploaded for this sandbox: not another's.
+	own, err := transfer.UploadPrefix(workflow.GetInfo(ctx).WorkflowExecution.ID)
+	if err != nil || !strings.HasPrefix(req.Blob, own) {
+		return updateError(fmt.Errorf("%w: %s is not an upload of this sandbox's", provider.ErrBadInput, req.Blob))
 	}
 	return nil
 }
