@@ -129,4 +129,8 @@ const (
 	// may carry, all calls together: they travel through history whole,
 	// for the workflow to run the calls.
 	MaxCallBytes = 1 << 20
+	// MaxToolCalls is the most tool calls one Response may carry: each
+	// call's result (up to 16 KiB, tools.MaxOutput) goes back to the
+	// model through history.
+	MaxToolCalls = 64
 )

@@ -93,7 +93,7 @@ func (m *Model) storeLong(ctx context.Context, stream string, resp *chat.Respons
 			return err
 		}
 		resp.Text = &chat.Stored{Key: key, Size: int64(len(text))}
-		resp.Message.Content = cut(text, chat.MaxInlineText)
+		resp.Message.Content = prefix(text, chat.MaxInlineText)
 	}
 	if stream == "" {
 		return nil

@@ -58,7 +58,8 @@ type Config struct {
 	// zero means DefaultMaxText, DefaultMaxArguments and
 	// DefaultMaxToolCalls. The arguments of all calls together are
 	// bounded by chat.MaxCallBytes too, as they travel through history:
-	// MaxArguments may not be larger.
+	// MaxArguments may not be larger, nor MaxToolCalls larger than
+	// chat.MaxToolCalls.
 	MaxText      int
 	MaxArguments int
 	MaxToolCalls int
@@ -111,6 +112,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxText < 0 || c.MaxArguments < 0 || c.MaxToolCalls < 0 {
 		return fmt.Errorf("model: negative bound on an answer (text %d, arguments %d, tool calls %d)", c.MaxText, c.MaxArguments, c.MaxToolCalls)
+	}
+	if c.MaxToolCalls > chat.MaxToolCalls {
+		return fmt.Errorf("model: MaxToolCalls %d is more than chat.MaxToolCalls (%d), what history carries of one answer's calls", c.MaxToolCalls, chat.MaxToolCalls)
 	}
 	if c.MaxArguments > chat.MaxCallBytes {
 		return fmt.Errorf("model: MaxArguments %d is more than chat.MaxCallBytes (%d), what history carries of one answer's calls", c.MaxArguments, chat.MaxCallBytes)
