@@ -129,7 +129,7 @@ func TestSessionQueueBound(t *testing.T) {
 	s := h.start(agent.SessionInput{})
 	s.send("first")
 	<-gate.Arrived()
-	msg := strings.Repeat("q", 30<<10)
+	msg := strings.Repeat("q", 15<<10)
 	for i := range 8 {
 		if err := s.update(t.Context(), agent.UpdateSend, agent.SendRequest{Message: msg}, nil); err != nil {
 			t.Fatalf("queued message %d: %v", i+1, err)

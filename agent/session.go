@@ -64,13 +64,13 @@ const (
 	maxStateOutput = 4 << 10
 	// maxStateCalls caps the tool calls the state keeps of a turn: the
 	// last ones.
-	maxStateCalls = 64
+	maxStateCalls = 32
 	// maxStateError caps a turn's error.
 	maxStateError = 1 << 10
 	// maxQueued and maxQueuedBytes bound the messages waiting for their
 	// turn: they are carried across continue-as-new.
 	maxQueued      = 8
-	maxQueuedBytes = 256 << 10
+	maxQueuedBytes = 128 << 10
 	// maxUnsent bounds the messages a failed turn leaves for the next
 	// (carried too): past it the oldest of the person's go.
 	maxUnsent = 512 << 10

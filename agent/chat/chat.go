@@ -132,5 +132,5 @@ const (
 	// MaxToolCalls is the most tool calls one Response may carry: each
 	// call's result (up to 16 KiB, tools.MaxOutput) goes back to the
 	// model through history.
-	MaxToolCalls = 64
+	MaxToolCalls = 32
 )
