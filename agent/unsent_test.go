@@ -48,7 +48,7 @@ func TestCarriedBound(t *testing.T) {
 			Stdout: fill(100), Stderr: fill(100), Output: cut(fill(1<<20), maxStateOutput), Failed: true})
 	}
 	turn := TurnState{Number: 1, Status: StatusDone, Message: fill(MaxMessage / 2), Calls: calls,
-		Answer: answerOf(chat.Response{Message: chat.Message{Content: head(fill(1<<20), chat.MaxInlineText)}, Text: stored}),
+		Answer:       answerOf(chat.Response{Message: chat.Message{Content: head(fill(1<<20), chat.MaxInlineText)}, Text: stored}),
 		AnswerStored: stored, Stream: fill(100), Error: cut(fill(1<<20), maxStateError)}
 	s := &session{turn: turn}
 	for range keptTurns + 1 {
