@@ -64,7 +64,16 @@ const (
 	maxStateOutput = 4 << 10
 	// maxStateCalls caps the tool calls the state keeps of a turn: the
 	// last ones.
-	maxStateCalls = 64
+	maxStateCalls = 32
+	// maxStateError caps a turn's error.
+	maxStateError = 1 << 10
+	// maxQueued and maxQueuedBytes bound the messages waiting for their
+	// turn: they are carried across continue-as-new.
+	maxQueued      = 8
+	maxQueuedBytes = 128 << 10
+	// maxUnsent bounds the messages a failed turn leaves for the next
+	// (carried too): past it the oldest of the person's go.
+	maxUnsent = 512 << 10
 	// keptTurns is how many finished turns the state remembers.
 	keptTurns = 16
 	// modelScheduleTimeout: a model call no worker picks up in this long
@@ -262,8 +271,12 @@ type TurnState struct {
 	Tool  string      `json:"tool,omitempty"`
 	Calls []CallState `json:"calls,omitempty"`
 	// Steps counts the model calls.
-	Steps  int    `json:"steps"`
-	Answer string `json:"answer,omitempty"`
+	Steps int `json:"steps"`
+	// Answer is the model's answer, or its start when AnswerStored
+	// says where it is stored whole: a turn's state, which travels
+	// through history, carries at most chat.MaxInlineText of it.
+	Answer       string       `json:"answer,omitempty"`
+	AnswerStored *chat.Stored `json:"answer_stored,omitempty"`
 	// Stream is the blob key the current model call streams its text
 	// to, readable live through the relay.
 	Stream string     `json:"stream,omitempty"`
@@ -273,10 +286,13 @@ type TurnState struct {
 
 // CallState is one tool call of a turn.
 type CallState struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-	Status    string `json:"status"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Arguments are the call's, or their start when ArgumentsStored
+	// says where they are stored whole (past chat.MaxInlineArguments).
+	Arguments       string       `json:"arguments"`
+	ArgumentsStored *chat.Stored `json:"arguments_stored,omitempty"`
+	Status          string       `json:"status"`
 	// Said is what the model said before asking for this call and the
 	// others of its step (on the first of them), cut to a few KiB.
 	Said string `json:"said,omitempty"`

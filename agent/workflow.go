@@ -205,7 +205,14 @@ func (s *session) end(ctx workflow.Context) bool {
 
 // accept queues a valid message for a turn and returns its number.
 func (s *session) accept(ctx workflow.Context, req SendRequest) int {
-	if err := checkMessage(req.Message); err != nil || s.ending || s.ended {
+	err := checkMessage(req.Message)
+	// A signalled message past the queue's bounds is dropped too (an
+	// Update's validator refused it already). Histories from before
+	// the bounds have no marker here, and queued what came.
+	if err == nil && workflow.GetVersion(ctx, "bound-queue", workflow.DefaultVersion, 1) == 1 {
+		err = s.roomFor(req.Message)
+	}
+	if err != nil || s.ending || s.ended {
 		workflow.GetLogger(ctx).Warn("message refused", "error", err, "ending", s.ending)
 		return 0
 	}
@@ -214,6 +221,20 @@ func (s *session) accept(ctx workflow.Context, req SendRequest) int {
 	s.queue = append(s.queue, queued{Turn: n, Message: req.Message})
 	s.changed()
 	return n
+}
+
+// roomFor refuses a message past the queue's bounds: queued messages
+// are carried across continue-as-new.
+func (s *session) roomFor(msg string) error {
+	size := len(msg)
+	for _, q := range s.queue {
+		size += len(q.Message)
+	}
+	if len(s.queue) >= maxQueued || size > maxQueuedBytes {
+		return fmt.Errorf("%w: %d messages wait for their turn already; send this one once a turn has finished",
+			provider.ErrBadInput, len(s.queue))
+	}
+	return nil
 }
 
 func (s *session) register(ctx workflow.Context) error {
@@ -228,7 +249,10 @@ func (s *session) register(ctx workflow.Context) error {
 			if err := s.open(); err != nil {
 				return err
 			}
-			return sandbox.Failure(checkMessage(req.Message))
+			if err := checkMessage(req.Message); err != nil {
+				return sandbox.Failure(err)
+			}
+			return sandbox.Failure(s.roomFor(req.Message))
 		}})
 	if err != nil {
 		return err
@@ -351,7 +375,8 @@ func (s *session) runTurn(ctx workflow.Context, q queued) {
 		s.turn.Usage.Add(resp.Usage)
 		s.usage.Add(resp.Usage)
 		if len(resp.Message.ToolCalls) == 0 {
-			s.finish(StatusDone, resp.Message.Content, "", nil)
+			s.turn.AnswerStored = resp.Text
+			s.finish(StatusDone, answerOf(resp), "", nil)
 			return
 		}
 		for i, call := range resp.Message.ToolCalls {
@@ -359,7 +384,11 @@ func (s *session) runTurn(ctx workflow.Context, q queued) {
 			if i == 0 {
 				said = resp.Message.Content
 			}
-			pending = append(pending, s.runTool(ctx, ws, call, said))
+			var stored *chat.Stored
+			if i < len(resp.Arguments) && resp.Arguments[i].Key != "" {
+				stored = &resp.Arguments[i]
+			}
+			pending = append(pending, s.runTool(ctx, ws, call, said, stored))
 		}
 	}
 }
@@ -367,11 +396,12 @@ func (s *session) runTurn(ctx workflow.Context, q queued) {
 // finish ends the turn; unsent are the messages the conversation has not
 // stored yet, sent with the next turn's.
 func (s *session) finish(status, answer, failure string, unsent []chat.Message) {
-	s.turn.Status, s.turn.Tool, s.turn.Answer, s.turn.Error = status, "", answer, failure
+	s.turn.Status, s.turn.Tool, s.turn.Answer, s.turn.Error = status, "", answer, cut(failure, maxStateError)
 	s.changed()
-	s.unsent = unsent
+	s.unsent = trimUnsent(unsent)
 	kept := s.turn
 	kept.Calls = nil
+	kept.Message = cut(kept.Message, maxStateOutput)
 	s.turns = append(s.turns, kept)
 	if len(s.turns) > keptTurns {
 		s.turns = s.turns[len(s.turns)-keptTurns:]
@@ -394,9 +424,13 @@ func (s *session) complete(ctx workflow.Context, req chat.Request) (chat.Respons
 // runTool runs one tool call in the sandbox, after its approval when
 // approvals are on, and returns the tool message answering it. said is
 // what the model said before it, for the state to show.
-func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, call chat.ToolCall, said string) chat.Message {
-	s.turn.Calls = append(s.turn.Calls, CallState{ID: call.ID, Name: call.Name, Arguments: call.Arguments, Status: StatusRunning,
-		Said: cut(strings.TrimSpace(said), maxStateOutput)})
+func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, call chat.ToolCall, said string, stored *chat.Stored) chat.Message {
+	args := call.Arguments
+	if len(args) > chat.MaxInlineArguments {
+		args = cut(args, chat.MaxInlineArguments)
+	}
+	s.turn.Calls = append(s.turn.Calls, CallState{ID: call.ID, Name: call.Name, Arguments: args, ArgumentsStored: stored,
+		Status: StatusRunning, Said: cut(strings.TrimSpace(said), maxStateOutput)})
 	if len(s.turn.Calls) > maxStateCalls {
 		s.turn.Calls = s.turn.Calls[len(s.turn.Calls)-maxStateCalls:]
 	}
@@ -417,6 +451,45 @@ func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, call chat.To
 	cs.Output, cs.Failed = cut(res.Output, maxStateOutput), res.Failed
 	s.changed()
 	return chat.Message{Role: chat.RoleTool, ToolCallID: call.ID, Content: res.Output}
+}
+
+// answerOf is the answer a turn's state carries: the text, or its
+// start when it is stored whole, at most chat.MaxInlineText either way
+// (a model activity of another version may return more).
+func answerOf(resp chat.Response) string {
+	text := resp.Message.Content
+	if resp.Text == nil {
+		return cut(text, chat.MaxInlineText)
+	}
+	text = head(text, chat.MaxInlineText)
+	return text + fmt.Sprintf("\n[... %d more bytes]", max(resp.Text.Size-int64(len(text)), 0))
+}
+
+// trimUnsent drops the oldest of the person's messages from unsent
+// past maxUnsent, all but the last: a failed turn leaves its messages
+// for the next, and a model down for long would make them grow without
+// end. Tool results, which answer calls stored already, and the
+// system prompt are kept; they are bounded by the model's bounds.
+func trimUnsent(unsent []chat.Message) []chat.Message {
+	size, last := 0, -1
+	for i, m := range unsent {
+		size += len(m.Content)
+		if m.Role == chat.RoleUser {
+			last = i
+		}
+	}
+	if size <= maxUnsent {
+		return unsent
+	}
+	var kept []chat.Message
+	for i, m := range unsent {
+		if size > maxUnsent && m.Role == chat.RoleUser && i != last {
+			size -= len(m.Content)
+			continue
+		}
+		kept = append(kept, m)
+	}
+	return kept
 }
 
 // approved waits for the decision on a call.
@@ -455,10 +528,19 @@ func cut(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
+	h := head(s, n)
+	return h + fmt.Sprintf("\n[... %d more bytes]", len(s)-len(h))
+}
+
+// head is the start of s, at most n bytes, ending with a whole rune.
+func head(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
-	return s[:n] + fmt.Sprintf("\n[... %d more bytes]", len(s)-n)
+	return s[:n]
 }
 
 // conversationName makes a workflow id one path element.

@@ -2,11 +2,14 @@ package client
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
@@ -197,13 +200,22 @@ func (s *Sessions) Send(ctx context.Context, ref, message string) (int, error) {
 // Wait returns a session's state once its Version is past after: as
 // soon as something changes. It may also return the state unchanged (the
 // session continued as new): ask again.
+//
+// The arguments of a call awaiting approval are whole, and so is the
+// answer of the current turn once it is done; the answers of the turns
+// before may be only their start (TurnState.AnswerStored): State reads
+// them.
 func (s *Sessions) Wait(ctx context.Context, ref string, after int) (agent.State, error) {
 	var st agent.State
 	err := s.session(ctx, ref, agent.UpdateWait, &st, agent.WaitRequest{After: after})
-	return st, err
+	if err != nil {
+		return st, err
+	}
+	return st, s.whole(ctx, ref, &st.Turn, st.Turn.Status == agent.StatusDone)
 }
 
-// State returns a session's state now.
+// State returns a session's state now, with its turns' answers whole
+// and the arguments of a call awaiting approval.
 func (s *Sessions) State(ctx context.Context, ref string) (agent.State, error) {
 	wid, err := s.workflowID(ctx, ref)
 	if err != nil {
@@ -214,7 +226,58 @@ func (s *Sessions) State(ctx context.Context, ref string) (agent.State, error) {
 	if NotFound(err) {
 		return st, provider.Errorf(provider.KindNotFound, "session %s does not exist or has ended (berth session ls -a)", ref)
 	}
-	return st, err
+	if err != nil {
+		return st, err
+	}
+	if err := s.whole(ctx, ref, &st.Turn, true); err != nil {
+		return st, err
+	}
+	for i := range st.Turns {
+		if err := s.whole(ctx, ref, &st.Turns[i], true); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// whole reads what a turn's state names as stored whole, in place of
+// its start: the answer, when answer is set, and the arguments of a
+// call awaiting approval (a person must see what they approve).
+func (s *Sessions) whole(ctx context.Context, ref string, t *agent.TurnState, answer bool) error {
+	if answer && t.AnswerStored != nil {
+		text, err := s.ReadStored(ctx, ref, *t.AnswerStored)
+		if err != nil {
+			return err
+		}
+		t.Answer, t.AnswerStored = text, nil
+	}
+	for i := range t.Calls {
+		c := &t.Calls[i]
+		if c.Status != agent.StatusApproval || c.ArgumentsStored == nil {
+			continue
+		}
+		args, err := s.ReadStored(ctx, ref, *c.ArgumentsStored)
+		if err != nil {
+			return err
+		}
+		c.Arguments, c.ArgumentsStored = args, nil
+	}
+	return nil
+}
+
+// ReadStored reads whole a text a session's state names as stored (a
+// long answer, a tool call's long arguments), through the session's
+// relay; one it cannot read whole is an error.
+func (s *Sessions) ReadStored(ctx context.Context, ref string, st chat.Stored) (string, error) {
+	wid, err := s.workflowID(ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	if err := s.c.ReadStream(ctx, wid, st.Key, 0, st.Size, &b); err != nil {
+		return "", fmt.Errorf("read %s of session %s: %w", st.Key, ref, err)
+	}
+	return b.String(), nil
 }
 
 // Approve approves, or denies, the tool call callID awaiting approval.
@@ -239,7 +302,7 @@ func (s *Sessions) Follow(ctx context.Context, ref string, turn int, see func(ag
 			}
 		}
 		if t, ok := finished(st, turn); ok {
-			return t, nil
+			return t, s.whole(ctx, ref, &t, true)
 		}
 		if st.Ended {
 			return agent.TurnState{}, provider.Errorf(provider.KindNotFound, "session %s ended before turn %d finished", ref, turn)

@@ -96,4 +96,41 @@ type Response struct {
 	// Conversation is the whole conversation, the answer included: the
 	// Segments of the next Request.
 	Conversation []Segment `json:"conversation"`
+	// Text is set when the answer's text is longer than MaxInlineText:
+	// it is stored whole there, and Message.Content holds only its
+	// start. The stored conversation holds it whole either way.
+	Text *Stored `json:"text,omitempty"`
+	// Arguments, when set, has one entry per tool call: where the
+	// call's arguments are stored whole when they are longer than
+	// MaxInlineArguments (Key empty when they are not), for front ends
+	// that show a call (an approval). Message.ToolCalls carries them
+	// whole, the workflow needing them to run the calls.
+	Arguments []Stored `json:"arguments,omitempty"`
 }
+
+// Stored is a text kept in the blob store, too long for history: a
+// stream in transfer's parts (transfer.ReadAt; a session's relay reads
+// it for front ends).
+type Stored struct {
+	Key  string `json:"key,omitempty"`
+	Size int64  `json:"size,omitempty"`
+}
+
+// Bounds of what a Response carries through workflow history. The
+// model activity's own bounds on an answer (model.Config) are larger:
+// what passes these is stored, and the Response names it.
+const (
+	// MaxInlineText is the most of an answer's text a Response carries.
+	MaxInlineText = 16 << 10
+	// MaxInlineArguments is the most of a tool call's arguments a front
+	// end is shown inline; longer ones are stored too (Response.Arguments).
+	MaxInlineArguments = 4 << 10
+	// MaxCallBytes is the most bytes of tool-call arguments one Response
+	// may carry, all calls together: they travel through history whole,
+	// for the workflow to run the calls.
+	MaxCallBytes = 1 << 20
+	// MaxToolCalls is the most tool calls one Response may carry: each
+	// call's result (up to 16 KiB, tools.MaxOutput) goes back to the
+	// model through history.
+	MaxToolCalls = 32
+)

@@ -21,10 +21,15 @@ const (
 	// BadConversation: a conversation segment is missing, or its bytes
 	// are not those its hash names.
 	BadConversation = "BadConversation"
+	// AnswerTooLarge: the answer passed one of the model activity's
+	// bounds (its text, a tool call's arguments, the number of calls);
+	// the activity stopped reading it there. Asking again would most
+	// likely get the same.
+	AnswerTooLarge = "AnswerTooLarge"
 )
 
 // NonRetryable lists the error types a retry cannot fix, for a retry
 // policy's NonRetryableErrorTypes.
 func NonRetryable() []string {
-	return []string{NoModel, ModelAuth, ModelRejected, BadModelAnswer, BadConversation}
+	return []string{NoModel, ModelAuth, ModelRejected, BadModelAnswer, BadConversation, AnswerTooLarge}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
+	"gocloud.dev/blob"
 
 	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/transfer"
@@ -66,7 +68,64 @@ func (m *Model) Complete(ctx context.Context, req chat.Request) (chat.Response, 
 	if err != nil {
 		return chat.Response{}, err
 	}
+	if err := m.storeLong(ctx, req.Stream, &resp); err != nil {
+		return chat.Response{}, err
+	}
 	return resp, nil
+}
+
+// storeLong keeps out of the result, which enters history, what of the
+// answer is too long for it: its text past chat.MaxInlineText, stored
+// next to the stream and named by resp.Text; and, for front ends, the
+// tool calls' arguments past chat.MaxInlineArguments, named by
+// resp.Arguments (the result carries them whole, bounded by
+// chat.MaxCallBytes, for the workflow to run the calls).
+func (m *Model) storeLong(ctx context.Context, stream string, resp *chat.Response) error {
+	text := resp.Message.Content
+	if len(text) > chat.MaxInlineText {
+		if stream == "" {
+			return toTemporal(&failure{typ: chat.AnswerTooLarge, msg: fmt.Sprintf(
+				"model: the answer's text has %d bytes, more than history carries (%d), and the request names no stream to store it next to",
+				len(text), chat.MaxInlineText)})
+		}
+		key := stream + ".text"
+		if err := store(ctx, m.bucket, key, text); err != nil {
+			return err
+		}
+		resp.Text = &chat.Stored{Key: key, Size: int64(len(text))}
+		resp.Message.Content = prefix(text, chat.MaxInlineText)
+	}
+	if stream == "" {
+		return nil
+	}
+	var long []chat.Stored
+	for i, c := range resp.Message.ToolCalls {
+		if len(c.Arguments) <= chat.MaxInlineArguments {
+			continue
+		}
+		if long == nil {
+			long = make([]chat.Stored, len(resp.Message.ToolCalls))
+		}
+		key := fmt.Sprintf("%s.call-%d", stream, i)
+		if err := store(ctx, m.bucket, key, c.Arguments); err != nil {
+			return err
+		}
+		long[i] = chat.Stored{Key: key, Size: int64(len(c.Arguments))}
+	}
+	resp.Arguments = long
+	return nil
+}
+
+// store writes s whole under key, in transfer's parts.
+func store(ctx context.Context, bucket *blob.Bucket, key, s string) error {
+	w := transfer.NewPartWriter(ctx, bucket, key, transfer.DefaultPartSize, 0)
+	if _, err := io.WriteString(w, s); err != nil {
+		return fmt.Errorf("model: store %s: %w", key, err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("model: store %s: %w", key, err)
+	}
+	return nil
 }
 
 // stream makes the call and gathers the streamed answer.
@@ -116,14 +175,24 @@ func (m *Model) stream(actx context.Context, params openai.ChatCompletionNewPara
 	s := m.client.Chat.Completions.NewStreaming(ctx, params)
 	defer s.Close()
 	var (
-		resp  chat.Response
-		text  strings.Builder
-		calls []chat.ToolCall
+		resp chat.Response
+		ans  = gathered{cfg: m.cfg}
 	)
+	// stop ends the call at an answer past a bound, keeping what was
+	// streamed for front ends. Returning closes the stream: nothing more
+	// of it is read.
+	stop := func(f *failure) (chat.Response, error) {
+		if out != nil {
+			mu.Lock()
+			_ = out.FlushPartial()
+			mu.Unlock()
+		}
+		return chat.Response{}, toTemporal(f)
+	}
 	for s.Next() {
 		chunk := s.Current()
 		if chunk.Model != "" {
-			resp.Model = chunk.Model
+			resp.Model = cut(chunk.Model, maxName)
 		}
 		if chunk.JSON.Usage.Valid() {
 			resp.Usage = chat.Usage{PromptTokens: chunk.Usage.PromptTokens,
@@ -135,28 +204,20 @@ func (m *Model) stream(actx context.Context, params openai.ChatCompletionNewPara
 			}
 			d := c.Delta
 			for _, tc := range d.ToolCalls {
-				if tc.Index < 0 || tc.Index > int64(len(calls)) {
-					return resp, toTemporal(&failure{typ: chat.BadModelAnswer,
-						msg: fmt.Sprintf("model: tool call index %d out of order", tc.Index)})
+				if f := ans.addCall(tc.Index, tc.ID, tc.Function.Name, tc.Function.Arguments); f != nil {
+					return stop(f)
 				}
-				if int(tc.Index) == len(calls) {
-					calls = append(calls, chat.ToolCall{})
-				}
-				call := &calls[tc.Index]
-				if tc.ID != "" {
-					call.ID = tc.ID
-				}
-				call.Name += tc.Function.Name
-				call.Arguments += tc.Function.Arguments
 			}
 			if c.FinishReason != "" {
-				resp.FinishReason = c.FinishReason
+				resp.FinishReason = cut(c.FinishReason, maxName)
 			}
-			text.WriteString(d.Content)
+			if f := ans.addText(d.Content); f != nil {
+				return stop(f)
+			}
 			mu.Lock()
 			prog.Chunks++
 			prog.TextBytes += len(d.Content)
-			prog.ToolCalls = len(calls)
+			prog.ToolCalls = len(ans.calls)
 			if out != nil && d.Content != "" {
 				_, err := out.Write([]byte(d.Content))
 				if err != nil {
@@ -168,6 +229,9 @@ func (m *Model) stream(actx context.Context, params openai.ChatCompletionNewPara
 		}
 	}
 	if err := s.Err(); err != nil {
+		if errors.Is(err, errEventTooLarge) {
+			return stop(ans.tooLarge("%s", oneLine(err.Error())))
+		}
 		if out != nil {
 			// What came before the break stays for front ends, and for
 			// the next attempt to go on from.
@@ -188,8 +252,8 @@ func (m *Model) stream(actx context.Context, params openai.ChatCompletionNewPara
 			return resp, fmt.Errorf("model: store the streamed answer: %w", err)
 		}
 	}
-	resp.Message = chat.Message{Role: chat.RoleAssistant, Content: text.String(), ToolCalls: calls}
-	for _, c := range calls {
+	resp.Message = ans.message()
+	for _, c := range resp.Message.ToolCalls {
 		if c.ID == "" || c.Name == "" {
 			return resp, toTemporal(&failure{typ: chat.BadModelAnswer,
 				msg: fmt.Sprintf("model: %s sent a tool call without an id or a name (%q)", m.cfg.host(), c.Name)})

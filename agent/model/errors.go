@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3"
 	"go.temporal.io/sdk/temporal"
@@ -94,8 +95,31 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 	return min(max(d, 0), maxRetryAfter)
 }
 
-// oneLine keeps the first line of a message, for one-line errors.
+// maxErrorLine bounds a line a server wrote that an error repeats.
+const maxErrorLine = 512
+
+// oneLine keeps the first line of a message, for one-line errors, cut
+// to maxErrorLine bytes: what a server says enters history.
 func oneLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	return s
+	return cut(s, maxErrorLine)
+}
+
+// cut cuts s to at most n bytes of whole runes, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return prefix(s, n) + "..."
+}
+
+// prefix is the start of s, at most n bytes, ending with a whole rune.
+func prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

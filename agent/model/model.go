@@ -41,13 +41,12 @@ func New(cfg Config, bucket *blob.Bucket) (*Model, error) {
 	if bucket == nil {
 		return nil, errors.New("model: a blob store is required")
 	}
-	cfg.Timeout = orDefault(cfg.Timeout, DefaultTimeout)
-	cfg.HeartbeatEvery = orDefault(cfg.HeartbeatEvery, DefaultHeartbeat)
-	cfg.FlushEvery = orDefault(cfg.FlushEvery, DefaultFlush)
+	cfg = cfg.withDefaults()
 	client := openai.NewClient(
 		option.WithBaseURL(cfg.baseURL()+"/"),
 		option.WithAPIKey(cfg.APIKey),
 		option.WithMaxRetries(0), // Temporal retries, once, by its policy
+		option.WithMiddleware(boundEvents(cfg.maxEvent())),
 	)
 	return &Model{cfg: cfg, client: client, bucket: bucket, segments: newSegmentCache(segmentCacheBytes)}, nil
 }

@@ -21,7 +21,6 @@
 package fakemodel
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -50,6 +49,9 @@ type Reply struct {
 	// CutAfter, when positive, cuts the streamed answer off once this
 	// many bytes of its text are sent, as a lost connection would.
 	CutAfter int
+	// Piece is the size of the pieces the text and the arguments are
+	// streamed in; zero means a few bytes, as a model streams tokens.
+	Piece int
 }
 
 // ToolCall is a scripted function call.
@@ -498,16 +500,21 @@ func (s *Server) stream(w http.ResponseWriter, req Request, reply Reply, usage U
 	w.Header().Set("Cache-Control", "no-cache")
 	flusher, _ := w.(http.Flusher)
 	created := time.Now().Unix()
+	var gone error // the client went away: nothing more is sent
 	send := func(choices []any, usage any) {
+		if gone != nil {
+			return
+		}
 		b, _ := json.Marshal(map[string]any{
 			"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created, "model": req.Model,
 			"system_fingerprint": nil, "choices": choices, "usage": usage,
 		})
-		var buf bytes.Buffer
-		buf.WriteString("data: ")
-		buf.Write(b)
-		buf.WriteString("\n\n")
-		_, _ = w.Write(buf.Bytes())
+		// No copy of b: an answer may be sent in one large chunk.
+		for _, p := range [][]byte{[]byte("data: "), b, []byte("\n\n")} {
+			if gone == nil {
+				_, gone = w.Write(p)
+			}
+		}
 		if flusher != nil {
 			flusher.Flush()
 		}
@@ -523,8 +530,15 @@ func (s *Server) stream(w http.ResponseWriter, req Request, reply Reply, usage U
 	if drop {
 		panic(http.ErrAbortHandler) // the connection is cut, no [DONE]
 	}
+	textPiece, argPiece := 5, 7
+	if reply.Piece > 0 {
+		textPiece, argPiece = reply.Piece, reply.Piece
+	}
 	sent := 0
-	for _, p := range pieces(reply.Text, 5) {
+	for _, p := range pieces(reply.Text, textPiece) {
+		if gone != nil {
+			return
+		}
 		send(delta(map[string]any{"content": p}, nil), nil)
 		if sent += len(p); reply.CutAfter > 0 && sent >= reply.CutAfter {
 			panic(http.ErrAbortHandler)
@@ -533,7 +547,10 @@ func (s *Server) stream(w http.ResponseWriter, req Request, reply Reply, usage U
 	for i, c := range reply.ToolCalls {
 		send(delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": c.ID, "type": "function",
 			"function": map[string]any{"name": c.Name, "arguments": ""}}}}, nil), nil)
-		for _, p := range pieces(c.Arguments, 7) {
+		for _, p := range pieces(c.Arguments, argPiece) {
+			if gone != nil {
+				return
+			}
 			send(delta(map[string]any{"tool_calls": []any{map[string]any{"index": i,
 				"function": map[string]any{"arguments": p}}}}, nil), nil)
 		}
