@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
@@ -22,12 +23,18 @@ import (
 func newSandboxCp(cf *connFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "cp SRC DST",
-		Short: "Copy a file or a directory into a sandbox (cp SRC ID:PATH), or out of it (cp ID:PATH DST, - for a file to stdout)",
+		Short: "Copy a file or a directory into a sandbox (cp SRC ID:PATH), or out of it (cp ID:PATH DST); - is a tar stream",
 		Long: `berth sandbox cp copies a local file or directory to PATH in the
 sandbox's workspace, or to PATH/NAME when PATH ends with a slash; and a
 file or directory of the workspace out, to DST, or into DST when DST is
 a directory (as cp -r does). PATH is relative to the workspace, or
 absolute under /workspace.
+
+As with docker cp, - stands for a tar stream: cp ID:PATH - writes one of
+PATH (a file or a directory, its entries named from PATH's base name)
+to standard output, and cp - ID:DIR unpacks one read from standard
+input into the directory DIR of the workspace (made if missing). For
+one file's content alone: berth sandbox cp ID:FILE - | tar -xO.
 
 Small files travel inline in the update; directories and large files, in
 and out, as tar streams through the Temporal server to the sandbox's
@@ -48,6 +55,9 @@ written outside DST (see README, "Copying out").`,
 				return err
 			}
 			defer c.Temporal().Close()
+			if dstIn && args[0] == "-" {
+				return copyTarIn(ctx, c, dstID, os.Stdin, workspaceRel(dstPath))
+			}
 			if dstIn {
 				fi, err := os.Stat(args[0])
 				if err != nil {
@@ -69,7 +79,7 @@ written outside DST (see README, "Copying out").`,
 			}
 			srcPath = workspaceRel(srcPath)
 			if args[1] == "-" {
-				if err := c.ReadFile(ctx, srcID, srcPath, os.Stdout); err != nil {
+				if err := c.Export(ctx, srcID, srcPath, os.Stdout); err != nil {
 					return updateErr(srcID, err)
 				}
 				return nil
@@ -138,6 +148,56 @@ func copyIn(ctx context.Context, c *client.Client, id, src, dst string) error {
 		return updateErr(id, err)
 	}
 	return nil
+}
+
+// copyTarIn unpacks the tar stream r into the directory dir of a
+// sandbox's workspace: its entries, renamed below dir, are imported as
+// copyIn's are, all or none. The stream is the user's, but the sandbox
+// checks every entry as it checks any import.
+func copyTarIn(ctx context.Context, c *client.Client, id string, r io.Reader, dir string) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(renameTar(pw, r, dir)) }()
+	err := c.Import(ctx, id, pr)
+	pr.Close()
+	if err != nil {
+		return updateErr(id, err)
+	}
+	return nil
+}
+
+// renameTar copies the tar stream r to w with every name, and every hard
+// link's target, moved below dir.
+func renameTar(w io.Writer, r io.Reader, dir string) error {
+	tr, tw := tar.NewReader(r), tar.NewWriter(w)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return tw.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("cp: the tar stream on standard input: %w", err)
+		}
+		hdr.Name = path.Join(dir, hdr.Name)
+		// A sparse file reads back whole, holes as zeros: it is
+		// written as a plain file.
+		if hdr.Typeflag == tar.TypeGNUSparse {
+			hdr.Typeflag = tar.TypeReg
+		}
+		for k := range hdr.PAXRecords {
+			if strings.HasPrefix(k, "GNU.sparse.") {
+				delete(hdr.PAXRecords, k)
+			}
+		}
+		if hdr.Typeflag == tar.TypeLink {
+			hdr.Linkname = path.Join(dir, hdr.Linkname)
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("cp: %s: %w", hdr.Name, err)
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return fmt.Errorf("cp: %s: %w", hdr.Name, err)
+		}
+	}
 }
 
 // writeTar writes the tree at src as a tar stream whose names start with

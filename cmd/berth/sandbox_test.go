@@ -1,12 +1,16 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -127,6 +131,34 @@ func TestSandboxCLI(t *testing.T) {
 	})
 	if len(left) != 0 {
 		t.Errorf("exports left in the blob store: %v", left)
+	}
+	// "-" is a tar stream, both ways, as with docker cp: a directory out,
+	// and that stream back in below another directory.
+	tarOut := ok("cp", id+":proj", "-")
+	names := map[string]bool{}
+	tr := tar.NewReader(strings.NewReader(tarOut))
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("cp ID:proj - gave no tar stream: %v", err)
+			}
+			break
+		}
+		names[hdr.Name] = true
+	}
+	for _, want := range []string{"proj/run.sh", "proj/link.py", "proj/pkg/sub/a.py", "proj/big.bin"} {
+		if !names[want] {
+			t.Errorf("cp ID:proj - lacks %s: %v", want, names)
+		}
+	}
+	in := exec.Command(berth, "sandbox", "cp", "--address", addr, "-", id+":again")
+	in.Stdin = strings.NewReader(tarOut)
+	if out, err := in.CombinedOutput(); err != nil {
+		t.Fatalf("cp - ID:again: %v\n%s", err, out)
+	}
+	if out := ok("exec", id, "--", "sh", "-c", "cat again/proj/link.py; again/proj/run.sh; wc -c < again/proj/big.bin"); out != "print('a')\nran\n3145728\n" {
+		t.Errorf("cp - of a tar stream: %q", out)
 	}
 	if _, errOut, code := sb("cp", id+":no-such-dir", outs); code == 0 || !strings.Contains(errOut, "not exist") {
 		t.Errorf("cp out of a missing path: exit %d, %q", code, errOut)
