@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/image/imagetest"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
@@ -54,5 +55,41 @@ func TestSwitch(t *testing.T) {
 	}
 	if out := execIn(t, c, run.GetID(), workflows.ExecRequest{Shell: "cat d/f"}); string(out.Stdout.Inline) != "kept\n" {
 		t.Errorf("the workspace after a failed switch: %q", out.Stdout.Inline)
+	}
+}
+
+// TestSwitchImage: a switch with an image runs the sandbox on it; one
+// without goes to the provider's default image, and the status says
+// which image runs.
+func TestSwitchImage(t *testing.T) {
+	ctx := t.Context()
+	c := berth(t)
+	layout := t.TempDir()
+	imagetest.WriteLayout(t, layout, "v1", imagetest.Layer(t, imagetest.RootFS(t)...))
+	image := "oci:" + layout + ":v1"
+	in := workflows.SandboxInput{Provider: "linux", IdleTimeout: sandbox.NoIdleTimeout, HibernateAfter: time.Hour}
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "switched-image", TaskQueue: sandbox.DefaultQueue}, workflows.Sandbox, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CancelWorkflow(context.WithoutCancel(ctx), run.GetID(), "")
+	marker := func() string {
+		out := execIn(t, c, run.GetID(), workflows.ExecRequest{Shell: "cat " + imagetest.Marker + " 2>/dev/null || echo none"})
+		return strings.TrimSpace(string(out.Stdout.Inline))
+	}
+	if got := marker(); got != "none" {
+		t.Fatalf("the default image has the test image's marker: %q", got)
+	}
+	for _, step := range []struct {
+		image string // switched to
+		want  bool   // the test image runs
+	}{{image, true}, {"", false}} {
+		if err := update(ctx, c, run.GetID(), workflows.UpdateSwitch, workflows.SwitchRequest{Provider: "linux", Image: step.image}); err != nil {
+			t.Fatal(sandbox.OneLine(err))
+		}
+		st := sandboxStatus(t, c, run.GetID())
+		if got := marker(); (got == strings.TrimSpace(imagetest.MarkerData)) != step.want || st.Image != step.image || st.Config.Image != step.image {
+			t.Errorf("after a switch to image %q: marker %q, status image %q, config image %q", step.image, got, st.Image, st.Config.Image)
+		}
 	}
 }

@@ -282,8 +282,11 @@ func (s *Sandbox) State() State { return s.st.State }
 
 // Status describes a sandbox, for queries.
 type Status struct {
-	ID         string    `json:"id"`
-	Provider   string    `json:"provider"`
+	ID       string `json:"id"`
+	Provider string `json:"provider"`
+	// Image is the image its root filesystem comes from; empty is the
+	// provider's default.
+	Image      string    `json:"image,omitempty"`
 	State      State     `json:"state"`
 	Generation int       `json:"generation"`
 	Commands   int       `json:"commands"`
@@ -307,7 +310,7 @@ type Status struct {
 
 // Status describes the sandbox.
 func (s *Sandbox) Status() Status {
-	return Status{ID: s.st.Ref.ID, Provider: s.st.Ref.Provider, State: s.st.State,
+	return Status{ID: s.st.Ref.ID, Provider: s.st.Ref.Provider, Image: s.st.Config.Spec.Image, State: s.st.State,
 		Generation: s.st.Generation, Commands: s.st.Commands,
 		Checkpoint: s.st.Checkpoint, LastActive: s.st.LastActive,
 		Resources: s.st.Config.Spec.Resources, OutputStored: s.st.OutputStored,

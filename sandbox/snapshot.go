@@ -82,8 +82,9 @@ func (s *Sandbox) ForkWith(ctx workflow.Context, p Provider, opts ...Option) (*S
 	return fork, nil
 }
 
-// Switch moves the sandbox to provider p (with p.Image, or the image it
-// had when p.Image is empty): its workspace is copied to a new sandbox
+// Switch moves the sandbox to provider p (with p.Image, or the
+// provider's default image when p.Image is empty: an image chosen for
+// one provider is not carried to the next): its workspace is copied to a new sandbox
 // there and the old one is destroyed. The handle stays the same; running
 // processes do not survive the move. When the new sandbox cannot be
 // made, the old one is kept.
@@ -98,6 +99,8 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 		old, oldImage := s.st.Ref, s.st.Config.Spec.Image
 		if p.Image != "" {
 			s.st.Config.Spec.Image = p.Image
+		} else if workflow.GetVersion(ctx, switchDefaultImageVersion, workflow.DefaultVersion, 1) == 1 {
+			s.st.Config.Spec.Image = ""
 		}
 		var created *creation
 		overlap := workflow.GetVersion(ctx, switchOverlapVersion, workflow.DefaultVersion, 1) == 1
@@ -146,6 +149,11 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 // new sandbox while the checkpoint is taken, not after it, and returns
 // without waiting for the old one's destruction.
 const switchOverlapVersion = "switch-create-during-checkpoint"
+
+// switchDefaultImageVersion marks the histories in which a switch
+// without an image goes to the provider's default image, rather than
+// keeping the one the sandbox had.
+const switchDefaultImageVersion = "switch-default-image"
 
 // leaveBehind destroys a sandbox the handle no longer uses without
 // making the caller wait for it: a container's removal can take longer

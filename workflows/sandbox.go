@@ -573,7 +573,7 @@ func (s *standalone) fork(ctx workflow.Context, req ForkRequest) (ForkResponse, 
 // workspace goes along, its processes do not.
 type SwitchRequest struct {
 	Provider string `json:"provider"`
-	// Image empty keeps the sandbox's image.
+	// Image empty is the provider's default image.
 	Image string `json:"image,omitempty"`
 }
 
@@ -596,10 +596,7 @@ func (s *standalone) switchTo(ctx workflow.Context, req SwitchRequest) error {
 	if err := s.sbx.Switch(ctx, sandbox.Provider{Type: req.Provider, Image: req.Image}); err != nil {
 		return updateError(err)
 	}
-	s.config.Provider = req.Provider
-	if req.Image != "" {
-		s.config.Image = req.Image
-	}
+	s.config.Provider, s.config.Image = req.Provider, s.sbx.Status().Image
 	return nil
 }
 
