@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
@@ -23,6 +24,9 @@ type Client struct {
 	temporal tclient.Client
 	retryFor time.Duration
 	onWait   func(error)
+	http     *http.Client
+	// notSignable: the workflows whose workers sign no URLs.
+	notSignable notSignable
 }
 
 // Option configures a Client.
@@ -39,7 +43,7 @@ func OnWait(f func(err error)) Option { return func(c *Client) { c.onWait = f } 
 
 // New makes a Client over a Temporal client, which the caller closes.
 func New(c tclient.Client, opts ...Option) *Client {
-	cl := &Client{temporal: c, retryFor: DefaultRetryFor}
+	cl := &Client{temporal: c, retryFor: DefaultRetryFor, http: &http.Client{Timeout: directTimeout}}
 	for _, o := range opts {
 		o(cl)
 	}

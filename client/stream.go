@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"sync/atomic"
 
 	"go.temporal.io/api/serviceerror"
 	tclient "go.temporal.io/sdk/client"
@@ -38,8 +40,9 @@ func (c *Client) readChunk(ctx context.Context, workflowID, key string, off int6
 	return b, c.unavailable(err, "read "+key, false, "")
 }
 
-// ReadStream writes bytes [from, size) of the stored stream key to w,
-// through the relay of workflow workflowID's workers.
+// ReadStream writes bytes [from, size) of the stored stream key to w:
+// from the blob store with URLs the relay of workflow workflowID's
+// workers signs where it can, else through the relay.
 func (c *Client) ReadStream(ctx context.Context, workflowID, key string, from, size int64, w io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -50,6 +53,7 @@ func (c *Client) ReadStream(ctx context.Context, workflowID, key string, from, s
 	var (
 		pending []chan result
 		off     = from
+		direct  = c.newDirectReader(workflowID, key)
 	)
 	start := func() {
 		ch := make(chan result, 1)
@@ -57,7 +61,11 @@ func (c *Client) ReadStream(ctx context.Context, workflowID, key string, from, s
 		off += int64(n)
 		pending = append(pending, ch)
 		go func() {
-			b, err := c.readChunk(ctx, workflowID, key, o, n)
+			b, ok := direct.read(ctx, o, n)
+			var err error
+			if !ok {
+				b, err = c.readChunk(ctx, workflowID, key, o, n)
+			}
 			if err == nil && len(b) != n {
 				err = fmt.Errorf("%s: %d bytes at offset %d, want %d: the stored stream is short", key, len(b), o, n)
 			}
@@ -113,10 +121,11 @@ func (c *Client) WriteOutput(ctx context.Context, workflowID string, o transfer.
 }
 
 // Upload stores what r reads as an upload for sandbox sandboxID (a tar
-// stream to import), through the relay of its workflow, and says where:
-// the key and the number of parts. A sandbox's uploads are bounded
-// (transfer.DefaultUploadBytes): past the bound, Upload fails at once
-// with a BadInput error.
+// stream to import), and says where: the key and the number of parts.
+// The parts go to the blob store with PUT URLs the relay of its workflow
+// signs where it can, else through the relay. A sandbox's uploads are
+// bounded (transfer.DefaultUploadBytes): past the bound, Upload fails at
+// once with a BadInput error.
 func (c *Client) Upload(ctx context.Context, sandboxID string, r io.Reader) (key string, parts int, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -131,29 +140,68 @@ func (c *Client) Upload(ctx context.Context, sandboxID string, r io.Reader) (key
 		running--
 		return <-errs
 	}
-	var first error
-	for first == nil {
-		buf := make([]byte, transfer.MaxChunk)
-		n, rerr := io.ReadFull(r, buf)
-		if n > 0 || parts == 0 {
+	var (
+		first  error
+		direct atomic.Bool
+	)
+	direct.Store(!c.notSignable.has(sandboxID, http.MethodPut))
+	for eof := false; first == nil && !eof; {
+		// A batch of parts, read, signed for at once, and sent.
+		var batch [][]byte
+		for len(batch) < inFlight && !eof {
+			buf := make([]byte, transfer.MaxChunk)
+			n, rerr := io.ReadFull(r, buf)
+			if n > 0 || (parts == 0 && len(batch) == 0) {
+				batch = append(batch, buf[:n])
+			}
+			eof = rerr == io.EOF || rerr == io.ErrUnexpectedEOF
+			if rerr != nil && !eof {
+				first = rerr
+				break
+			}
+		}
+		if first != nil || len(batch) == 0 {
+			break
+		}
+		urls := make([]string, len(batch))
+		if direct.Load() && len(batch[len(batch)-1]) > 0 {
+			sizes := make([]int64, len(batch))
+			for i, b := range batch {
+				sizes[i] = int64(len(b))
+			}
+			signed, err := c.signPut(ctx, sandboxID, key, parts, sizes)
+			switch {
+			case err == nil:
+				urls = signed
+			case isType(err, transfer.BadInput):
+				first = err // past the bound, or not its own: the relay would say so too
+			default:
+				direct.Store(false)
+			}
+		}
+		for i, data := range batch {
+			if first != nil {
+				break
+			}
 			if running == inFlight {
 				if err := wait(); err != nil {
 					first = err
 					break
 				}
 			}
-			part := parts
+			part, url := parts, urls[i]
 			parts++
 			running++
 			go func() {
-				errs <- c.writeChunk(ctx, sandboxID, key, part, buf[:n])
+				if url != "" && direct.Load() {
+					if c.put(ctx, url, data) == nil {
+						errs <- nil
+						return
+					}
+					direct.Store(false) // the store is out of reach, or the URL no good
+				}
+				errs <- c.writeChunk(ctx, sandboxID, key, part, data)
 			}()
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			first = rerr
 		}
 	}
 	// Parts sent are waited for, not cancelled: a part sent could be

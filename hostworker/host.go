@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/snapshot"
+	"github.com/berth-dev/berth/transfer"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -144,6 +145,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
 		Workflows: []any{workflows.Run, workflows.Sandbox, workflows.Reaper, workflows.Snapshots, workflows.Providers},
+		Relay:     transfer.Limits{Sign: SharedStore(cfg.Blob)},
 	})
 	if err != nil {
 		h.Close()
@@ -220,6 +222,18 @@ func DefaultDataDir() string {
 	}
 	home, _ := os.UserHomeDir()
 	return filepath.Join(home, ".local", "share", "berth")
+}
+
+// SharedStore says whether the blob store url names one that front ends
+// may reach themselves, with signed URLs (s3, gs, azblob): not a file
+// store, which only the worker's machine has.
+func SharedStore(url string) bool {
+	for _, scheme := range []string{"s3://", "gs://", "azblob://"} {
+		if strings.HasPrefix(url, scheme) {
+			return true
+		}
+	}
+	return false
 }
 
 // OpenBucket opens a blob store by URL, creating a file store's

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	tclient "go.temporal.io/sdk/client"
+	"gocloud.dev/blob"
 
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/hostworker"
@@ -19,14 +20,26 @@ import (
 // BenchmarkRelay moves 64 MiB through the relay, client to worker's blob
 // store ("write") and back ("read"), on the embedded server: the path of
 // berth sandbox cp and of outputs too large to travel inline.
-func BenchmarkRelay(b *testing.B) {
+func BenchmarkRelay(b *testing.B) { benchTransfer(b, berthtest.Bucket(b), transfer.Limits{}) }
+
+// BenchmarkRelayS3 moves the same on an S3 store (versitygw, on
+// loopback): through the relay ("relay"), and with signed URLs, the
+// client to the store itself ("direct").
+func BenchmarkRelayS3(b *testing.B) {
+	for _, sign := range []bool{false, true} {
+		name := map[bool]string{false: "relay", true: "direct"}[sign]
+		b.Run(name, func(b *testing.B) { benchTransfer(b, s3Store(b), transfer.Limits{Sign: sign}) })
+	}
+}
+
+func benchTransfer(b *testing.B, bucket *blob.Bucket, limits transfer.Limits) {
 	ctx := b.Context()
 	c := server(b)
-	bucket := berthtest.Bucket(b)
 	w, err := hostworker.Start(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(b)}, Outputs: bucket,
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 		Workflows: []any{workflows.Sandbox},
+		Relay:     limits,
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -28,4 +28,14 @@
 // nothing to history, so the data never enters it, and validators do
 // not run on replay. A workflow's uploads are bounded (Limits) and
 // expire: the reaper removes what is older than an hour.
+//
+// # Signed URLs
+//
+// Where the store is one front ends reach themselves (Limits.Sign), the
+// relay also signs URLs of parts, checked as the read or write they
+// grant: QuerySign for GETs of the workflow's own streams, UpdateSign,
+// rejected with Signed and the URLs, for PUTs of its own upload parts,
+// each of an exact, signed size counted against the upload bounds until
+// it expires. A store that cannot sign answers NotSignable; the relay is
+// the fallback for anything the direct path cannot do.
 package transfer

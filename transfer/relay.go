@@ -124,6 +124,14 @@ type Limits struct {
 	// (DefaultUploadBytes, DefaultUploadParts).
 	UploadBytes int64
 	UploadParts int
+	// Sign lets front ends have signed URLs of parts (QuerySign,
+	// UpdateSign): set it for a store front ends can reach themselves. A
+	// store that cannot sign answers NotSignable all the same. GET URLs
+	// are good for SignExpiry (DefaultSignExpiry), PUT URLs for
+	// PutExpiry (DefaultPutExpiry).
+	Sign       bool
+	SignExpiry time.Duration
+	PutExpiry  time.Duration
 }
 
 // Interceptor gives every workflow of a worker the relay's operations
@@ -138,6 +146,12 @@ func Interceptor(bucket *blob.Bucket, limits Limits) interceptor.WorkerIntercept
 	}
 	if limits.UploadParts <= 0 {
 		limits.UploadParts = DefaultUploadParts
+	}
+	if limits.SignExpiry <= 0 {
+		limits.SignExpiry = DefaultSignExpiry
+	}
+	if limits.PutExpiry <= 0 {
+		limits.PutExpiry = DefaultPutExpiry
 	}
 	return &relay{bucket: bucket, limits: limits}
 }
@@ -174,9 +188,15 @@ func (i *relayInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.Exe
 	}); err != nil {
 		return nil, err
 	}
+	if err := workflow.SetQueryHandler(ctx, QuerySign, func(SignRequest) (SignedURLs, error) {
+		return SignedURLs{}, errors.New("transfer: the relay's interceptor answers signings")
+	}); err != nil {
+		return nil, err
+	}
 	for name, handler := range map[string]any{
 		UpdateWrite:  func(workflow.Context, WriteRequest, []byte) error { return errNeverAccepted },
 		UpdateDelete: func(workflow.Context, DeleteRequest) error { return errNeverAccepted },
+		UpdateSign:   func(workflow.Context, SignRequest) error { return errNeverAccepted },
 	} {
 		if err := workflow.SetUpdateHandler(ctx, name, handler); err != nil {
 			return nil, err
@@ -188,6 +208,9 @@ func (i *relayInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.Exe
 var errNeverAccepted = errors.New("transfer: the relay's updates are never accepted")
 
 func (i *relayInbound) HandleQuery(ctx workflow.Context, in *interceptor.HandleQueryInput) (any, error) {
+	if in.QueryType == QuerySign {
+		return i.signQuery(ctx, in)
+	}
 	if in.QueryType != QueryRead {
 		return i.Next.HandleQuery(ctx, in)
 	}
@@ -221,6 +244,20 @@ func (i *relayInbound) ValidateUpdate(ctx workflow.Context, in *interceptor.Upda
 			return badInput("transfer: a delete takes a DeleteRequest")
 		}
 		op = func(ctx context.Context, s Served, id string) error { return i.delete(ctx, s, id, req.Key) }
+	case UpdateSign:
+		req, ok := arg[SignRequest](in.Args, 0)
+		if !ok {
+			return badInput("transfer: a signing takes a SignRequest")
+		}
+		// Rejected with the URLs: an accepted Update would put them in
+		// history, a grant to write for anyone who reads it.
+		op = func(ctx context.Context, s Served, id string) error {
+			urls, err := i.signPut(ctx, s, id, req)
+			if err != nil {
+				return err
+			}
+			return temporal.NewNonRetryableApplicationError("signed", Signed, nil, urls)
+		}
 	default:
 		return i.Next.ValidateUpdate(ctx, in)
 	}
@@ -327,7 +364,7 @@ func (i *relayInbound) write(ctx context.Context, s Served, workflowID string, r
 			req.Part, len(data), lim.UploadParts-1, MaxChunk))
 	}
 	key := PartKey(req.Key, req.Part)
-	if err := i.reserve(ctx, prefix, key, int64(len(data))); err != nil {
+	if err := i.reserve(ctx, prefix, []string{key}, []int64{int64(len(data))}); err != nil {
 		return err
 	}
 	if err := writeObject(ctx, i.relay.bucket, key, data); err != nil {
@@ -338,10 +375,11 @@ func (i *relayInbound) write(ctx context.Context, s Served, workflowID string, r
 	return nil
 }
 
-// reserve refuses a part that would take the workflow's uploads past
-// their bounds. A count that says so is made again from a listing before
-// the part is refused: the reaper may have removed uploads since.
-func (i *relayInbound) reserve(ctx context.Context, prefix, key string, n int64) error {
+// reserve refuses parts (keys, of sizes) that would take the workflow's
+// uploads past their bounds. A count that says so is made again from a
+// listing before the parts are refused: the reaper may have removed
+// uploads since.
+func (i *relayInbound) reserve(ctx context.Context, prefix string, keys []string, sizes []int64) error {
 	lim := i.relay.limits
 	for fresh := i.uploads == nil; ; fresh = true {
 		if fresh {
@@ -349,14 +387,16 @@ func (i *relayInbound) reserve(ctx context.Context, prefix, key string, n int64)
 			if err != nil {
 				return storeFailed(err)
 			}
+			u.keepSigned(i.uploads)
 			i.uploads = u
 		}
-		bytes, parts := i.uploads.with(key, n)
+		bytes, parts := i.uploads.with(keys, sizes)
 		if bytes <= lim.UploadBytes && parts <= lim.UploadParts {
 			return nil
 		}
 		if fresh {
-			return badInput(fmt.Sprintf("transfer: upload %s: the uploads of a workflow are bounded to %d bytes in %d parts at a time, and this part would make %d bytes in %d parts",
+			key := keys[0]
+			return badInput(fmt.Sprintf("transfer: upload %s: the uploads of a workflow are bounded to %d bytes in %d parts at a time, and this would make %d bytes in %d parts",
 				strings.TrimSuffix(key[:strings.LastIndex(key, "/")], "/"), lim.UploadBytes, lim.UploadParts, bytes, parts))
 		}
 	}
@@ -389,10 +429,42 @@ func storeFailed(err error) error {
 	return temporal.NewApplicationError(err.Error(), StoreFailed)
 }
 
-// usage is what is stored of a workflow's uploads: each object's size.
+// usage is what is stored of a workflow's uploads: each object's size,
+// counting each part a PUT is signed for at its signed size until the
+// URL expires, stored or not yet.
 type usage struct {
-	size  map[string]int64
-	bytes int64
+	size   map[string]int64
+	bytes  int64
+	signed map[string]signedPart
+}
+
+type signedPart struct {
+	size    int64
+	expires time.Time
+}
+
+// sign counts key at n bytes until expires, whatever a listing says.
+func (u *usage) sign(key string, n int64, expires time.Time) {
+	if u.signed == nil {
+		u.signed = map[string]signedPart{}
+	}
+	u.signed[key] = signedPart{n, expires}
+	if n > u.size[key] {
+		u.set(key, n)
+	}
+}
+
+// keepSigned carries old's unexpired signed parts into u, a fresh count.
+func (u *usage) keepSigned(old *usage) {
+	if old == nil {
+		return
+	}
+	now := time.Now()
+	for k, p := range old.signed {
+		if now.Before(p.expires) {
+			u.sign(k, p.size, p.expires)
+		}
+	}
 }
 
 func countUploads(ctx context.Context, bucket *blob.Bucket, prefix string) (*usage, error) {
@@ -412,13 +484,18 @@ func countUploads(ctx context.Context, bucket *blob.Bucket, prefix string) (*usa
 	}
 }
 
-// with is the bytes and objects there would be with key holding n bytes.
-func (u *usage) with(key string, n int64) (bytes int64, parts int) {
-	old, ok := u.size[key]
-	if ok {
-		return u.bytes - old + n, len(u.size)
+// with is the bytes and objects there would be with each of keys (all
+// different) holding its size.
+func (u *usage) with(keys []string, sizes []int64) (bytes int64, parts int) {
+	bytes, parts = u.bytes, len(u.size)
+	for j, k := range keys {
+		old, ok := u.size[k]
+		if !ok {
+			parts++
+		}
+		bytes += sizes[j] - old
 	}
-	return u.bytes + n, len(u.size) + 1
+	return bytes, parts
 }
 
 func (u *usage) set(key string, n int64) {
@@ -432,6 +509,9 @@ func (u *usage) set(key string, n int64) {
 func (u *usage) drop(key string) {
 	if u == nil {
 		return
+	}
+	if p, ok := u.signed[key]; ok && time.Now().Before(p.expires) {
+		return // its URL may store it again
 	}
 	u.bytes -= u.size[key]
 	delete(u.size, key)

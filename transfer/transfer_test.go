@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob/memblob"
@@ -135,14 +136,35 @@ func TestUsage(t *testing.T) {
 	u := &usage{size: map[string]int64{}}
 	u.set("k/000000", 10)
 	u.set("k/000001", 5)
-	if b, n := u.with("k/000000", 3); b != 8 || n != 2 {
+	if b, n := u.with([]string{"k/000000"}, []int64{3}); b != 8 || n != 2 {
 		t.Errorf("with a part replaced: %d bytes in %d parts, want 8 in 2", b, n)
 	}
-	if b, n := u.with("k/000002", 3); b != 18 || n != 3 {
+	if b, n := u.with([]string{"k/000002"}, []int64{3}); b != 18 || n != 3 {
 		t.Errorf("with a new part: %d bytes in %d parts, want 18 in 3", b, n)
+	}
+	if b, n := u.with([]string{"k/000001", "k/000002"}, []int64{1, 3}); b != 14 || n != 3 {
+		t.Errorf("with a part replaced and a new one: %d bytes in %d parts, want 14 in 3", b, n)
 	}
 	u.drop("k/000000")
 	if u.bytes != 5 || len(u.size) != 1 {
 		t.Errorf("after a drop: %d bytes in %d parts, want 5 in 1", u.bytes, len(u.size))
+	}
+}
+
+// TestUsageSigned: a part signed for counts until its URL expires,
+// deleted or not, and across a fresh count.
+func TestUsageSigned(t *testing.T) {
+	u := &usage{size: map[string]int64{}}
+	u.sign("k/000000", 10, time.Now().Add(time.Hour))
+	u.sign("k/000001", 7, time.Now().Add(-time.Second))
+	u.drop("k/000000")
+	u.drop("k/000001")
+	if u.bytes != 10 || len(u.size) != 1 {
+		t.Errorf("after drops: %d bytes in %d parts, want 10 in 1 (the unexpired signed part)", u.bytes, len(u.size))
+	}
+	fresh := &usage{size: map[string]int64{"k/000002": 1}, bytes: 1}
+	fresh.keepSigned(u)
+	if fresh.bytes != 11 || len(fresh.size) != 2 {
+		t.Errorf("a fresh count: %d bytes in %d parts, want 11 in 2", fresh.bytes, len(fresh.size))
 	}
 }
