@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	tclient "go.temporal.io/sdk/client"
@@ -145,13 +146,22 @@ func modelLine(m *model.Status) string {
 	return line
 }
 
+// modelStatusWait bounds the question of the model's status: a worker
+// takes it within 5s and checks the model within 10s.
+const modelStatusWait = 30 * time.Second
+
 // modelStatus runs the model's status workflow: a worker serving the
 // model's queue checks it now. Its failure is the model's reason.
 func modelStatus(ctx context.Context, c *client.Client) model.Status {
+	// A worker that does not know the workflow (an older berth) must
+	// not hold the providers' answer.
+	ctx, cancel := context.WithTimeout(ctx, modelStatusWait)
+	defer cancel()
 	id := client.NewID("model-status-")
 	var st model.Status
 	err := c.Retry(ctx, func(ctx context.Context) error {
-		run, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
+		run, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue,
+			WorkflowExecutionTimeout: modelStatusWait},
 			agent.ModelStatusWorkflowName, agent.ModelStatusInput{})
 		if err != nil {
 			return err
