@@ -62,7 +62,6 @@ func TestHostCommands(t *testing.T) {
 		{[]string{"worker", "--provider", "nosuch", "--data-dir", t.TempDir()}, 2, `unknown provider "nosuch"`},
 		{[]string{"--address", "127.0.0.1:1", "worker", "--provider-config", "nodot=1", "--data-dir", t.TempDir()}, 2, "NAME.KEY=VALUE"},
 		{[]string{"dev", "--no-such-flag"}, 2, "unknown flag: --no-such-flag\nRun 'berth dev --help' for usage."},
-		{[]string{"dev", "--address", "127.0.0.1:1"}, 2, "Run 'berth dev --help'"},
 		// Usage errors name the help of the command that was mistaken.
 		{[]string{"sandbox", "exec"}, 2, "Run 'berth sandbox exec --help' for usage."},
 		{[]string{"run", "--memory", "lots", "--", "true"}, 2, "Run 'berth run --help' for usage."},
