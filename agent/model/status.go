@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"errors"
+	"unicode/utf8"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/worker"
@@ -46,9 +47,24 @@ func (m *Model) Status(ctx context.Context) (Status, error) {
 	case errors.Is(err, ErrUnlisted):
 		st.State, st.Reason = Unknown, err.Error()+"; the first call will tell"
 	case err != nil:
-		st.State, st.Reason = Unavailable, err.Error()
+		st.State, st.Reason = Unavailable, bound(err.Error(), maxReason)
 	}
 	return st, nil
+}
+
+// maxReason bounds Status.Reason, which quotes the model server's
+// words, in a workflow's result.
+const maxReason = 1024
+
+// bound cuts s to at most n bytes, on a rune boundary, marking the cut.
+func bound(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
 
 // NoStatus is the status of a host without a usable model: None when

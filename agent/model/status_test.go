@@ -2,9 +2,12 @@ package model_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"gocloud.dev/blob/memblob"
 
@@ -69,6 +72,23 @@ func TestStatus(t *testing.T) {
 		resp, err := complete(t, m, chat.Request{Conversation: "c", New: []chat.Message{{Role: chat.RoleUser, Content: "hi"}}})
 		if err != nil || resp.Message.Content != "hello" {
 			t.Errorf("a call once it is up: %+v, %v", resp, err)
+		}
+	})
+
+	t.Run("a long answer is bounded", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprintf(w, `{"error": {"message": %q}}`, strings.Repeat("é", 10000))
+		}))
+		defer srv.Close()
+		m, err := model.New(model.Config{BaseURL: srv.URL + "/v1", Model: "m"}, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := m.Status(t.Context())
+		if st.State != model.Unavailable || len(st.Reason) > 1100 || !utf8.ValidString(st.Reason) {
+			t.Errorf("status of a server answering 10000 runes: %s, %d bytes, valid UTF-8 %v", st.State, len(st.Reason), utf8.ValidString(st.Reason))
 		}
 	})
 

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
@@ -143,7 +144,7 @@ func modelLine(m *model.Status) string {
 	if m.Reason != "" {
 		line += ": " + flatten(m.Reason)
 	}
-	return line
+	return termtext.Clean(line) // the server's words, and its name, from the environment
 }
 
 // modelStatusWait bounds the question of the model's status: a worker

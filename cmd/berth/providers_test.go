@@ -73,6 +73,9 @@ func TestProviderRows(t *testing.T) {
 		{model.Status{Model: "m", Server: "h:1", State: model.Unknown, Reason: "model: h:1: the server lists no models; the first call will tell"},
 			"model m at h:1: unknown: model: h:1: the server lists no models; the first call will tell"},
 		{model.Status{State: model.None, Reason: "no model configured: set BERTH_MODEL"}, "model: none: no model configured: set BERTH_MODEL"},
+		// The server's words cannot act on the terminal.
+		{model.Status{Model: "m", Server: "h:1", State: model.Unavailable, Reason: "model: h:1 answered 500: \x1b]0;owned\x07oops"},
+			"model m at h:1: unavailable: model: h:1 answered 500: oops"},
 	} {
 		if got := modelLine(&tt.st); got != tt.line {
 			t.Errorf("model line %q, want %q", got, tt.line)
