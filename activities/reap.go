@@ -24,7 +24,7 @@ type Owner struct {
 }
 
 // OwnersClosed reports, for each owner, whether it has ended: completed,
-// failed, cancelled, terminated or timed out, or no longer known to the
+// failed, canceled, terminated or timed out, or no longer known to the
 // server. A run that continued as new lives on in its successor.
 func (a *Activities) OwnersClosed(ctx context.Context, owners []Owner) ([]bool, error) {
 	if a.Client == nil {

@@ -77,7 +77,7 @@ func updateError(in UpdateWorkflowInput, err error) error {
 		return temporal.NewNonRetryableApplicationError(strings.Join(strings.Fields(app.Message()), " "), kind, nil)
 	case errors.As(err, &canceled):
 		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("%s of %s was cancelled", in.Update, in.WorkflowID), string(provider.KindCanceled), nil)
+			fmt.Sprintf("%s of %s was canceled", in.Update, in.WorkflowID), string(provider.KindCanceled), nil)
 	}
 	return err // the server could not be reached: retried
 }

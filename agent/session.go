@@ -306,9 +306,11 @@ type CallState struct {
 	Failed bool   `json:"failed,omitempty"`
 }
 
-// Register registers Session under WorkflowName.
+// Register registers Session under WorkflowName and ModelStatus under
+// ModelStatusWorkflowName.
 func Register(w worker.WorkflowRegistry) {
 	w.RegisterWorkflowWithOptions(Session, workflow.RegisterOptions{Name: WorkflowName})
+	w.RegisterWorkflowWithOptions(ModelStatus, workflow.RegisterOptions{Name: ModelStatusWorkflowName})
 }
 
 // validate checks and completes the input.

@@ -51,8 +51,10 @@ type HostConfig struct {
 	Logger *slog.Logger
 	// Model is the model the coding agent calls; nil means the one the
 	// environment names (model.ConfigFromEnv), if BERTH_MODEL is set.
-	// A model set but not usable (no key, a server that cannot be
-	// reached, a model it does not serve) fails the start, in one line.
+	// The model is optional: a model set but not usable (no key, a
+	// server down, a model it does not serve) is logged in one line,
+	// and each call tries it again; the host serves its sandboxes all
+	// the same.
 	Model *model.Config
 }
 
@@ -62,6 +64,7 @@ type Host struct {
 	*Worker
 	providers []provider.Provider
 	buckets   []*blob.Bucket
+	stop      context.CancelFunc // the model's first check
 }
 
 // StartHost opens the providers and blob store cfg names, starts the
@@ -126,19 +129,9 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	snaps = blob.PrefixedBucket(snaps, SnapshotPrefix)
 	h.buckets = append(h.buckets, snaps)
 	mcfg := cfg.Model
-	if env := model.ConfigFromEnv(); mcfg == nil && env.Model != "" {
+	env := model.ConfigFromEnv()
+	if mcfg == nil && env.Model != "" {
 		mcfg = &env
-	}
-	if mcfg != nil {
-		m, err := model.New(*mcfg, outputs)
-		if err == nil {
-			err = m.Check(ctx)
-		}
-		if err != nil {
-			h.Close()
-			return nil, err
-		}
-		cfg.Logger.Info("the coding agent's model", "model", mcfg.String())
 	}
 	h.Worker, err = Start(c, Options{
 		Model:     mcfg,
@@ -151,6 +144,15 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		h.Close()
 		return nil, err
 	}
+	var unnamed string // a model meant, not named
+	switch {
+	case mcfg != nil:
+	case env.BaseURL != "":
+		unnamed = "OPENAI_BASE_URL"
+	case env.APIKey != "":
+		unnamed = "OPENAI_API_KEY"
+	}
+	h.reportModel(ctx, cfg.Logger, unnamed)
 	if cfg.ReapEvery > 0 {
 		in := workflows.ReaperInput{Queue: h.HostQueue, OutputRetention: cfg.OutputRetention}
 		if err := scheduleReaper(ctx, c, h.queue, in, cfg.ReapEvery); err != nil {
@@ -172,6 +174,9 @@ func (h *Host) Providers() []string {
 
 // Close stops the workers and closes the providers and blob stores.
 func (h *Host) Close() {
+	if h.stop != nil {
+		h.stop()
+	}
 	if h.Worker != nil {
 		h.Stop()
 	}
@@ -183,6 +188,34 @@ func (h *Host) Close() {
 			c.Close()
 		}
 	}
+}
+
+// reportModel checks the model in the background, so that a model
+// server that is slow to answer does not hold the host's start, and
+// says in one line what it found. unnamed is the variable (OPENAI_BASE_URL
+// or OPENAI_API_KEY) set without BERTH_MODEL: someone meant the host to
+// have a model.
+func (h *Host) reportModel(ctx context.Context, log *slog.Logger, unnamed string) {
+	ctx, h.stop = context.WithCancel(ctx)
+	go func() {
+		st := h.ModelStatus(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case st.State == model.None && unnamed != "":
+			log.Warn("the coding agent has no model: " + unnamed + " is set but BERTH_MODEL is not set: set it to a model the server serves")
+		case st.State == model.None:
+			log.Info("the coding agent has no model: set BERTH_MODEL, and OPENAI_API_KEY or OPENAI_BASE_URL, to give it one")
+		case st.State == model.Unavailable:
+			log.Warn("the coding agent's model is not usable now; sandboxes are served all the same, and each model call tries it again",
+				"model", st.Model, "server", st.Server, "reason", st.Reason)
+		case st.State == model.Unknown:
+			log.Info("the coding agent's model", "model", st.Model, "server", st.Server, "state", st.State, "reason", st.Reason)
+		default:
+			log.Info("the coding agent's model", "model", st.Model, "server", st.Server, "state", st.State)
+		}
+	}()
 }
 
 // SnapshotPrefix is where snapshots live in the blob store.

@@ -86,7 +86,8 @@ type Worker struct {
 	generic, host worker.Worker
 	providers     []worker.Worker // one per provider served
 	model         worker.Worker   // the model activity's, if any
-	queue         string          // the generic queue
+	modelStatus   func(context.Context) (model.Status, error)
+	queue         string // the generic queue
 	HostQueue     string
 }
 
@@ -165,7 +166,8 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 }
 
 // startModel starts the model activity's worker, when the host serves
-// a model, or the one that says none is configured.
+// a model, or the one that says none is usable. Each serves the model's
+// status too (model.StatusActivityName).
 func (w *Worker) startModel(c client.Client, opts Options) error {
 	queue := opts.ModelQueue
 	if queue == "" {
@@ -176,13 +178,16 @@ func (w *Worker) startModel(c client.Client, opts Options) error {
 	case opts.Model != nil:
 		m, err := model.New(*opts.Model, opts.Outputs)
 		if err != nil {
-			return err
+			// A configuration that cannot work: the host serves its
+			// sandboxes all the same, and says why at each call.
+			register = noModelRegister(model.NoStatus(*opts.Model, err))
+			w.modelStatus = noModelStatus(model.NoStatus(*opts.Model, err))
+			break
 		}
-		register = m.Register
+		register, w.modelStatus = m.Register, m.Status
 	case opts.HostQueue == opts.Queue:
-		register = func(r worker.ActivityRegistry) {
-			r.RegisterActivityWithOptions(noModel, activity.RegisterOptions{Name: model.ActivityName})
-		}
+		register = noModelRegister(model.NoStatus(model.Config{}, nil))
+		w.modelStatus = noModelStatus(model.NoStatus(model.Config{}, nil))
 	default:
 		return nil // another host may serve it
 	}
@@ -201,10 +206,30 @@ func (w *Worker) startModel(c client.Client, opts Options) error {
 	return nil
 }
 
-// noModel is the model activity of a host that has no model.
-func noModel(context.Context, chat.Request) (chat.Response, error) {
-	return chat.Response{}, temporal.NewNonRetryableApplicationError(
-		"no model configured: set BERTH_MODEL, and OPENAI_API_KEY or OPENAI_BASE_URL, in berth's environment", chat.NoModel, nil)
+// ModelStatus checks the model the host serves, now; a host that serves
+// none says so (model.None).
+func (w *Worker) ModelStatus(ctx context.Context) model.Status {
+	if w.modelStatus == nil {
+		return model.NoStatus(model.Config{}, nil)
+	}
+	st, _ := w.modelStatus(ctx)
+	return st
+}
+
+// noModelRegister registers the model activity of a host without a
+// usable model: each call fails with st's reason, not retried.
+func noModelRegister(st model.Status) func(worker.ActivityRegistry) {
+	complete := func(context.Context, chat.Request) (chat.Response, error) {
+		return chat.Response{}, temporal.NewNonRetryableApplicationError(st.Reason, chat.NoModel, nil)
+	}
+	return func(r worker.ActivityRegistry) {
+		r.RegisterActivityWithOptions(complete, activity.RegisterOptions{Name: model.ActivityName})
+		model.RegisterStatus(r, noModelStatus(st))
+	}
+}
+
+func noModelStatus(st model.Status) func(context.Context) (model.Status, error) {
+	return func(context.Context) (model.Status, error) { return st, nil }
 }
 
 // Stop stops the workers.

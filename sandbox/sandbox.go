@@ -134,7 +134,7 @@ func (e *LostError) Unwrap() error { return provider.ErrLost }
 
 // New creates a sandbox and returns its handle. The caller stops it,
 // usually with defer sbx.Stop(ctx). The handle's idle watcher runs on
-// ctx: pass the workflow's own context, not one cancelled early.
+// ctx: pass the workflow's own context, not one canceled early.
 func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	cfg := newConfig(p, opts)
 	// Bad settings fail here, before anything is created or retried.
@@ -193,7 +193,7 @@ func (s *Sandbox) create(ctx workflow.Context, prov, id string) creation {
 		settle.SetError(err)
 		return creation{made: failed}
 	}
-	// Creation runs to its end even when the workflow is cancelled
+	// Creation runs to its end even when the workflow is canceled
 	// meanwhile, so that what it made is known, and destroyed.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	return creation{queue: queue, made: workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, s.lifecycle(queue)), acts.Create,
@@ -202,7 +202,7 @@ func (s *Sandbox) create(ctx workflow.Context, prov, id string) creation {
 
 // fill waits for the sandbox create started and restores the
 // checkpoint, if there is one, into its workspace. A sandbox that cannot
-// be filled, or that was made after ctx was cancelled, is destroyed.
+// be filled, or that was made after ctx was canceled, is destroyed.
 func (s *Sandbox) fill(ctx workflow.Context, c creation) (Ref, error) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	if c.queue == "" {
@@ -215,7 +215,7 @@ func (s *Sandbox) fill(ctx workflow.Context, c creation) (Ref, error) {
 	}
 	if ctx.Err() != nil {
 		s.destroy(dctx, ref)
-		return ref, temporal.NewCanceledError("cancelled while the sandbox was being created")
+		return ref, temporal.NewCanceledError("canceled while the sandbox was being created")
 	}
 	if s.st.Checkpoint != "" {
 		restored, err := call[activities.RestoreOutput](ctx, s.transfer(ref.Queue), acts.Restore,
@@ -429,7 +429,7 @@ func (s *Sandbox) runExec(ctx workflow.Context, in activities.ExecInput) (activi
 		case err == nil && !out.Handed:
 			return out.ExecOutput, nil
 		case err != nil && (ctx.Err() != nil || provider.KindOf(activities.FromTemporal(err)) != provider.KindInternal):
-			// Cancelled, or a provider error the activity would get too.
+			// Canceled, or a provider error the activity would get too.
 			return out.ExecOutput, activities.FromTemporal(err)
 		}
 		// Otherwise the Exec activity takes over, or attaches to what
@@ -528,7 +528,7 @@ func (s *Sandbox) Remove(ctx workflow.Context, path string) error {
 }
 
 // Stop destroys the sandbox and its internal checkpoint. It runs even
-// when ctx is cancelled, so that a cancelled workflow still cleans up;
+// when ctx is canceled, so that a canceled workflow still cleans up;
 // stopping twice does nothing.
 func (s *Sandbox) Stop(ctx workflow.Context) error {
 	if s.detached {

@@ -107,6 +107,8 @@ type DestroyRequest struct {
 
 // DestroyResult names the snapshot a kept workspace is in.
 type DestroyResult struct {
+	// Session is the session's id.
+	Session  string `json:"session,omitempty"`
 	Snapshot string `json:"snapshot,omitempty"`
 }
 

@@ -545,7 +545,7 @@ func (m *manager) destroy(ctx workflow.Context, req DestroyRequest) (DestroyResu
 		return DestroyResult{}, err
 	}
 	defer release()
-	var res DestroyResult
+	res := DestroyResult{Session: e.ID}
 	if e.Status != StatusEnded {
 		e.destroying = true
 		var end agent.EndResult

@@ -53,6 +53,20 @@ type RunOutput struct {
 // in the visibility store.
 const MemoCommand = "berth.command"
 
+// MemoExit is the memo key under which a Run keeps, once its command
+// has ended, how it ended (RunExit), for listings (berth run ls).
+const MemoExit = "berth.exit"
+
+// RunExit is how a Run's command ended, as its memo keeps it.
+type RunExit struct {
+	ExitCode int           `json:"exit_code"`
+	Signal   string        `json:"signal,omitempty"`
+	Kind     provider.Kind `json:"kind,omitempty"`
+}
+
+// memoExitVersion marks the runs that keep MemoExit.
+const memoExitVersion = "berth.run.memo-exit"
+
 // RunQuery is the query a Run workflow answers with its RunStatus.
 const RunQuery = "berth.run"
 
@@ -173,6 +187,12 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	out, err := execOutput(res, sbx.ID(), err)
 	if err == nil {
 		result = &out
+		if workflow.GetVersion(ctx, memoExitVersion, workflow.DefaultVersion, 1) == 1 {
+			exit := RunExit{ExitCode: out.ExitCode, Signal: out.Signal, Kind: out.Kind}
+			if err := workflow.UpsertMemo(ctx, map[string]any{MemoExit: exit}); err != nil {
+				return out, err
+			}
+		}
 	}
 	return out, lostMidRun(err)
 }

@@ -241,7 +241,7 @@ func (in SandboxInput) Validate() error {
 }
 
 // Sandbox keeps a sandbox alive until it is stopped (UpdateStop, or the
-// workflow cancelled) or its lifetime ends, serving its operations as
+// workflow canceled) or its lifetime ends, serving its operations as
 // updates. It fails with an application error whose type is the
 // provider.Kind of the failure (sandbox.Failure).
 func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
@@ -316,7 +316,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 			return s.stopping || expired || canCarry() || sbx.State() != memo || s.config.Provider != memoProvider
 		})
 		if err != nil {
-			return err // cancelled: the deferred Stop cleans up
+			return err // canceled: the deferred Stop cleans up
 		}
 		if s.stopping || expired {
 			break

@@ -7,9 +7,15 @@
 // The worker's environment configures it, never workflow input:
 // OPENAI_API_KEY, OPENAI_BASE_URL (default https://api.openai.com/v1)
 // and BERTH_MODEL (ConfigFromEnv). The key stays in the worker: it is
-// neither in history nor in any sandbox. Check says in one line, at
-// start, what is wrong: no model set, no key, a server that cannot be
-// reached, a model it does not serve.
+// neither in history nor in any sandbox. New refuses, in one line, a
+// configuration that cannot work (no model set, no key for OpenAI, a
+// URL that is not http). Check says in one line what is wrong with the
+// server now: it cannot be reached, refuses the key, does not serve
+// the model; or ErrUnlisted when it lists no models (404, 405, 501, an
+// answer not JSON), and the first call will tell. The model is
+// optional: a host starts whatever Check says, and each call tries the
+// server again. Status (StatusActivityName) is Check's answer for
+// front ends: ready, unknown, unavailable and why.
 //
 // # The activity
 //
@@ -28,6 +34,6 @@
 // (ActivityOptions) is the only one.
 //
 //	m, err := model.New(model.ConfigFromEnv(), bucket)
-//	if err := m.Check(ctx); err != nil { log.Fatal(err) }
+//	if err := m.Check(ctx); err != nil { log.Warn("the model is not usable yet", "reason", err) }
 //	m.Register(w)
 package model

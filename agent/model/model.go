@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -51,23 +52,40 @@ func New(cfg Config, bucket *blob.Bucket) (*Model, error) {
 	return &Model{cfg: cfg, client: client, bucket: bucket, segments: newSegmentCache(segmentCacheBytes)}, nil
 }
 
-// Register registers Complete on w as ActivityName.
+// Register registers Complete on w as ActivityName, and Status as
+// StatusActivityName.
 func (m *Model) Register(w worker.ActivityRegistry) {
 	w.RegisterActivityWithOptions(m.Complete, activity.RegisterOptions{Name: ActivityName})
+	RegisterStatus(w, m.Status)
 }
 
-// Check asks the server, once, whether it can be reached with the key
-// and serves the model. Its error is one line saying what to fix.
+// ErrUnlisted says that the server lists no models (GET /models
+// answered 404, 405 or 501, or not with JSON): whether it serves the
+// model, the first call will tell.
+var ErrUnlisted = errors.New("the server lists no models")
+
+// checkTimeout bounds Check.
+const checkTimeout = 10 * time.Second
+
+// Check asks the server whether it can be reached with the key and
+// serves the model: nil if it lists the model, ErrUnlisted (wrapped)
+// if it lists no models, otherwise a one-line error saying what is
+// wrong and how to fix it. It keeps nothing: a model that is down now
+// may be up at the next call, which is what counts.
 func (m *Model) Check(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	page, err := m.client.Models.List(ctx)
+	var resp *http.Response
+	page, err := m.client.Models.List(ctx, option.WithResponseInto(&resp))
 	var apiErr *openai.Error
 	switch {
-	case errors.As(err, &apiErr) && apiErr.StatusCode == 404:
-		return nil // a server without a model list: the first call will tell
-	case err != nil:
+	case errors.As(err, &apiErr) && slices.Contains([]int{http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusNotImplemented}, apiErr.StatusCode),
+		err != nil && !errors.As(err, &apiErr) && resp != nil && resp.StatusCode/100 == 2: // an answer that is no list
+		return fmt.Errorf("model: %s: %w", m.cfg.host(), ErrUnlisted)
+	case errors.As(err, &apiErr):
 		return m.describe(err, false)
+	case err != nil:
+		return fmt.Errorf("%w: start it, or set OPENAI_BASE_URL to one that runs", m.describe(err, false))
 	}
 	var ids []string
 	for _, mod := range page.Data {

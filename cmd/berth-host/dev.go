@@ -33,7 +33,17 @@ func newDev() *cobra.Command {
 		Long: `berth dev runs a Temporal server whose state lives in a SQLite file in the
 data directory, so that workflows go on after a restart, and a berth
 worker serving every provider that works on this host (berth providers
-tells which, and why not the others).`,
+tells which, and why not the others). Its server is its own, on
+127.0.0.1: the connection flags of the other commands are not its.
+
+The coding agent's model is optional and comes from the environment:
+  BERTH_MODEL       the model's name at the server (none: no agent model)
+  OPENAI_API_KEY    the server's key (a local server may need none)
+  OPENAI_BASE_URL   an OpenAI-compatible server (vLLM, Ollama, llama.cpp,
+                    LiteLLM); default https://api.openai.com/v1
+A model server that is down or lists no models does not stop berth dev:
+it says so in one line, sessions try the model at each call, and berth
+providers shows its state.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

@@ -24,8 +24,6 @@ import (
 	_ "gocloud.dev/blob/gcsblob"   // gs:// URLs
 	_ "gocloud.dev/blob/s3blob"    // s3:// URLs
 
-	"github.com/berth-dev/berth/client"
-	"github.com/berth-dev/berth/internal/connflags"
 	"github.com/berth-dev/berth/provider/linux"
 )
 
@@ -53,17 +51,15 @@ func run(ctx context.Context, args []string) int {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	var cf connflags.Flags
-	cf.Register(root.PersistentFlags(), client.DefaultRetryFor)
-	root.AddCommand(newDev(), newWorker(&cf))
+	root.AddCommand(newDev(), newWorker())
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	var usage usageError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &usage):
-		fmt.Fprintf(os.Stderr, "berth: %v\nRun 'berth --help' for usage.\n", err)
+		fmt.Fprintf(os.Stderr, "berth: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
 		return 2
 	}
 	fmt.Fprintln(os.Stderr, "berth:", err)

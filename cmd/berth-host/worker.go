@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/connflags"
 	"github.com/berth-dev/berth/provider"
@@ -15,8 +16,9 @@ import (
 	"github.com/berth-dev/berth/transfer"
 )
 
-func newWorker(cf *connflags.Flags) *cobra.Command {
+func newWorker() *cobra.Command {
 	var (
+		cf                              connflags.Flags
 		dataDir, blob, queue, hostQueue string
 		verbose                         bool
 		reapEvery, outputRetention      time.Duration
@@ -28,7 +30,9 @@ func newWorker(cf *connflags.Flags) *cobra.Command {
 		Long: `berth worker joins a Temporal cluster or Temporal Cloud, configured as the
 temporal CLI is: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
 TLS settings and config-file profiles (TEMPORAL_PROFILE), or the flags
-of the same names that every berth command takes.`,
+of the same names that every berth command takes. The coding agent's
+model, optional, comes from BERTH_MODEL, OPENAI_API_KEY and
+OPENAI_BASE_URL, as for berth dev (berth dev --help).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -67,6 +71,9 @@ of the same names that every berth command takes.`,
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)
+	// berth's connection flags: the berth command hands them over after
+	// the command's name, wherever they were.
+	cf.Register(cmd.Flags(), client.DefaultRetryFor)
 	return cmd
 }
 

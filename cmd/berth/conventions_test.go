@@ -138,6 +138,20 @@ func TestCLIConventions(t *testing.T) {
 		if out := ok("run", "ls", "-a"); !strings.Contains(out, id+"  canceled") {
 			t.Errorf("run ls -a:\n%s", out)
 		}
+		// An ended run shows how its command ended.
+		seven, _, _ := b("run", "--detach", "--", "sh", "-c", "exit 7")
+		seven = strings.TrimSpace(seven)
+		if _, _, code := b("logs", seven); code != 7 {
+			t.Fatalf("logs of a run that exits 7: exit %d", code)
+		}
+		testkit.Eventually(t, "run ls -a to show exited 7", 10*time.Second, func() bool {
+			out, _, _ := b("run", "ls", "-a")
+			return strings.Contains(out, seven+"  exited 7")
+		})
+		all := decode[[]runRow](t, "run ls -a -o json", ok("run", "ls", "-a", "-o", "json"))
+		if i := slices.IndexFunc(all, func(r runRow) bool { return r.ID == seven }); i < 0 || all[i].ExitCode == nil || *all[i].ExitCode != 7 {
+			t.Errorf("run ls -a -o json: %+v; want exit_code 7 for %s", all, seven)
+		}
 		for _, again := range []string{id, "run-nosuchrun"} {
 			if _, errOut, code := b("run", "cancel", again); code != exitBerth || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "NotFound") {
 				t.Errorf("run cancel %s: exit %d, stderr %q; want 125 and one line", again, code, errOut)

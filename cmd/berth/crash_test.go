@@ -128,13 +128,13 @@ func TestRunCancelled(t *testing.T) {
 		code := run.wait(t, time.Minute)
 		took := time.Since(sent)
 		stderr := run.stderr.String()
-		if code != 130 || !strings.Contains(stderr, "cancelled; its sandbox is destroyed") {
-			t.Fatalf("interrupted berth run: exit %d, stderr %q; want exit 130 and a line saying it was cancelled", code, stderr)
+		if code != 130 || !strings.Contains(stderr, "canceled; its sandbox is destroyed") {
+			t.Fatalf("interrupted berth run: exit %d, stderr %q; want exit 130 and a line saying it was canceled", code, stderr)
 		}
 		if took > 15*time.Second {
 			t.Errorf("berth run took %v to exit after the interrupt", took)
 		}
-		m := regexp.MustCompile(`run (run-[0-9a-f]+) cancelled`).FindStringSubmatch(stderr)
+		m := regexp.MustCompile(`run (run-[0-9a-f]+) canceled`).FindStringSubmatch(stderr)
 		if m == nil {
 			t.Fatalf("no run id in %q", stderr)
 		}
@@ -143,7 +143,7 @@ func TestRunCancelled(t *testing.T) {
 			t.Fatal(err)
 		}
 		if st := desc.WorkflowExecutionInfo.Status; st != enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED {
-			t.Errorf("workflow %s is %v, want cancelled", m[1], st)
+			t.Errorf("workflow %s is %v, want canceled", m[1], st)
 		}
 		// berth run said the sandbox is destroyed: it must be, already.
 		if left := sandboxDirs(t, data); len(left) > 0 {

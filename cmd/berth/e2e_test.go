@@ -113,6 +113,9 @@ func dataDir(t *testing.T) string {
 // berth run, checking what a user sees: output, exit codes, one-line
 // reasons.
 func TestDevAndRun(t *testing.T) {
+	// A model server named without a model: berth dev says so.
+	t.Setenv("BERTH_MODEL", "")
+	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
 	berth, data := build(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
@@ -190,6 +193,15 @@ func TestDevAndRun(t *testing.T) {
 		stdout, _, code := run("--", "sh", "-c", "seq 1 300000")
 		if code != 0 || strings.Count(stdout, "\n") != 300000 || !strings.HasSuffix(stdout, "\n300000\n") {
 			t.Errorf("exit %d, %d lines", code, strings.Count(stdout, "\n"))
+		}
+	})
+	t.Run("no model named", func(t *testing.T) {
+		testkit.Eventually(t, "berth dev to say BERTH_MODEL is not set", 30*time.Second, func() bool {
+			return strings.Contains(devLog.String(), "BERTH_MODEL is not set")
+		})
+		out := runOK(t, berth, "providers", "--address", addr)
+		if line := logLine(out, "model"); !strings.HasPrefix(line, "model: none: ") {
+			t.Errorf("berth providers:\n%s\nwant a line model: none: ...", out)
 		}
 	})
 	t.Run("server unreachable", func(t *testing.T) {

@@ -35,6 +35,13 @@ func oneLine(err error) string {
 	if errors.As(err, &gone) {
 		return flatten(err.Error()) // says whether it may have run
 	}
+	// The server says Internal of a namespace it does not have: it is
+	// the caller's to fix.
+	var noNamespace *serviceerror.NamespaceNotFound
+	if errors.As(err, &noNamespace) {
+		return fmt.Sprintf("%s: namespace %q does not exist on the Temporal server (--namespace, $TEMPORAL_NAMESPACE, or the profile's)",
+			provider.KindNotFound, noNamespace.Namespace)
+	}
 	var (
 		app        *temporal.ApplicationError
 		canceled   *temporal.CanceledError

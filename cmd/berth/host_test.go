@@ -41,6 +41,17 @@ func TestHostCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "berth worker [flags]") || !strings.Contains(out, "--provider-config") || !strings.Contains(out, "--address") {
 		t.Fatalf("worker --help: exit %d\n%s", code, out)
 	}
+	// berth dev's help names the model's variables, and not the
+	// connection flags of the client commands: its server is its own.
+	out, _, code = runBerth(t, berth, "dev", "--help")
+	if code != 0 || strings.Contains(out, "--address") || strings.Contains(out, "--retry-for") {
+		t.Errorf("dev --help lists client flags: exit %d\n%s", code, out)
+	}
+	for _, v := range []string{"BERTH_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"} {
+		if !strings.Contains(out, v) {
+			t.Errorf("dev --help does not mention %s:\n%s", v, out)
+		}
+	}
 	for _, tt := range []struct {
 		args []string
 		code int
@@ -50,7 +61,11 @@ func TestHostCommands(t *testing.T) {
 		{[]string{"--address", "127.0.0.1:2", "worker", "--data-dir", t.TempDir()}, exitBerth, "cannot reach the Temporal server at 127.0.0.1:2"},
 		{[]string{"worker", "--provider", "nosuch", "--data-dir", t.TempDir()}, 2, `unknown provider "nosuch"`},
 		{[]string{"--address", "127.0.0.1:1", "worker", "--provider-config", "nodot=1", "--data-dir", t.TempDir()}, 2, "NAME.KEY=VALUE"},
-		{[]string{"dev", "--no-such-flag"}, 2, "unknown flag"},
+		{[]string{"dev", "--no-such-flag"}, 2, "unknown flag: --no-such-flag\nRun 'berth dev --help' for usage."},
+		// Usage errors name the help of the command that was mistaken.
+		{[]string{"sandbox", "exec"}, 2, "Run 'berth sandbox exec --help' for usage."},
+		{[]string{"run", "--memory", "lots", "--", "true"}, 2, "Run 'berth run --help' for usage."},
+		{[]string{"nosuch"}, 2, "Run 'berth --help' for usage."},
 	} {
 		_, stderr, code := runBerth(t, berth, tt.args...)
 		if code != tt.code || !strings.Contains(stderr, tt.want) {

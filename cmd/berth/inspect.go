@@ -120,8 +120,8 @@ func (in inspection) writeText(w io.Writer) error {
 		{"held_seconds", secs(in.Held)}, {"active_seconds", secs(in.Active)},
 		{"commands", fmt.Sprint(in.Commands)}, {"running", strings.Join(in.Running, " ")},
 		{"output_stored_bytes", fmt.Sprint(in.Output)},
-		{"cpu", secs(in.CPU)}, {"memory_bytes", fmt.Sprint(in.Memory)},
-		{"disk_bytes", fmt.Sprint(in.Disk)}, {"pids", fmt.Sprint(in.Pids)},
+		{"cpu", asked(formatFloat(in.CPU), defaultCPU)}, {"memory_bytes", asked(fmt.Sprint(in.Memory), defaultMemory)},
+		{"disk_bytes", asked(fmt.Sprint(in.Disk), defaultDisk)}, {"pids", asked(fmt.Sprint(in.Pids), defaultPids)},
 		{"idle_timeout_seconds", opt(in.Idle)}, {"hibernate_after_seconds", opt(in.Hibernate)},
 		{"lifetime_seconds", secs(in.Lifetime)},
 		{"env_keys", strings.Join(in.EnvKeys, " ")}, {"from_snapshot", in.FromSnapshot},
@@ -146,8 +146,8 @@ func newSandboxInspect(cf *connFlags) *cobra.Command {
 		Long: `berth sandbox inspect prints a sandbox's state as key: value lines, or
 with -o json as one object with the same keys. Durations are seconds in
 JSON and text; a timeout that never fires is null in JSON and "never"
-in text. Resources are as asked for: 0 is the
-provider's default.`,
+in text. Resources are as asked for: 0 is the provider's default, which
+the text names (as create --help does).`,
 		Args:              usageArgs(cobra.ExactArgs(1)),
 		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -28,7 +28,7 @@ func main() {
 func run(ctx context.Context, args []string) int {
 	root := newRoot()
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	var (
 		exit  exitError
 		usage usageError
@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string) int {
 		if !errors.As(err, &usage) {
 			usage.err = err
 		}
-		fmt.Fprintf(os.Stderr, "berth: %v\nRun 'berth --help' for usage.\n", usage.err)
+		fmt.Fprintf(os.Stderr, "berth: %v\nRun '%s --help' for usage.\n", usage.err, cmd.CommandPath())
 		return 2
 	}
 	fmt.Fprintln(os.Stderr, "berth:", oneLine(err))

@@ -7,11 +7,15 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
@@ -26,7 +30,10 @@ func newProviders(cf *connFlags) *cobra.Command {
 ready, HOST its queue, and what each does natively) and, of the others
 its binary links, why it does not (a binary or engine missing...). A
 host that does not answer within a few seconds (stopped lately, or too
-busy) is shown as one line, STATUS unreachable; the others still are.`,
+busy) is shown as one line, STATUS unreachable; the others still are.
+A line after them says what a worker finds of the coding agent's model
+now: ready, unknown (its server lists no models: the first call will
+tell), unavailable and why, or none configured.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -35,11 +42,19 @@ busy) is shown as one line, STATUS unreachable; the others still are.`,
 				return err
 			}
 			defer c.Temporal().Close()
+			// The model is asked beside the providers, not after them.
+			var st model.Status
+			asked := make(chan struct{})
+			go func() {
+				defer close(asked)
+				st = modelStatus(ctx, c)
+			}()
 			hosts, err := providerStatuses(ctx, c)
+			<-asked
 			if err != nil {
 				return fmt.Errorf("list providers: %s", oneLine(err))
 			}
-			list := providerRows(hosts)
+			list := append(providerRows(hosts), modelRow(st))
 			if *out == formatJSON {
 				return writeJSON(os.Stdout, list)
 			}
@@ -50,11 +65,24 @@ busy) is shown as one line, STATUS unreachable; the others still are.`,
 	return cmd
 }
 
-// providerRow is a line of berth providers: a provider of a host, or a
-// host that did not answer (Unreachable, no Name, Reason why).
+// providerRow is a line of berth providers: a provider of a host, a
+// host that did not answer (Unreachable, no Name, Reason why), or the
+// coding agent's model (Model, no Name).
 type providerRow struct {
 	provider.Status
-	Unreachable bool `json:"unreachable,omitempty"`
+	// State is the table's STATUS: ready, unavailable, unreachable; of
+	// the model, its model.Status.State.
+	State       string        `json:"status"`
+	Unreachable bool          `json:"unreachable,omitempty"`
+	Model       *model.Status `json:"model,omitempty"`
+}
+
+// modelRow is the row of the model's status.
+func modelRow(st model.Status) providerRow {
+	return providerRow{
+		Status: provider.Status{Available: st.State == model.Ready || st.State == model.Unknown, Reason: st.Reason},
+		State:  st.State, Model: &st,
+	}
 }
 
 // providerRows flattens the hosts' answers into one row per provider
@@ -63,32 +91,88 @@ func providerRows(hosts []sandbox.HostProviders) []providerRow {
 	rows := []providerRow{}
 	for _, h := range hosts {
 		if h.Unreachable {
-			rows = append(rows, providerRow{Status: provider.Status{Host: h.Host, Reason: h.Error}, Unreachable: true})
+			rows = append(rows, providerRow{Status: provider.Status{Host: h.Host, Reason: h.Error}, State: "unreachable", Unreachable: true})
 			continue
 		}
 		for _, s := range h.Providers {
 			s.Host = h.Host
-			rows = append(rows, providerRow{Status: s})
+			state := "ready"
+			if !s.Available {
+				state = "unavailable"
+			}
+			rows = append(rows, providerRow{Status: s, State: state})
 		}
 	}
 	return rows
 }
 
-// printProviders writes the rows as a table.
+// printProviders writes the rows as a table, and the model's as a line
+// after it.
 func printProviders(out io.Writer, rows []providerRow) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "PROVIDER\tSTATUS\tHOST\tDETAILS")
+	var models []*model.Status
 	for _, s := range rows {
-		name, status, details := s.Name, "ready", capabilities(s.Capabilities)
+		name, details := s.Name, capabilities(s.Capabilities)
 		switch {
+		case s.Model != nil:
+			models = append(models, s.Model)
+			continue
 		case s.Unreachable:
-			name, status, details = "-", "unreachable", flatten(s.Reason)
+			name, details = "-", flatten(s.Reason)
 		case !s.Available:
-			status, details = "unavailable", flatten(s.Reason)
+			details = flatten(s.Reason)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", name, status, s.Host, details)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", name, s.State, s.Host, details)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, m := range models {
+		fmt.Fprintln(out, modelLine(m))
+	}
+	return nil
+}
+
+// modelLine says what a worker found of the model: model NAME at HOST:
+// STATE[: REASON].
+func modelLine(m *model.Status) string {
+	line := "model: " + m.State
+	if m.Model != "" {
+		line = fmt.Sprintf("model %s at %s: %s", m.Model, m.Server, m.State)
+	}
+	if m.Reason != "" {
+		line += ": " + flatten(m.Reason)
+	}
+	return termtext.Clean(line) // the server's words, and its name, from the environment
+}
+
+// modelStatusWait bounds the question of the model's status: a worker
+// takes it within 5s and checks the model within 10s.
+const modelStatusWait = 30 * time.Second
+
+// modelStatus runs the model's status workflow: a worker serving the
+// model's queue checks it now. Its failure is the model's reason.
+func modelStatus(ctx context.Context, c *client.Client) model.Status {
+	// A worker that does not know the workflow (an older berth) must
+	// not hold the providers' answer.
+	ctx, cancel := context.WithTimeout(ctx, modelStatusWait)
+	defer cancel()
+	id := client.NewID("model-status-")
+	var st model.Status
+	err := c.Retry(ctx, func(ctx context.Context) error {
+		run, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue,
+			WorkflowExecutionTimeout: modelStatusWait},
+			agent.ModelStatusWorkflowName, agent.ModelStatusInput{})
+		if err != nil {
+			return err
+		}
+		return run.Get(ctx, &st)
+	})
+	if err != nil {
+		return model.Status{State: model.Unavailable, Reason: "cannot ask the workers: " + oneLine(err)}
+	}
+	return st
 }
 
 // providerStatuses runs the Providers workflow: only workers know.

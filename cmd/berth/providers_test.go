@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 )
@@ -22,7 +23,8 @@ func TestProviderRows(t *testing.T) {
 		{Host: "berth@b", Unreachable: true, Error: "no worker took the question within 5s"},
 		{Host: "berth@c", Providers: []provider.Status{{Name: "linux", Available: true, Capabilities: &provider.Capabilities{}}}},
 	}
-	rows := providerRows(hosts)
+	rows := append(providerRows(hosts), modelRow(model.Status{Model: "qwen3", Server: "127.0.0.1:8000", State: model.Unavailable,
+		Reason: "model: 127.0.0.1:8000 unreachable: connection refused: start it"}))
 	var table bytes.Buffer
 	if err := printProviders(&table, rows); err != nil {
 		t.Fatal(err)
@@ -33,6 +35,7 @@ func TestProviderRows(t *testing.T) {
 		"gvisor    unavailable  berth@a  runsc ...",
 		"-         unreachable  berth@b  no worker took the question within 5s",
 		"linux     ready        berth@c",
+		"model qwen3 at 127.0.0.1:8000: unavailable: model: 127.0.0.1:8000 unreachable: connection refused: start it",
 	}
 	for i, line := range strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n") {
 		if i >= len(want) || strings.TrimRight(line, " ") != want[i] {
@@ -48,13 +51,34 @@ func TestProviderRows(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 4 {
-		t.Fatalf("JSON: %s, want 4 rows", b)
+	if len(got) != 5 {
+		t.Fatalf("JSON: %s, want 5 rows", b)
 	}
-	if r := got[0]; r["name"] != "docker" || r["host"] != "berth@a" || r["available"] != true || r["capabilities"].(map[string]any)["host_bound"] != true || r["unreachable"] != nil {
+	if r := got[0]; r["name"] != "docker" || r["status"] != "ready" || r["host"] != "berth@a" || r["available"] != true || r["capabilities"].(map[string]any)["host_bound"] != true || r["unreachable"] != nil {
 		t.Errorf("JSON of a ready provider: %v", r)
 	}
 	if r := got[2]; r["name"] != "" || r["host"] != "berth@b" || r["available"] != false || r["unreachable"] != true || r["reason"] == "" {
 		t.Errorf("JSON of an unreachable host: %v", r)
+	}
+	if r := got[4]; r["name"] != "" || r["status"] != "unavailable" || r["available"] != false || r["model"] == nil ||
+		r["model"].(map[string]any)["model"] != "qwen3" || r["model"].(map[string]any)["server"] != "127.0.0.1:8000" {
+		t.Errorf("JSON of the model: %v", r)
+	}
+
+	for _, tt := range []struct {
+		st   model.Status
+		line string
+	}{
+		{model.Status{Model: "m", Server: "h:1", State: model.Ready}, "model m at h:1: ready"},
+		{model.Status{Model: "m", Server: "h:1", State: model.Unknown, Reason: "model: h:1: the server lists no models; the first call will tell"},
+			"model m at h:1: unknown: model: h:1: the server lists no models; the first call will tell"},
+		{model.Status{State: model.None, Reason: "no model configured: set BERTH_MODEL"}, "model: none: no model configured: set BERTH_MODEL"},
+		// The server's words cannot act on the terminal.
+		{model.Status{Model: "m", Server: "h:1", State: model.Unavailable, Reason: "model: h:1 answered 500: \x1b]0;owned\x07oops"},
+			"model m at h:1: unavailable: model: h:1 answered 500: oops"},
+	} {
+		if got := modelLine(&tt.st); got != tt.line {
+			t.Errorf("model line %q, want %q", got, tt.line)
+		}
 	}
 }

@@ -46,7 +46,7 @@ with the command's exit code; when the command could not run to its end
 
 Interrupted (Ctrl-C, SIGTERM), berth run cancels the run: it waits for
 the run to end and its sandbox to be destroyed, then exits 130. A second
-interrupt stops waiting. A run started with --detach is cancelled by
+interrupt stops waiting. A run started with --detach is canceled by
 nothing of the sort: berth logs only follows it; berth run cancel ends it.
 
 berth run ls and berth run cancel are subcommands: the command to run
@@ -108,9 +108,9 @@ always follows "--", and "berth run -- ls" runs ls.`,
 	f.StringVar(&in.Image, "image", "", "the image its root filesystem comes from (default: the provider's)")
 	f.StringArrayVar(&files, "file", nil, "DEST=SRC: copy local file SRC to workspace path DEST (repeatable; 2 MiB in all: use berth sandbox cp beyond)")
 	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable (repeatable)")
-	f.DurationVar(&in.Timeout, "timeout", 0, "end the command after this long (e.g. 30s)")
-	f.Float64Var(&in.Resources.CPU, "cpu", 0, "CPU cores")
-	f.StringVar(&memory, "memory", "", "memory limit (e.g. 512Mi, 2Gi)")
+	f.DurationVar(&in.Timeout, "timeout", 0, "end the command after this long (e.g. 30s; default "+defaultTimeout+")")
+	f.Float64Var(&in.Resources.CPU, "cpu", 0, "CPU cores (default "+defaultCPU+")")
+	f.StringVar(&memory, "memory", "", "memory limit (e.g. 512Mi; default "+defaultMemory+")")
 	f.BoolVar(&detach, "detach", false, "print the run's workflow id and return at once")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
 	f.StringVar(&maxOutput, "max-output", "", "store at most this much of each output stream, its start and its end (default 256Mi)")
@@ -181,7 +181,7 @@ func followOrCancel(ctx context.Context, c *client.Client, id string, sink *sink
 		// It ended before the cancellation reached it: its own end.
 		return sink.result(id, id, out, nil)
 	case errors.As(err, &canceled):
-		fmt.Fprintf(os.Stderr, "berth: run %s cancelled; its sandbox is destroyed\n", id)
+		fmt.Fprintf(os.Stderr, "berth: run %s canceled; its sandbox is destroyed\n", id)
 	case waited && cancelErr == nil:
 		fmt.Fprintf(os.Stderr, "berth: run %s: cancellation requested, the run has not ended yet (berth logs %s)\n", id, id)
 	case cancelErr != nil:
@@ -265,23 +265,28 @@ func runResult(what string, out workflows.RunOutput, err error) error {
 func runExit(out workflows.RunOutput) error {
 	if out.Kind != "" {
 		fmt.Fprintln(os.Stderr, "berth:", out.Message)
-		switch out.Kind {
-		case provider.KindTimeout:
-			return exitError{124}
-		case provider.KindCommandNotFound:
-			return exitError{127}
-		case provider.KindOutOfMemory:
-			return exitError{137}
-		}
-		return exitError{exitBerth}
 	}
-	if out.Signal != "" {
-		return exitError{128 + int(unix.SignalNum(out.Signal))}
-	}
-	if out.ExitCode != 0 {
-		return exitError{out.ExitCode}
+	if code := exitCode(workflows.RunExit{ExitCode: out.ExitCode, Signal: out.Signal, Kind: out.Kind}); code != 0 {
+		return exitError{code}
 	}
 	return nil
+}
+
+// exitCode is the exit code berth gives a command that ended so.
+func exitCode(e workflows.RunExit) int {
+	switch {
+	case e.Kind == provider.KindTimeout:
+		return 124
+	case e.Kind == provider.KindCommandNotFound:
+		return 127
+	case e.Kind == provider.KindOutOfMemory:
+		return 137
+	case e.Kind != "":
+		return exitBerth
+	case e.Signal != "":
+		return 128 + int(unix.SignalNum(e.Signal))
+	}
+	return e.ExitCode
 }
 
 func randomHex(n int) string {

@@ -38,16 +38,18 @@ func shorten(s string, n int) string {
 
 // runRow is a line of berth run ls, and its JSON.
 type runRow struct {
-	ID      string    `json:"id"`
-	State   string    `json:"state"`
-	Created time.Time `json:"created"`
-	Age     float64   `json:"age_seconds"`
-	Command string    `json:"command"`
+	ID    string `json:"id"`
+	State string `json:"state"`
+	// ExitCode is what berth run exited with, once the command ended.
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Created  time.Time `json:"created"`
+	Age      float64   `json:"age_seconds"`
+	Command  string    `json:"command"`
 }
 
 func newRunLs(cf *connFlags) *cobra.Command {
 	return listing[runRow]{
-		short:   "List one-shot runs: ID, STATE, AGE, COMMAND (running ones unless -a)",
+		short:   "List one-shot runs: ID, STATE (exited N once ended), AGE, COMMAND (running ones unless -a)",
 		allHelp: "include ended runs",
 		list:    listRuns,
 		id:      func(r runRow) string { return r.ID },
@@ -68,16 +70,7 @@ func newRunLs(cf *connFlags) *cobra.Command {
 
 // listRuns lists the Run workflows, running ones unless all.
 func listRuns(ctx context.Context, c *client.Client, all bool) ([]runRow, error) {
-	dc := converter.GetDefaultDataConverter()
-	rows, err := listWorkflows(ctx, c.Temporal(), "Run", all, func(e *workflowpb.WorkflowExecutionInfo) runRow {
-		r := runRow{ID: e.Execution.GetWorkflowId(), State: strings.ToLower(e.Status.String()),
-			Created: e.GetStartTime().AsTime()}
-		r.Age = time.Since(r.Created).Round(time.Second).Seconds()
-		if p := e.GetMemo().GetFields()[workflows.MemoCommand]; p != nil {
-			_ = dc.FromPayload(p, &r.Command)
-		}
-		return r
-	})
+	rows, err := listWorkflows(ctx, c.Temporal(), "Run", all, runRowOf)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %s", oneLine(err))
 	}
@@ -87,10 +80,38 @@ func listRuns(ctx context.Context, c *client.Client, all bool) ([]runRow, error)
 	return rows, nil
 }
 
+// runRowOf is a run's row: its state the workflow's, or, once its
+// command ended, "exited N" with the code berth run exits with (and
+// why berth ended it, or the signal).
+func runRowOf(e *workflowpb.WorkflowExecutionInfo) runRow {
+	dc := converter.GetDefaultDataConverter()
+	r := runRow{ID: e.Execution.GetWorkflowId(), State: strings.ToLower(e.Status.String()),
+		Created: e.GetStartTime().AsTime()}
+	r.Age = time.Since(r.Created).Round(time.Second).Seconds()
+	if p := e.GetMemo().GetFields()[workflows.MemoCommand]; p != nil {
+		_ = dc.FromPayload(p, &r.Command)
+	}
+	var exit workflows.RunExit
+	if p := e.GetMemo().GetFields()[workflows.MemoExit]; p != nil && dc.FromPayload(p, &exit) == nil {
+		code := exitCode(exit)
+		r.ExitCode = &code
+		if e.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+			r.State = fmt.Sprintf("exited %d", code)
+			switch {
+			case exit.Kind != "":
+				r.State += " (" + string(exit.Kind) + ")"
+			case exit.Signal != "":
+				r.State += " (" + exit.Signal + ")"
+			}
+		}
+	}
+	return r
+}
+
 func newRunCancel(cf *connFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "cancel ID...",
-		Short: "Cancel runs: each ends, its sandbox destroyed; prints the ids cancelled",
+		Short: "Cancel runs: each ends, its sandbox destroyed; prints the ids canceled",
 		Long: `berth run cancel cancels one-shot runs (berth run --detach, or one whose
 berth run is gone) and waits, at most 30s each, for each to end: its
 workflow destroys its sandbox on its way out. A run that does not exist
@@ -155,7 +176,7 @@ func cancelRun(ctx context.Context, c *client.Client, id string) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("run %s: cancellation requested, the run has not ended after %v (berth logs %s)", id, cancelWait, id)
 	case err == nil, errors.As(err, &canceled):
-		// Cancelled, or ended on its own before the cancellation
+		// Canceled, or ended on its own before the cancellation
 		// reached it: either way it is over, and so is its sandbox.
 		return nil
 	}

@@ -64,9 +64,9 @@ func (s *settingsFlags) register(f *pflag.FlagSet, inherit bool) {
 		return " (default " + d + ")"
 	}
 	f.StringArrayVar(&s.env, "env", nil, "K=V: set an environment variable for every command (repeatable)")
-	f.Float64Var(&s.cpu, "cpu", 0, "CPU cores"+dflt("unlimited"))
-	f.StringVar(&s.memory, "memory", "", "memory limit, at least 16Mi (e.g. 512Mi, 2Gi)"+dflt("2Gi"))
-	f.StringVar(&s.disk, "disk", "", "workspace size and files, at least 16Mi (e.g. 20Gi)"+dflt("10Gi"))
+	f.Float64Var(&s.cpu, "cpu", 0, "CPU cores"+dflt(defaultCPU))
+	f.StringVar(&s.memory, "memory", "", "memory limit, at least 16Mi (e.g. 512Mi, 2Gi)"+dflt(defaultMemory))
+	f.StringVar(&s.disk, "disk", "", "workspace size and files, at least 16Mi (e.g. 20Gi)"+dflt(defaultDisk))
 	f.DurationVar(&s.idle, "idle-timeout", 0, "pause after this long without a command"+dflt("5m"))
 	f.DurationVar(&s.hibernate, "hibernate-after", 0, "checkpoint and free the sandbox after this long without a command"+dflt("30m"))
 	f.BoolVar(&s.noIdle, "no-idle-timeout", false, "never pause")
@@ -296,8 +296,20 @@ type sandboxRow struct {
 	State    string    `json:"state"`
 	Created  time.Time `json:"created"`
 	Age      float64   `json:"age_seconds"`
-	// Owner is the sandbox a fork came from; empty for a standalone one.
+	// ForkOf is the sandbox a fork came from; empty for a standalone
+	// one. The name session ls gives the same idea.
+	ForkOf string `json:"fork_of"`
+	// Owner is ForkOf under its first name, kept for scripts that read
+	// it.
 	Owner string `json:"owner"`
+}
+
+// sandboxHeader and sandboxLine make berth sandbox ls's table.
+const sandboxHeader = "ID\tPROVIDER\tSTATE\tAGE\tFORK OF"
+
+func sandboxLine(r sandboxRow) string {
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", r.ID, r.Provider, r.State,
+		time.Duration(r.Age*float64(time.Second)).Round(time.Second), dash(r.ForkOf))
 }
 
 func newSandboxLs(cf *connFlags) *cobra.Command {
@@ -306,15 +318,8 @@ func newSandboxLs(cf *connFlags) *cobra.Command {
 		allHelp: "include ended sandboxes",
 		list:    listSandboxes,
 		id:      func(r sandboxRow) string { return r.ID },
-		header:  "ID\tPROVIDER\tSTATE\tAGE\tOWNER",
-		line: func(r sandboxRow) string {
-			owner := r.Owner
-			if owner == "" {
-				owner = "-"
-			}
-			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", r.ID, r.Provider, r.State,
-				time.Duration(r.Age*float64(time.Second)).Round(time.Second), owner)
-		},
+		header:  sandboxHeader,
+		line:    sandboxLine,
 	}.command(cf)
 }
 
@@ -335,7 +340,8 @@ func listSandboxes(ctx context.Context, c *client.Client, all bool) ([]sandboxRo
 		r.Age = time.Since(r.Created).Round(time.Second).Seconds()
 		// A standalone sandbox owns itself; a fork started by another
 		// sandbox's workflow names it.
-		r.Owner = e.GetParentExecution().GetWorkflowId()
+		r.ForkOf = e.GetParentExecution().GetWorkflowId()
+		r.Owner = r.ForkOf
 		return r
 	})
 	if err != nil {

@@ -66,7 +66,7 @@ and the command runs once.`,
 	f := cmd.Flags()
 	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable (repeatable)")
 	f.StringVar(&req.Dir, "dir", "", "working directory, a workspace path")
-	f.DurationVar(&req.Timeout, "timeout", 0, "end the command after this long (default 10m)")
+	f.DurationVar(&req.Timeout, "timeout", 0, "end the command after this long (default "+defaultTimeout+")")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
 	f.StringVar(&maxOut, "max-output", "", "store at most this much of each output stream, its start and its end (default 256Mi)")
 	res = addResultFlags(f)

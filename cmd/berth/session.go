@@ -301,9 +301,9 @@ func newSessionRm(sf *sessionFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rm SESSION...",
 		Short: "End sessions and delete their workspace and conversation",
-		Long: `berth session rm ends each session and removes it. Its workspace and its
-conversation are deleted, unless --keep, which keeps the workspace as a
-snapshot and prints the snapshot's id.`,
+		Long: `berth session rm ends each session and removes it, printing its id. Its
+workspace and its conversation are deleted, unless --keep, which keeps
+the workspace as a snapshot and prints the snapshot's id instead.`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
 			for _, ref := range args {
@@ -311,8 +311,13 @@ snapshot and prints the snapshot's id.`,
 				if err != nil {
 					return fmt.Errorf("%s: %w", ref, err)
 				}
-				if res.Snapshot != "" {
+				switch {
+				case res.Snapshot != "":
 					fmt.Println(res.Snapshot)
+				case res.Session != "":
+					fmt.Println(res.Session)
+				default: // a manager that does not say
+					fmt.Println(ref)
 				}
 			}
 			return nil
@@ -382,7 +387,10 @@ func newSessionPause(sf *sessionFlags, use string) *cobra.Command {
 			if use == "resume" {
 				op = s.Resume
 			}
-			_, err := op(cmd.Context(), args[0])
+			info, err := op(cmd.Context(), args[0])
+			if err == nil {
+				fmt.Println(info.ID)
+			}
 			return err
 		}),
 	}

@@ -199,8 +199,17 @@ func TestSessionCLI(t *testing.T) {
 		}
 	}
 
-	// rm: gone from ls; its fork lives on.
-	s.ok("rm", id, appr)
+	// pause and resume print the id.
+	if out := s.ok("pause", id); out != id+"\n" {
+		t.Errorf("session pause printed %q, want the id %s", out, id)
+	}
+	if out := s.ok("resume", id); out != id+"\n" {
+		t.Errorf("session resume printed %q, want the id %s", out, id)
+	}
+	// rm: each id printed; gone from ls; its fork lives on.
+	if out := s.ok("rm", id, appr); out != id+"\n"+appr+"\n" {
+		t.Errorf("session rm printed %q, want each id", out)
+	}
 	infos = decode[[]session.Info](t, "ls -o json", s.ok("ls", "-o", "json"))
 	if len(infos) != 1 || infos[0].ID != fork {
 		t.Fatalf("ls after rm: %+v", infos)

@@ -14,8 +14,8 @@ import (
 // the Go toolchain stamps into the binary: nothing is dialled, nothing
 // read but the binary's own memory.
 type versionInfo struct {
-	// Version is the module's version: a tag, a pseudo-version, or
-	// (devel) for a build from a work tree.
+	// Version is the version -ldflags set (main.version), else the
+	// module's (a tag, a pseudo-version), else devVersion.
 	Version string `json:"version"`
 	Commit  string `json:"commit,omitempty"`
 	// Dirty says the work tree had changes not committed.
@@ -27,17 +27,34 @@ type versionInfo struct {
 	Server string `json:"temporal_server_version,omitempty"`
 }
 
+// version, when set at link time (go build -ldflags "-X
+// main.version=v0.3.0"), is berth's version whatever the build
+// information says.
+var version string
+
+// devVersion is the version of a build whose build information has none
+// ("(devel)": a build from a work tree with -buildvcs=false, say) and
+// that -ldflags did not name: the version under development.
+const devVersion = "v0.1.0-dev"
+
 func readVersion() versionInfo {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return versionInfo{Version: "unknown"}
+		bi = &debug.BuildInfo{}
 	}
-	return versionFrom(bi)
+	return versionFrom(bi, version)
 }
 
-// versionFrom reads a binary's build information.
-func versionFrom(bi *debug.BuildInfo) versionInfo {
+// versionFrom reads a binary's build information; linked, when not
+// empty, is the version -ldflags set.
+func versionFrom(bi *debug.BuildInfo, linked string) versionInfo {
 	v := versionInfo{Version: bi.Main.Version, GoVersion: bi.GoVersion}
+	switch {
+	case linked != "":
+		v.Version = linked
+	case v.Version == "" || v.Version == "(devel)":
+		v.Version = devVersion
+	}
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -90,14 +91,36 @@ func Dial(ctx context.Context, opts client.Options) (client.Client, error) {
 	defer cancel()
 	c, err := client.DialContext(ctx, opts)
 	if err != nil {
-		// A handshake refused looks like a server gone: say what to check.
-		hint := "is berth dev running, or does the server want TLS?"
-		if opts.ConnectionOptions.TLS != nil {
-			hint = "are --tls-ca-path, --tls-cert-path and --tls-key-path right?"
-		}
-		return nil, fmt.Errorf("cannot reach the Temporal server at %s (%s): %v", opts.HostPort, hint, RootCause(err))
+		return nil, dialError(ctx, opts, err, net.DefaultResolver.LookupHost)
 	}
 	return c, nil
+}
+
+// unavailable is the kind of a server that cannot be reached, as the
+// server's own errors name it.
+const unavailable = "Unavailable"
+
+// dialError says in one line why the server at opts.HostPort could not
+// be reached. gRPC reports a name that does not resolve as "no children
+// to pick from": lookup, asked again, tells it apart.
+func dialError(ctx context.Context, opts client.Options, err error, lookup func(context.Context, string) ([]string, error)) error {
+	if host, _, serr := net.SplitHostPort(opts.HostPort); serr == nil && net.ParseIP(host) == nil {
+		var dnsErr *net.DNSError
+		if _, lerr := lookup(ctx, host); errors.As(lerr, &dnsErr) {
+			reason := dnsErr.Err
+			if dnsErr.IsNotFound {
+				reason = "no such host"
+			}
+			return fmt.Errorf("%s: cannot resolve host %q of the Temporal server's address %s (--address, $TEMPORAL_ADDRESS): %s",
+				unavailable, host, opts.HostPort, reason)
+		}
+	}
+	// A handshake refused looks like a server gone: say what to check.
+	hint := "is berth dev running, or does the server want TLS?"
+	if opts.ConnectionOptions.TLS != nil {
+		hint = "are --tls-ca-path, --tls-cert-path and --tls-key-path right?"
+	}
+	return fmt.Errorf("cannot reach the Temporal server at %s (%s): %v", opts.HostPort, hint, RootCause(err))
 }
 
 // RootCause is the error at the bottom of a chain, for messages about

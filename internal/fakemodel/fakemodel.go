@@ -23,8 +23,10 @@ package fakemodel
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,20 +83,62 @@ type Server struct {
 	drops      int // next streamed answers to cut off
 	holds      []*Gate
 	requests   []Request
+	listStatus int // non-zero: GET /v1/models answers this, not a list
 }
 
 // New starts a server serving Model behind Key; it stops when the test
 // ends.
 func New(t testing.TB) *Server {
+	s := newServer()
+	s.srv.Start()
+	s.URL = s.srv.URL + "/v1"
+	t.Cleanup(s.Close)
+	return s
+}
+
+// NewDown returns a server that is down: its URL is refused until Up
+// starts it, as a model server started after berth is.
+func NewDown(t testing.TB) *Server {
+	s := newServer()
+	addr := s.srv.Listener.Addr().String()
+	s.srv.Listener.Close()
+	s.URL = "http://" + addr + "/v1"
+	t.Cleanup(s.Close)
+	return s
+}
+
+func newServer() *Server {
 	s := &Server{key: Key, models: []string{Model}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.complete)
 	mux.HandleFunc("GET /v1/models", s.listModels)
 	mux.HandleFunc("GET /v1/models/{model}", s.getModel)
-	s.srv = httptest.NewServer(mux)
-	s.URL = s.srv.URL + "/v1"
-	t.Cleanup(s.Close)
+	s.srv = httptest.NewUnstartedServer(mux)
 	return s
+}
+
+// Up starts a server made by NewDown on its URL's address.
+func (s *Server) Up(t testing.TB) {
+	t.Helper()
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		t.Fatalf("fakemodel: listen again on %s: %v", u.Host, err)
+	}
+	s.srv.Listener = l
+	s.srv.Start()
+}
+
+// NoModelList makes GET /v1/models answer status, as a server that
+// lists no models does: 404, 405 or 501 with a plain-text body; 200
+// with an HTML page, not JSON. Zero lists the models again.
+func (s *Server) NoModelList(status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listStatus = status
 }
 
 // Close stops the server, releasing held requests first.
@@ -105,6 +149,9 @@ func (s *Server) Close() {
 	s.mu.Unlock()
 	for _, g := range holds {
 		g.Release()
+	}
+	if s.srv.URL == "" {
+		return // never started
 	}
 	s.srv.CloseClientConnections()
 	s.srv.Close()
@@ -288,6 +335,19 @@ func modelObject(id string) map[string]any {
 }
 
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	status := s.listStatus
+	s.mu.Unlock()
+	switch status {
+	case 0:
+	case http.StatusOK:
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, "<html><body>model server</body></html>\n")
+		return
+	default:
+		http.Error(w, http.StatusText(status), status)
+		return
+	}
 	if !s.authorized(w, r) {
 		return
 	}
