@@ -15,7 +15,7 @@ import (
 )
 
 // The Session workflow's name, and the names of its Updates, Signal and
-// Query. Arguments and results are JSON; see README.
+// Query. Arguments and results are JSON; see docs/agent.md.
 const (
 	WorkflowName  = "berth.agent.Session"
 	UpdateSend    = "berth.agent.send"    // SendRequest -> SendResult

@@ -54,7 +54,7 @@ type Carried struct {
 // The operations of a standalone sandbox are Workflow Updates with these
 // names, and its state the answer to QuerySandbox: a CLI, another
 // workflow or a Temporal SDK in any language can drive it. Arguments and
-// results are JSON; see README.
+// results are JSON; see docs/workflows.md.
 const (
 	UpdateExec       = "berth.exec"        // ExecRequest -> RunOutput
 	UpdateWriteFiles = "berth.write_files" // WriteFilesRequest -> nothing

@@ -103,7 +103,7 @@ providers shows its state.`,
 // runs, with its sessions asking for the model on this host's own queue:
 // the server then hands each model call to this worker in its reply to
 // the workflow task that schedules it (eager dispatch), which saves a
-// few milliseconds a tool call (README, "berth's overhead per tool
+// few milliseconds a tool call (docs/agent.md, "berth's overhead per tool
 // call"). A host among several cannot: a host without a model would be
 // handed model calls. Clients' update-with-start finds it running.
 func startSessions(ctx context.Context, c client.Client) error {

@@ -12,7 +12,7 @@ import (
 
 // format is how a command prints what it has to say: text for people,
 // json (one document) or jsonl (one document a line, as things come) for
-// programs. Field names are snake_case and stable; README lists them.
+// programs. Field names are snake_case and stable; docs/cli.md lists them.
 type format string
 
 const (

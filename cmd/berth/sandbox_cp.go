@@ -40,7 +40,7 @@ Small files travel inline in the update; directories and large files, in
 and out, as tar streams through the Temporal server to the sandbox's
 worker, in parts of 1 MiB: nothing but the server's address is needed,
 whatever their size. What comes out of a sandbox is untrusted: nothing is
-written outside DST (see README, "Copying out").`,
+written outside DST (see docs/security.md, "Copying out").`,
 		Args:              usageArgs(cobra.ExactArgs(2)),
 		ValidArgsFunction: completeCp(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -13,17 +13,23 @@ import (
 )
 
 // What users read spells "canceled" one way, as Go and Temporal do:
-// every string literal of berth's code and README (tests and the test
+// every string literal of berth's code, README and docs (tests and the test
 // kits aside: their messages are for berth's developers).
 func TestOneSpellingOfCanceled(t *testing.T) {
 	british := regexp.MustCompile(`(?i)cancell(ed|ing)`)
 	root := filepath.Join("..", "..")
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := british.FindString(string(readme)); m != "" {
-		t.Errorf("README.md spells %q; want canceled", m)
+	for _, name := range append([]string{filepath.Join(root, "README.md")}, docs...) {
+		text, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := british.FindString(string(text)); m != "" {
+			t.Errorf("%s spells %q; want canceled", name, m)
+		}
 	}
 	fset := token.NewFileSet()
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
