@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/provider/internal/daemonmem"
 )
 
 // oomKiller enforces a sandbox's memory limit. gVisor's sentry keeps the
@@ -114,7 +116,7 @@ func (o *oomKiller) run() {
 		switch {
 		case err != nil:
 			fmt.Fprintf(os.Stderr, "memory usage: %v\n", err)
-		case used > o.limit-memoryReserve(o.limit) || growing || o.hostSeesMore(used):
+		case used > o.limit-daemonmem.Reserve(o.limit) || growing || o.hostSeesMore(used):
 			if o.stopAndLook() {
 				// The memory comes back as the processes exit.
 				time.Sleep(5 * time.Millisecond)
@@ -136,7 +138,7 @@ func (o *oomKiller) used() (int64, error) {
 	o.mu.Lock()
 	bufs := o.bufs.total
 	o.mu.Unlock()
-	return used + processes()*processOverhead - selfRSS() + bufs, err
+	return used + processes()*processOverhead - daemonmem.Self() + bufs, err
 }
 
 // hostSeesMore reports whether the host counts more memory than the
@@ -178,7 +180,7 @@ func (o *oomKiller) stopAndLook() bool {
 	if err != nil {
 		return false
 	}
-	if used > o.limit-memoryReserve(o.limit) {
+	if used > o.limit-daemonmem.Reserve(o.limit) {
 		return o.killLargest()
 	}
 	if o.host == nil {
@@ -256,28 +258,6 @@ func (o *oomKiller) scanner() {
 		o.mu.Unlock()
 		time.Sleep(max(time.Duration(o.scanEvery.Load()), took))
 	}
-}
-
-// memoryReserve is how much of a sandbox's memory limit its commands
-// cannot take, so that the daemon can serve (read, export, start
-// commands) when they have taken all they can: 16 MiB, or a quarter of
-// the limit when that is less, as in the linux provider.
-func memoryReserve(limit int64) int64 { return min(16<<20, limit/4) }
-
-// selfRSS is the daemon's own resident memory: its resident pages less
-// those shared with files (its binary's), which all sandboxes share.
-func selfRSS() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return 0
-	}
-	resident, _ := strconv.ParseInt(f[1], 10, 64)
-	shared, _ := strconv.ParseInt(f[2], 10, 64)
-	return max(resident-shared, 0) * int64(os.Getpagesize())
 }
 
 // processOverhead is what each process of the sandbox costs the host

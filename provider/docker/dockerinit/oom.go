@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/provider/internal/daemonmem"
 )
 
 // memoryGuard ends the command that holds a sandbox's memory when the
@@ -79,11 +81,6 @@ const (
 	guardAfter   = 200 * time.Millisecond
 )
 
-// memoryReserve is what the commands of a sandbox limited to limit
-// leave the daemon: as the linux provider's default
-// (KernelLimits.MemoryReserve), 16 MiB, or a quarter of smaller limits.
-func memoryReserve(limit int64) int64 { return min(16<<20, limit/4) }
-
 // newMemoryGuard returns the guard of the container's memory cgroup, or
 // nil where the container has none this process can read.
 func newMemoryGuard(uid int) *memoryGuard {
@@ -130,7 +127,7 @@ func (g *memoryGuard) check() (bool, error) {
 	if err != nil || limit <= 0 {
 		return false, err
 	}
-	allowed := limit - memoryReserve(limit)
+	allowed := limit - daemonmem.Reserve(limit)
 	usage, err := readInt(g.cg.usage)
 	if err != nil || usage <= allowed {
 		g.streak = 0 // what commands hold is at most the usage
@@ -143,7 +140,7 @@ func (g *memoryGuard) check() (bool, error) {
 	faults := statSum(stat, []string{g.cg.faults})
 	faulting := faults-g.faults >= thrashFaults
 	g.faults = faults
-	held := usage - statSum(stat, g.cg.file) - selfMemory()
+	held := usage - statSum(stat, g.cg.file) - daemonmem.Self()
 	if held <= allowed || !faulting {
 		g.streak = 0
 		return false, nil
@@ -224,22 +221,6 @@ func procUID(pid int) (int, bool) {
 		}
 	}
 	return 0, false
-}
-
-// selfMemory is the daemon's own memory: its resident pages less those
-// shared with files (its binary's, which is the host's).
-func selfMemory() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return 0
-	}
-	resident, _ := strconv.ParseInt(f[1], 10, 64)
-	shared, _ := strconv.ParseInt(f[2], 10, 64)
-	return max(resident-shared, 0) * int64(os.Getpagesize())
 }
 
 // readLimit reads a memory limit; "max" (cgroup v2) is none, 0.
