@@ -48,11 +48,14 @@ func (c *Client) StartUpdate(ctx context.Context, workflowID, updateID, name str
 // that accepted it, and asking that run, not the workflow's latest,
 // finds its result even after the workflow continued as new.
 func (c *Client) WaitUpdate(ctx context.Context, h tclient.WorkflowUpdateHandle, name string, out any) error {
-	err := h.Get(ctx, out)
-	if err == nil || !Unavailable(err) {
-		return err // its result, or its rejection
-	}
-	err = c.retry(ctx, func(ctx context.Context) error {
+	// Its result, or its rejection; while the server is away, the same
+	// update's, asked again by id.
+	first := true
+	err := c.retry(ctx, func(ctx context.Context) error {
+		if first {
+			first = false
+			return h.Get(ctx, out)
+		}
 		return c.temporal.GetWorkflowUpdateHandle(tclient.GetWorkflowUpdateHandleOptions{
 			WorkflowID: h.WorkflowID(), RunID: h.RunID(), UpdateID: h.UpdateID(),
 		}).Get(ctx, out)

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
@@ -27,6 +29,10 @@ type Client struct {
 	http     *http.Client
 	// notSignable: the workflows whose workers sign no URLs.
 	notSignable notSignable
+	// gone is set once the server has not answered for retryFor: later
+	// operations (an upload's cleanup) fail at once rather than wait
+	// again.
+	gone atomic.Bool
 }
 
 // Option configures a Client.
@@ -122,15 +128,34 @@ func Unavailable(err error) bool {
 // unavailable server, or the server has been unavailable for longer than
 // retryFor. The clock starts at the first failure, not at the start: a
 // command may legitimately run for hours.
+//
+// A call may also hang rather than fail while the server is away: the
+// SDK retries some calls itself, and a long poll cannot tell a slow
+// answer from a server gone. So while call runs, the server's health is
+// asked every second; once it has not answered for retryFor, call's
+// context is canceled and retry fails as unavailable.
 func (c *Client) retry(ctx context.Context, call func(ctx context.Context) error) error {
 	var (
 		since time.Time
 		wait  = 100 * time.Millisecond
-		told  bool
+		told  sync.Once // the user is told of an outage once, by the loop or the watch
 	)
+	tell := func(err error) {
+		if c.onWait != nil {
+			told.Do(func() { c.onWait(err) })
+		}
+	}
+	if c.gone.Load() {
+		return fmt.Errorf("%w for %v", errServerGone, c.retryFor.Round(time.Second))
+	}
+	wctx, stop := c.watchServer(ctx, tell)
+	defer stop()
 	for {
 		start := time.Now()
-		err := call(ctx)
+		err := call(wctx)
+		if gone := context.Cause(wctx); ctx.Err() == nil && errors.Is(gone, errServerGone) {
+			return gone
+		}
 		if err == nil || !Unavailable(err) || ctx.Err() != nil || c.retryFor < 0 {
 			if ctx.Err() != nil && err != nil {
 				return ctx.Err()
@@ -145,16 +170,69 @@ func (c *Client) retry(ctx context.Context, call func(ctx context.Context) error
 		if time.Since(since) > c.retryFor {
 			return err
 		}
-		if !told && c.onWait != nil {
-			c.onWait(err)
-			told = true
-		}
+		tell(err)
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-wctx.Done():
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, 2*time.Second)
+	}
+}
+
+// errServerGone is the cause of a call's context canceled because the
+// server did not answer a health check for the client's RetryFor.
+var errServerGone = status.Error(codes.Unavailable, "the Temporal server did not answer")
+
+// healthEvery is how often a waiting operation asks for the server's
+// health, and healthTimeout how long each answer may take.
+const (
+	healthEvery   = 500 * time.Millisecond
+	healthTimeout = time.Second
+)
+
+// watchServer returns a context derived from ctx that is canceled, with
+// errServerGone as its cause, once the server has failed every health
+// check for longer than the client's RetryFor; waiting is told of the
+// first failure. stop ends the watch.
+func (c *Client) watchServer(ctx context.Context, waiting func(error)) (context.Context, func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	if c.retryFor < 0 || c.temporal == nil {
+		return wctx, func() { cancel(nil) }
+	}
+	done := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(healthEvery)
+		defer tick.Stop()
+		var since time.Time
+		for {
+			select {
+			case <-done:
+				return
+			case <-wctx.Done():
+				return
+			case <-tick.C:
+			}
+			hctx, hcancel := context.WithTimeout(wctx, healthTimeout)
+			_, err := c.temporal.CheckHealth(hctx, &tclient.CheckHealthRequest{})
+			hcancel()
+			switch {
+			case err == nil:
+				since = time.Time{}
+			case wctx.Err() != nil:
+				return
+			case since.IsZero():
+				since = time.Now()
+				waiting(err)
+			case time.Since(since) > c.retryFor:
+				c.gone.Store(true)
+				cancel(fmt.Errorf("%w for %v: %v", errServerGone, c.retryFor.Round(time.Second), err))
+				return
+			}
+		}
+	}()
+	return wctx, func() {
+		close(done)
+		cancel(nil)
 	}
 }
 

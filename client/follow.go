@@ -70,8 +70,14 @@ func (f *follower) follow(ctx context.Context, result func(context.Context) (wor
 		err error
 	}
 	done := make(chan res, 1)
+	// A poll under way when the result comes (or its wait gives up on a
+	// server gone) is cut short: finish reads the rest from where the
+	// polls got.
+	pctx, pcancel := context.WithCancel(ctx)
+	defer pcancel()
 	go func() {
 		out, err := result(ctx)
+		pcancel()
 		done <- res{out, err}
 	}()
 	tick := time.NewTicker(LiveEvery)
@@ -84,7 +90,7 @@ func (f *follower) follow(ctx context.Context, result func(context.Context) (wor
 			}
 			return r.out, f.finish(ctx, r.out)
 		case <-tick.C:
-			f.poll(ctx)
+			f.poll(pctx)
 		}
 	}
 }
@@ -155,11 +161,11 @@ func (c *Client) FollowRun(ctx context.Context, runID string, stdout, stderr io.
 		return st.Stdout, st.Stderr, true
 	}
 	return f.follow(ctx, func(ctx context.Context) (workflows.RunOutput, error) {
-		if out, ok := c.commandResult(ctx, runID); ok {
-			return out, nil
+		out, err := c.commandResult(ctx, runID)
+		if err == nil || Unavailable(err) {
+			return out, c.unavailable(err, "run "+runID, true, "berth logs "+runID)
 		}
-		var out workflows.RunOutput
-		err := c.retry(ctx, func(ctx context.Context) error {
+		err = c.retry(ctx, func(ctx context.Context) error {
 			return c.temporal.GetWorkflow(ctx, runID, "").Get(ctx, &out)
 		})
 		return out, c.unavailable(err, "run "+runID, true, "berth logs "+runID)
@@ -168,16 +174,20 @@ func (c *Client) FollowRun(ctx context.Context, runID string, stdout, stderr io.
 
 // commandResult asks a run for its command's result, which it gives as
 // soon as the command ended, without waiting for its sandbox to be
-// destroyed. Anything else (the run failed, ended already, or predates
-// the Update; the server went away) is left to the run's own result.
-func (c *Client) commandResult(ctx context.Context, runID string) (workflows.RunOutput, bool) {
+// destroyed, riding out server restarts. Any failure but an unavailable
+// server (the run failed, ended already, or predates the Update) is left
+// to the run's own result.
+func (c *Client) commandResult(ctx context.Context, runID string) (workflows.RunOutput, error) {
 	var out workflows.RunOutput
-	h, err := c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
-		WorkflowID: runID, UpdateName: workflows.UpdateRunResult,
-		WaitForStage: tclient.WorkflowUpdateStageCompleted,
+	err := c.retry(ctx, func(ctx context.Context) error {
+		h, err := c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
+			WorkflowID: runID, UpdateName: workflows.UpdateRunResult,
+			WaitForStage: tclient.WorkflowUpdateStageCompleted,
+		})
+		if err != nil {
+			return err
+		}
+		return h.Get(ctx, &out)
 	})
-	if err != nil || h.Get(ctx, &out) != nil {
-		return workflows.RunOutput{}, false
-	}
-	return out, true
+	return out, err
 }
