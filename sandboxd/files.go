@@ -44,11 +44,36 @@ func (s *Server) asUser(fn func() error) error {
 	if !s.switchUser {
 		return fn()
 	}
+	return onOwnThread(func() error { return s.confined(fn) })
+}
+
+// onOwnThread runs fn in a goroutine of its own, locked to an OS thread
+// that is not the daemon's main thread, and never unlocked: the thread
+// ends with the goroutine, ids, root and all. The main thread would not
+// end but be parked for good, with what fn left of it, and its root and
+// ids are what /proc shows as the whole daemon's (and, on cgroup v1, its
+// memory cgroup the whole daemon's).
+func onOwnThread(fn func() error) error {
 	done := make(chan error, 1)
-	go func() {
+	var run func()
+	run = func() {
 		runtime.LockOSThread()
-		done <- s.confined(fn)
-	}()
+		if unix.Gettid() == unix.Getpid() {
+			// Held here, the main thread cannot be the one the next
+			// goroutine locks.
+			started := make(chan struct{})
+			go func() {
+				runtime.LockOSThread()
+				close(started)
+				done <- fn()
+			}()
+			<-started
+			runtime.UnlockOSThread()
+			return
+		}
+		done <- fn()
+	}
+	go run()
 	return <-done
 }
 
@@ -99,12 +124,7 @@ func chrootThread(dir string) error {
 // does not have: there the confinement is os.Root's, which a Linux
 // kernel honours (O_NOFOLLOW at every step), and the user's rights.
 func canChroot(dir string) bool {
-	ok := make(chan bool, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		ok <- chrootThread(dir) == nil
-	}()
-	return <-ok
+	return onOwnThread(func() error { return chrootThread(dir) }) == nil
 }
 
 // dropCapabilities empties the calling thread's capability sets.
