@@ -55,8 +55,7 @@ func (s *Server) asUser(fn func() error) error {
 // memory cgroup the whole daemon's).
 func onOwnThread(fn func() error) error {
 	done := make(chan error, 1)
-	var run func()
-	run = func() {
+	run := func() {
 		runtime.LockOSThread()
 		if unix.Gettid() == unix.Getpid() {
 			// Held here, the main thread cannot be the one the next
