@@ -1,6 +1,9 @@
 // Package workflows holds berth's ready-made workflows, layer 4 of
 // berth, built only from package sandbox: the one-shot Run, the
-// standalone Sandbox driven by Workflow Updates, and the Reaper.
+// standalone Sandbox driven by Workflow Updates, a host's Reaper, and
+// the Catalog that answers front ends' read-only questions. Each is
+// named berth.<Name> (names.go) and started with a summary a person can
+// read.
 package workflows
 
 import (

@@ -326,7 +326,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 			next := s.config
 			next.ContinueAfter = in.ContinueAfter
 			next.Carried = &Carried{Sandbox: sbx.Carry(), Created: created}
-			return workflow.NewContinueAsNewError(ctx, Sandbox, next)
+			return workflow.NewContinueAsNewError(ctx, SandboxWorkflowName, next)
 		}
 	}
 	// Let the updates in flight (the stop among them) finish first.
@@ -561,7 +561,7 @@ func (s *standalone) fork(ctx workflow.Context, req ForkRequest) (ForkResponse, 
 		WorkflowID:        req.ID,
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON,
 	})
-	child := workflow.ExecuteChildWorkflow(cctx, Sandbox, in)
+	child := workflow.ExecuteChildWorkflow(cctx, SandboxWorkflowName, in)
 	var started workflow.Execution
 	if err := child.GetChildWorkflowExecution().Get(ctx, &started); err != nil {
 		return ForkResponse{}, updateError(fmt.Errorf("start the fork: %w", err))
@@ -638,19 +638,3 @@ func (s *standalone) stop(ctx workflow.Context) error {
 // updateError gives an update's failure a type that says what went
 // wrong, the provider kind, for callers in any language.
 func updateError(err error) error { return sandbox.Failure(err) }
-
-// ReaperInput names the queue of the host whose sandboxes a reaper
-// looks after.
-type ReaperInput struct {
-	Queue string `json:"queue"`
-	// OutputRetention is how long sandboxes' outputs outlive their
-	// owner; zero means transfer.DefaultOutputRetention.
-	OutputRetention time.Duration `json:"output_retention,omitempty"`
-}
-
-// Reaper destroys the sandboxes whose owner is gone or whose lifetime
-// has passed (sandbox.Reap). berth dev and berth worker run it on a
-// schedule, one per host.
-func Reaper(ctx workflow.Context, in ReaperInput) (sandbox.ReapReport, error) {
-	return sandbox.Reap(ctx, in.Queue, in.OutputRetention)
-}

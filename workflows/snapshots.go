@@ -28,19 +28,27 @@ type SnapshotFailure struct {
 	Message string        `json:"message"`
 }
 
-// Snapshots lists or deletes snapshots: how front ends reach the
-// snapshot store, which only workers can. A snapshot that cannot be
-// deleted (it does not exist: NotFound) is reported in the output.
+// Snapshots lists or deletes snapshots, a workflow each time. It is
+// registered under its legacy name only, for front ends older than
+// berth.Catalog, which answers the same (UpdateSnapshots).
 func Snapshots(ctx workflow.Context, in SnapshotsInput) (SnapshotsOutput, error) {
+	return snapshots(ctx, "", in)
+}
+
+// snapshots lists or deletes snapshots in the store of the workers on
+// queue: how front ends reach the snapshot store, which only workers
+// can. A snapshot that cannot be deleted (it does not exist: NotFound)
+// is reported in the output.
+func snapshots(ctx workflow.Context, queue string, in SnapshotsInput) (SnapshotsOutput, error) {
 	if len(in.Delete) == 0 {
-		list, err := sandbox.ListSnapshots(ctx, "")
+		list, err := sandbox.ListSnapshots(ctx, queue)
 		return SnapshotsOutput{Snapshots: list}, updateError(err)
 	}
 	var out SnapshotsOutput
 	for _, id := range in.Delete {
 		err := provider.ValidateID(id)
 		if err == nil {
-			err = sandbox.RemoveSnapshot(ctx, "", id)
+			err = sandbox.RemoveSnapshot(ctx, queue, id)
 		}
 		if err != nil {
 			out.Failed = append(out.Failed, SnapshotFailure{ID: id, Kind: provider.KindOf(err), Message: err.Error()})

@@ -261,3 +261,23 @@ func shortenBlanks(line string) string {
 	}
 	return b.String()
 }
+
+// Line is s on one line, for a person to read where a line is all there
+// is (a workflow's summary, a table's cell): Command's form, each
+// newline shown as ⏎, and cut to at most max bytes on a character's
+// boundary, the cut marked with …; max <= 0 means no bound.
+func Line(s string, max int) string {
+	line := strings.ReplaceAll(Command(s), "\n", "⏎")
+	if max <= 0 || len(line) <= max {
+		return line
+	}
+	const mark = "…"
+	n := max - len(mark)
+	for n > 0 && !utf8.RuneStart(line[n]) {
+		n--
+	}
+	if n < 0 {
+		n = 0
+	}
+	return line[:n] + mark
+}

@@ -125,3 +125,33 @@ func TestCommand(t *testing.T) {
 		t.Errorf("Command = %q, want %q", got, want)
 	}
 }
+
+func TestLine(t *testing.T) {
+	tests := []struct {
+		name, in string
+		max      int
+		want     string
+	}{
+		{"plain", "pytest -q", 200, "pytest -q"},
+		{"newlines", "cd src\nmake", 200, "cd src⏎make"},
+		{"escapes", "echo x\r\x1b]52;c;AAAA\x07", 200, "echo x␍␛]52;c;AAAA␇"},
+		{"blank lines", "a" + strings.Repeat("\n", 10) + "b", 200, "a⏎⟨9 blank lines⟩⏎b"},
+		{"cut", strings.Repeat("x", 300), 10, "xxxxxxx…"},
+		{"cut on a character", "ééééé", 8, "éé…"},
+		{"unbounded", strings.Repeat("x", 300), 0, strings.Repeat("x", 300)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Line(tt.in, tt.max)
+			if got != tt.want {
+				t.Errorf("Line(%q, %d) = %q, want %q", tt.in, tt.max, got, tt.want)
+			}
+			if tt.max > 0 && len(got) > tt.max {
+				t.Errorf("Line(%q, %d) is %d bytes", tt.in, tt.max, len(got))
+			}
+			if strings.ContainsAny(got, "\n\r\x1b") {
+				t.Errorf("Line(%q) = %q: not one safe line", tt.in, got)
+			}
+		})
+	}
+}
