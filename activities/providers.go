@@ -11,8 +11,13 @@ import (
 func (a *Activities) ProviderStatuses(context.Context) ([]provider.Status, error) {
 	var out []provider.Status
 	for _, name := range a.providerNames() {
-		caps := a.Providers[name].Capabilities()
-		out = append(out, provider.Status{Name: name, Host: a.HostQueue, Available: true, Capabilities: &caps})
+		p := a.Providers[name]
+		caps := p.Capabilities()
+		st := provider.Status{Name: name, Host: a.HostQueue, Available: true, Capabilities: &caps}
+		if r, ok := p.(provider.Reporter); ok {
+			st.Note = r.Report()
+		}
+		out = append(out, st)
 	}
 	for _, u := range a.Unavailable {
 		if _, served := a.Providers[u.Name]; !served {

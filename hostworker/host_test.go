@@ -20,9 +20,22 @@ import (
 // one whose engine is missing on a host.
 const unopenable = "test-unopenable"
 
+// reporting is a provider that serves and reports something amiss, as
+// docker does while its default image is not made.
+const reporting = "test-reporting"
+
+type reportingProvider struct{ provider.Provider }
+
+func (reportingProvider) Name() string                        { return reporting }
+func (reportingProvider) Capabilities() provider.Capabilities { return provider.Capabilities{} }
+func (reportingProvider) Report() string                      { return "default image x: not made: too big" }
+
 func init() {
 	provider.Register(unopenable, func(context.Context, provider.Config) (provider.Provider, error) {
 		return nil, errors.New("its engine is not installed here")
+	})
+	provider.Register(reporting, func(context.Context, provider.Config) (provider.Provider, error) {
+		return reportingProvider{}, nil
 	})
 }
 
@@ -40,6 +53,8 @@ func TestHostProviders(t *testing.T) {
 
 	h, err := hostworker.StartHost(ctx, c, hostworker.HostConfig{
 		DataDir: data, Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
+		// An image of its own: docker makes no default image.
+		ProviderConfig: map[string]provider.Config{"docker": {"image": "berth-test:1"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +81,12 @@ func TestHostProviders(t *testing.T) {
 	}
 	if s := byName[unopenable]; s.Available || !strings.Contains(s.Reason, "not installed") {
 		t.Errorf("%s: %+v, want unavailable with its reason", unopenable, s)
+	}
+	if s := byName[reporting]; !s.Available || s.Note != "default image x: not made: too big" {
+		t.Errorf("%s: %+v, want available with what it reports", reporting, s)
+	}
+	if s := byName["linux"]; s.Note != "" {
+		t.Errorf("linux: %+v, want nothing amiss", s)
 	}
 	if _, err := os.Stat(filepath.Join(data, "linux")); err != nil {
 		t.Errorf("the linux provider's state is not in the data directory: %v", err)

@@ -2,12 +2,15 @@ package hostworker_test
 
 import (
 	"context"
+	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/image/imagetest"
 	"github.com/berth-dev/berth/sandbox"
@@ -90,6 +93,64 @@ func TestSwitchImage(t *testing.T) {
 		st := sandboxStatus(t, c, run.GetID())
 		if got := marker(); (got == strings.TrimSpace(imagetest.MarkerData)) != step.want || st.Image != step.image || st.Config.Image != step.image {
 			t.Errorf("after a switch to image %q: marker %q, status image %q, config image %q", step.image, got, st.Image, st.Config.Image)
+		}
+	}
+}
+
+// TestSwitchToDefaultImage: a linux sandbox switched to docker without
+// an image runs on docker's default image, which the provider made from
+// the host's files (before it had one, the switch failed: "no image: the
+// spec names none and the docker provider has no default"), its
+// workspace along; berth providers then shows nothing amiss of docker.
+func TestSwitchToDefaultImage(t *testing.T) {
+	ctx := t.Context()
+	c := server(t)
+	data := shortDataDir(t)
+	daemon := buildDaemon(t, data)
+	tag := fmt.Sprintf("berth-host-test-%d:1", time.Now().UnixNano())
+	t.Cleanup(func() {
+		if out, err := exec.Command("docker", "image", "rm", tag).CombinedOutput(); err != nil {
+			t.Errorf("remove the default image: %v %s", err, out)
+		}
+	})
+	h, err := hostworker.StartHost(ctx, c, hostworker.HostConfig{
+		DataDir: data, Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
+		Providers: []string{"linux", "docker"},
+		ProviderConfig: map[string]provider.Config{
+			"linux":  {"pool": "-1"},
+			"docker": {"daemon": daemon, "host-image": tag, "pool": "-1"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	in := workflows.SandboxInput{Provider: "linux", IdleTimeout: sandbox.NoIdleTimeout, HibernateAfter: time.Hour}
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "to-default-image", TaskQueue: sandbox.DefaultQueue}, workflows.Sandbox, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The sandbox goes before the image can.
+		c.CancelWorkflow(context.Background(), run.GetID(), "")
+		run.Get(context.Background(), nil)
+	})
+	execIn(t, c, run.GetID(), workflows.ExecRequest{Shell: "echo kept > f"})
+	// The image is made in the background from the host's start; the
+	// switch's creation waits for it, or fails to be retried.
+	if err := update(ctx, c, run.GetID(), workflows.UpdateSwitch, workflows.SwitchRequest{Provider: "docker"}); err != nil {
+		t.Fatal(sandbox.OneLine(err))
+	}
+	if st := sandboxStatus(t, c, run.GetID()); st.Provider != "docker" {
+		t.Fatalf("after the switch: on %s", st.Provider)
+	}
+	out := execIn(t, c, run.GetID(), workflows.ExecRequest{Shell: `cat f; /usr/bin/python3 -c 'import sys; print(sys.version_info[0])'; test -e /usr/bin/perl || echo no-perl`})
+	if got := string(out.Stdout.Inline); got != "kept\n3\nno-perl\n" {
+		t.Errorf("on docker's default image: %q (stderr %q)", got, out.Stderr.Inline)
+	}
+	for _, s := range hostProviders(t, c)[0].Providers {
+		if s.Name == "docker" && (!s.Available || s.Note != "") {
+			t.Errorf("docker: %+v, want ready, nothing amiss", s)
 		}
 	}
 }

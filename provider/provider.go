@@ -109,6 +109,15 @@ const (
 // nothing of it; snapshots name it among the paths they left out.
 const PAXSkipped = "BERTH.skipped"
 
+// Reporter is implemented by providers that serve, yet may have
+// something to say of their state: a part they make in the background
+// (the docker provider's default image) still being made, or why it
+// could not be. berth providers shows it.
+type Reporter interface {
+	// Report is one line on what is amiss, or "" when nothing is.
+	Report() string
+}
+
 // Pauser is implemented by sandboxes whose provider can freeze them in
 // place: no CPU used, memory and processes kept.
 type Pauser interface {

@@ -76,4 +76,7 @@ type Status struct {
 	Available    bool          `json:"available"`
 	Reason       string        `json:"reason,omitempty"`
 	Capabilities *Capabilities `json:"capabilities,omitempty"`
+	// Note is what a provider that serves reports of its state
+	// (Reporter): a default image being made, or why it could not be.
+	Note string `json:"note,omitempty"`
 }

@@ -16,7 +16,8 @@ import (
 const helpText = `enter sends · up, down, pgup, pgdown scroll · esc: the sessions
 ctrl+c or /quit quits; the session goes on
 /fork [title]       fork this session and open the fork
-/switch <provider>  move its workspace to another provider
+/switch <provider> [image]  move its workspace to another provider
+                    (its default image, or the one named)
 /title <name>       rename it
 /approve, /deny     the tool call awaiting approval
 /done keep          end it, keeping its workspace as a snapshot
@@ -179,13 +180,20 @@ func (m *model) command(line string) tea.Cmd {
 			return openMsg{info: info, note: fmt.Sprintf("forked %s as %s", id, info.ID), err: err}
 		}
 	case "switch":
-		if arg == "" {
-			m.fail(errors.New("/switch needs a provider: /switch <provider>"))
+		args := strings.Fields(arg)
+		if len(args) == 0 || len(args) > 2 {
+			m.fail(errors.New("/switch needs a provider, and may name an image: /switch <provider> [image]"))
 			return nil
 		}
-		m.say(fmt.Sprintf("moving %s to %s…", id, arg))
+		req := session.SwitchRequest{Session: id, Provider: args[0]}
+		to := req.Provider
+		if len(args) == 2 {
+			req.Image = args[1]
+			to += " (" + req.Image + ")"
+		}
+		m.say(fmt.Sprintf("moving %s to %s…", id, to))
 		return func() tea.Msg {
-			info, err := b.Switch(ctx, session.SwitchRequest{Session: id, Provider: arg})
+			info, err := b.Switch(ctx, req)
 			return infoMsg{info: info, note: fmt.Sprintf("%s is on %s", id, info.Provider), err: err}
 		}
 	case "title":

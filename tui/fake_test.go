@@ -195,7 +195,7 @@ func (f *fake) Fork(ctx context.Context, req session.ForkRequest) (session.Info,
 }
 
 func (f *fake) Switch(ctx context.Context, req session.SwitchRequest) (session.Info, error) {
-	if err := f.record("Switch", req.Session, req.Provider); err != nil {
+	if err := f.record("Switch", req.Session, req.Provider, req.Image); err != nil {
 		return session.Info{}, err
 	}
 	return f.update(req.Session, func(s *session.Info) { s.Provider = req.Provider })

@@ -215,7 +215,7 @@ func (m *model) View() string {
 	} else {
 		b.WriteString(m.vp.View())
 		b.WriteByte('\n')
-		b.WriteString(m.noticeLine())
+		b.WriteString(m.noticeText())
 		b.WriteByte('\n')
 		b.WriteString(barStyle.Render(statusBar(m.cur, m.state, m.have, m.width)))
 		b.WriteByte('\n')
@@ -228,9 +228,19 @@ func (m *model) View() string {
 // notice, the status bar and the input line.
 func (m *model) layout() {
 	m.vp.Width = m.width
-	m.vp.Height = max(m.height-3, 1)
+	m.fit()
 	m.input.Width = max(m.width-len(m.input.Prompt)-1, 1)
 	m.refresh()
+}
+
+// fit gives the conversation the lines the notice leaves, keeping it at
+// its end if it was there.
+func (m *model) fit() {
+	bottom := m.vp.AtBottom()
+	m.vp.Height = max(m.height-2-m.noticeLines(), 1)
+	if bottom {
+		m.vp.GotoBottom()
+	}
 }
 
 // refresh renders the conversation again, keeping it at its end if it
@@ -250,20 +260,44 @@ func (m *model) refresh() {
 	}
 }
 
-func (m *model) noticeLine() string {
+// maxNoticeLines bounds the notice: an error's whole message shows,
+// wrapped, up to these lines.
+const maxNoticeLines = 8
+
+// noticeText is the notice wrapped to the terminal's width, its lines
+// after the first indented past "error: ".
+func (m *model) noticeText() string {
 	if m.notice == "" {
 		return ""
 	}
-	s := m.notice
+	prefix := ""
 	if m.isErr {
-		s = "error: " + s
+		prefix = "error: "
 	}
-	return ansi.Truncate(s, m.width, "…")
+	var b strings.Builder
+	writeWrapped(&b, prefix, m.notice, m.width)
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(lines) > maxNoticeLines {
+		lines = lines[:maxNoticeLines]
+		lines[maxNoticeLines-1] = ansi.Truncate(lines[maxNoticeLines-1], max(m.width-1, 1), "") + "…"
+	}
+	for i, l := range lines {
+		lines[i] = ansi.Truncate(l, m.width, "…") // a terminal narrower than wrapping's least
+	}
+	return strings.Join(lines, "\n")
 }
 
-// say shows what happened or is under way; fail shows an error. Both
-// are one line.
-func (m *model) say(s string) { m.notice, m.isErr = s, false }
+// noticeLines is how many lines the notice takes: one when empty.
+func (m *model) noticeLines() int {
+	return max(strings.Count(m.noticeText(), "\n")+1, 1)
+}
+
+// say shows what happened or is under way; fail shows an error, in a
+// line, wrapped to the terminal's width.
+func (m *model) say(s string) {
+	m.notice, m.isErr = s, false
+	m.fit()
+}
 
 func (m *model) fail(err error) {
 	if errors.Is(err, context.Canceled) && m.ctx.Err() != nil {
@@ -271,6 +305,7 @@ func (m *model) fail(err error) {
 	}
 	m.log.Warn("berth chat", "session", m.cur.ID, "error", err)
 	m.notice, m.isErr = oneLine(err.Error(), 500), true
+	m.fit()
 }
 
 func (m *model) quit() tea.Cmd {
@@ -346,8 +381,8 @@ func (m *model) listView() string {
 		provW = max(provW, ansi.StringWidth(s.Provider))
 	}
 	// The rows that fit, the cursor's among them: the header's two
-	// lines, and the blank line, notice and keys below take five.
-	rows := max(m.height-5, 1)
+	// lines, and the blank line, notice and keys below take the rest.
+	rows := max(m.height-4-m.noticeLines(), 1)
 	first := max(m.cursor-rows+1, 0)
 	for i, s := range m.sessions {
 		if i < first || i >= first+rows {
@@ -368,7 +403,7 @@ func (m *model) listView() string {
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')
-	b.WriteString(m.noticeLine())
+	b.WriteString(m.noticeText())
 	b.WriteByte('\n')
 	b.WriteString(barStyle.Render(ansi.Truncate("enter opens · n new session · r refresh · q quit", m.width, "…")))
 	return b.String()

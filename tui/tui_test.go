@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -134,7 +135,8 @@ func TestCommands(t *testing.T) {
 	}{
 		{"fork", "/fork try b", "Fork s1 try b ", []string{"session s2 · try b · linux", "forked s1 as s2"}},
 		{"fork untitled", "/fork", "Fork s1  ", []string{"session s2 · s2 · linux"}},
-		{"switch", "/switch docker", "Switch s1 docker", []string{"session s1 · fix tests · docker", "s1 is on docker"}},
+		{"switch", "/switch docker", "Switch s1 docker ", []string{"session s1 · fix tests · docker", "s1 is on docker"}},
+		{"switch image", "/switch docker python:3.12-slim", "Switch s1 docker python:3.12-slim", []string{"session s1 · fix tests · docker", "s1 is on docker"}},
 		{"title", "/title the parser bug", "Rename s1 the parser bug", []string{"session s1 · the parser bug · linux"}},
 		{"done keep", "/done keep", "Destroy s1 true", []string{"berth chat: sessions", "kept as snapshot snap-s1"}},
 		{"done destroy", "/done destroy", "Destroy s1 false", []string{"berth chat: sessions", "destroyed s1", "no sessions yet"}},
@@ -170,6 +172,8 @@ func TestCommandsLocal(t *testing.T) {
 	d.shows("/done keep keeps the workspace as a snapshot; /done destroy deletes it")
 	d.typ("/switch")
 	d.shows("error: /switch needs a provider")
+	d.typ("/switch docker an-image one-too-many")
+	d.shows("error: /switch needs a provider, and may name an image")
 	d.typ("/title")
 	d.shows("error: /title needs a name")
 	d.typ("/approve")
@@ -320,6 +324,48 @@ func TestSafeAndWrapped(t *testing.T) {
 	}
 	if !strings.Contains(d.view(), "  "+strings.Repeat("x", 38)) {
 		t.Errorf("the long output line is not wrapped, indented:\n%s", d.view())
+	}
+}
+
+// TestLongErrorWraps: an error longer than the terminal is wide wraps
+// to its width, whole, in the chat and in the list, and the
+// conversation keeps its last lines in view above it.
+func TestLongErrorWraps(t *testing.T) {
+	f := newFake(s1())
+	f.push("s1", agent.State{Status: agent.StatusIdle, Turn: agent.TurnState{Number: 1, Status: agent.StatusDone, Message: "go", Answer: "the last answer"}})
+	d := drive(t, f, Options{Session: "s1"})
+	d.send(tea.WindowSizeMsg{Width: 40, Height: 20})
+	d.shows("the last answer")
+	long := "create sandbox sbx-1: the default image berth-host:1-v0.1.0 could not be made from the host's files: too big: it would hold more than 512 MiB (at /usr/lib/x86_64-linux-gnu/libLLVM.so.15) END"
+	f.fail("Switch", errors.New(long))
+	d.typ("/switch docker")
+	d.shows("END")
+	view := d.view()
+	lines := strings.Split(view, "\n")
+	if len(lines) > 20 {
+		t.Errorf("the view has %d lines, more than the terminal's 20:\n%s", len(lines), view)
+	}
+	for _, l := range lines {
+		if w := ansi.StringWidth(l); w > 40 {
+			t.Errorf("a line of %d cells, wider than the terminal's 40: %q", w, l)
+		}
+	}
+	squeeze := func(s string) string { return strings.Join(strings.Fields(s), "") }
+	if !strings.Contains(squeeze(view), squeeze(long)) {
+		t.Errorf("the error is not shown whole:\n%s", view)
+	}
+	if !strings.Contains(view, "the last answer") {
+		t.Errorf("the conversation's last lines are hidden by the error:\n%s", view)
+	}
+	d.key(tea.KeyEsc)
+	d.shows("berth chat: sessions")
+	f.fail("List", errors.New(long))
+	d.send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("r")})
+	d.shows("END", "* s1")
+	for _, l := range strings.Split(d.view(), "\n") {
+		if w := ansi.StringWidth(l); w > 40 {
+			t.Errorf("in the list, a line of %d cells, wider than the terminal's 40: %q", w, l)
+		}
 	}
 }
 

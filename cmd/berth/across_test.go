@@ -103,8 +103,7 @@ for i in 1 2 3 4 5 6 7 8; do yes "berth block $i" | head -c 134217728 > data/par
 		check(id, "linux to gvisor (switch)")
 		ok("sandbox", "switch", fork2, "--provider", "gvisor")
 		check(fork2, "docker to gvisor (switch)")
-		// A switch without an image goes to the provider's default, and
-		// the docker provider has none here: the image is named.
+		// The image is named, as on the first switch to docker.
 		ok("sandbox", "switch", id, "--provider", "docker", "--image", testImage)
 		check(id, "gvisor to docker (switch)")
 		if p := provider(fork2); p != "gvisor" {

@@ -98,10 +98,12 @@ func (term *terminal) exited() {
 
 // TestChatInTmux drives berth chat in a terminal through one scripted
 // conversation, as a person would: a new session, a turn with a tool
-// call, a title, a fork, a switch to docker, quitting and coming back to
-// the same place, and /done destroy.
+// call, a title, a fork, a switch to docker on an image it names,
+// quitting and coming back to the same place, and /done destroy.
 func TestChatInTmux(t *testing.T) {
-	s := startSessionCLI(t, "--provider-config", "docker.image="+testImage)
+	// docker's default image is one nobody has: the switch must run on
+	// the image it names.
+	s := startSessionCLI(t, "--provider-config", "docker.image=berth-no-such-image:0")
 	chat := func(args ...string) *terminal {
 		return startTerminal(t, append([]string{s.berth, "chat", "--address", s.addr}, args...)...)
 	}
@@ -134,7 +136,7 @@ func TestChatInTmux(t *testing.T) {
 		t.Errorf("the fork's model call lacks the conversation before the fork: %+v", first.Messages)
 	}
 
-	term.typeLine("/switch docker")
+	term.typeLine("/switch docker " + testImage)
 	term.wait("session s2 · calc-2 · docker")
 	s.model.Script(shellCall("c3", "cat main.py; cat /etc/os-release | head -1"), fakemodel.Reply{Text: "Moved, file and all."})
 	term.typeLine("still there?")

@@ -341,7 +341,7 @@ func startWorker(t *testing.T, berth, addr, data, name string) *worker {
 	t.Helper()
 	log := new(testkit.SyncBuffer)
 	dumpOnFailure(t, name, log)
-	cmd := exec.Command(berth, "worker", "--data-dir", data)
+	cmd := exec.Command(berth, append([]string{"worker", "--data-dir", data}, devDefaults...)...)
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+addr, "TEMPORAL_NAMESPACE=default")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

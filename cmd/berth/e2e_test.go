@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,11 +23,18 @@ import (
 // once for all the package's tests.
 func build(t *testing.T) string { return berthBinary(t) }
 
+// devDefaults are flags every berth dev of the tests starts with, before
+// a test's own: docker's default image is the test image, so that no
+// berth dev makes its own from the host's files (provider/docker's and
+// hostworker's tests do, under tags of their own, which they remove).
+var devDefaults = []string{"--provider-config", "docker.image=" + testImage}
+
 // startDev starts berth dev on port (or, when port is 0, on a free one,
 // trying another when a port found free is taken before berth dev binds
 // it) and waits until it is ready.
 func startDev(t *testing.T, berth, data string, port int, log *testkit.SyncBuffer, flags ...string) (*exec.Cmd, int) {
 	t.Helper()
+	flags = append(slices.Clip(devDefaults), flags...)
 start:
 	for attempt := 0; ; attempt++ {
 		p := port

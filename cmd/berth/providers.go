@@ -122,6 +122,8 @@ func printProviders(out io.Writer, rows []providerRow) error {
 			name, details = "-", flatten(s.Reason)
 		case !s.Available:
 			details = flatten(s.Reason)
+		case s.Note != "":
+			details += "; " + termtext.Clean(flatten(s.Note)) // the engine's words among them
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", name, s.State, s.Host, details)
 	}

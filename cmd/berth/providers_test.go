@@ -17,7 +17,8 @@ import (
 func TestProviderRows(t *testing.T) {
 	hosts := []sandbox.HostProviders{
 		{Host: "berth@a", Providers: []provider.Status{
-			{Name: "docker", Available: true, Capabilities: &provider.Capabilities{Pause: true, HostBound: true}},
+			{Name: "docker", Available: true, Capabilities: &provider.Capabilities{Pause: true, HostBound: true},
+				Note: "default image berth-host:1-v1: not made: too big\n\x1b[31m"},
 			{Name: "gvisor", Reason: "runsc\nnot found"},
 		}},
 		{Host: "berth@b", Unreachable: true, Error: "no worker took the question within 5s"},
@@ -31,7 +32,7 @@ func TestProviderRows(t *testing.T) {
 	}
 	want := []string{
 		"PROVIDER  STATUS       HOST     DETAILS",
-		"docker    ready        berth@a  pause,host-bound",
+		"docker    ready        berth@a  pause,host-bound; default image berth-host:1-v1: not made: too big ...",
 		"gvisor    unavailable  berth@a  runsc ...",
 		"-         unreachable  berth@b  no worker took the question within 5s",
 		"linux     ready        berth@c",
@@ -54,7 +55,7 @@ func TestProviderRows(t *testing.T) {
 	if len(got) != 5 {
 		t.Fatalf("JSON: %s, want 5 rows", b)
 	}
-	if r := got[0]; r["name"] != "docker" || r["status"] != "ready" || r["host"] != "berth@a" || r["available"] != true || r["capabilities"].(map[string]any)["host_bound"] != true || r["unreachable"] != nil {
+	if r := got[0]; r["name"] != "docker" || r["status"] != "ready" || !strings.Contains(r["note"].(string), "not made") || r["host"] != "berth@a" || r["available"] != true || r["capabilities"].(map[string]any)["host_bound"] != true || r["unreachable"] != nil {
 		t.Errorf("JSON of a ready provider: %v", r)
 	}
 	if r := got[2]; r["name"] != "" || r["host"] != "berth@b" || r["available"] != false || r["unreachable"] != true || r["reason"] == "" {

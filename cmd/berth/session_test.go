@@ -244,7 +244,8 @@ func TestDemo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "../../examples/demo.sh")
-	cmd.Env = append(os.Environ(), "BERTH_MODEL="+fakemodel.Model, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY="+fakemodel.Key)
+	cmd.Env = append(os.Environ(), "BERTH_MODEL="+fakemodel.Model, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY="+fakemodel.Key,
+		"BERTH_DEV_FLAGS="+strings.Join(devDefaults, " "))
 	// demo.sh keeps its data in $TMPDIR/berth-demo.*, which sandbox
 	// users must be able to pass through: the test's own temporary
 	// directory is closed to them.

@@ -9,13 +9,14 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/distribution/reference"
+
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/settings"
 )
 
 // Config sets up the provider. The zero value is usable on a host whose
-// Docker engine is at its default address and whose callers name an
-// image for every sandbox.
+// Docker engine is at its default address.
 type Config struct {
 	// Host is the Docker engine's address ("unix:///var/run/docker.sock",
 	// "tcp://host:2376"). Zero means DOCKER_HOST, else the default
@@ -31,8 +32,14 @@ type Config struct {
 	// this process's executable.
 	DaemonPath string
 	// Image is the image of a sandbox whose spec names none. Zero means
-	// such specs are refused.
+	// the default image, which the provider makes from the host's files
+	// (a shell, coreutils, /usr/bin/python3 and their libraries; berth's
+	// own /etc) in the background from its start, under HostImage,
+	// unless the engine has it already.
 	Image string
+	// HostImage is the reference the default image is made under. Zero
+	// means DefaultHostImage(): berth-host:1-VERSION.
+	HostImage string
 	// UIDBase and UIDCount are the host ids sandbox users take: each
 	// sandbox's commands run under an id of their own in
 	// [UIDBase, UIDBase+UIDCount), so that the kernel's per-user counts
@@ -58,6 +65,13 @@ type Config struct {
 	// Logger receives the provider's own events (image pulls among
 	// them). Nil discards them.
 	Logger *slog.Logger
+
+	// Tests make the default image from a tree of their own, with
+	// bounds and a wait of their own; zero means "/",
+	// defaultRootBounds and hostImageWait.
+	hostRoot   string
+	hostBounds rootBounds
+	hostWait   time.Duration
 }
 
 // Limits bound what one sandbox may take of the kernel's counters that
@@ -143,6 +157,23 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.Image == "" {
+		if c.HostImage == "" {
+			c.HostImage = DefaultHostImage()
+		}
+		if _, err := reference.ParseNormalizedNamed(c.HostImage); err != nil {
+			return fmt.Errorf("%w: host-image %.200q: %v", provider.ErrBadInput, c.HostImage, err)
+		}
+	}
+	if c.hostRoot == "" {
+		c.hostRoot = "/"
+	}
+	if c.hostBounds == (rootBounds{}) {
+		c.hostBounds = defaultRootBounds
+	}
+	if c.hostWait == 0 {
+		c.hostWait = hostImageWait
+	}
 	return nil
 }
 
@@ -159,6 +190,7 @@ func fromProviderConfig(pc provider.Config) (Config, error) {
 		"state-dir":    settings.String(&c.StateDir),
 		"daemon":       settings.String(&c.DaemonPath),
 		"image":        settings.String(&c.Image),
+		"host-image":   settings.String(&c.HostImage),
 		"uid-base":     settings.Int(&c.UIDBase),
 		"uid-count":    settings.Int(&c.UIDCount),
 		"pool":         settings.Int(&c.Pool),

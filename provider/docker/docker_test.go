@@ -83,13 +83,7 @@ func TestImageMissing(t *testing.T) {
 			t.Errorf("Create with image %.20q: %.300v; want one short line of bad input", image, err)
 		}
 	}
-	// No spec image and no default is bad input too.
-	q := newTestProvider(t, Config{})
-	q.cfg.Image = ""
-	if _, err := q.Create(t.Context(), provider.Spec{}); !errors.Is(err, provider.ErrBadInput) {
-		t.Errorf("Create with no image at all: %v, want bad input", err)
-	}
-	if _, err := q.Create(t.Context(), provider.Spec{Image: testImage, RootFS: "/"}); !errors.Is(err, provider.ErrUnsupported) {
+	if _, err := p.Create(t.Context(), provider.Spec{Image: testImage, RootFS: "/"}); !errors.Is(err, provider.ErrUnsupported) {
 		t.Errorf("Create with a root filesystem: %v, want unsupported", err)
 	}
 }

@@ -50,7 +50,7 @@ const childEnv = "BERTH_DOCKER_TEST_CHILD"
 
 func child(dir, id string) int {
 	ctx := context.Background()
-	p, err := provider.Open(ctx, Name, provider.Config{"state-dir": dir, "daemon": os.Getenv(childEnv + "_DAEMON")})
+	p, err := provider.Open(ctx, Name, provider.Config{"state-dir": dir, "daemon": os.Getenv(childEnv + "_DAEMON"), "image": testImage})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -59,11 +59,15 @@ type Provider struct {
 	log    *slog.Logger
 	docker *client.Client
 	pool   *pool
+	host   *hostImage // nil when the configuration names the default image
 
 	clients clients.Cache
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider = (*Provider)(nil)
+	_ provider.Reporter = (*Provider)(nil)
+)
 
 // New opens the provider: it checks that the engine answers, and makes
 // the state directory.
@@ -101,12 +105,20 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	p := &Provider{cfg: cfg, log: cfg.Logger, docker: cli}
 	p.pool = &pool{p: p, size: cfg.Pool}
 	p.sweepWarm(ctx)
+	if cfg.Image == "" {
+		p.cfg.Image = cfg.HostImage
+		p.host = newHostImage(cli, cfg.HostImage, cfg.hostRoot, cfg.hostBounds, cfg.hostWait, p.log)
+		p.host.start()
+	}
 	return p, nil
 }
 
 // Close removes the provider's warm containers. Sandboxes are not
 // affected.
 func (p *Provider) Close() error {
+	if p.host != nil {
+		p.host.close()
+	}
 	p.pool.close()
 	p.clients.Close()
 	return p.docker.Close()
@@ -114,6 +126,15 @@ func (p *Provider) Close() error {
 
 // Name implements provider.Provider.
 func (p *Provider) Name() string { return Name }
+
+// Report implements provider.Reporter: the default image when it is
+// being made or could not be.
+func (p *Provider) Report() string {
+	if p.host == nil {
+		return ""
+	}
+	return p.host.report()
+}
 
 // Capabilities implements provider.Provider.
 func (p *Provider) Capabilities() provider.Capabilities {
@@ -152,17 +173,16 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	if err := (sandboxspec.Offer{Name: Name, MinDisk: MinDisk, Network: true}).Check(spec); err != nil {
-		return err
-	}
-	if spec.Image == "" && p.cfg.Image == "" {
-		return fmt.Errorf("%w: no image: the spec names none and the docker provider has no default (setting image)", provider.ErrBadInput)
-	}
-	return nil
+	return (sandboxspec.Offer{Name: Name, MinDisk: MinDisk, Network: true}).Check(spec)
 }
 
 // create makes a sandbox, from a warm container if one fits.
 func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, error) {
+	if p.host.is(spec.Image) {
+		if err := p.host.ensure(ctx); err != nil {
+			return nil, err
+		}
+	}
 	res := p.resources(spec.Resources)
 	// Warm containers have the default memory (their /tmp is sized by
 	// it) and workspace size; CPU and process limits are changed on the
