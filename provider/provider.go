@@ -127,6 +127,13 @@ type Pauser interface {
 	Resume(ctx context.Context) error
 }
 
+// Leaser is implemented by sandboxes that keep a lease (Spec.Lease).
+type Leaser interface {
+	// Renew is contact and nothing else: it continues a sandbox the lease
+	// stopped, never one paused by Pause.
+	Renew(ctx context.Context) error
+}
+
 // Capabilities says what a provider does natively. What it lacks, callers
 // emulate (a sandbox that cannot pause is snapshotted and destroyed).
 type Capabilities struct {
@@ -173,10 +180,19 @@ type Spec struct {
 	// Lifetime is a hard limit: when it has passed the provider stops the
 	// sandbox whatever it is doing. Zero means DefaultLifetime.
 	Lifetime time.Duration `json:"lifetime,omitempty"`
+	// Lease, on a provider whose sandboxes implement Leaser, ties the
+	// sandbox to a host that holds it: when no call has reached the
+	// sandbox (Leaser.Renew, or any operation) for this long, it stops
+	// every process of its workload, as Pause does, and the next call
+	// continues them. Zero means no lease; otherwise at least MinLease.
+	Lease time.Duration `json:"lease,omitempty"`
 }
 
 // DefaultLifetime is the hard lifetime of a sandbox whose spec names none.
 const DefaultLifetime = 24 * time.Hour
+
+// MinLease is the shortest lease a spec may ask for.
+const MinLease = time.Second
 
 // Resources limits what a sandbox may use. Zero means the provider's
 // default for each field.
@@ -223,7 +239,10 @@ type Info struct {
 	CreatedAt time.Time         `json:"created_at"`
 	// ExpiresAt is when the sandbox's hard lifetime ends.
 	ExpiresAt time.Time `json:"expires_at"`
-	Resources Resources `json:"resources,omitzero"`
+	// Lease is the spec's: a host that holds the sandbox renews it well
+	// within this.
+	Lease     time.Duration `json:"lease,omitempty"`
+	Resources Resources     `json:"resources,omitzero"`
 }
 
 // ExecRequest is a command to run. Exactly one of Argv and Shell is set.

@@ -80,6 +80,9 @@ func ValidateSpec(spec Spec) error {
 	if spec.Lifetime < 0 {
 		return fmt.Errorf("%w: negative lifetime %v", ErrBadInput, spec.Lifetime)
 	}
+	if spec.Lease != 0 && spec.Lease < MinLease {
+		return fmt.Errorf("%w: lease %v is shorter than %v", ErrBadInput, spec.Lease, MinLease)
+	}
 	switch spec.Network {
 	case NetworkNone, NetworkOpen:
 	default:

@@ -89,6 +89,24 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 	return h, json.NewDecoder(resp.Body).Decode(&h)
 }
 
+// Renew renews the daemon's lease: it is contact, and nothing else.
+func (c *Client) Renew(ctx context.Context) error { return c.post(ctx, routeLease) }
+
+// Pause stops every process of the sandbox but the daemon, until
+// Resume; contact does not continue them.
+func (c *Client) Pause(ctx context.Context) error { return c.post(ctx, routePause) }
+
+// Resume continues what Pause stopped.
+func (c *Client) Resume(ctx context.Context) error { return c.post(ctx, routeResume) }
+
+func (c *Client) post(ctx context.Context, route string) error {
+	resp, err := c.do(ctx, http.MethodPost, route, nil, nil)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
 // Exec runs or attaches to a command; see provider.Sandbox.Exec.
 func (c *Client) Exec(ctx context.Context, req provider.ExecRequest) (provider.ExecResult, error) {
 	if err := provider.ValidateExec(req); err != nil {

@@ -178,8 +178,9 @@ func (p *procs) reapLoop() {
 
 // procStat is what the daemon reads of a process in /proc.
 type procStat struct {
-	pid, sid int
-	start    uint64 // clock ticks after boot
+	pid, ppid, sid int
+	state          byte   // R, S, D, T, t, Z...
+	start          uint64 // clock ticks after boot
 }
 
 func readStat(pid int) (procStat, error) {
@@ -194,9 +195,10 @@ func readStat(pid int) (procStat, error) {
 	if len(fields) < 20 {
 		return procStat{}, fmt.Errorf("malformed /proc/%d/stat", pid)
 	}
+	ppid, _ := strconv.Atoi(fields[1])
 	sid, _ := strconv.Atoi(fields[3])
 	start, _ := strconv.ParseUint(fields[19], 10, 64)
-	return procStat{pid: pid, sid: sid, start: start}, nil
+	return procStat{pid: pid, ppid: ppid, sid: sid, state: fields[0][0], start: start}, nil
 }
 
 func allProcs() []procStat {

@@ -17,6 +17,9 @@ const (
 	routeFile      = "/v1/file"      // GET ?path=: contents; PUT ?path=&mode=: write; DELETE ?path=
 	routeDir       = "/v1/dir"       // GET ?path=: []provider.FileInfo
 	routeWorkspace = "/v1/workspace" // GET: tar of the workspace; PUT: tar to unpack
+	routeLease     = "/v1/lease"     // POST: renew the lease (any request does)
+	routePause     = "/v1/pause"     // POST: stop every other process until resumed
+	routeResume    = "/v1/resume"    // POST: continue them
 )
 
 // execHeader starts an exec request's body, as one line of JSON; the rest
@@ -66,7 +69,8 @@ func toWire(err error) wireError {
 type Health struct {
 	PID       int       `json:"pid"`
 	StartedAt time.Time `json:"started_at"`
-	Running   int       `json:"running"` // commands running now
+	Running   int       `json:"running"`          // commands running now
+	Paused    bool      `json:"paused,omitempty"` // by Pause, until Resume
 }
 
 func writeFrame(w io.Writer, typ byte, payload []byte) error {

@@ -73,6 +73,8 @@ type Server struct {
 	escape     error    // what root reports for a path that leaves it
 	journal    *journal
 	procs      *procs
+	lease      *lease
+	leaseDone  chan struct{} // ends the lease's loop
 	http       *http.Server
 	started    time.Time
 	running    atomic.Int64
@@ -118,6 +120,8 @@ func New(cfg Config) (*Server, error) {
 		switchUser: cfg.UID != os.Geteuid() || cfg.GID != os.Getegid(),
 		noFsuid:    fsuidMissing(),
 		configured: make(chan struct{}),
+		lease:      newLease(os.Getpid()),
+		leaseDone:  make(chan struct{}),
 	}
 	if s.switchUser {
 		// gVisor follows links that os.Root relies on open not to
@@ -145,8 +149,12 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET "+routeDir, s.handleListDir)
 	mux.HandleFunc("GET "+routeWorkspace, s.handleExport)
 	mux.HandleFunc("PUT "+routeWorkspace, s.handleImport)
+	mux.HandleFunc("POST "+routeLease, s.handleRenew)
+	mux.HandleFunc("POST "+routePause, s.handlePause)
+	mux.HandleFunc("POST "+routeResume, s.handleResume)
+	go s.lease.run(s.leaseDone)
 	s.http = &http.Server{
-		Handler:           mux,
+		Handler:           s.contact(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
@@ -194,6 +202,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // who normally ends the whole sandbox.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.http.Shutdown(ctx)
+	close(s.leaseDone)
 	s.procs.close()
 	s.root.Close()
 	s.devNull.Close()
@@ -201,7 +210,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, Health{PID: os.Getpid(), StartedAt: s.started, Running: int(s.running.Load())})
+	writeJSON(w, Health{PID: os.Getpid(), StartedAt: s.started, Running: int(s.running.Load()), Paused: s.lease.isPaused()})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

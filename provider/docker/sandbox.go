@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/daemonpause"
 	"github.com/berth-dev/berth/provider/internal/lost"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
@@ -30,6 +31,7 @@ type sandbox struct {
 var (
 	_ provider.Sandbox         = (*sandbox)(nil)
 	_ provider.Pauser          = (*sandbox)(nil)
+	_ provider.Leaser          = (*sandbox)(nil)
 	_ provider.PathExporter    = (*sandbox)(nil)
 	_ provider.ChangedExporter = (*sandbox)(nil)
 )
@@ -49,7 +51,7 @@ func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
 	info.State = provider.StateRunning
 	if fz, err := frozen(s.rec.Freezer); err != nil {
 		info.State = provider.StateLost
-	} else if fz {
+	} else if fz || s.paused() {
 		info.State = provider.StatePaused
 	} else if !s.running(ctx) {
 		info.State = provider.StateLost
@@ -77,11 +79,14 @@ func (s *sandbox) ready() error {
 	if err != nil {
 		return s.lost()
 	}
-	if fz {
+	if fz || s.paused() {
 		return fmt.Errorf("%w: %s; resume it first", provider.ErrPaused, s.rec.ID)
 	}
 	return nil
 }
+
+// paused reports whether Pause has stopped the sandbox.
+func (s *sandbox) paused() bool { return daemonpause.Paused(s.p.pausedPath(s.rec.ID)) }
 
 // exists reports ErrNotFound once the sandbox has been destroyed, through
 // this handle or any other.
@@ -121,18 +126,21 @@ func (s *sandbox) stopped() bool {
 // take to be seen stopped before the sandbox is taken to be alive.
 const lostGrace = 2 * time.Second
 
-// Pause implements provider.Pauser with Docker's own pause: the cgroup
-// freezer stops every process, the daemon included, keeping their memory.
-func (s *sandbox) Pause(ctx context.Context) error {
-	return s.setPaused(ctx, true)
-}
+// Pause implements provider.Pauser: the daemon stops every other
+// process, keeping their memory, and itself still ends the sandbox at
+// its lifetime (see daemonpause). Docker's own pause would freeze the
+// daemon too.
+func (s *sandbox) Pause(ctx context.Context) error { return s.setPaused(ctx, true) }
 
 // Resume implements provider.Pauser.
-func (s *sandbox) Resume(ctx context.Context) error {
-	return s.setPaused(ctx, false)
-}
+func (s *sandbox) Resume(ctx context.Context) error { return s.setPaused(ctx, false) }
 
 func (s *sandbox) setPaused(ctx context.Context, pause bool) error {
+	unlock, err := s.p.lock(s.rec.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := s.exists(); err != nil {
 		return err
 	}
@@ -140,24 +148,22 @@ func (s *sandbox) setPaused(ctx context.Context, pause bool) error {
 	if err != nil {
 		return s.lost()
 	}
-	if fz == pause {
-		return nil
+	if fz {
+		// Paused by Docker (by an earlier berth, or by hand): the
+		// daemon's stop holds it instead.
+		if _, err := s.p.docker.ContainerUnpause(ctx, s.rec.Container, client.ContainerUnpauseOptions{}); err != nil {
+			return fmt.Errorf("resume %s: %v", s.rec.ID, oneLine(err))
+		}
 	}
-	if pause {
-		_, err = s.p.docker.ContainerPause(ctx, s.rec.Container, client.ContainerPauseOptions{})
-	} else {
-		_, err = s.p.docker.ContainerUnpause(ctx, s.rec.Container, client.ContainerUnpauseOptions{})
+	return daemonpause.Set(ctx, s.client, s.p.pausedPath(s.rec.ID), pause, s.check)
+}
+
+// Renew implements provider.Leaser.
+func (s *sandbox) Renew(ctx context.Context) error {
+	if err := s.exists(); err != nil {
+		return err
 	}
-	if err == nil {
-		return nil
-	}
-	// Paused or resumed by another handle meanwhile, or gone.
-	if fz, ferr := frozen(s.rec.Freezer); ferr != nil || !s.running(ctx) {
-		return s.lost()
-	} else if fz == pause {
-		return nil
-	}
-	return fmt.Errorf("pause or resume %s: %v", s.rec.ID, oneLine(err))
+	return s.check(s.client.Renew(ctx))
 }
 
 // Destroy implements provider.Sandbox: it removes the container, its
@@ -178,6 +184,9 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	}
 	s.p.clients.Forget(rec.ID)
 	if err := s.p.removeSlot(ctx, rec.Container, rec.UID); err != nil {
+		return fmt.Errorf("destroy %s: %w", rec.ID, err)
+	}
+	if err := os.Remove(s.p.pausedPath(rec.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("destroy %s: %w", rec.ID, err)
 	}
 	if err := os.Remove(s.p.recordPath(rec.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {

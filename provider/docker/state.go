@@ -52,6 +52,11 @@ func (p *Provider) recordPath(id string) string {
 	return filepath.Join(p.cfg.StateDir, sandboxesDir, id+".json")
 }
 
+// pausedPath is the marker present while a sandbox is paused.
+func (p *Provider) pausedPath(id string) string {
+	return filepath.Join(p.cfg.StateDir, sandboxesDir, id+".paused")
+}
+
 func (p *Provider) slotPath(uid int) string {
 	return filepath.Join(p.cfg.StateDir, slotsDir, strconv.Itoa(uid))
 }

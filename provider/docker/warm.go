@@ -73,8 +73,8 @@ func (w *warm) claim(ctx context.Context, c dockerinit.Claim) error {
 	return nil
 }
 
-func claimMsg(env map[string]string, dir string, expires time.Time, nproc int64) dockerinit.Claim {
-	return dockerinit.Claim{Env: env, Dir: dir, ExpiresAt: expires, UserProcesses: nproc}
+func claimMsg(env map[string]string, dir string, expires time.Time, lease time.Duration, nproc int64) dockerinit.Claim {
+	return dockerinit.Claim{Env: env, Dir: dir, ExpiresAt: expires, Lease: lease, UserProcesses: nproc}
 }
 
 // startWarm makes and starts a container of image with limits res, and

@@ -151,7 +151,7 @@ func (p *Provider) newClient(cid string) *sandboxd.Client {
 // tells the daemon, then records the sandbox.
 func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, res provider.Resources) (*record, error) {
 	rec := &record{Base: records.NewBase(spec, res), Container: c.id, PID: c.pid, PIDStart: c.pidStart}
-	msg := warmclaim.Claim{Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt,
+	msg := warmclaim.Claim{Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt, Lease: rec.Lease,
 		UserProcesses: userProcesses(res.Pids)}
 	if err := p.sendClaim(ctx, c.id, msg); err != nil {
 		return nil, fmt.Errorf("claim daemon: %w%s", err, logTail(c.dir))
@@ -191,10 +191,6 @@ func (p *Provider) teardown(ctx context.Context, cid string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	dir := p.containerDir(cid)
-	// A paused sandbox cannot be killed until it is resumed.
-	if _, err := os.Stat(filepath.Join(dir, pausedFile)); err == nil {
-		_, _ = p.runsc(ctx, "resume", cid)
-	}
 	if _, err := p.runsc(ctx, "delete", "--force", cid); err != nil {
 		if _, serr := p.state(ctx, cid); serr == nil {
 			return fmt.Errorf("destroy container %s: %w", cid, err)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/daemonpause"
 	"github.com/berth-dev/berth/provider/internal/lost"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
@@ -27,6 +27,7 @@ type sandbox struct {
 var (
 	_ provider.Sandbox         = (*sandbox)(nil)
 	_ provider.Pauser          = (*sandbox)(nil)
+	_ provider.Leaser          = (*sandbox)(nil)
 	_ provider.PathExporter    = (*sandbox)(nil)
 	_ provider.ChangedExporter = (*sandbox)(nil)
 )
@@ -38,10 +39,7 @@ func (s *sandbox) Labels() map[string]string { return s.rec.Labels }
 
 func (s *sandbox) dir() string { return s.p.containerDir(s.rec.Container) }
 
-func (s *sandbox) paused() bool {
-	_, err := os.Stat(filepath.Join(s.dir(), pausedFile))
-	return err == nil
-}
+func (s *sandbox) paused() bool { return daemonpause.Paused(filepath.Join(s.dir(), pausedFile)) }
 
 // Info implements provider.Sandbox.
 func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
@@ -94,16 +92,14 @@ func (s *sandbox) check(err error) error {
 // exit before it is taken to be alive after all.
 const lostGrace = 500 * time.Millisecond
 
-// Pause implements provider.Pauser with runsc pause, which stops every
-// task of the sandbox, the daemon's included, keeping their memory.
-func (s *sandbox) Pause(ctx context.Context) error {
-	return s.setPaused(ctx, true)
-}
+// Pause implements provider.Pauser: the daemon stops every other task
+// of the sandbox, keeping their memory, and itself still ends the
+// sandbox at its lifetime (see daemonpause), which runsc pause, freezing
+// the daemon too, would prevent.
+func (s *sandbox) Pause(ctx context.Context) error { return s.setPaused(ctx, true) }
 
 // Resume implements provider.Pauser.
-func (s *sandbox) Resume(ctx context.Context) error {
-	return s.setPaused(ctx, false)
-}
+func (s *sandbox) Resume(ctx context.Context) error { return s.setPaused(ctx, false) }
 
 func (s *sandbox) setPaused(ctx context.Context, pause bool) error {
 	unlock, err := s.p.lock(s.rec.ID)
@@ -117,26 +113,15 @@ func (s *sandbox) setPaused(ctx context.Context, pause bool) error {
 	if !s.rec.alive() {
 		return s.lost()
 	}
-	if s.paused() == pause {
-		return nil
+	return daemonpause.Set(ctx, s.client, filepath.Join(s.dir(), pausedFile), pause, s.check)
+}
+
+// Renew implements provider.Leaser.
+func (s *sandbox) Renew(ctx context.Context) error {
+	if err := s.exists(); err != nil {
+		return err
 	}
-	marker := filepath.Join(s.dir(), pausedFile)
-	if pause {
-		// The marker goes first: callers that see it wait for Resume
-		// rather than talk to a daemon that may not answer.
-		if err := os.WriteFile(marker, nil, 0o600); err != nil {
-			return err
-		}
-		if _, err := s.p.runsc(ctx, "pause", s.rec.Container); err != nil {
-			os.Remove(marker)
-			return s.check(err)
-		}
-		return nil
-	}
-	if _, err := s.p.runsc(ctx, "resume", s.rec.Container); err != nil {
-		return s.check(err)
-	}
-	return os.Remove(marker)
+	return s.check(s.client.Renew(ctx))
 }
 
 // Destroy implements provider.Sandbox.

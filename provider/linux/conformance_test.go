@@ -29,6 +29,14 @@ func TestConformance(t *testing.T) {
 		DaemonSocket: func(t *testing.T, sb provider.Sandbox) string {
 			return socketPath(p.cfg.StateDir, sb.ID())
 		},
+		Processes: func(t *testing.T, sb provider.Sandbox) []int {
+			cg, err := loadCgroup(sb.(*sandbox).rec.Cgroup)
+			if err != nil {
+				return nil // gone with the sandbox
+			}
+			pids, _ := cg.pids()
+			return pids
+		},
 	})
 }
 

@@ -52,6 +52,8 @@ type claimMsg struct {
 	Env       map[string]string `json:"env"`
 	Dir       string            `json:"dir,omitempty"`
 	ExpiresAt time.Time         `json:"expires_at"`
+	// Lease is Spec.Lease: see sandboxd.Server.SetLease.
+	Lease time.Duration `json:"lease,omitempty"`
 	// UserProcesses is the sandbox user's RLIMIT_NPROC.
 	UserProcesses int64 `json:"user_processes"`
 }

@@ -173,6 +173,7 @@ func runDaemon(ctl *os.File, cmds *os.File) error {
 		return fmt.Errorf("process limit: %w", err)
 	}
 	srv.Configure(cm.Env, cm.Dir)
+	srv.SetLease(cm.Lease)
 	// The hard lifetime: when it ends the daemon exits, and being the
 	// first process of the PID namespace, takes every process with it.
 	time.AfterFunc(time.Until(cm.ExpiresAt), func() { os.Exit(0) })

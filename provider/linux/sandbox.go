@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/daemonpause"
 	"github.com/berth-dev/berth/provider/internal/lost"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/sandboxd"
@@ -28,6 +29,7 @@ type sandbox struct {
 var (
 	_ provider.Sandbox         = (*sandbox)(nil)
 	_ provider.Pauser          = (*sandbox)(nil)
+	_ provider.Leaser          = (*sandbox)(nil)
 	_ provider.PathExporter    = (*sandbox)(nil)
 	_ provider.ChangedExporter = (*sandbox)(nil)
 )
@@ -48,10 +50,15 @@ func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
 		info.State = provider.StateLost
 	} else if cg, err := loadCgroup(s.rec.Cgroup); err != nil {
 		info.State = provider.StateLost
-	} else if frozen, err := cg.frozen(); err == nil && frozen {
+	} else if frozen, err := cg.frozen(); (err == nil && frozen) || s.paused() {
 		info.State = provider.StatePaused
 	}
 	return info, nil
+}
+
+// paused reports whether Pause has stopped the sandbox.
+func (s *sandbox) paused() bool {
+	return daemonpause.Paused(filepath.Join(s.p.cfg.StateDir, s.rec.ID, pausedFile))
 }
 
 // ready checks, before talking to the daemon, that it can answer: a
@@ -64,7 +71,7 @@ func (s *sandbox) ready() error {
 	if err != nil {
 		return s.lost()
 	}
-	if frozen {
+	if frozen || s.paused() {
 		return fmt.Errorf("%w: %s; resume it first", provider.ErrPaused, s.rec.ID)
 	}
 	return nil
@@ -93,23 +100,42 @@ func (s *sandbox) check(err error) error {
 // before the sandbox is taken to be alive after all.
 const lostGrace = 500 * time.Millisecond
 
-// Pause implements provider.Pauser: the cgroup freezer stops every
-// process, the daemon included, keeping their memory.
-func (s *sandbox) Pause(ctx context.Context) error {
-	cg, err := loadCgroup(s.rec.Cgroup)
-	if err != nil || !s.rec.alive() {
-		return s.lost()
-	}
-	return cg.freeze()
-}
+// Pause implements provider.Pauser: the daemon stops every other
+// process, keeping their memory, and itself still ends the sandbox at
+// its lifetime (see daemonpause).
+func (s *sandbox) Pause(ctx context.Context) error { return s.setPaused(ctx, true) }
 
 // Resume implements provider.Pauser.
-func (s *sandbox) Resume(ctx context.Context) error {
-	cg, err := loadCgroup(s.rec.Cgroup)
-	if err != nil || !s.rec.alive() {
+func (s *sandbox) Resume(ctx context.Context) error { return s.setPaused(ctx, false) }
+
+func (s *sandbox) setPaused(ctx context.Context, pause bool) error {
+	unlock, err := lock(s.p.cfg.StateDir, s.rec.ID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.exists(); err != nil {
+		return err
+	}
+	if !s.rec.alive() {
 		return s.lost()
 	}
-	return cg.thaw()
+	// A sandbox frozen by the cgroup freezer (by an earlier berth) is
+	// thawed: the daemon's stop holds it instead.
+	if cg, err := loadCgroup(s.rec.Cgroup); err == nil {
+		if frozen, _ := cg.frozen(); frozen {
+			_ = cg.thaw()
+		}
+	}
+	return daemonpause.Set(ctx, s.client, filepath.Join(s.p.cfg.StateDir, s.rec.ID, pausedFile), pause, s.check)
+}
+
+// Renew implements provider.Leaser.
+func (s *sandbox) Renew(ctx context.Context) error {
+	if err := s.exists(); err != nil {
+		return err
+	}
+	return s.check(s.client.Renew(ctx))
 }
 
 // Destroy implements provider.Sandbox.

@@ -334,7 +334,7 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 	w.dir = dir
 	sock := filepath.Join(dir, socketFile)
 	w.socket.Store(&sock)
-	msg := claimMsg{ID: spec.ID, Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt,
+	msg := claimMsg{ID: spec.ID, Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt, Lease: rec.Lease,
 		UserProcesses: p.cfg.Limits.userProcesses(rec.Resources.Pids)}
 	if err := sendJSON(w.ctl, msg, nil); err != nil {
 		return nil, fmt.Errorf("claim daemon: %w", err)

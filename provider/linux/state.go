@@ -28,6 +28,7 @@ import (
 // .newroot, where daemons build their roots.
 const (
 	recordFile    = "sandbox.json"
+	pausedFile    = "paused" // present while the sandbox is paused
 	socketFile    = "sandboxd.sock"
 	logFile       = "daemon.log"
 	newRootDir    = ".newroot" // beside the sandboxes: see Provider.newRoot

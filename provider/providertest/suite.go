@@ -41,6 +41,11 @@ type Harness struct {
 	// can write the socket's directory would); it is nil for providers
 	// that reach their daemons through no socket on the host.
 	DaemonSocket func(t *testing.T, sb provider.Sandbox) string
+	// Processes, if set, lists the host pids of every process that runs
+	// sb (its daemon and commands, or the kernel that runs them), for
+	// the lease tests, which measure from the host the CPU a sandbox
+	// uses; they skip with a clear message when it is nil.
+	Processes func(t *testing.T, sb provider.Sandbox) []int
 	// ApproximateMemory, when set, says why the provider enforces memory
 	// limits by watching rather than through the kernel. The daemon's
 	// own work (its reads fill a cache counted against the limit) may
@@ -68,6 +73,7 @@ func Run(t *testing.T, h Harness) {
 		{"Archive", archiveTests()},
 		{"Hostile", hostileTests()},
 		{"Pause", pauseTests()},
+		{"Lease", leaseTests()},
 		{"Limits", limitTests()},
 		{"Memory", memoryTests()},
 		{"Attack", attackTests()},

@@ -29,12 +29,13 @@ type Base struct {
 	Resources provider.Resources `json:"resources"`
 	CreatedAt time.Time          `json:"created_at"`
 	ExpiresAt time.Time          `json:"expires_at"`
+	Lease     time.Duration      `json:"lease,omitempty"`
 }
 
 // Info is the sandbox's provider.Info, less its state.
 func (b *Base) Info(providerName string) provider.Info {
 	return provider.Info{ID: b.ID, Provider: providerName, Labels: b.Labels, CreatedAt: b.CreatedAt,
-		ExpiresAt: b.ExpiresAt, Resources: b.Resources}
+		ExpiresAt: b.ExpiresAt, Resources: b.Resources, Lease: b.Lease}
 }
 
 // maxRecord bounds what is read of a record: 64 labels of at most 384
@@ -183,5 +184,6 @@ func NewBase(spec provider.Spec, res provider.Resources) Base {
 	if lifetime == 0 {
 		lifetime = provider.DefaultLifetime
 	}
-	return Base{ID: spec.ID, Labels: spec.Labels, Resources: res, CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC()}
+	return Base{ID: spec.ID, Labels: spec.Labels, Resources: res, CreatedAt: now.UTC(), ExpiresAt: now.Add(lifetime).UTC(),
+		Lease: spec.Lease}
 }

@@ -36,6 +36,8 @@ type Claim struct {
 	// ExpiresAt ends the sandbox: the daemon exits, and the container
 	// with it.
 	ExpiresAt time.Time `json:"expires_at"`
+	// Lease is Spec.Lease: see sandboxd.Server.SetLease.
+	Lease time.Duration `json:"lease,omitempty"`
 	// UserProcesses is the sandbox user's RLIMIT_NPROC.
 	UserProcesses int64 `json:"user_processes"`
 }
@@ -106,6 +108,7 @@ func Apply(srv *sandboxd.Server, c Claim, env map[string]string) error {
 		}
 	}
 	srv.Configure(env, c.Dir)
+	srv.SetLease(c.Lease)
 	time.AfterFunc(time.Until(c.ExpiresAt), func() { os.Exit(0) })
 	return nil
 }

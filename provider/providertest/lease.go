@@ -1,0 +1,244 @@
+package providertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/provider"
+)
+
+// The lease (Spec.Lease, provider.Leaser): a sandbox whose host has gone
+// stops its own processes, and ends itself at its lifetime, paused or
+// not. Every check of CPU is made from the host (Harness.Processes),
+// and between contacts the tests touch the sandbox only through Info,
+// which is not contact.
+func leaseTests() []test {
+	return []test{
+		{name: "StopsWithoutHost", fn: testLeaseStops},
+		{name: "StopsForkingProcesses", fn: testLeaseStopsForking},
+		{name: "PausedStaysPaused", fn: testLeasePausedStaysPaused},
+		{name: "EndsAtLifetime", fn: func(t *testing.T, s *suite) { testLeaseEnds(t, s, false) }},
+		{name: "PausedEndsAtLifetime", fn: func(t *testing.T, s *suite) { testLeaseEnds(t, s, true) }},
+		{name: "DestroyAfter", fn: testLeaseDestroyAfter},
+	}
+}
+
+const (
+	testLease = time.Second
+	// leaseSlack is how long past its lease a sandbox may take to stop.
+	leaseSlack = 5 * time.Second
+	// cpuWindow is how long CPU use is measured over; idleCPU the most
+	// a stopped sandbox may use in it (its daemon's sweeps, a gVisor
+	// kernel's own timers). A busy loop uses all of a core, or, on a
+	// machine loaded many times over, a few per cent of one.
+	cpuWindow = time.Second
+	idleCPU   = 20 * time.Millisecond
+)
+
+// busyLoop starts a loop that spins in the background and prints its pid.
+const busyLoop = `nohup sh -c 'while :; do :; done' > /dev/null 2>&1 & echo $!`
+
+// forkLoop starts a loop that forks without end and prints its pid.
+const forkLoop = `nohup sh -c 'while :; do /bin/true; done' > /dev/null 2>&1 & echo $!`
+
+// leased creates a sandbox with the test lease and lifetime (zero: the
+// default), and starts script in it, returning the pid it prints.
+func (s *suite) leased(t *testing.T, lifetime time.Duration, script string) (provider.Provider, provider.Sandbox, string) {
+	t.Helper()
+	p := s.open(t)
+	if s.h.Processes == nil {
+		t.Skip("skipped: the harness cannot see a sandbox's processes from the host (Harness.Processes is nil)")
+	}
+	spec := s.newSpec(t)
+	spec.Lease, spec.Lifetime = testLease, lifetime
+	sb := s.mustCreate(t, p, spec)
+	if _, ok := sb.(provider.Leaser); !ok {
+		t.Skipf("skipped: provider %q keeps no lease (its sandboxes do not implement provider.Leaser)", p.Name())
+	}
+	pid := strings.TrimSpace(mustSh(t, sb, script))
+	if _, err := strconv.Atoi(pid); err != nil {
+		t.Fatalf("the loop's pid: %q", pid)
+	}
+	return p, sb, pid
+}
+
+// cpuOver is the CPU sb's processes use over d, as the host sees it.
+func (s *suite) cpuOver(t *testing.T, sb provider.Sandbox, d time.Duration) time.Duration {
+	t.Helper()
+	before := hostCPU(s.h.Processes(t, sb))
+	time.Sleep(d)
+	return hostCPU(s.h.Processes(t, sb)) - before
+}
+
+// waitStopped waits until sb's processes use no CPU, and reports how
+// long that took.
+func (s *suite) waitStopped(t *testing.T, sb provider.Sandbox, within time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var used time.Duration
+	eventually(t, within, what, func() (bool, string) {
+		used = s.cpuOver(t, sb, cpuWindow)
+		return used <= idleCPU, fmt.Sprintf("%v of CPU in %v", used, cpuWindow)
+	})
+	return time.Since(start)
+}
+
+// checkBusy fails the test unless sb's processes use CPU, renewing its
+// lease meanwhile, as a host that holds it does.
+func (s *suite) checkBusy(t *testing.T, sb provider.Sandbox, what string) {
+	t.Helper()
+	var used time.Duration
+	eventually(t, 20*time.Second, what, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+		defer cancel()
+		if err := sb.(provider.Leaser).Renew(ctx); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		used = s.cpuOver(t, sb, cpuWindow/2)
+		return used > idleCPU, fmt.Sprintf("%v of CPU in %v", used, cpuWindow/2)
+	})
+}
+
+// checkAlive fails the test unless the process pid still runs in sb.
+func checkAlive(t *testing.T, sb provider.Sandbox, pid string) {
+	t.Helper()
+	if r := run(t, sb, "kill", "-0", pid); r.ExitCode != 0 {
+		t.Errorf("the loop (pid %s) is gone: kill -0 exit code %d, %s", pid, r.ExitCode, tail(r.stderr))
+	}
+}
+
+func testLeaseStops(t *testing.T, s *suite) {
+	_, sb, pid := s.leased(t, 0, busyLoop)
+	s.checkBusy(t, sb, "the busy loop uses CPU")
+	took := s.waitStopped(t, sb, testLease+leaseSlack, "with no contact for its lease, the sandbox's processes stop")
+	t.Logf("stopped within %v of the last contact (lease %v)", took.Round(100*time.Millisecond), testLease)
+	// Contact wakes it, and the same loop goes on.
+	checkServing(t, sb)
+	checkAlive(t, sb, pid)
+	s.checkBusy(t, sb, "after contact the loop runs on")
+}
+
+func testLeaseStopsForking(t *testing.T, s *suite) {
+	_, sb, pid := s.leased(t, 0, forkLoop)
+	s.checkBusy(t, sb, "the forking loop uses CPU")
+	s.waitStopped(t, sb, testLease+leaseSlack, "with no contact for its lease, a forking process stops")
+	// Held, not merely caught between forks.
+	if used := s.cpuOver(t, sb, 2*cpuWindow); used > 2*idleCPU {
+		t.Errorf("a stopped sandbox used %v of CPU over %v: a forked process escaped", used, 2*cpuWindow)
+	}
+	checkServing(t, sb)
+	checkAlive(t, sb, pid)
+	s.checkBusy(t, sb, "after contact the forking loop runs on")
+}
+
+func testLeasePausedStaysPaused(t *testing.T, s *suite) {
+	p, sb, pid := s.leased(t, 0, busyLoop)
+	skipUnlessPause(t, p)
+	s.checkBusy(t, sb, "the busy loop uses CPU")
+	ctx := timeout(t, opTimeout)
+	if err := asPauser(t, sb).Pause(ctx); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	s.waitStopped(t, sb, leaseSlack, "a paused sandbox's processes stop")
+	// Renewals, as a host holding the sandbox makes them, for more than
+	// the lease: none undoes the Pause.
+	for range 4 {
+		if err := sb.(provider.Leaser).Renew(ctx); err != nil {
+			t.Fatalf("Renew of a paused sandbox: %v", err)
+		}
+		if used := s.cpuOver(t, sb, testLease/2); used > idleCPU {
+			t.Fatalf("a renewal undid a Pause: the paused sandbox used %v of CPU in %v", used, testLease/2)
+		}
+	}
+	if info, err := sb.Info(ctx); err != nil || info.State != provider.StatePaused {
+		t.Errorf("Info after renewals of a paused sandbox: state %q, err %v; want %q", info.State, err, provider.StatePaused)
+	}
+	if err := asPauser(t, sb).Resume(ctx); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	checkAlive(t, sb, pid)
+	s.checkBusy(t, sb, "after Resume the loop runs on")
+}
+
+// testLeaseEnds leaves a sandbox with a busy loop and a short lifetime
+// alone, paused first if pause: it must end by itself at its lifetime,
+// its processes gone from the host.
+func testLeaseEnds(t *testing.T, s *suite, pause bool) {
+	const lifetime = 4 * time.Second
+	p, sb, _ := s.leased(t, lifetime, busyLoop)
+	if pause {
+		skipUnlessPause(t, p)
+		ctx := timeout(t, opTimeout)
+		if err := asPauser(t, sb).Pause(ctx); err != nil {
+			t.Fatalf("Pause: %v", err)
+		}
+	}
+	info, err := sb.Info(timeout(t, opTimeout))
+	if err != nil {
+		t.Fatalf("Info: %v", err)
+	}
+	eventually(t, time.Until(info.ExpiresAt)+settleTimeout, "the sandbox ends by itself at its lifetime", func() (bool, string) {
+		if pids := s.h.Processes(t, sb); len(pids) > 0 {
+			return false, fmt.Sprintf("%d processes on the host", len(pids))
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), settleTimeout)
+		defer cancel()
+		info, err := sb.Info(ctx)
+		switch {
+		case errors.Is(err, provider.ErrNotFound):
+			return true, "gone"
+		case err != nil:
+			return false, "Info: " + err.Error()
+		}
+		return info.State == provider.StateLost, "state " + string(info.State)
+	})
+	if late := time.Since(info.ExpiresAt); late > 0 {
+		t.Logf("ended %v after its lifetime", late.Round(100*time.Millisecond))
+	}
+}
+
+func testLeaseDestroyAfter(t *testing.T, s *suite) {
+	p, sb, _ := s.leased(t, 0, forkLoop)
+	s.waitStopped(t, sb, testLease+leaseSlack, "with no contact for its lease, the sandbox's processes stop")
+	ctx := timeout(t, opTimeout)
+	start := time.Now()
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatalf("Destroy of a sandbox its lease stopped: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("Destroy of a sandbox its lease stopped took %v", took)
+	}
+	_, err := p.Get(ctx, sb.ID())
+	checkErrIs(t, err, provider.ErrNotFound, "Get after Destroy")
+}
+
+// hostCPU sums the CPU time (user and system) that the processes pids
+// and the children they reaped have used, as /proc on the host counts it; pids gone count nothing.
+func hostCPU(pids []int) time.Duration {
+	var ticks uint64
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 15 {
+			continue
+		}
+		// Its own, and that of the children it has reaped: a process
+		// that ends between two readings leaves its time to its parent.
+		for _, v := range f[11:15] {
+			n, _ := strconv.ParseUint(v, 10, 64)
+			ticks += n
+		}
+	}
+	// USER_HZ is 100 on every Linux that berth runs on.
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
