@@ -15,7 +15,7 @@ commands under way finish for up to --stop-timeout, then pauses every
 sandbox of this host still running (noting which in the data directory)
 and exits 0; a second signal ends it at once. At the next start it
 lists what it holds, destroys the sandboxes whose owner workflow closed
-meanwhile, and leaves the others to their workflows: the next operation
+meanwhile (unless --reap-every is 0), and leaves the others to their workflows: the next operation
 on a paused one (sandbox exec, session send) resumes it, and one idle
 past its hibernate-after is hibernated. Killed instead (SIGKILL, a
 crash), its sandboxes run on, and are found again the same way.`
