@@ -55,6 +55,9 @@ type Activities struct {
 	// PartSize is the size of stored output parts; zero means
 	// transfer.DefaultPartSize.
 	PartSize int
+	// Parked are the sandboxes this host paused as it last stopped; nil
+	// means none.
+	Parked *Parked
 
 	handoffs handoffs // commands ExecLocal handed to Exec
 }
@@ -67,7 +70,20 @@ func (a *Activities) provider(name string) (provider.Provider, error) {
 	return p, nil
 }
 
+// sandbox finds the sandbox ref names, resuming it first if its host
+// paused it as it stopped: its workflow believes it running.
 func (a *Activities) sandbox(ctx context.Context, ref Ref) (provider.Sandbox, error) {
+	sb, err := a.get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.unpark(ctx, ref, sb); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+func (a *Activities) get(ctx context.Context, ref Ref) (provider.Sandbox, error) {
 	p, err := a.provider(ref.Provider)
 	if err != nil {
 		return nil, err

@@ -14,11 +14,20 @@ func (a *Activities) Pause(ctx context.Context, ref Ref) error {
 }
 
 func (a *Activities) pause(ctx context.Context, ref Ref) error {
-	p, err := a.pauser(ctx, ref)
+	// A sandbox its host parked stays paused, now by its workflow's
+	// wish: no resume first.
+	sb, err := a.get(ctx, ref)
 	if err != nil {
 		return err
 	}
-	return p.Pause(ctx)
+	p, ok := sb.(provider.Pauser)
+	if !ok {
+		return fmt.Errorf("%w: provider %s cannot pause sandboxes", provider.ErrUnsupported, ref.Provider)
+	}
+	if err := p.Pause(ctx); err != nil {
+		return err
+	}
+	return a.Parked.Remove(ParkedRef{Provider: ref.Provider, ID: ref.ID})
 }
 
 // Resume thaws a paused sandbox.

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob"
 
+	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/snapshot"
@@ -49,6 +50,10 @@ type HostConfig struct {
 	// Logger receives the host's and its providers' events; nil
 	// discards them.
 	Logger *slog.Logger
+	// StopTimeout is how long Shutdown lets the commands under way
+	// finish before it pauses their sandboxes; zero means
+	// DefaultStopTimeout, a negative value not at all.
+	StopTimeout time.Duration
 	// Model is the model the coding agent calls; nil means the one the
 	// environment names (model.ConfigFromEnv), if BERTH_MODEL is set.
 	// The model is optional: a model set but not usable (no key, a
@@ -64,7 +69,12 @@ type Host struct {
 	*Worker
 	providers []provider.Provider
 	buckets   []*blob.Bucket
-	stop      context.CancelFunc // the model's first check
+	parked    *activities.Parked
+	log       *slog.Logger
+	bg        context.Context    // the host's background work: the model's first check, the reaper's pass at start
+	stop      context.CancelFunc // ends bg
+	stopped   bool               // the workers are stopped
+	closed    bool
 }
 
 // StartHost opens the providers and blob store cfg names, starts the
@@ -76,7 +86,14 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	if err := prepareDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	h := &Host{}
+	h := &Host{log: cfg.Logger}
+	h.bg, h.stop = context.WithCancel(ctx)
+	parked, err := activities.OpenParked(filepath.Join(cfg.DataDir, ParkedFile))
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	h.parked = parked
 	ps := map[string]provider.Provider{}
 	var unavailable []provider.Status
 	// Named providers must open; by default the host serves every
@@ -139,6 +156,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
 		Workflows: []any{workflows.Run, workflows.Sandbox, workflows.Reaper, workflows.Snapshots, workflows.Providers},
 		Relay:     transfer.Limits{Sign: SharedStore(cfg.Blob)},
+		Parked:    parked, StopTimeout: stopTimeout(cfg.StopTimeout),
 	})
 	if err != nil {
 		h.Close()
@@ -152,9 +170,14 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	case env.APIKey != "":
 		unnamed = "OPENAI_API_KEY"
 	}
-	h.reportModel(ctx, cfg.Logger, unnamed)
+	h.reportModel(cfg.Logger, unnamed)
+	if err := h.reconcileAtStart(ctx); err != nil {
+		h.Close()
+		return nil, err
+	}
 	if cfg.ReapEvery > 0 {
 		in := workflows.ReaperInput{Queue: h.HostQueue, OutputRetention: cfg.OutputRetention}
+		h.reapAtStart(c, in)
 		if err := scheduleReaper(ctx, c, h.queue, in, cfg.ReapEvery); err != nil {
 			h.Close()
 			return nil, err
@@ -172,13 +195,19 @@ func (h *Host) Providers() []string {
 	return names
 }
 
-// Close stops the workers and closes the providers and blob stores.
+// Close stops the workers and closes the providers and blob stores,
+// leaving the sandboxes as they are (Shutdown pauses them).
 func (h *Host) Close() {
+	if h.closed {
+		return
+	}
+	h.closed = true
 	if h.stop != nil {
 		h.stop()
 	}
-	if h.Worker != nil {
+	if h.Worker != nil && !h.stopped {
 		h.Stop()
+		h.stopped = true
 	}
 	for _, b := range h.buckets {
 		b.Close()
@@ -195,8 +224,8 @@ func (h *Host) Close() {
 // says in one line what it found. unnamed is the variable (OPENAI_BASE_URL
 // or OPENAI_API_KEY) set without BERTH_MODEL: someone meant the host to
 // have a model.
-func (h *Host) reportModel(ctx context.Context, log *slog.Logger, unnamed string) {
-	ctx, h.stop = context.WithCancel(ctx)
+func (h *Host) reportModel(log *slog.Logger, unnamed string) {
+	ctx := h.bg
 	go func() {
 		st := h.ModelStatus(ctx)
 		if ctx.Err() != nil {

@@ -16,6 +16,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
@@ -79,6 +81,13 @@ type Options struct {
 	// Relay bounds what the relay stores for front ends (uploads); zero
 	// fields mean transfer's defaults.
 	Relay transfer.Limits
+	// Parked are the sandboxes this host paused as it last stopped
+	// (Host.Shutdown); nil means none.
+	Parked *activities.Parked
+	// StopTimeout is how long Stop lets the activities under way (the
+	// commands running) finish before it cancels them; zero means at
+	// once.
+	StopTimeout time.Duration
 }
 
 // Worker is the running set of workers.
@@ -108,14 +117,14 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 	}
 	acts := &activities.Activities{
 		Providers: opts.Providers, Unavailable: opts.Unavailable, Outputs: opts.Outputs, Snapshots: opts.Snapshots, Client: c,
-		GenericQueue: opts.Queue, HostQueue: opts.HostQueue,
+		GenericQueue: opts.Queue, HostQueue: opts.HostQueue, Parked: opts.Parked,
 	}
 	w := &Worker{queue: opts.Queue, HostQueue: opts.HostQueue}
 	// The relay: front ends read outputs and write uploads through the
 	// server, never the disk, and only a workflow's own.
 	identity := activities.Identity(opts.HostQueue)
 	w.generic = worker.New(c, opts.Queue, worker.Options{
-		Identity:     identity,
+		Identity: identity, WorkerStopTimeout: opts.StopTimeout,
 		Interceptors: []interceptor.WorkerInterceptor{transfer.Interceptor(opts.Outputs, opts.Relay)},
 	})
 	w.generic.RegisterActivity(acts)
@@ -136,7 +145,7 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 	// Activities only: the providers' queues and the host's carry no
 	// workflow tasks.
 	start := func(queue string) (worker.Worker, error) {
-		aw := worker.New(c, queue, worker.Options{Identity: identity, DisableWorkflowWorker: true})
+		aw := worker.New(c, queue, worker.Options{Identity: identity, DisableWorkflowWorker: true, WorkerStopTimeout: opts.StopTimeout})
 		aw.RegisterActivity(acts)
 		if err := aw.Start(); err != nil {
 			w.Stop()
@@ -232,18 +241,20 @@ func noModelStatus(st model.Status) func(context.Context) (model.Status, error) 
 	return func(context.Context) (model.Status, error) { return st, nil }
 }
 
-// Stop stops the workers.
+// Stop stops the workers: they take no more work, and the activities
+// under way get Options.StopTimeout to finish, all workers at once.
 func (w *Worker) Stop() {
-	if w.host != nil {
-		w.host.Stop()
+	all := append([]worker.Worker{w.generic}, w.providers...)
+	for _, x := range []worker.Worker{w.host, w.model} {
+		if x != nil {
+			all = append(all, x)
+		}
 	}
-	for _, pw := range w.providers {
-		pw.Stop()
+	var wg sync.WaitGroup
+	for _, x := range all {
+		wg.Go(x.Stop)
 	}
-	if w.model != nil {
-		w.model.Stop()
-	}
-	w.generic.Stop()
+	wg.Wait()
 }
 
 // Logger adapts slog for the Temporal SDK.

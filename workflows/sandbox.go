@@ -77,7 +77,13 @@ const (
 const (
 	MemoProvider = "berth.provider"
 	MemoState    = "berth.state"
+	// MemoQueue is the task queue of the sandbox's host: berth sandbox
+	// ls asks whether a worker polls it.
+	MemoQueue = "berth.queue"
 )
+
+// memoQueueVersion marks the sandboxes that keep MemoQueue.
+const memoQueueVersion = "berth.sandbox.memo-queue"
 
 // ExecRequest is a command. Exactly one of Argv and Shell is set.
 type ExecRequest struct {
@@ -301,19 +307,30 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 		}
 		return workflow.GetInfo(ctx).GetContinueAsNewSuggested()
 	}
-	memo, memoProvider := sandbox.State(""), ""
+	memo, memoProvider, memoQueue := sandbox.State(""), "", ""
+	withQueue := workflow.GetVersion(ctx, memoQueueVersion, workflow.DefaultVersion, 1) == 1
+	queue := func() string {
+		if withQueue {
+			return sbx.Ref().Queue
+		}
+		return ""
+	}
 	for {
-		if st, prov := sbx.State(), s.config.Provider; st != memo || prov != memoProvider {
-			if err := workflow.UpsertMemo(ctx, map[string]any{MemoState: st, MemoProvider: prov}); err != nil {
+		if st, prov, q := sbx.State(), s.config.Provider, queue(); st != memo || prov != memoProvider || q != memoQueue {
+			m := map[string]any{MemoState: st, MemoProvider: prov}
+			if withQueue {
+				m[MemoQueue] = q
+			}
+			if err := workflow.UpsertMemo(ctx, m); err != nil {
 				return err
 			}
-			memo, memoProvider = st, prov
+			memo, memoProvider, memoQueue = st, prov, q
 		}
 		// Continuing as new happens in one workflow task, the handle idle
 		// and no update in flight: nothing is left behind in this run.
 		canCarry := func() bool { return tooLong() && workflow.AllHandlersFinished(ctx) && !sbx.Busy() }
 		err := workflow.Await(ctx, func() bool {
-			return s.stopping || expired || canCarry() || sbx.State() != memo || s.config.Provider != memoProvider
+			return s.stopping || expired || canCarry() || sbx.State() != memo || s.config.Provider != memoProvider || queue() != memoQueue
 		})
 		if err != nil {
 			return err // canceled: the deferred Stop cleans up

@@ -20,12 +20,12 @@ import (
 
 func newDev() *cobra.Command {
 	var (
-		dataDir                    string
-		port                       int
-		uiPort                     int
-		verbose                    bool
-		reapEvery, outputRetention time.Duration
-		providers                  providerFlags
+		dataDir                                 string
+		port                                    int
+		uiPort                                  int
+		verbose                                 bool
+		reapEvery, outputRetention, stopTimeout time.Duration
+		providers                               providerFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -43,7 +43,9 @@ The coding agent's model is optional and comes from the environment:
                     LiteLLM); default https://api.openai.com/v1
 A model server that is down or lists no models does not stop berth dev:
 it says so in one line, sessions try the model at each call, and berth
-providers shows its state.`,
+providers shows its state.
+
+` + stoppingHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -71,6 +73,7 @@ providers shows its state.`,
 				DataDir: dataDir, Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 				Providers: providers.names, ProviderConfig: providers.config,
 				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
+				StopTimeout: hostStopTimeout(stopTimeout),
 			})
 			if err != nil {
 				return err
@@ -85,8 +88,7 @@ providers shows its state.`,
 			}
 			log.Info("berth dev is ready", attrs...)
 			<-ctx.Done()
-			log.Info("berth dev is stopping")
-			return nil
+			return shutdown(ctx, h, log, "berth dev", stopTimeout)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", hostworker.DefaultDataDir(), "where the server's database, sandboxes and outputs live")
@@ -94,6 +96,7 @@ providers shows its state.`,
 	cmd.Flags().IntVar(&uiPort, "ui-port", 8233, "the Temporal Web UI's port; 0 for none")
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
+	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long commands under way may finish before their sandboxes are paused; 0 for none")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)
 	return cmd

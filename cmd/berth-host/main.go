@@ -32,7 +32,13 @@ func main() {
 	// the linux provider's in-sandbox daemon; then this never returns.
 	linux.Main()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	go func() {
+		// The first signal stops berth dev or berth worker gracefully;
+		// a second ends the process at once, by the signal's default
+		// action.
+		<-ctx.Done()
+		stop()
+	}()
 	os.Exit(run(ctx, os.Args[1:]))
 }
 

@@ -22,6 +22,7 @@ func newWorker() *cobra.Command {
 		dataDir, blob, queue, hostQueue string
 		verbose                         bool
 		reapEvery, outputRetention      time.Duration
+		stopTimeout                     time.Duration
 		providers                       providerFlags
 	)
 	cmd := &cobra.Command{
@@ -32,7 +33,9 @@ temporal CLI is: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY,
 TLS settings and config-file profiles (TEMPORAL_PROFILE), or the flags
 of the same names that every berth command takes. The coding agent's
 model, optional, comes from BERTH_MODEL, OPENAI_API_KEY and
-OPENAI_BASE_URL, as for berth dev (berth dev --help).`,
+OPENAI_BASE_URL, as for berth dev (berth dev --help).
+
+` + stoppingHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -51,6 +54,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).`,
 				DataDir: dataDir, Blob: blob, Queue: queue, HostQueue: hostQueue,
 				Providers: providers.names, ProviderConfig: providers.config,
 				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
+				StopTimeout: hostStopTimeout(stopTimeout),
 			})
 			if err != nil {
 				return err
@@ -59,8 +63,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).`,
 			log.Info("berth worker is ready", "address", opts.HostPort, "namespace", opts.Namespace,
 				"queue", queue, "host-queue", h.HostQueue, "providers", h.Providers())
 			<-ctx.Done()
-			log.Info("berth worker is stopping")
-			return nil
+			return shutdown(ctx, h, log, "berth worker", stopTimeout)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", hostworker.DefaultDataDir(), "where sandboxes (and a file blob store) live")
@@ -69,6 +72,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).`,
 	cmd.Flags().StringVar(&hostQueue, "host-queue", "", "this host's own task queue (default QUEUE@hostname)")
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy this host's sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
+	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long commands under way may finish before their sandboxes are paused; 0 for none")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)
 	// berth's connection flags: the berth command hands them over after

@@ -302,13 +302,32 @@ type sandboxRow struct {
 	// Owner is ForkOf under its first name, kept for scripts that read
 	// it.
 	Owner string `json:"owner"`
+	// NoWorker: the sandbox is held (running or paused) on a host whose
+	// queue no worker has polled for noWorkerAfter or more; for
+	// NoWorkerSeconds, when the server knows its last poll (zero when it
+	// knows none).
+	NoWorker        bool    `json:"no_worker"`
+	NoWorkerSeconds float64 `json:"no_worker_seconds"`
+	queue           string
 }
+
+// noWorkerAfter is how long a host's queue goes unpolled before berth
+// sandbox ls says its sandboxes have no worker: a live worker's poll
+// lasts up to a minute, and the server notes it as it begins.
+const noWorkerAfter = 70 * time.Second
 
 // sandboxHeader and sandboxLine make berth sandbox ls's table.
 const sandboxHeader = "ID\tPROVIDER\tSTATE\tAGE\tFORK OF"
 
 func sandboxLine(r sandboxRow) string {
-	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", r.ID, r.Provider, r.State,
+	state := r.State
+	switch {
+	case r.NoWorker && r.NoWorkerSeconds > 0:
+		state += fmt.Sprintf(" (no worker for %s)", time.Duration(r.NoWorkerSeconds*float64(time.Second)).Round(time.Second))
+	case r.NoWorker:
+		state += " (no worker)"
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", r.ID, r.Provider, state,
 		time.Duration(r.Age*float64(time.Second)).Round(time.Second), dash(r.ForkOf))
 }
 
@@ -334,6 +353,9 @@ func listSandboxes(ctx context.Context, c *client.Client, all bool) ([]sandboxRo
 		if p := e.GetMemo().GetFields()[workflows.MemoState]; p != nil {
 			_ = dc.FromPayload(p, &r.State)
 		}
+		if p := e.GetMemo().GetFields()[workflows.MemoQueue]; p != nil {
+			_ = dc.FromPayload(p, &r.queue)
+		}
 		if e.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 			r.State = strings.ToLower(e.Status.String())
 		}
@@ -347,7 +369,47 @@ func listSandboxes(ctx context.Context, c *client.Client, all bool) ([]sandboxRo
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
 	}
+	if err := markNoWorker(ctx, c.Temporal(), rows); err != nil {
+		return nil, err
+	}
 	return rows, nil
+}
+
+// markNoWorker marks the held sandboxes whose host's queue no worker
+// has polled for noWorkerAfter.
+func markNoWorker(ctx context.Context, c tclient.Client, rows []sandboxRow) error {
+	unpolled := map[string]*time.Duration{} // by queue; nil: no poll known
+	for i := range rows {
+		r := &rows[i]
+		if r.queue == "" || (r.State != string(sandbox.StateRunning) && r.State != string(sandbox.StatePaused)) {
+			continue
+		}
+		since, asked := unpolled[r.queue]
+		if !asked {
+			resp, err := c.DescribeTaskQueue(ctx, r.queue, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
+			if err != nil {
+				return fmt.Errorf("describe task queue %s: %w", r.queue, err)
+			}
+			var last time.Time
+			for _, p := range resp.GetPollers() {
+				if at := p.GetLastAccessTime().AsTime(); at.After(last) {
+					last = at
+				}
+			}
+			if !last.IsZero() {
+				d := time.Since(last)
+				since = &d
+			}
+			unpolled[r.queue] = since
+		}
+		switch {
+		case since == nil:
+			r.NoWorker = true
+		case *since >= noWorkerAfter:
+			r.NoWorker, r.NoWorkerSeconds = true, since.Round(time.Second).Seconds()
+		}
+	}
+	return nil
 }
 
 func newSandboxRm(cf *connFlags) *cobra.Command {

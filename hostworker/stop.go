@@ -1,0 +1,173 @@
+package hostworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/workflows"
+)
+
+// DefaultStopTimeout is how long a stopping host lets the commands under
+// way finish before it pauses their sandboxes.
+const DefaultStopTimeout = 10 * time.Second
+
+// ParkedFile, in the data directory, names the sandboxes a host paused
+// as it stopped.
+const ParkedFile = "parked"
+
+func stopTimeout(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return DefaultStopTimeout
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
+// Shutdown stops the host as SIGTERM asks. Its workers stop taking work
+// and give the activities under way (the commands running) up to
+// HostConfig.StopTimeout to finish; a command that runs longer goes on in
+// its sandbox, and a later attempt of its activity attaches to it. Then
+// every sandbox of the host's host-bound providers that is still running
+// is paused, so that none runs unwatched while no worker serves it: the
+// host notes it in its data directory first (ParkedFile), and the next
+// operation on it, once the host is back, resumes it. Sandboxes of other
+// providers are any worker's, and go on. Shutdown then closes the host,
+// and returns the sandboxes it paused.
+func (h *Host) Shutdown(ctx context.Context) ([]activities.ParkedRef, error) {
+	h.stop()
+	if !h.stopped {
+		h.Stop()
+		h.stopped = true
+	}
+	defer h.Close()
+	return h.park(ctx)
+}
+
+// park pauses the running sandboxes of the host-bound providers,
+// writing them down first.
+func (h *Host) park(ctx context.Context) ([]activities.ParkedRef, error) {
+	type running struct {
+		ref activities.ParkedRef
+		p   provider.Provider
+	}
+	var all []running
+	var errs []error
+	for _, p := range h.providers {
+		if caps := p.Capabilities(); !caps.HostBound || !caps.Pause {
+			continue
+		}
+		infos, err := p.List(ctx, nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s sandboxes: %w", p.Name(), err))
+			continue
+		}
+		for _, info := range infos {
+			if info.State == provider.StateRunning {
+				all = append(all, running{activities.ParkedRef{Provider: p.Name(), ID: info.ID}, p})
+			}
+		}
+	}
+	refs := make([]activities.ParkedRef, len(all))
+	for i, r := range all {
+		refs[i] = r.ref
+	}
+	if len(refs) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	if err := h.parked.Add(refs...); err != nil {
+		// Unnoted, a paused sandbox would stay frozen under a workflow
+		// that believes it running: leave them all running.
+		return nil, err
+	}
+	var paused []activities.ParkedRef
+	for _, r := range all {
+		err := pauseOne(ctx, r.p, r.ref.ID)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pause %s sandbox %s: %w", r.ref.Provider, r.ref.ID, err))
+			continue
+		}
+		paused = append(paused, r.ref)
+	}
+	return paused, errors.Join(errs...)
+}
+
+func pauseOne(ctx context.Context, p provider.Provider, id string) error {
+	sb, err := p.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	pa, ok := sb.(provider.Pauser)
+	if !ok {
+		return provider.ErrUnsupported
+	}
+	return pa.Pause(ctx)
+}
+
+// reconcileAtStart lists what the host holds on each provider, forgets
+// the parked sandboxes that are gone, and says in one line what it found.
+func (h *Host) reconcileAtStart(ctx context.Context) error {
+	held := map[activities.ParkedRef]bool{}
+	attrs := []any{}
+	for _, p := range h.providers {
+		infos, err := p.List(ctx, nil)
+		if err != nil {
+			h.log.Warn("cannot list sandboxes", "provider", p.Name(), "error", err)
+			continue
+		}
+		for _, info := range infos {
+			held[activities.ParkedRef{Provider: p.Name(), ID: info.ID}] = true
+		}
+		attrs = append(attrs, p.Name(), len(infos))
+	}
+	parked, err := h.parked.Retain(func(r activities.ParkedRef) bool { return held[r] })
+	if err != nil {
+		return err
+	}
+	ids := make([]string, len(parked))
+	for i, r := range parked {
+		ids[i] = r.ID
+	}
+	slices.Sort(ids)
+	h.log.Info("sandboxes on this host", append(attrs, "parked", ids)...)
+	return nil
+}
+
+// reapAtStart runs one pass of the host's reaper now, in the background:
+// a sandbox whose owner closed while the host was down is destroyed
+// within moments of its start, not at the reaper's next turn. A sandbox
+// whose owner lives is its workflow's, which finds it at its next
+// operation.
+func (h *Host) reapAtStart(c client.Client, in workflows.ReaperInput) {
+	ctx := h.bg
+	go func() {
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID: "berth-reap-at-start-" + in.Queue, TaskQueue: h.queue,
+			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		}, workflows.Reaper, in)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.log.Warn("reap at start", "error", err)
+			}
+			return
+		}
+		var report sandbox.ReapReport
+		if err := run.Get(ctx, &report); err != nil {
+			if ctx.Err() == nil {
+				h.log.Warn("reap at start", "error", err)
+			}
+			return
+		}
+		h.log.Info("reaped at start", "destroyed", report.Sandboxes)
+	}()
+}
