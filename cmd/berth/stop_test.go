@@ -91,9 +91,8 @@ func TestServiceStopped(t *testing.T) {
 		down = time.Now()
 		var again testkit.SyncBuffer
 		logs = append(logs, &again)
-		up = time.Now()
 		dev, _ = startDev(t, berth, data, port, &again)
-		return down, up
+		return down, time.Now()
 	}
 
 	t.Run("SIGTERM", func(t *testing.T) {
