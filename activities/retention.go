@@ -11,6 +11,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
@@ -141,4 +142,11 @@ func deletePrefix(ctx context.Context, bucket *blob.Bucket, prefix string) error
 			return fmt.Errorf("delete %s: %w", obj.Key, err)
 		}
 	}
+}
+
+// OwnerClosedAt says whether the workflow run that owns a sandbox (its
+// labels' workflow and run ids) has closed, and when: a run continued as
+// new lives on in its successor.
+func OwnerClosedAt(ctx context.Context, c client.Client, workflowID, runID string) (time.Time, bool, error) {
+	return (&Activities{Client: c}).ownerClosedAt(ctx, workflowID, runID)
 }

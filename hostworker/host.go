@@ -54,6 +54,10 @@ type HostConfig struct {
 	// finish before it pauses their sandboxes; zero means
 	// DefaultStopTimeout, a negative value not at all.
 	StopTimeout time.Duration
+	// OrphanSampling, when set, is how often the host counts its
+	// orphaned sandboxes (OrphanedSeconds, MetricsHandler); zero means
+	// it does not.
+	OrphanSampling time.Duration
 	// Model is the model the coding agent calls; nil means the one the
 	// environment names (model.ConfigFromEnv), if BERTH_MODEL is set.
 	// The model is optional: a model set but not usable (no key, a
@@ -73,6 +77,7 @@ type Host struct {
 	log       *slog.Logger
 	bg        context.Context    // the host's background work: the model's first check, the reaper's pass at start
 	stop      context.CancelFunc // ends bg
+	orphans   *orphans           // nil unless counted
 	stopped   bool               // the workers are stopped
 	closed    bool
 }
@@ -174,6 +179,10 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	if err := h.reconcileAtStart(ctx); err != nil {
 		h.Close()
 		return nil, err
+	}
+	if cfg.OrphanSampling > 0 {
+		h.orphans = &orphans{c: c, every: cfg.OrphanSampling, closed: map[string]time.Time{}, seen: map[string]time.Time{}}
+		h.countOrphans(h.orphans)
 	}
 	if cfg.ReapEvery > 0 {
 		in := workflows.ReaperInput{Queue: h.HostQueue, OutputRetention: cfg.OutputRetention}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/activities"
@@ -72,7 +74,7 @@ func TestShutdownParks(t *testing.T) {
 	c := server(t)
 	data := shortDataDir(t)
 	cfg := hostworker.HostConfig{DataDir: data, Providers: []string{"linux"},
-		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue, StopTimeout: 3 * time.Second}
+		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue, StopTimeout: 6 * time.Second}
 	h, err := hostworker.StartHost(ctx, c, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -100,11 +102,25 @@ func TestShutdownParks(t *testing.T) {
 		}()
 		return done
 	}
-	short := start("touch short-started; sleep 1; touch short-done; echo short")
-	long := start("echo ran >> long-runs; sleep 6; echo long")
-	testkit.Eventually(t, "both commands to start", 30*time.Second, func() bool {
-		return fileSize(filepath.Join(ws, "short-started")) == 0 && fileSize(filepath.Join(ws, "long-runs")) > 0
+	short := start("sleep 4; touch short-done; echo short")
+	long := start("echo ran >> long-runs; sleep 12; echo long")
+	// Both under way in Exec activities, past ExecLocal's window.
+	testkit.Eventually(t, "both commands to run in Exec activities", 30*time.Second, func() bool {
+		desc, err := c.DescribeWorkflowExecution(ctx, id, "")
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, a := range desc.PendingActivities {
+			if a.GetActivityType().GetName() == "Exec" && a.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED {
+				n++
+			}
+		}
+		return n == 2
 	})
+	if fileSize(filepath.Join(ws, "short-done")) == 0 {
+		t.Fatal("the short command ended before the host stopped: the test proves nothing")
+	}
 
 	began := time.Now()
 	parked, err := h.Shutdown(ctx)
@@ -112,8 +128,8 @@ func TestShutdownParks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	if took > 3*time.Second+10*time.Second {
-		t.Errorf("shutdown took %v, with a stop timeout of 3s", took)
+	if took > 6*time.Second+10*time.Second {
+		t.Errorf("shutdown took %v, with a stop timeout of 6s", took)
 	}
 	if want := []activities.ParkedRef{{Provider: "linux", ID: sbx}}; fmt.Sprint(parked) != fmt.Sprint(want) {
 		t.Errorf("parked %v, want %v", parked, want)
@@ -204,4 +220,111 @@ func TestReconcileAtStart(t *testing.T) {
 	if out := execIn(t, c, "lives", workflows.ExecRequest{Shell: "echo here"}); string(out.Stdout.Inline) != "here\n" || !exists(lives) {
 		t.Errorf("the sandbox whose owner lives: %q", out.Stdout.Inline)
 	}
+}
+
+// TestParkedHibernates: a sandbox its host paused as it stopped, whose
+// hibernate-after passes while the host is down, is hibernated by its
+// workflow once the host is back, and its workspace comes back with it.
+func TestParkedHibernates(t *testing.T) {
+	ctx := t.Context()
+	c := server(t)
+	data := shortDataDir(t)
+	cfg := hostworker.HostConfig{DataDir: data, Providers: []string{"linux"},
+		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue}
+	h, err := hostworker.StartHost(ctx, c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "hibernates"
+	in := workflows.SandboxInput{Provider: "linux", IdleTimeout: 2 * time.Second, HibernateAfter: 4 * time.Second}
+	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue}, workflows.Sandbox, in); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CancelWorkflow(context.Background(), id, "") })
+	sandboxStatus(t, c, id)
+	execIn(t, c, id, workflows.ExecRequest{Shell: "echo kept > kept; " + loopScript})
+	parked, err := h.Shutdown(ctx)
+	if err != nil || len(parked) != 1 {
+		t.Fatalf("shutdown: parked %v, %v; want the sandbox", parked, err)
+	}
+	down := time.Now()
+	testkit.Eventually(t, "hibernate-after to pass", time.Minute, func() bool { return time.Since(down) > 5*time.Second })
+
+	if h, err = hostworker.StartHost(ctx, c, cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	testkit.Eventually(t, "the sandbox to hibernate", time.Minute, func() bool {
+		v, err := c.QueryWorkflow(ctx, id, "", workflows.QuerySandbox)
+		var st workflows.SandboxStatus
+		return err == nil && v.Get(&st) == nil && st.State == sandbox.StateHibernated
+	})
+	if b, _ := os.ReadFile(filepath.Join(data, hostworker.ParkedFile)); strings.Contains(string(b), parked[0].ID) {
+		t.Errorf("the hibernated sandbox is still noted parked: %s", b)
+	}
+	if out := execIn(t, c, id, workflows.ExecRequest{Shell: "cat kept"}); string(out.Stdout.Inline) != "kept\n" {
+		t.Errorf("after waking: %q, want the workspace back", out.Stdout.Inline)
+	}
+}
+
+// TestOrphanedSeconds: a host counts the seconds its sandboxes are held
+// with their owner closed: none while the owner lives, time once it is
+// terminated (nothing cleans up after a terminated workflow but the
+// reaper), and no more once the reaper destroyed the sandbox; its
+// metrics say so in Prometheus' text format.
+func TestOrphanedSeconds(t *testing.T) {
+	ctx := t.Context()
+	c := server(t)
+	cfg := hostworker.HostConfig{DataDir: shortDataDir(t), Providers: []string{"linux"},
+		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue, OrphanSampling: 100 * time.Millisecond}
+	h, err := hostworker.StartHost(ctx, c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	startSandbox(t, c, "owned")
+	since := time.Now()
+	testkit.Eventually(t, "a few samples", time.Minute, func() bool { return time.Since(since) > time.Second })
+	if s := h.OrphanedSeconds(); s != 0 {
+		t.Errorf("%v orphaned seconds with the owner alive, want 0", s)
+	}
+
+	if err := c.TerminateWorkflow(ctx, "owned", "", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "orphaned seconds to be counted", time.Minute, func() bool { return h.OrphanedSeconds() >= 1 })
+	rec := httptest.NewRecorder()
+	h.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	var v float64
+	if _, err := fmt.Sscanf(logLine(body, "berth_orphaned_sandbox_seconds_total "), "berth_orphaned_sandbox_seconds_total %g", &v); err != nil || v < 1 ||
+		!strings.Contains(body, "# TYPE berth_orphaned_sandbox_seconds_total counter\n") {
+		t.Errorf("metrics:\n%s\nwant the counter, at least 1", body)
+	}
+
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, workflows.Reaper,
+		workflows.ReaperInput{Queue: sandbox.DefaultQueue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report sandbox.ReapReport
+	if err := run.Get(ctx, &report); err != nil || len(report.Sandboxes) != 1 {
+		t.Fatalf("reap: %+v, %v; want the orphan destroyed", report, err)
+	}
+	before := h.OrphanedSeconds()
+	since = time.Now()
+	testkit.Eventually(t, "a few samples", time.Minute, func() bool { return time.Since(since) > time.Second })
+	if after := h.OrphanedSeconds(); after > before+0.5 {
+		t.Errorf("orphaned seconds went from %v to %v after the orphan was destroyed", before, after)
+	}
+}
+
+// logLine is the first line of out that holds s.
+func logLine(out, s string) string {
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	return ""
 }

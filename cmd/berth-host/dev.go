@@ -20,7 +20,7 @@ import (
 
 func newDev() *cobra.Command {
 	var (
-		dataDir                                 string
+		dataDir, metricsAddress                 string
 		port                                    int
 		uiPort                                  int
 		verbose                                 bool
@@ -73,12 +73,19 @@ providers shows its state.
 				DataDir: dataDir, Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 				Providers: providers.names, ProviderConfig: providers.config,
 				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
-				StopTimeout: hostStopTimeout(stopTimeout),
+				StopTimeout: hostStopTimeout(stopTimeout), OrphanSampling: orphanSampling(metricsAddress),
 			})
 			if err != nil {
 				return err
 			}
 			defer h.Close()
+			if metricsAddress != "" {
+				stopMetrics, err := serveMetrics(metricsAddress, h, log)
+				if err != nil {
+					return err
+				}
+				defer stopMetrics()
+			}
 			if err := startSessions(ctx, c); err != nil {
 				return err
 			}
@@ -96,6 +103,7 @@ providers shows its state.
 	cmd.Flags().IntVar(&uiPort, "ui-port", 8233, "the Temporal Web UI's port; 0 for none")
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
+	cmd.Flags().StringVar(&metricsAddress, "metrics-address", "", "serve metrics (berth_orphaned_sandbox_seconds_total) in Prometheus' text format at http://ADDRESS/metrics; empty for none")
 	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long commands under way may finish before their sandboxes are paused; 0 for none")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)

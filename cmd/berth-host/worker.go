@@ -21,6 +21,7 @@ func newWorker() *cobra.Command {
 		cf                              connflags.Flags
 		dataDir, blob, queue, hostQueue string
 		verbose                         bool
+		metricsAddress                  string
 		reapEvery, outputRetention      time.Duration
 		stopTimeout                     time.Duration
 		providers                       providerFlags
@@ -54,12 +55,19 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 				DataDir: dataDir, Blob: blob, Queue: queue, HostQueue: hostQueue,
 				Providers: providers.names, ProviderConfig: providers.config,
 				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
-				StopTimeout: hostStopTimeout(stopTimeout),
+				StopTimeout: hostStopTimeout(stopTimeout), OrphanSampling: orphanSampling(metricsAddress),
 			})
 			if err != nil {
 				return err
 			}
 			defer h.Close()
+			if metricsAddress != "" {
+				stopMetrics, err := serveMetrics(metricsAddress, h, log)
+				if err != nil {
+					return err
+				}
+				defer stopMetrics()
+			}
 			log.Info("berth worker is ready", "address", opts.HostPort, "namespace", opts.Namespace,
 				"queue", queue, "host-queue", h.HostQueue, "providers", h.Providers())
 			<-ctx.Done()
@@ -72,6 +80,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 	cmd.Flags().StringVar(&hostQueue, "host-queue", "", "this host's own task queue (default QUEUE@hostname)")
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy this host's sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
+	cmd.Flags().StringVar(&metricsAddress, "metrics-address", "", "serve metrics (berth_orphaned_sandbox_seconds_total) in Prometheus' text format at http://ADDRESS/metrics; empty for none")
 	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long commands under way may finish before their sandboxes are paused; 0 for none")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
 )
 
@@ -90,9 +91,8 @@ func TestServiceStopped(t *testing.T) {
 		down = time.Now()
 		var again testkit.SyncBuffer
 		logs = append(logs, &again)
-		up = time.Now()
 		dev, _ = startDev(t, berth, data, port, &again)
-		return down, up
+		return down, time.Now()
 	}
 
 	t.Run("SIGTERM", func(t *testing.T) {
@@ -177,4 +177,58 @@ func TestSandboxLsNoWorker(t *testing.T) {
 		t.Errorf("with its worker back: %q, %+v; want no mark", text, r)
 	}
 	runOK(t, berth, "sandbox", "rm", "--address", addr, id)
+}
+
+// TestSessionServiceStopped: a coding agent's session whose sandbox runs
+// a busy loop; its worker is stopped with SIGTERM (exit 0), and a new
+// one started: berth session send answers, and the loop goes on, having
+// made no progress while no worker was up.
+func TestSessionServiceStopped(t *testing.T) {
+	model := fakemodel.New(t)
+	t.Setenv("BERTH_MODEL", fakemodel.Model)
+	t.Setenv("OPENAI_BASE_URL", model.URL)
+	t.Setenv("OPENAI_API_KEY", fakemodel.Key)
+	berth, data := berthBinary(t), dataDir(t)
+	srv := startServer(t, data, "127.0.0.1:0")
+	addr := srv.Address()
+	w := startWorker(t, berth, addr, data, "worker")
+	s := &sessionCLI{t: t, berth: berth, addr: addr, model: model, data: data}
+	id := strings.TrimSpace(s.ok("new"))
+	model.Script(shellCall("c1", loopScript), fakemodel.Reply{Text: "started"})
+	s.ok("send", id, "start the loop")
+
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.exited:
+	case <-time.After(time.Minute):
+		t.Fatal("berth worker did not stop on SIGTERM")
+	}
+	down := time.Now()
+	if code := w.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("berth worker exited %d on SIGTERM, want 0", code)
+	}
+	testkit.Eventually(t, "a few seconds without a worker", time.Minute, func() bool { return time.Since(down) > 3*time.Second })
+	up := time.Now()
+	startWorker(t, berth, addr, data, "worker again")
+
+	model.Script(shellCall("c2", "sleep 1.5; cat loop"), fakemodel.Reply{Text: "read"})
+	out := s.ok("send", id, "how far is it?")
+	var loop []string
+	for _, line := range lines(out) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] != "$" {
+			loop = append(loop, f[0]+" "+f[1])
+		}
+	}
+	steps, _ := loopSteps(t, strings.Join(loop, "\n"))
+	for _, at := range steps {
+		if at.After(down.Add(time.Second)) && at.Before(up.Truncate(time.Second)) {
+			t.Errorf("the loop ran at %v, while no worker was up (%v to %v)", at, down, up)
+			break
+		}
+	}
+	if len(steps) == 0 || !steps[len(steps)-1].After(up) {
+		t.Errorf("the loop did not go on after the restart:\n%s", out)
+	}
 }
