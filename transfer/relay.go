@@ -92,12 +92,33 @@ func Serve(ctx workflow.Context, served func() Served) error {
 }
 
 // UploadPrefix is where the uploads of the workflow workflowID are
-// stored. A workflow whose id is not one clean path element takes none.
+// stored: under its id made one path element (escapeID), so that a
+// session's id (manager/s1) takes uploads too, and no two ids share one.
 func UploadPrefix(workflowID string) (string, error) {
-	if workflowID == "" || workflowID == "." || strings.Contains(workflowID, "..") || strings.ContainsAny(workflowID, "/\\\x00") {
-		return "", fmt.Errorf("transfer: workflow id %q is not one path element: it takes no uploads", workflowID)
+	if workflowID == "" {
+		return "", fmt.Errorf("transfer: an empty workflow id takes no uploads")
 	}
-	return Uploads + workflowID + "/", nil
+	return Uploads + escapeID(workflowID) + "/", nil
+}
+
+// escapeID writes an id as one clean path element: every byte but
+// letters, digits, '-', '_' and '.' as %XX, and the dots too when they
+// would make a path element of their own or a "..". An id of only safe
+// bytes is itself, as it always was; the escaping is undone by
+// percent-decoding, so it never maps two ids to one element.
+func escapeID(id string) string {
+	dots := id == "." || strings.Contains(id, "..")
+	var b strings.Builder
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.' && !dots:
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
 }
 
 // Bounds of the relay, per workflow that takes uploads.

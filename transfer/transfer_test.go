@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,7 +100,8 @@ func TestServedKeys(t *testing.T) {
 		{"uploads/wf-a/u1/x", "wf-a", false}, // not one element
 		{"uploads/wf-a/../x", "wf-a", false}, // climbs out
 		{"uploads/wf-a", "wf-a", false},      // the prefix itself
-		{"uploads/a/b/u1", "a/b", false},     // an id of two elements takes none
+		{"uploads/a/b/u1", "a/b", false},     // not under the escaped id
+		{"uploads/a%2Fb/u1", "a/b", true},    // a session's id, escaped
 		{"outputs/sb-a/c1", "wf-a", false},   // not an upload
 	} {
 		_, err := s.upload(c.key, c.workflow)
@@ -109,6 +111,56 @@ func TestServedKeys(t *testing.T) {
 	}
 	if _, err := (Served{}).upload("uploads/wf-a/u1", "wf-a"); err == nil {
 		t.Error("a workflow that takes no uploads took one")
+	}
+}
+
+// TestUploadPrefix: every workflow id, a session's (manager/s1) too,
+// has its own upload prefix, one clean path element under uploads/; an
+// id of safe bytes keeps the prefix it always had.
+func TestUploadPrefix(t *testing.T) {
+	for _, c := range []struct{ id, want string }{
+		{"sbx-1a2b", "uploads/sbx-1a2b/"},
+		{"my.box_2", "uploads/my.box_2/"},
+		{"berth-sessions/s1", "uploads/berth-sessions%2Fs1/"},
+		{".", "uploads/%2E/"},
+		{"..", "uploads/%2E%2E/"},
+		{"a..b", "uploads/a%2E%2Eb/"},
+		{"../x", "uploads/%2E%2E%2Fx/"},
+		{"a\\b\x00", "uploads/a%5Cb%00/"},
+		{"100%", "uploads/100%25/"},
+	} {
+		got, err := UploadPrefix(c.id)
+		if err != nil || got != c.want {
+			t.Errorf("UploadPrefix(%q) = %q, %v; want %q", c.id, got, err, c.want)
+		}
+	}
+	if _, err := UploadPrefix(""); err == nil {
+		t.Error("an empty id took an upload prefix")
+	}
+	// No two ids share a prefix, and each is one element that the
+	// relay's own key check takes.
+	ids := []string{"a/b", "a%2Fb", "a%252Fb", "a_b", "a.b", "a..b", "a%2E%2Eb", ".", "%2E", "..", "s1", "m/s1", "m%2Fs1",
+		"/", "//", "a/", "/a", "\\", "é", "%C3%A9", " ", "%20"}
+	seen := map[string]string{}
+	for _, id := range ids {
+		p, err := UploadPrefix(id)
+		if err != nil {
+			t.Fatalf("UploadPrefix(%q): %v", id, err)
+		}
+		if other, ok := seen[p]; ok {
+			t.Errorf("%q and %q share the prefix %q", id, other, p)
+		}
+		seen[p] = id
+		elem := strings.TrimSuffix(strings.TrimPrefix(p, Uploads), "/")
+		if elem == "" || strings.Contains(elem, "/") {
+			t.Errorf("UploadPrefix(%q) = %q: not one path element", id, p)
+		}
+		if err := CheckUpload(p + "u1"); err != nil {
+			t.Errorf("an upload of %q: %v", id, err)
+		}
+		if _, err := (Served{Uploads: true}).upload(p+"u1", id); err != nil {
+			t.Errorf("the relay refuses %q's own upload: %v", id, err)
+		}
 	}
 }
 
