@@ -178,8 +178,8 @@ func (p *procs) reapLoop() {
 
 // procStat is what the daemon reads of a process in /proc.
 type procStat struct {
-	pid, sid int
-	start    uint64 // clock ticks after boot
+	pid, pgrp, sid int
+	start          uint64 // clock ticks after boot
 }
 
 func readStat(pid int) (procStat, error) {
@@ -194,9 +194,10 @@ func readStat(pid int) (procStat, error) {
 	if len(fields) < 20 {
 		return procStat{}, fmt.Errorf("malformed /proc/%d/stat", pid)
 	}
+	pgrp, _ := strconv.Atoi(fields[2])
 	sid, _ := strconv.Atoi(fields[3])
 	start, _ := strconv.ParseUint(fields[19], 10, 64)
-	return procStat{pid: pid, sid: sid, start: start}, nil
+	return procStat{pid: pid, pgrp: pgrp, sid: sid, start: start}, nil
 }
 
 func allProcs() []procStat {
@@ -212,6 +213,24 @@ func allProcs() []procStat {
 		}
 	}
 	return ps
+}
+
+// signal sends sig to a command started in its own session, unless it
+// has been reaped (its pid may then be another's): to its process group,
+// then to each process of its session in another group. Each process
+// gets it once: a second copy would run a shell's trap twice.
+func (p *procs) signal(pid int, sig unix.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.waiting[pid]; !ok {
+		return
+	}
+	_ = unix.Kill(-pid, sig)
+	for _, st := range allProcs() {
+		if st.sid == pid && st.pgrp != pid {
+			_ = unix.Kill(st.pid, sig)
+		}
+	}
 }
 
 // killTree kills a command started in its own session: its process
