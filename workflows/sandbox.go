@@ -3,7 +3,6 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -49,6 +48,8 @@ type SandboxInput struct {
 type Carried struct {
 	Sandbox sandbox.Carried `json:"sandbox"`
 	Created time.Time       `json:"created"`
+	// Ended are the last commands that ended, for berth.attach.
+	Ended []EndedCommand `json:"ended,omitempty"`
 }
 
 // The operations of a standalone sandbox are Workflow Updates with these
@@ -204,14 +205,14 @@ type SandboxStatus struct {
 	Created time.Time `json:"created"`
 	// Config is what the sandbox was created with (SandboxInput.settings).
 	Config SandboxInput `json:"config"`
-	// Running lists the commands under way, for front ends that follow
-	// their output live.
+	// Running lists the commands under way, by id (Update), for front
+	// ends that follow their output live or signal them.
 	Running []CommandStatus `json:"running,omitempty"`
 }
 
 // CommandStatus says where a running command's output is stored.
 type CommandStatus struct {
-	Update  string `json:"update"` // the id of the update that runs it
+	Update  string `json:"update"` // the id of the update that runs it: the command's id
 	Command string `json:"command"`
 	Stdout  string `json:"stdout"` // blob keys
 	Stderr  string `json:"stderr"`
@@ -261,13 +262,20 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 		opts = append(opts, sandbox.FromSnapshot(in.FromSnapshot))
 	}
 	created := workflow.Now(ctx)
+	var ended []EndedCommand
 	if in.Carried != nil {
-		created = in.Carried.Created
+		created, ended = in.Carried.Created, in.Carried.Ended
 	}
 	// Handlers first: an update that comes while the sandbox is being
 	// created waits for it, instead of being refused as unknown.
-	s := &standalone{config: in.settings(), created: created, running: map[string]CommandStatus{}}
+	s := &standalone{config: in.settings(), created: created}
+	s.cmds = newCommands(ended, func(ctx workflow.Context) (*sandbox.Sandbox, error) {
+		return s.sbx, s.ready(ctx)
+	}, s.validateOpen)
 	if err := s.register(ctx); err != nil {
+		return err
+	}
+	if err := s.cmds.register(ctx); err != nil {
 		return err
 	}
 	var sbx *sandbox.Sandbox
@@ -325,7 +333,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 			// The settings as they are now: a switch changed the provider.
 			next := s.config
 			next.ContinueAfter = in.ContinueAfter
-			next.Carried = &Carried{Sandbox: sbx.Carry(), Created: created}
+			next.Carried = &Carried{Sandbox: sbx.Carry(), Created: created, Ended: s.cmds.ended}
 			return workflow.NewContinueAsNewError(ctx, Sandbox, next)
 		}
 	}
@@ -338,7 +346,7 @@ type standalone struct {
 	sbx      *sandbox.Sandbox
 	config   SandboxInput
 	created  time.Time
-	running  map[string]CommandStatus // by update id
+	cmds     *commands
 	stopping bool
 }
 
@@ -355,10 +363,7 @@ func (s *standalone) register(ctx workflow.Context) error {
 			return st, nil // being created
 		}
 		st.Status = s.sbx.Status()
-		for _, c := range s.running {
-			st.Running = append(st.Running, c)
-		}
-		slices.SortFunc(st.Running, func(a, b CommandStatus) int { return strings.Compare(a.Command, b.Command) })
+		st.Running = s.cmds.list()
 		return st, nil
 	})
 	if err != nil {
@@ -457,36 +462,32 @@ func (s *standalone) validateFork(ctx workflow.Context, req ForkRequest) error {
 
 // Handlers.
 
-func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (RunOutput, error) {
+func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (out RunOutput, err error) {
+	update := workflow.GetCurrentUpdateInfo(ctx).ID
+	s.cmds.begin(update)
+	defer func() { s.cmds.end(update, out, err) }()
 	if err := s.ready(ctx); err != nil {
 		return RunOutput{}, err
 	}
-	update := workflow.GetCurrentUpdateInfo(ctx).ID
 	opts := []sandbox.ExecOption{
 		sandbox.WithExecEnv(req.Env), sandbox.WithDir(req.Dir), sandbox.WithStdin(req.Stdin),
 		// Named by the update: its handlers may run in another order
 		// when a workflow task is retried after a crash, and an update
 		// sent again must find the command it started.
 		sandbox.WithKey(update),
-		sandbox.OnStart(func(id string) {
-			sb := s.sbx.ID()
-			s.running[update] = CommandStatus{Update: update, Command: id,
-				Stdout: transfer.OutputKey(sb, id, "stdout"), Stderr: transfer.OutputKey(sb, id, "stderr")}
-		}),
+		sandbox.OnStart(func(id string) { s.cmds.started(update, s.sbx.ID(), id) }),
 	}
 	if req.Timeout > 0 {
 		opts = append(opts, sandbox.WithTimeout(req.Timeout))
 	}
 	opts = append(opts, sandbox.WithMaxOutput(req.MaxOutput))
-	defer delete(s.running, update)
 	var res sandbox.Result
-	var err error
 	if req.Shell != "" {
 		res, err = s.sbx.Exec(ctx, req.Shell, opts...)
 	} else {
 		res, err = s.sbx.ExecArgv(ctx, req.Argv, opts...)
 	}
-	out, err := execOutput(res, s.sbx.ID(), err)
+	out, err = execOutput(res, s.sbx.ID(), err)
 	return out, updateError(err)
 }
 
