@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/sandbox/ops"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -34,19 +35,9 @@ type RunInput struct {
 	Resources provider.Resources `json:"resources,omitzero"`
 }
 
-// RunOutput is what became of the command. Kind names why the command
-// did not run to its own end, when it did not (a provider.Kind: Timeout,
-// OutOfMemory, CommandNotFound...).
-type RunOutput struct {
-	ExitCode int             `json:"exit_code"`
-	Signal   string          `json:"signal,omitempty"`
-	Kind     provider.Kind   `json:"kind,omitempty"`
-	Message  string          `json:"message,omitempty"`
-	Stdout   transfer.Output `json:"stdout"`
-	Stderr   transfer.Output `json:"stderr"`
-	Duration time.Duration   `json:"duration"`
-	Sandbox  string          `json:"sandbox"`
-}
+// RunOutput is what became of the command (package ops' result of a
+// command, the berth.exec Update's too).
+type RunOutput = ops.RunOutput
 
 // MemoCommand is the memo key under which a front end that starts a Run
 // names its command, for listings (berth run ls): a Run's input is not
@@ -99,23 +90,7 @@ func (in RunInput) Validate() error {
 	if err := provider.ValidateResources(in.Resources); err != nil {
 		return err
 	}
-	return validateFiles(in.Files)
-}
-
-// validateFiles checks files to write: their paths stay in the
-// workspace, and they fit in history.
-func validateFiles(files []provider.File) error {
-	total := 0
-	for _, f := range files {
-		if _, err := provider.WorkspacePath(f.Path); err != nil {
-			return err
-		}
-		total += len(f.Data)
-	}
-	if total > transfer.MaxInlineFiles {
-		return fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", provider.ErrBadInput, total, transfer.MaxInlineFiles)
-	}
-	return nil
+	return ops.ValidateFiles(in.Files)
 }
 
 // Run runs a one-shot job. What the command did, and why it stopped, is
@@ -184,7 +159,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	}
 	opts = append(opts, sandbox.WithMaxOutput(in.MaxOutput), sandbox.WithStdin(in.Stdin))
 	res, err := sbx.ExecArgv(ctx, in.Argv, opts...)
-	out, err := execOutput(res, sbx.ID(), err)
+	out, err := ops.Output(res, sbx.ID(), err)
 	if err == nil {
 		result = &out
 		if workflow.GetVersion(ctx, memoExitVersion, workflow.DefaultVersion, 1) == 1 {
@@ -208,29 +183,4 @@ func lostMidRun(err error) error {
 		msg += ": " + lost.Err.Error()
 	}
 	return provider.Errorf(provider.KindLost, "%s", msg)
-}
-
-// resultKinds are the ends of a command that are its result, not a
-// failure to run it: Run and the berth.exec update return them in
-// RunOutput.Kind. Anything else (bad input, a sandbox not found or
-// lost) fails the operation.
-var resultKinds = map[provider.Kind]bool{
-	provider.KindTimeout:         true,
-	provider.KindOutOfMemory:     true,
-	provider.KindCommandNotFound: true,
-}
-
-// execOutput turns what a command's Exec returned into a RunOutput, or
-// the error it failed with.
-func execOutput(res sandbox.Result, sbx string, err error) (RunOutput, error) {
-	out := RunOutput{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Output[0],
-		Stderr: res.Output[1], Duration: res.Duration, Sandbox: sbx}
-	if err != nil {
-		kind := provider.KindOf(err)
-		if !resultKinds[kind] {
-			return RunOutput{}, err
-		}
-		out.Kind, out.Message = kind, err.Error()
-	}
-	return out, nil
 }

@@ -3,7 +3,6 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/sandbox/ops"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -49,29 +49,32 @@ type Carried struct {
 	Sandbox sandbox.Carried `json:"sandbox"`
 	Created time.Time       `json:"created"`
 	// Ended are the last commands that ended, for berth.attach.
-	Ended []EndedCommand `json:"ended,omitempty"`
+	Ended []ops.EndedCommand `json:"ended,omitempty"`
 }
 
 // The operations of a standalone sandbox are Workflow Updates with these
 // names, and its state the answer to QuerySandbox: a CLI, another
 // workflow or a Temporal SDK in any language can drive it. Arguments and
-// results are JSON; see docs/workflows.md.
+// results are JSON; see docs/workflows.md. The commands and files are
+// package ops' Updates, which a coding agent's session serves too.
 const (
-	UpdateExec       = "berth.exec"        // ExecRequest -> RunOutput
-	UpdateWriteFiles = "berth.write_files" // WriteFilesRequest -> nothing
-	UpdateImport     = "berth.import"      // ImportRequest -> nothing
-	UpdateReadFile   = "berth.read_file"   // PathRequest -> transfer.Output
-	UpdateListFiles  = "berth.list_files"  // PathRequest -> []provider.FileInfo
-	UpdateExport     = "berth.export"      // PathRequest -> transfer.Output (a tar in the blob store)
-	UpdateRemove     = "berth.remove"      // PathRequest -> nothing
-	UpdateSnapshot   = "berth.snapshot"    // nothing -> SnapshotResponse
-	UpdateFork       = "berth.fork"        // ForkRequest -> ForkResponse
-	UpdateSwitch     = "berth.switch"      // SwitchRequest -> nothing
-	UpdatePause      = "berth.pause"       // nothing -> nothing
-	UpdateResume     = "berth.resume"      // nothing -> nothing
-	UpdateHibernate  = "berth.hibernate"   // nothing -> nothing
-	UpdateStop       = "berth.stop"        // nothing -> nothing
-	QuerySandbox     = "berth.sandbox"     // -> SandboxStatus
+	UpdateExec       = ops.UpdateExec       // ExecRequest -> RunOutput
+	UpdateWriteFiles = ops.UpdateWriteFiles // WriteFilesRequest -> nothing
+	UpdateImport     = ops.UpdateImport     // ImportRequest -> nothing
+	UpdateReadFile   = ops.UpdateReadFile   // PathRequest -> transfer.Output
+	UpdateListFiles  = ops.UpdateListFiles  // PathRequest -> []provider.FileInfo
+	UpdateExport     = ops.UpdateExport     // PathRequest -> transfer.Output (a tar in the blob store)
+	UpdateRemove     = ops.UpdateRemove     // PathRequest -> nothing
+	UpdateSignal     = ops.UpdateSignal     // SignalRequest -> nothing
+	UpdateAttach     = ops.UpdateAttach     // AttachRequest -> RunOutput
+	UpdateSnapshot   = "berth.snapshot"     // nothing -> SnapshotResponse
+	UpdateFork       = "berth.fork"         // ForkRequest -> ForkResponse
+	UpdateSwitch     = "berth.switch"       // SwitchRequest -> nothing
+	UpdatePause      = "berth.pause"        // nothing -> nothing
+	UpdateResume     = "berth.resume"       // nothing -> nothing
+	UpdateHibernate  = "berth.hibernate"    // nothing -> nothing
+	UpdateStop       = "berth.stop"         // nothing -> nothing
+	QuerySandbox     = ops.QuerySandbox     // -> SandboxStatus
 )
 
 // Memo keys a standalone sandbox keeps current, for listings.
@@ -80,38 +83,18 @@ const (
 	MemoState    = "berth.state"
 )
 
-// ExecRequest is a command. Exactly one of Argv and Shell is set.
-type ExecRequest struct {
-	Argv    []string          `json:"argv,omitempty"`
-	Shell   string            `json:"shell,omitempty"`
-	Env     map[string]string `json:"env,omitempty"`
-	Dir     string            `json:"dir,omitempty"`
-	Timeout time.Duration     `json:"timeout,omitempty"` // nanoseconds
-	Stdin   []byte            `json:"stdin,omitempty"`   // base64
-	// MaxOutput caps what is stored of each output stream; zero means
-	// transfer.DefaultMaxOutput.
-	MaxOutput int64 `json:"max_output,omitempty"`
-}
-
-// WriteFilesRequest carries files inline, at most
-// transfer.MaxInlineFiles bytes in all.
-type WriteFilesRequest struct {
-	Files []provider.File `json:"files"`
-}
-
-// ImportRequest names a tar stream a front end stored in the output blob
-// store, under the sandbox's transfer.UploadPrefix (through the relay:
-// see package client), to unpack into the workspace. Parts is the
-// number of parts it is stored in; zero means one object.
-type ImportRequest struct {
-	Blob  string `json:"blob"`
-	Parts int    `json:"parts,omitempty"`
-}
-
-// PathRequest names a workspace path.
-type PathRequest struct {
-	Path string `json:"path"`
-}
+// The requests and results of the commands and files Updates (package
+// ops).
+type (
+	ExecRequest       = ops.ExecRequest
+	WriteFilesRequest = ops.WriteFilesRequest
+	ImportRequest     = ops.ImportRequest
+	PathRequest       = ops.PathRequest
+	CommandStatus     = ops.CommandStatus
+	SignalRequest     = ops.SignalRequest
+	AttachRequest     = ops.AttachRequest
+	EndedCommand      = ops.EndedCommand
+)
 
 // SnapshotResponse names the snapshot taken.
 type SnapshotResponse struct {
@@ -205,17 +188,9 @@ type SandboxStatus struct {
 	Created time.Time `json:"created"`
 	// Config is what the sandbox was created with (SandboxInput.settings).
 	Config SandboxInput `json:"config"`
-	// Running lists the commands under way, by id (Update), for front
-	// ends that follow their output live or signal them.
+	// Running lists the commands under way, for front ends that follow
+	// their output live.
 	Running []CommandStatus `json:"running,omitempty"`
-}
-
-// CommandStatus says where a running command's output is stored.
-type CommandStatus struct {
-	Update  string `json:"update"` // the id of the update that runs it: the command's id
-	Command string `json:"command"`
-	Stdout  string `json:"stdout"` // blob keys
-	Stderr  string `json:"stderr"`
 }
 
 // settings are the input without what the workflow carries between its
@@ -262,20 +237,14 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 		opts = append(opts, sandbox.FromSnapshot(in.FromSnapshot))
 	}
 	created := workflow.Now(ctx)
-	var ended []EndedCommand
+	var ended []ops.EndedCommand
 	if in.Carried != nil {
 		created, ended = in.Carried.Created, in.Carried.Ended
 	}
 	// Handlers first: an update that comes while the sandbox is being
 	// created waits for it, instead of being refused as unknown.
-	s := &standalone{config: in.settings(), created: created}
-	s.cmds = newCommands(ended, func(ctx workflow.Context) (*sandbox.Sandbox, error) {
-		return s.sbx, s.ready(ctx)
-	}, s.validateOpen)
+	s := &standalone{config: in.settings(), created: created, ended: ended}
 	if err := s.register(ctx); err != nil {
-		return err
-	}
-	if err := s.cmds.register(ctx); err != nil {
 		return err
 	}
 	var sbx *sandbox.Sandbox
@@ -333,7 +302,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 			// The settings as they are now: a switch changed the provider.
 			next := s.config
 			next.ContinueAfter = in.ContinueAfter
-			next.Carried = &Carried{Sandbox: sbx.Carry(), Created: created, Ended: s.cmds.ended}
+			next.Carried = &Carried{Sandbox: sbx.Carry(), Created: created, Ended: s.ops.Ended()}
 			return workflow.NewContinueAsNewError(ctx, Sandbox, next)
 		}
 	}
@@ -346,7 +315,8 @@ type standalone struct {
 	sbx      *sandbox.Sandbox
 	config   SandboxInput
 	created  time.Time
-	cmds     *commands
+	ops      *ops.Ops
+	ended    []ops.EndedCommand // carried from the run before, for ops
 	stopping bool
 }
 
@@ -357,13 +327,21 @@ func (s *standalone) register(ctx workflow.Context) error {
 	if err != nil {
 		return err
 	}
+	s.ops, err = ops.Register(ctx, ops.Owner{
+		Sandbox: func() *sandbox.Sandbox { return s.sbx },
+		Open:    func() error { return s.validateOpen(ctx) },
+		Ended:   s.ended,
+	})
+	if err != nil {
+		return err
+	}
 	err = workflow.SetQueryHandler(ctx, QuerySandbox, func() (SandboxStatus, error) {
 		st := SandboxStatus{Created: s.created, Config: s.config}
 		if s.sbx == nil {
 			return st, nil // being created
 		}
 		st.Status = s.sbx.Status()
-		st.Running = s.cmds.list()
+		st.Running = s.ops.Running()
 		return st, nil
 	})
 	if err != nil {
@@ -374,13 +352,6 @@ func (s *standalone) register(ctx workflow.Context) error {
 		handler   any
 		validator any
 	}{
-		{UpdateExec, s.exec, s.validateExec},
-		{UpdateWriteFiles, s.writeFiles, s.validateWriteFiles},
-		{UpdateImport, s.importBlob, s.validateImport},
-		{UpdateReadFile, s.readFile, s.validatePath},
-		{UpdateListFiles, s.listFiles, s.validatePath},
-		{UpdateExport, s.export, s.validatePath},
-		{UpdateRemove, s.remove, s.validatePath},
 		{UpdateSnapshot, s.snapshot, s.validateOpen},
 		{UpdateFork, s.fork, s.validateFork},
 		{UpdateSwitch, s.switchTo, s.validateSwitch},
@@ -408,46 +379,6 @@ func (s *standalone) validateOpen(workflow.Context) error {
 	return nil
 }
 
-func (s *standalone) validateExec(ctx workflow.Context, req ExecRequest) error {
-	if err := s.validateOpen(ctx); err != nil {
-		return err
-	}
-	return updateError(provider.ValidateExec(provider.ExecRequest{Argv: req.Argv, Shell: req.Shell,
-		Env: req.Env, Dir: req.Dir, Timeout: req.Timeout}))
-}
-
-func (s *standalone) validateWriteFiles(ctx workflow.Context, req WriteFilesRequest) error {
-	if err := s.validateOpen(ctx); err != nil {
-		return err
-	}
-	return updateError(validateFiles(req.Files))
-}
-
-func (s *standalone) validateImport(ctx workflow.Context, req ImportRequest) error {
-	if err := s.validateOpen(ctx); err != nil {
-		return err
-	}
-	if err := transfer.CheckUpload(req.Blob); err != nil {
-		return updateError(fmt.Errorf("%w: %v", provider.ErrBadInput, err))
-	}
-	// Only what was uploaded for this sandbox: not another's.
-	own, err := transfer.UploadPrefix(workflow.GetInfo(ctx).WorkflowExecution.ID)
-	if err != nil || !strings.HasPrefix(req.Blob, own) {
-		return updateError(fmt.Errorf("%w: %s is not an upload of this sandbox's", provider.ErrBadInput, req.Blob))
-	}
-	return nil
-}
-
-func (s *standalone) validatePath(ctx workflow.Context, req PathRequest) error {
-	if err := s.validateOpen(ctx); err != nil {
-		return err
-	}
-	if _, err := provider.WorkspacePath(req.Path); err != nil {
-		return updateError(err)
-	}
-	return nil
-}
-
 func (s *standalone) validateFork(ctx workflow.Context, req ForkRequest) error {
 	if err := s.validateOpen(ctx); err != nil {
 		return err
@@ -461,80 +392,6 @@ func (s *standalone) validateFork(ctx workflow.Context, req ForkRequest) error {
 }
 
 // Handlers.
-
-func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (out RunOutput, err error) {
-	update := workflow.GetCurrentUpdateInfo(ctx).ID
-	s.cmds.begin(update)
-	defer func() { s.cmds.end(update, out, err) }()
-	if err := s.ready(ctx); err != nil {
-		return RunOutput{}, err
-	}
-	opts := []sandbox.ExecOption{
-		sandbox.WithExecEnv(req.Env), sandbox.WithDir(req.Dir), sandbox.WithStdin(req.Stdin),
-		// Named by the update: its handlers may run in another order
-		// when a workflow task is retried after a crash, and an update
-		// sent again must find the command it started.
-		sandbox.WithKey(update),
-		sandbox.OnStart(func(id string) { s.cmds.started(update, s.sbx.ID(), id) }),
-	}
-	if req.Timeout > 0 {
-		opts = append(opts, sandbox.WithTimeout(req.Timeout))
-	}
-	opts = append(opts, sandbox.WithMaxOutput(req.MaxOutput))
-	var res sandbox.Result
-	if req.Shell != "" {
-		res, err = s.sbx.Exec(ctx, req.Shell, opts...)
-	} else {
-		res, err = s.sbx.ExecArgv(ctx, req.Argv, opts...)
-	}
-	out, err = execOutput(res, s.sbx.ID(), err)
-	return out, updateError(err)
-}
-
-func (s *standalone) writeFiles(ctx workflow.Context, req WriteFilesRequest) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	return updateError(s.sbx.WriteFiles(ctx, req.Files...))
-}
-
-func (s *standalone) importBlob(ctx workflow.Context, req ImportRequest) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	return updateError(s.sbx.Import(ctx, req.Blob, req.Parts))
-}
-
-func (s *standalone) readFile(ctx workflow.Context, req PathRequest) (transfer.Output, error) {
-	if err := s.ready(ctx); err != nil {
-		return transfer.Output{}, err
-	}
-	out, err := s.sbx.ReadFileOutput(ctx, req.Path)
-	return out, updateError(err)
-}
-
-func (s *standalone) export(ctx workflow.Context, req PathRequest) (transfer.Output, error) {
-	if err := s.ready(ctx); err != nil {
-		return transfer.Output{}, err
-	}
-	out, err := s.sbx.Export(ctx, req.Path)
-	return out, updateError(err)
-}
-
-func (s *standalone) listFiles(ctx workflow.Context, req PathRequest) ([]provider.FileInfo, error) {
-	if err := s.ready(ctx); err != nil {
-		return nil, err
-	}
-	infos, err := s.sbx.ListFiles(ctx, req.Path)
-	return infos, updateError(err)
-}
-
-func (s *standalone) remove(ctx workflow.Context, req PathRequest) error {
-	if err := s.ready(ctx); err != nil {
-		return err
-	}
-	return updateError(s.sbx.Remove(ctx, req.Path))
-}
 
 func (s *standalone) snapshot(ctx workflow.Context) (SnapshotResponse, error) {
 	if err := s.ready(ctx); err != nil {

@@ -102,6 +102,8 @@ var rules = []rule{
 		"activities (layer 2) know nothing of the handle or the workflows above them"},
 	{under("sandbox"), under("workflows"), true,
 		"the handle (layer 3) knows nothing of the ready-made workflows"},
+	{under("sandbox/ops"), under("activities"), false,
+		"the Updates a sandbox's owner serves (layer 3, beside the handle) drive the sandbox through the handle alone"},
 	{under("workflows"), under("activities"), false,
 		"workflows (layer 4) are built from the sandbox handle alone"},
 	{under("cmd/berth", "client"), under("activities"), false,

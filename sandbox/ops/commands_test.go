@@ -1,4 +1,4 @@
-package workflows
+package ops
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ func TestEndedCommandsBound(t *testing.T) {
 		}
 		return o
 	}
-	held := func(c *commands) int {
+	held := func(c *Ops) int {
 		n := 0
 		for _, e := range c.ended {
 			n += len(e.Output.Stdout.Inline) + len(e.Output.Stderr.Inline)
@@ -28,7 +28,7 @@ func TestEndedCommandsBound(t *testing.T) {
 		return n
 	}
 	t.Run("Count", func(t *testing.T) {
-		c := newCommands(nil, nil, nil)
+		c := &Ops{running: map[string]CommandStatus{}}
 		for i := range 3 * MaxEndedCommands {
 			c.end(fmt.Sprint("c", i), RunOutput{ExitCode: i, Stdout: inline(10, false)}, nil)
 		}
@@ -43,7 +43,7 @@ func TestEndedCommandsBound(t *testing.T) {
 		}
 	})
 	t.Run("Bytes", func(t *testing.T) {
-		c := newCommands(nil, nil, nil)
+		c := &Ops{running: map[string]CommandStatus{}}
 		const each = 200 << 10
 		for i := range 20 {
 			// Even commands' outputs are stored whole, odd ones' only inline.

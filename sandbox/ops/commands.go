@@ -1,10 +1,9 @@
-package workflows
+package ops
 
 import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -14,9 +13,9 @@ import (
 	"github.com/berth-dev/berth/transfer"
 )
 
-// A standalone sandbox's commands are named by the ids of the berth.exec
-// Updates that run them. These Updates follow one that is running, or
-// one among the last that ended, and signal a running one.
+// Commands are named by the ids of the berth.exec Updates that run them.
+// These Updates follow one that is running, or one among the last that
+// ended, and signal a running one.
 const (
 	UpdateSignal = "berth.signal" // SignalRequest -> nothing
 	UpdateAttach = "berth.attach" // AttachRequest -> RunOutput, as berth.exec's
@@ -47,7 +46,8 @@ type AttachRequest struct {
 	Command string `json:"command"`
 }
 
-// EndedCommand is how a command ended, as its sandbox remembers it.
+// EndedCommand is how a command ended, as its workflow remembers it
+// (and carries across continue-as-new: Owner.Ended, Ops.Ended).
 type EndedCommand struct {
 	Command string    `json:"command"`
 	Output  RunOutput `json:"output"`
@@ -57,52 +57,24 @@ type EndedCommand struct {
 	Message string        `json:"message,omitempty"`
 }
 
-// commands is what a standalone sandbox knows of its commands: those
-// running, by Update id, and the last that ended, oldest first.
-type commands struct {
-	running map[string]CommandStatus // Command empty until it is sent to the sandbox
-	ended   []EndedCommand
-	// sbx waits for the sandbox; open refuses an operation on one that
-	// is stopping.
-	sbx  func(workflow.Context) (*sandbox.Sandbox, error)
-	open func(workflow.Context) error
-}
-
-func newCommands(ended []EndedCommand, sbx func(workflow.Context) (*sandbox.Sandbox, error), open func(workflow.Context) error) *commands {
-	return &commands{running: map[string]CommandStatus{}, ended: ended, sbx: sbx, open: open}
-}
-
-func (c *commands) register(ctx workflow.Context) error {
-	for _, h := range []struct {
-		name               string
-		handler, validator any
-	}{
-		{UpdateSignal, c.signal, c.validateSignal},
-		{UpdateAttach, c.attach, c.validateAttach},
-	} {
-		err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.handler,
-			workflow.UpdateHandlerOptions{Validator: h.validator})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// Ended are the last commands that ended, for the workflow's next run
+// (Owner.Ended).
+func (o *Ops) Ended() []EndedCommand { return o.ended }
 
 // begin counts the command of Update update as running, before it is
 // sent to the sandbox.
-func (c *commands) begin(update string) { c.running[update] = CommandStatus{Update: update} }
+func (o *Ops) begin(update string) { o.running[update] = CommandStatus{Update: update} }
 
 // started records where a running command's output is stored.
-func (c *commands) started(update, sandboxID, commandID string) {
-	c.running[update] = CommandStatus{Update: update, Command: commandID,
+func (o *Ops) started(update, sandboxID, commandID string) {
+	o.running[update] = CommandStatus{Update: update, Command: commandID,
 		Stdout: transfer.OutputKey(sandboxID, commandID, "stdout"),
 		Stderr: transfer.OutputKey(sandboxID, commandID, "stderr")}
 }
 
 // end moves a command from running to ended, with its Update's result.
-func (c *commands) end(update string, out RunOutput, err error) {
-	delete(c.running, update)
+func (o *Ops) end(update string, out RunOutput, err error) {
+	delete(o.running, update)
 	e := EndedCommand{Command: update, Output: out}
 	if err != nil {
 		e.Kind, e.Message = provider.KindOf(err), err.Error()
@@ -114,22 +86,22 @@ func (c *commands) end(update string, out RunOutput, err error) {
 			e.Message = e.Message[:maxEndedMessage] + "..."
 		}
 	}
-	c.ended = append(c.ended, e)
-	c.bound()
+	o.ended = append(o.ended, e)
+	o.bound()
 }
 
 // bound keeps the ended commands within MaxEndedCommands and
 // MaxEndedInline.
-func (c *commands) bound() {
-	if n := len(c.ended) - MaxEndedCommands; n > 0 {
-		c.ended = slices.Delete(c.ended, 0, n)
+func (o *Ops) bound() {
+	if n := len(o.ended) - MaxEndedCommands; n > 0 {
+		o.ended = slices.Delete(o.ended, 0, n)
 	}
 	held := 0
-	for _, e := range c.ended {
+	for _, e := range o.ended {
 		held += len(e.Output.Stdout.Inline) + len(e.Output.Stderr.Inline)
 	}
-	for i := 0; held > MaxEndedInline && i < len(c.ended); i++ {
-		for _, o := range []*transfer.Output{&c.ended[i].Output.Stdout, &c.ended[i].Output.Stderr} {
+	for i := 0; held > MaxEndedInline && i < len(o.ended); i++ {
+		for _, o := range []*transfer.Output{&o.ended[i].Output.Stdout, &o.ended[i].Output.Stderr} {
 			if o.Blob != "" && len(o.Inline) > 0 {
 				held -= len(o.Inline)
 				o.Inline, o.HeadLen, o.Truncated = nil, 0, true
@@ -137,28 +109,16 @@ func (c *commands) bound() {
 		}
 	}
 	for held > MaxEndedInline {
-		held -= len(c.ended[0].Output.Stdout.Inline) + len(c.ended[0].Output.Stderr.Inline)
-		c.ended = c.ended[1:]
+		held -= len(o.ended[0].Output.Stdout.Inline) + len(o.ended[0].Output.Stderr.Inline)
+		o.ended = o.ended[1:]
 	}
-	c.ended = slices.Clip(c.ended)
+	o.ended = slices.Clip(o.ended)
 }
 
-// list is the running commands that were sent to the sandbox, by id.
-func (c *commands) list() []CommandStatus {
-	var l []CommandStatus
-	for _, s := range c.running {
-		if s.Command != "" {
-			l = append(l, s)
-		}
-	}
-	slices.SortFunc(l, func(a, b CommandStatus) int { return strings.Compare(a.Update, b.Update) })
-	return l
-}
-
-func (c *commands) findEnded(id string) (EndedCommand, bool) {
-	for i := len(c.ended) - 1; i >= 0; i-- {
-		if c.ended[i].Command == id {
-			return c.ended[i], true
+func (o *Ops) findEnded(id string) (EndedCommand, bool) {
+	for i := len(o.ended) - 1; i >= 0; i-- {
+		if o.ended[i].Command == id {
+			return o.ended[i], true
 		}
 	}
 	return EndedCommand{}, false
@@ -170,27 +130,27 @@ func unknown(id string) error {
 		provider.ErrBadInput, id, MaxEndedCommands)
 }
 
-func (c *commands) validateSignal(ctx workflow.Context, req SignalRequest) error {
-	if err := c.open(ctx); err != nil {
+func (o *Ops) validateSignal(ctx workflow.Context, req SignalRequest) error {
+	if err := o.owner.Open(); err != nil {
 		return err
 	}
 	if _, err := provider.ParseSignal(req.Signal); err != nil {
-		return updateError(err)
+		return sandbox.Failure(err)
 	}
 	if err := provider.ValidateID(req.Command); err != nil {
-		return updateError(fmt.Errorf("command: %w", err))
+		return sandbox.Failure(fmt.Errorf("command: %w", err))
 	}
-	if _, ok := c.running[req.Command]; !ok {
-		if e, ok := c.findEnded(req.Command); ok {
-			return updateError(fmt.Errorf("%w: command %s has ended (%s)", provider.ErrBadInput, req.Command, e.describe()))
+	if _, ok := o.running[req.Command]; !ok {
+		if e, ok := o.findEnded(req.Command); ok {
+			return sandbox.Failure(fmt.Errorf("%w: command %s has ended (%s)", provider.ErrBadInput, req.Command, e.describe()))
 		}
-		return updateError(unknown(req.Command))
+		return sandbox.Failure(unknown(req.Command))
 	}
 	return nil
 }
 
-func (c *commands) signal(ctx workflow.Context, req SignalRequest) error {
-	sbx, err := c.sbx(ctx)
+func (o *Ops) signal(ctx workflow.Context, req SignalRequest) error {
+	sbx, err := o.sandbox(ctx)
 	if err != nil {
 		return err
 	}
@@ -199,39 +159,39 @@ func (c *commands) signal(ctx workflow.Context, req SignalRequest) error {
 	var st CommandStatus
 	err = workflow.Await(ctx, func() bool {
 		var ok bool
-		st, ok = c.running[req.Command]
+		st, ok = o.running[req.Command]
 		return !ok || st.Command != ""
 	})
 	if err != nil || st.Command == "" {
 		return err // it ended before it started: nothing to signal
 	}
-	return updateError(sbx.Signal(ctx, st.Command, req.Signal))
+	return sandbox.Failure(sbx.Signal(ctx, st.Command, req.Signal))
 }
 
-func (c *commands) validateAttach(_ workflow.Context, req AttachRequest) error {
+func (o *Ops) validateAttach(_ workflow.Context, req AttachRequest) error {
 	if err := provider.ValidateID(req.Command); err != nil {
-		return updateError(fmt.Errorf("command: %w", err))
+		return sandbox.Failure(fmt.Errorf("command: %w", err))
 	}
-	if _, ok := c.running[req.Command]; ok {
+	if _, ok := o.running[req.Command]; ok {
 		return nil
 	}
-	if _, ok := c.findEnded(req.Command); ok {
+	if _, ok := o.findEnded(req.Command); ok {
 		return nil
 	}
-	return updateError(unknown(req.Command))
+	return sandbox.Failure(unknown(req.Command))
 }
 
-func (c *commands) attach(ctx workflow.Context, req AttachRequest) (RunOutput, error) {
-	err := workflow.Await(ctx, func() bool { _, ok := c.running[req.Command]; return !ok })
+func (o *Ops) attach(ctx workflow.Context, req AttachRequest) (RunOutput, error) {
+	err := workflow.Await(ctx, func() bool { _, ok := o.running[req.Command]; return !ok })
 	if err != nil {
 		return RunOutput{}, err
 	}
-	e, ok := c.findEnded(req.Command)
+	e, ok := o.findEnded(req.Command)
 	if !ok {
-		return RunOutput{}, updateError(unknown(req.Command))
+		return RunOutput{}, sandbox.Failure(unknown(req.Command))
 	}
 	if e.Kind != "" {
-		return RunOutput{}, updateError(provider.Errorf(e.Kind, "%s", e.Message))
+		return RunOutput{}, sandbox.Failure(provider.Errorf(e.Kind, "%s", e.Message))
 	}
 	return e.Output, nil
 }
