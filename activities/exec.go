@@ -308,3 +308,30 @@ func (h *handoffs) take(in ExecInput) *execRun {
 	delete(h.runs, handoffKey(in))
 	return r
 }
+
+// SignalInput names a running command and the signal it is to get.
+type SignalInput struct {
+	Sandbox Ref    `json:"sandbox"`
+	ID      string `json:"id"`     // the command's id, ExecInput.ID
+	Signal  string `json:"signal"` // a name of provider.Signals
+}
+
+// Signal signals a running command (provider.Signaler). It is retried
+// only when an attempt's outcome was lost, which may deliver the signal
+// twice: callers send the signals whose repetition means the same (an
+// interrupt, a termination, a kill).
+func (a *Activities) Signal(ctx context.Context, in SignalInput) error {
+	return toTemporal(a.signal(ctx, in))
+}
+
+func (a *Activities) signal(ctx context.Context, in SignalInput) error {
+	sb, err := a.sandbox(ctx, in.Sandbox)
+	if err != nil {
+		return err
+	}
+	sg, ok := sb.(provider.Signaler)
+	if !ok {
+		return fmt.Errorf("%w: provider %s cannot signal a command", provider.ErrUnsupported, in.Sandbox.Provider)
+	}
+	return sg.Signal(ctx, in.ID, in.Signal)
+}

@@ -114,11 +114,66 @@ func (c *Client) readChunkOnce(ctx context.Context, workflowID, key string, off 
 // output to stdout and stderr as it is produced, and returns what became
 // of it. Its output is whole, or the error wraps ErrIncomplete.
 func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecRequest, stdout, stderr io.Writer) (workflows.RunOutput, error) {
-	updateID := NewID("exec-")
-	h, err := c.StartUpdate(ctx, sandboxID, updateID, workflows.UpdateExec, req)
+	cmd, err := c.StartExec(ctx, sandboxID, req)
 	if err != nil {
 		return workflows.RunOutput{}, err
 	}
+	return cmd.Follow(ctx, stdout, stderr)
+}
+
+// Command is a command in a standalone sandbox, named by the id of the
+// Update that runs it.
+type Command struct {
+	c       *Client
+	Sandbox string
+	ID      string
+	// h waits for the command's result: its berth.exec Update, or a
+	// berth.attach.
+	h    tclient.WorkflowUpdateHandle
+	name string
+}
+
+// StartExec starts a command in the standalone sandbox sandboxID and
+// returns once the sandbox has accepted it. The command goes on whether
+// or not anyone follows it.
+func (c *Client) StartExec(ctx context.Context, sandboxID string, req workflows.ExecRequest) (*Command, error) {
+	id := NewID("exec-")
+	h, err := c.StartUpdate(ctx, sandboxID, id, workflows.UpdateExec, req)
+	if err != nil {
+		return nil, err
+	}
+	return &Command{c: c, Sandbox: sandboxID, ID: id, h: h, name: workflows.UpdateExec}, nil
+}
+
+// Attach returns the command commandID of the standalone sandbox
+// sandboxID, running or among the last that ended, to follow.
+func (c *Client) Attach(ctx context.Context, sandboxID, commandID string) (*Command, error) {
+	h, err := c.StartUpdate(ctx, sandboxID, NewID("attach-"), workflows.UpdateAttach,
+		workflows.AttachRequest{Command: commandID})
+	if err != nil {
+		return nil, err
+	}
+	return &Command{c: c, Sandbox: sandboxID, ID: commandID, h: h, name: workflows.UpdateAttach}, nil
+}
+
+// Signal sends sig (INT, TERM, KILL...: provider.Signals) to a running
+// command.
+func (cmd *Command) Signal(ctx context.Context, sig string) error {
+	return cmd.c.SignalCommand(ctx, cmd.Sandbox, cmd.ID, sig)
+}
+
+// SignalCommand sends sig to the running command commandID of the
+// standalone sandbox sandboxID.
+func (c *Client) SignalCommand(ctx context.Context, sandboxID, commandID, sig string) error {
+	return c.Update(ctx, sandboxID, "", workflows.UpdateSignal, nil,
+		workflows.SignalRequest{Command: commandID, Signal: sig})
+}
+
+// Follow writes the command's output to stdout and stderr, from its
+// start, as it is produced, and returns what became of it. Its output is
+// whole, or the error wraps ErrIncomplete.
+func (cmd *Command) Follow(ctx context.Context, stdout, stderr io.Writer) (workflows.RunOutput, error) {
+	c, sandboxID := cmd.c, cmd.Sandbox
 	f := &follower{c: c, workflow: sandboxID, w: [2]io.Writer{stdout, stderr}}
 	f.keys = func(ctx context.Context) (string, string, bool) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -129,7 +184,7 @@ func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecR
 			return "", "", false
 		}
 		for _, r := range st.Running {
-			if r.Update == updateID {
+			if r.Update == cmd.ID {
 				return r.Stdout, r.Stderr, true
 			}
 		}
@@ -137,10 +192,10 @@ func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecR
 	}
 	return f.follow(ctx, func(ctx context.Context) (workflows.RunOutput, error) {
 		var out workflows.RunOutput
-		err := c.WaitUpdate(ctx, h, workflows.UpdateExec, &out)
+		err := c.WaitUpdate(ctx, cmd.h, cmd.name, &out)
 		if u, ok := err.(*UnavailableError); ok {
 			u.MayHaveRun = true
-			u.ResultHint = "its output is kept with the sandbox; berth sandbox inspect " + sandboxID
+			u.ResultHint = "berth sandbox attach " + sandboxID + " " + cmd.ID
 		}
 		return out, err
 	})

@@ -118,6 +118,18 @@ type Reporter interface {
 	Report() string
 }
 
+// Signaler is implemented by sandboxes that can signal a running
+// command: an interrupted caller forwards its Ctrl-C, an operator stops a
+// command without stopping the sandbox.
+type Signaler interface {
+	// Signal sends sig (see ParseSignal) to the command commandID and
+	// every process it started that stays in its process group or its
+	// session, each once. A command that has ended is not an error: the
+	// signal reaches nothing. An id the sandbox never ran is an error
+	// wrapping ErrBadInput.
+	Signal(ctx context.Context, commandID, sig string) error
+}
+
 // Pauser is implemented by sandboxes whose provider can freeze them in
 // place: no CPU used, memory and processes kept.
 type Pauser interface {

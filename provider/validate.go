@@ -3,6 +3,7 @@ package provider
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -239,4 +240,23 @@ func validateImage(ref string) error {
 		}
 	}
 	return nil
+}
+
+// Signals are the signals a caller may send to a command (Signaler), by
+// their names without the SIG prefix. Others (STOP, SEGV...) would leave
+// a command in states berth does not report, and are refused.
+var Signals = []string{"INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2"}
+
+// ParseSignal turns a signal's name, with or without its SIG prefix, in
+// any case ("int", "SIGTERM"), into its form in Signals, or fails with
+// ErrBadInput.
+func ParseSignal(sig string) (string, error) {
+	name := strings.TrimPrefix(strings.ToUpper(sig), "SIG")
+	if slices.Contains(Signals, name) {
+		return name, nil
+	}
+	if len(sig) > 16 {
+		sig = sig[:16] + "..."
+	}
+	return "", fmt.Errorf("%w: signal %q: want one of %s", ErrBadInput, sig, strings.Join(Signals, ", "))
 }

@@ -388,6 +388,21 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 	return res, err
 }
 
+// Signal sends sig (see provider.ParseSignal) to the running command id,
+// the id OnStart gave, and the processes it started. A command that has
+// ended is not an error.
+func (s *Sandbox) Signal(ctx workflow.Context, id, sig string) error {
+	name, err := provider.ParseSignal(sig)
+	if err != nil {
+		return err
+	}
+	return s.do(ctx, "", func(ref activities.Ref) error {
+		_, err := call[struct{}](ctx, s.opts(ref.Queue, 0), acts.Signal,
+			activities.SignalInput{Sandbox: ref, ID: id, Signal: name})
+		return err
+	})
+}
+
 // outputCap is what each output stream of the next command may store:
 // the command's own cap, within what is left of the sandbox's budget.
 func (s *Sandbox) outputCap(asked int64) int64 {

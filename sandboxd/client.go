@@ -298,3 +298,17 @@ func (c *Client) Import(ctx context.Context, r io.Reader) error {
 	resp.Body.Close()
 	return nil
 }
+
+// Signal signals a running command; see provider.Signaler.
+func (c *Client) Signal(ctx context.Context, commandID, sig string) error {
+	body, err := json.Marshal(signalRequest{ID: commandID, Signal: sig})
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodPost, routeSignal, nil, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}

@@ -217,6 +217,9 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed) (provide
 	if err != nil {
 		return res, err
 	}
+	rec.mu.Lock()
+	rec.pid = cmd.pid
+	rec.mu.Unlock()
 	oomBefore := s.oomKills()
 	res.StartedAt = time.Now()
 	if stdin != nil {
@@ -424,4 +427,32 @@ func newID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return "x" + hex.EncodeToString(b[:])
+}
+
+func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
+	var req signalRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
+		writeError(w, fmt.Errorf("%w: signal request: %v", provider.ErrBadInput, err))
+		return
+	}
+	sig, err := provider.ParseSignal(req.Signal)
+	if err == nil {
+		err = provider.ValidateID(req.ID)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rec := s.journal.find(req.ID)
+	if rec == nil {
+		writeError(w, fmt.Errorf("%w: no command %q in this sandbox", provider.ErrBadInput, req.ID))
+		return
+	}
+	rec.mu.Lock()
+	pid, done := rec.pid, rec.done
+	rec.mu.Unlock()
+	if pid != 0 && !done {
+		s.procs.signal(pid, unix.SignalNum("SIG"+sig))
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

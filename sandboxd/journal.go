@@ -23,6 +23,7 @@ type record struct {
 	id string
 
 	mu      sync.Mutex
+	pid     int       // the command's, once started
 	cond    sync.Cond // signalled on new output, a reader's progress, the end
 	out     [2]output
 	readers map[*reader]struct{}
@@ -175,6 +176,13 @@ func (j *journal) claim(id string) (*record, bool) {
 	r := newRecord(id, j.outputCap)
 	j.records[id] = r
 	return r, true
+}
+
+// find returns the record for id, or nil when the daemon never saw it.
+func (j *journal) find(id string) *record {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.records[id]
 }
 
 // retire counts a finished record's output against the budget and evicts

@@ -178,8 +178,8 @@ func (p *procs) reapLoop() {
 
 // procStat is what the daemon reads of a process in /proc.
 type procStat struct {
-	pid, ppid, sid int
-	state          byte   // R, S, D, T, t, Z...
+	pid, ppid, pgrp, sid int
+	state                byte   // R, S, D, T, t, Z...
 	start          uint64 // clock ticks after boot
 }
 
@@ -196,9 +196,10 @@ func readStat(pid int) (procStat, error) {
 		return procStat{}, fmt.Errorf("malformed /proc/%d/stat", pid)
 	}
 	ppid, _ := strconv.Atoi(fields[1])
+	pgrp, _ := strconv.Atoi(fields[2])
 	sid, _ := strconv.Atoi(fields[3])
 	start, _ := strconv.ParseUint(fields[19], 10, 64)
-	return procStat{pid: pid, ppid: ppid, sid: sid, state: fields[0][0], start: start}, nil
+	return procStat{pid: pid, ppid: ppid, pgrp: pgrp, sid: sid, state: fields[0][0], start: start}, nil
 }
 
 func allProcs() []procStat {
@@ -214,6 +215,24 @@ func allProcs() []procStat {
 		}
 	}
 	return ps
+}
+
+// signal sends sig to a command started in its own session, unless it
+// has been reaped (its pid may then be another's): to its process group,
+// then to each process of its session in another group. Each process
+// gets it once: a second copy would run a shell's trap twice.
+func (p *procs) signal(pid int, sig unix.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.waiting[pid]; !ok {
+		return
+	}
+	_ = unix.Kill(-pid, sig)
+	for _, st := range allProcs() {
+		if st.sid == pid && st.pgrp != pid {
+			_ = unix.Kill(st.pid, sig)
+		}
+	}
 }
 
 // killTree kills a command started in its own session: its process

@@ -14,6 +14,7 @@ import (
 const (
 	routeHealth    = "/v1/health"    // GET: Health
 	routeExec      = "/v1/exec"      // POST: execHeader line, then stdin; answers frames
+	routeSignal    = "/v1/signal"    // POST: signalRequest
 	routeFile      = "/v1/file"      // GET ?path=: contents; PUT ?path=&mode=: write; DELETE ?path=
 	routeDir       = "/v1/dir"       // GET ?path=: []provider.FileInfo
 	routeWorkspace = "/v1/workspace" // GET: tar of the workspace; PUT: tar to unpack
@@ -34,6 +35,12 @@ type execHeader struct {
 	Stdin        bool              `json:"stdin,omitempty"` // the body carries stdin
 	StdoutOffset int64             `json:"stdout_offset,omitempty"`
 	StderrOffset int64             `json:"stderr_offset,omitempty"`
+}
+
+// signalRequest asks for a signal to a command; see provider.Signaler.
+type signalRequest struct {
+	ID     string `json:"id"`
+	Signal string `json:"signal"` // a name of provider.Signals
 }
 
 // An exec response is a sequence of frames: a type byte, a big-endian

@@ -107,3 +107,11 @@ func (s Served) Import(ctx context.Context, r io.Reader) error {
 	}
 	return s.Check(s.Client.Import(ctx, r))
 }
+
+// Signal implements provider.Signaler.
+func (s Served) Signal(ctx context.Context, commandID, sig string) error {
+	if err := s.Ready(); err != nil {
+		return err
+	}
+	return s.Check(s.Client.Signal(ctx, commandID, sig))
+}

@@ -143,6 +143,7 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+routeHealth, s.handleHealth)
 	mux.HandleFunc("POST "+routeExec, s.handleExec)
+	mux.HandleFunc("POST "+routeSignal, s.handleSignal)
 	mux.HandleFunc("GET "+routeFile, s.handleReadFile)
 	mux.HandleFunc("PUT "+routeFile, s.handleWriteFile)
 	mux.HandleFunc("DELETE "+routeFile, s.handleRemove)

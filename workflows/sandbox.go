@@ -48,6 +48,8 @@ type SandboxInput struct {
 type Carried struct {
 	Sandbox sandbox.Carried `json:"sandbox"`
 	Created time.Time       `json:"created"`
+	// Ended are the last commands that ended, for berth.attach.
+	Ended []ops.EndedCommand `json:"ended,omitempty"`
 }
 
 // The operations of a standalone sandbox are Workflow Updates with these
@@ -63,6 +65,8 @@ const (
 	UpdateListFiles  = ops.UpdateListFiles  // PathRequest -> []provider.FileInfo
 	UpdateExport     = ops.UpdateExport     // PathRequest -> transfer.Output (a tar in the blob store)
 	UpdateRemove     = ops.UpdateRemove     // PathRequest -> nothing
+	UpdateSignal     = ops.UpdateSignal     // SignalRequest -> nothing
+	UpdateAttach     = ops.UpdateAttach     // AttachRequest -> RunOutput
 	UpdateSnapshot   = "berth.snapshot"     // nothing -> SnapshotResponse
 	UpdateFork       = "berth.fork"         // ForkRequest -> ForkResponse
 	UpdateSwitch     = "berth.switch"       // SwitchRequest -> nothing
@@ -93,6 +97,9 @@ type (
 	ImportRequest     = ops.ImportRequest
 	PathRequest       = ops.PathRequest
 	CommandStatus     = ops.CommandStatus
+	SignalRequest     = ops.SignalRequest
+	AttachRequest     = ops.AttachRequest
+	EndedCommand      = ops.EndedCommand
 )
 
 // SnapshotResponse names the snapshot taken.
@@ -236,12 +243,13 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 		opts = append(opts, sandbox.FromSnapshot(in.FromSnapshot))
 	}
 	created := workflow.Now(ctx)
+	var ended []ops.EndedCommand
 	if in.Carried != nil {
-		created = in.Carried.Created
+		created, ended = in.Carried.Created, in.Carried.Ended
 	}
 	// Handlers first: an update that comes while the sandbox is being
 	// created waits for it, instead of being refused as unknown.
-	s := &standalone{config: in.settings(), created: created}
+	s := &standalone{config: in.settings(), created: created, ended: ended}
 	if err := s.register(ctx); err != nil {
 		return err
 	}
@@ -311,7 +319,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 			// The settings as they are now: a switch changed the provider.
 			next := s.config
 			next.ContinueAfter = in.ContinueAfter
-			next.Carried = &Carried{Sandbox: sbx.Carry(), Created: created}
+			next.Carried = &Carried{Sandbox: sbx.Carry(), Created: created, Ended: s.ops.Ended()}
 			return workflow.NewContinueAsNewError(ctx, SandboxWorkflowName, next)
 		}
 	}
@@ -325,6 +333,7 @@ type standalone struct {
 	config   SandboxInput
 	created  time.Time
 	ops      *ops.Ops
+	ended    []ops.EndedCommand // carried from the run before, for ops
 	stopping bool
 }
 
@@ -338,6 +347,7 @@ func (s *standalone) register(ctx workflow.Context) error {
 	s.ops, err = ops.Register(ctx, ops.Owner{
 		Sandbox: func() *sandbox.Sandbox { return s.sbx },
 		Open:    func() error { return s.validateOpen(ctx) },
+		Ended:   s.ended,
 	})
 	if err != nil {
 		return err

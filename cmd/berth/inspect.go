@@ -92,7 +92,7 @@ func inspect(id string, st workflows.SandboxStatus, now time.Time) inspection {
 	}
 	slices.Sort(in.EnvKeys)
 	for _, r := range st.Running {
-		in.Running = append(in.Running, r.Command)
+		in.Running = append(in.Running, r.Update)
 	}
 	return in
 }

@@ -17,6 +17,7 @@ func newSandboxExec(cf *connFlags) *cobra.Command {
 		env    []string
 		stdin  bool
 		maxOut string
+		detach bool
 		res    *resultFlags
 	)
 	cmd := &cobra.Command{
@@ -28,7 +29,12 @@ and 137 when berth ended it: timeout, not found, out of memory; 125 when
 berth itself failed).
 
 A server restart under it is a pause: it waits for the server (--retry-for)
-and the command runs once.`,
+and the command runs once.
+
+Ctrl-C forwards SIGINT to the command, whose output goes on; a second
+Ctrl-C detaches, leaving the command running, and exits 130. --detach
+prints the command's id and returns: berth sandbox attach follows it,
+berth sandbox kill signals it.`,
 		Args:              usageArgs(cobra.MinimumNArgs(2)),
 		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -54,13 +60,20 @@ and the command runs once.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			sink := res.sink()
-			stdout, stderr := sink.writers()
-			out, err := c.Exec(ctx, id, req, stdout, stderr)
-			if client.NotFound(err) {
+			command, err := c.StartExec(ctx, id, req)
+			switch {
+			case client.NotFound(err):
 				return updateErr(id, err)
+			case err != nil && ctx.Err() != nil:
+				fmt.Fprintf(os.Stderr, "berth: sandbox %s: interrupted before the command was accepted\n", id)
+				return exitError{130}
+			case err != nil:
+				return res.sink().result("sandbox "+id, id, workflows.RunOutput{}, err)
+			case detach:
+				_, err := fmt.Println(command.ID)
+				return err
 			}
-			return sink.result("sandbox "+id, id, out, err)
+			return followCommand(ctx, command, res.sink())
 		},
 	}
 	f := cmd.Flags()
@@ -68,6 +81,7 @@ and the command runs once.`,
 	f.StringVar(&req.Dir, "dir", "", "working directory, a workspace path")
 	f.DurationVar(&req.Timeout, "timeout", 0, "end the command after this long (default "+defaultTimeout+")")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
+	f.BoolVarP(&detach, "detach", "d", false, "print the command's id and return, leaving it running")
 	f.StringVar(&maxOut, "max-output", "", "store at most this much of each output stream, its start and its end (default 256Mi)")
 	res = addResultFlags(f)
 	return cmd

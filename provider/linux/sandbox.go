@@ -30,6 +30,7 @@ var (
 	_ provider.Sandbox         = (*sandbox)(nil)
 	_ provider.Pauser          = (*sandbox)(nil)
 	_ provider.Leaser          = (*sandbox)(nil)
+	_ provider.Signaler        = (*sandbox)(nil)
 	_ provider.PathExporter    = (*sandbox)(nil)
 	_ provider.ChangedExporter = (*sandbox)(nil)
 )

@@ -1,7 +1,8 @@
 // Package ops holds the Updates any workflow that owns a sandbox serves
 // to let clients run commands and move files in it: exec, write_files,
 // import, read_file, list_files, export and remove, with their
-// validators. It is layer 3 of berth, beside the handle it drives
+// validators; and signal and attach, which signal and follow a command
+// by its id, the id of the exec Update that runs it. It is layer 3 of berth, beside the handle it drives
 // (package sandbox): the standalone Sandbox workflow (package workflows)
 // and the coding agent's Session (package agent) register the same
 // Updates, under the same names and with the same JSON, so that one
@@ -105,7 +106,7 @@ type PathRequest struct {
 
 // CommandStatus says where a running command's output is stored.
 type CommandStatus struct {
-	Update  string `json:"update"` // the id of the update that runs it
+	Update  string `json:"update"` // the id of the update that runs it: the command's id
 	Command string `json:"command"`
 	Stdout  string `json:"stdout"` // blob keys
 	Stderr  string `json:"stderr"`
@@ -124,13 +125,17 @@ type Owner struct {
 	// Using, when set, is called as each operation starts to use the
 	// sandbox.
 	Using func(ctx workflow.Context)
+	// Ended are the commands that ended in the workflow's run before,
+	// as Ops.Ended gave them, for berth.attach.
+	Ended []EndedCommand
 }
 
 // Ops are the operations a workflow registered, and the commands they
 // run.
 type Ops struct {
 	owner   Owner
-	running map[string]CommandStatus // by update id
+	running map[string]CommandStatus // by update id; Command empty until sent to the sandbox
+	ended   []EndedCommand           // the last that ended, oldest first
 }
 
 // Register registers the Updates for the workflow's sandbox. Call it
@@ -139,7 +144,7 @@ func Register(ctx workflow.Context, owner Owner) (*Ops, error) {
 	if owner.Open == nil {
 		owner.Open = func() error { return nil }
 	}
-	o := &Ops{owner: owner, running: map[string]CommandStatus{}}
+	o := &Ops{owner: owner, running: map[string]CommandStatus{}, ended: owner.Ended}
 	handlers := []struct {
 		name      string
 		handler   any
@@ -152,6 +157,8 @@ func Register(ctx workflow.Context, owner Owner) (*Ops, error) {
 		{UpdateListFiles, o.listFiles, o.validatePath},
 		{UpdateExport, o.export, o.validatePath},
 		{UpdateRemove, o.remove, o.validatePath},
+		{UpdateSignal, o.signal, o.validateSignal},
+		{UpdateAttach, o.attach, o.validateAttach},
 	}
 	for _, h := range handlers {
 		err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.handler,
@@ -163,13 +170,16 @@ func Register(ctx workflow.Context, owner Owner) (*Ops, error) {
 	return o, nil
 }
 
-// Running lists the commands under way, by their command ids.
+// Running lists the commands under way that were sent to the sandbox,
+// by id.
 func (o *Ops) Running() []CommandStatus {
 	var rs []CommandStatus
 	for _, c := range o.running {
-		rs = append(rs, c)
+		if c.Command != "" {
+			rs = append(rs, c)
+		}
 	}
-	slices.SortFunc(rs, func(a, b CommandStatus) int { return strings.Compare(a.Command, b.Command) })
+	slices.SortFunc(rs, func(a, b CommandStatus) int { return strings.Compare(a.Update, b.Update) })
 	return rs
 }
 
@@ -245,36 +255,33 @@ func (o *Ops) sandbox(ctx workflow.Context) (*sandbox.Sandbox, error) {
 	return o.owner.Sandbox(), nil
 }
 
-func (o *Ops) exec(ctx workflow.Context, req ExecRequest) (RunOutput, error) {
+func (o *Ops) exec(ctx workflow.Context, req ExecRequest) (out RunOutput, err error) {
+	update := workflow.GetCurrentUpdateInfo(ctx).ID
+	o.begin(update)
+	defer func() { o.end(update, out, err) }()
 	sbx, err := o.sandbox(ctx)
 	if err != nil {
 		return RunOutput{}, err
 	}
-	update := workflow.GetCurrentUpdateInfo(ctx).ID
 	opts := []sandbox.ExecOption{
 		sandbox.WithExecEnv(req.Env), sandbox.WithDir(req.Dir), sandbox.WithStdin(req.Stdin),
 		// Named by the update: its handlers may run in another order
 		// when a workflow task is retried after a crash, and an update
 		// sent again must find the command it started.
 		sandbox.WithKey(update),
-		sandbox.OnStart(func(id string) {
-			sb := sbx.ID()
-			o.running[update] = CommandStatus{Update: update, Command: id,
-				Stdout: transfer.OutputKey(sb, id, "stdout"), Stderr: transfer.OutputKey(sb, id, "stderr")}
-		}),
+		sandbox.OnStart(func(id string) { o.started(update, sbx.ID(), id) }),
 	}
 	if req.Timeout > 0 {
 		opts = append(opts, sandbox.WithTimeout(req.Timeout))
 	}
 	opts = append(opts, sandbox.WithMaxOutput(req.MaxOutput))
-	defer delete(o.running, update)
 	var res sandbox.Result
 	if req.Shell != "" {
 		res, err = sbx.Exec(ctx, req.Shell, opts...)
 	} else {
 		res, err = sbx.ExecArgv(ctx, req.Argv, opts...)
 	}
-	out, err := Output(res, sbx.ID(), err)
+	out, err = Output(res, sbx.ID(), err)
 	return out, sandbox.Failure(err)
 }
 
