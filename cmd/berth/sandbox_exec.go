@@ -28,7 +28,11 @@ and 137 when berth ended it: timeout, not found, out of memory; 125 when
 berth itself failed).
 
 A server restart under it is a pause: it waits for the server (--retry-for)
-and the command runs once.`,
+and the command runs once.
+
+ID may be a coding agent session's (s1, s2, ...): the command runs in
+the session's sandbox, between turns or during one, and never enters
+its conversation; a paused session's sandbox wakes for it.`,
 		Args:              usageArgs(cobra.MinimumNArgs(2)),
 		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -56,7 +60,7 @@ and the command runs once.`,
 			defer c.Temporal().Close()
 			sink := res.sink()
 			stdout, stderr := sink.writers()
-			out, err := c.Exec(ctx, id, req, stdout, stderr)
+			out, err := c.Exec(ctx, sandboxWorkflow(id), req, stdout, stderr)
 			if client.NotFound(err) {
 				return updateErr(id, err)
 			}
