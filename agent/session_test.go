@@ -542,10 +542,12 @@ func TestSessionOpsAfterContinueAsNew(t *testing.T) {
 	if err == nil {
 		err = v.Get(&st)
 	}
-	if err != nil || st.ID != before.Sandbox.ID || st.Commands < 2 {
+	if err != nil || st.ID != before.Sandbox.ID || st.Commands != 1 { // the exec: a file tool runs no command
 		t.Errorf("the sandbox query after continue-as-new: %+v, %v", st, err)
 	}
-	if after := s.state(); after.Messages != before.Messages || after.Runs != 2 {
+	// The operations lengthen history too: the session may have
+	// continued as new again meanwhile.
+	if after := s.state(); after.Messages != before.Messages || after.Runs < 2 {
 		t.Errorf("after the person's operations: %d messages in run %d; was %d in run 2", after.Messages, after.Runs, before.Messages)
 	}
 }
