@@ -8,6 +8,7 @@ import (
 	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/sandbox/ops"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -141,6 +142,31 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 			return s.state()
 		},
 		workflow.UpdateHandlerOptions{Validator: s.openOrAnswered})
+}
+
+// registerOps registers the sandbox's commands and files Updates, and
+// the Query that says which of their commands run (package ops): a
+// person reaches the workspace through the session, between turns and
+// during one. Such an operation wakes a sandbox the manager paused, as
+// a turn does.
+func (s *session) registerOps(ctx workflow.Context) error {
+	var err error
+	s.ops, err = ops.Register(ctx, ops.Owner{
+		Sandbox: func() *sandbox.Sandbox { return s.sbx },
+		Open:    s.open,
+		Using:   s.woken,
+	})
+	if err != nil {
+		return err
+	}
+	return workflow.SetQueryHandler(ctx, ops.QuerySandbox, func() (ops.Status, error) {
+		var st ops.Status
+		if s.sbx != nil {
+			st.Status = s.sbx.Status()
+		}
+		st.Running = s.ops.Running()
+		return st, nil
+	})
 }
 
 // forkResult is what a fork of the session now, from the workspace's

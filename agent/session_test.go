@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/chat"
@@ -24,6 +26,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/sandbox/ops"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -501,6 +504,51 @@ func TestSessionContinueAsNew(t *testing.T) {
 	reqs := h.Model.Requests()
 	if last := reqs[len(reqs)-1]; roles(last) != "system user assistant tool assistant user assistant tool" {
 		t.Errorf("the conversation after continue-as-new: %s", roles(last))
+	}
+}
+
+// TestSessionOpsAfterContinueAsNew: the sandbox's commands and files
+// Updates (package ops), which a person sends through the session, are
+// served by the run a session continued as new into, on the workspace
+// the turns made, and never enter the conversation.
+func TestSessionOpsAfterContinueAsNew(t *testing.T) {
+	h := newHarness(t)
+	h.Model.Script(
+		toolCalls(call("w", tools.WriteFile, map[string]any{"path": "note.txt", "content": "kept\n"})),
+		fakemodel.Reply{Text: "written"},
+	)
+	s := h.start(agent.SessionInput{ContinueAfter: 20})
+	s.send("write")
+	s.turn(1)
+	before := s.waitFor("the session to continue as new", func(st agent.State) bool { return st.Runs == 2 })
+	ctx := t.Context()
+	var out ops.RunOutput
+	if err := s.update(ctx, ops.UpdateExec, ops.ExecRequest{Shell: "cat note.txt; echo mine > mine.txt"}, &out); err != nil {
+		t.Fatalf("exec after continue-as-new: %v", err)
+	}
+	if string(out.Stdout.Inline) != "kept\n" || out.ExitCode != 0 || out.Sandbox != before.Sandbox.ID {
+		t.Errorf("exec after continue-as-new: %+v", out)
+	}
+	var file transfer.Output
+	if err := s.update(ctx, ops.UpdateReadFile, ops.PathRequest{Path: "mine.txt"}, &file); err != nil || string(file.Inline) != "mine\n" {
+		t.Errorf("read_file after continue-as-new: %q, %v", file.Inline, err)
+	}
+	var app *temporal.ApplicationError
+	if err := s.update(ctx, ops.UpdateReadFile, ops.PathRequest{Path: "../etc/passwd"}, &file); !errors.As(err, &app) || app.Type() != string(provider.KindBadInput) {
+		t.Errorf("read_file out of the workspace: %v, want BadInput", err)
+	}
+	v, err := h.C.QueryWorkflow(ctx, s.id, "", ops.QuerySandbox)
+	var st ops.Status
+	if err == nil {
+		err = v.Get(&st)
+	}
+	if err != nil || st.ID != before.Sandbox.ID || st.Commands != 1 { // the exec: a file tool runs no command
+		t.Errorf("the sandbox query after continue-as-new: %+v, %v", st, err)
+	}
+	// The operations lengthen history too: the session may have
+	// continued as new again meanwhile.
+	if after := s.state(); after.Messages != before.Messages || after.Runs < 2 {
+		t.Errorf("after the person's operations: %d messages in run %d; was %d in run 2", after.Messages, after.Runs, before.Messages)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-dev/berth/agent/tools"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/sandbox/ops"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -60,6 +61,11 @@ type session struct {
 	answers []Answered
 	// paused: UpdatePause paused the sandbox, and no turn woke it since.
 	paused bool
+
+	// ops are the sandbox's commands and files Updates, which a person
+	// sends through the session's id (berth sandbox exec s1): they act
+	// on the workspace and never enter the conversation.
+	ops *ops.Ops
 }
 
 // Session is the coding agent's workflow: see the package doc. It fails
@@ -92,9 +98,12 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 	if err := s.register(ctx); err != nil {
 		return err
 	}
-	// The relay serves the model's streams and the sandbox's outputs.
+	// The relay serves the model's streams and the sandbox's outputs,
+	// and takes uploads for the sandbox's Updates to import.
 	stream := StreamPrefix(workflow.GetInfo(ctx).WorkflowExecution.ID)
-	err = transfer.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: append(s.sbx.Served(), stream)} })
+	err = transfer.Serve(ctx, func() transfer.Served {
+		return transfer.Served{Prefixes: append(s.sbx.Served(), stream), Uploads: true}
+	})
 	if err != nil {
 		return err
 	}
@@ -282,6 +291,9 @@ func (s *session) register(ctx workflow.Context) error {
 		return err
 	}
 	if err := s.registerManaged(ctx); err != nil {
+		return err
+	}
+	if err := s.registerOps(ctx); err != nil {
 		return err
 	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateEnd,

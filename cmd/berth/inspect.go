@@ -159,7 +159,7 @@ the text names (as create --help does).`,
 			}
 			defer c.Temporal().Close()
 			var st workflows.SandboxStatus
-			if err := c.Query(ctx, id, "", workflows.QuerySandbox, &st); err != nil {
+			if err := c.Query(ctx, sandboxWorkflow(id), "", workflows.QuerySandbox, &st); err != nil {
 				return updateErr(id, err)
 			}
 			in := inspect(id, st, time.Now())

@@ -21,6 +21,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/session"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/workflows"
 )
@@ -125,8 +126,8 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 			if name == "" {
 				name = "sbx-" + randomHex(6)
 			}
-			if err := provider.ValidateID(name); err != nil {
-				return usageError{fmt.Errorf("--name: %w", err)}
+			if err := validateName(name); err != nil {
+				return err
 			}
 			c, err := cf.dial(cmd.Context())
 			if err != nil {
@@ -156,6 +157,19 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 	out = addFormat(f, formatJSON)
 	_ = cmd.RegisterFlagCompletionFunc("from-snapshot", completeSnapshots(cf))
 	return cmd
+}
+
+// validateName checks a new sandbox's --name: an id, and not one of a
+// session's form (s1, s2, ...), which the sandbox commands take to mean
+// that session.
+func validateName(name string) error {
+	if err := provider.ValidateID(name); err != nil {
+		return usageError{fmt.Errorf("--name: %w", err)}
+	}
+	if session.IsID(name) {
+		return usageError{fmt.Errorf("--name: %s has the form of a session id (s1, s2, ...), which berth sandbox commands take to mean that session: name the sandbox otherwise", name)}
+	}
+	return nil
 }
 
 // createSandbox starts a sandbox's workflow. Sent again after a server
@@ -239,14 +253,56 @@ func cause(err error) error {
 // update runs one update on a sandbox and waits for its result, showing
 // the progress of the snapshots and restores it waits for.
 func update(ctx context.Context, c *client.Client, id, name string, out any, args ...any) error {
-	defer showProgress(ctx, c.Temporal(), id)()
-	return updateErr(id, c.Update(ctx, id, "", name, out, args...))
+	if err := notForSession(id, name); err != nil {
+		return err
+	}
+	wid := sandboxWorkflow(id)
+	defer showProgress(ctx, c.Temporal(), wid)()
+	return updateErr(id, c.Update(ctx, wid, "", name, out, args...))
+}
+
+// sandboxWorkflow is the workflow that holds the sandbox id names: a
+// standalone sandbox's own, or for a session's id (s1, s2, ...) that
+// coding agent session's, under the default manager, whose sandbox takes
+// exec, cp and inspect (the Updates of package ops).
+func sandboxWorkflow(id string) string {
+	if session.IsID(id) {
+		return session.WorkflowID(session.DefaultManagerID, id)
+	}
+	return id
+}
+
+// sessionInstead says which berth session command does, to a session's
+// sandbox, what a sandbox Update does to a standalone one.
+var sessionInstead = map[string]string{
+	workflows.UpdatePause:     "berth session pause %s",
+	workflows.UpdateResume:    "berth session resume %s",
+	workflows.UpdateHibernate: "berth session pause %s (an idle session hibernates by itself)",
+	workflows.UpdateSnapshot:  "berth session fork %s, or berth session rm --keep %s",
+	workflows.UpdateFork:      "berth session fork %s",
+	workflows.UpdateSwitch:    "berth session switch %s PROVIDER",
+	workflows.UpdateStop:      "berth session rm %s",
+}
+
+// notForSession refuses, in one line, an operation on a session's
+// sandbox that its session does: its conversation and its registry must
+// follow.
+func notForSession(id, update string) error {
+	instead, ok := sessionInstead[update]
+	if !session.IsID(id) || !ok {
+		return nil
+	}
+	return provider.Errorf(provider.KindNotFound, "%s is a coding agent session, not a standalone sandbox: berth sandbox exec, cp and inspect reach its sandbox; use %s",
+		id, strings.ReplaceAll(instead, "%s", id))
 }
 
 // updateErr says plainly what went wrong with an update.
 func updateErr(id string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if client.NotFound(err) && session.IsID(id) {
+		return fmt.Errorf("NotFound: session %s does not exist or has ended (berth session ls -a)", id)
 	}
 	if client.NotFound(err) {
 		return fmt.Errorf("NotFound: sandbox %s does not exist or is gone", id)
@@ -493,8 +549,8 @@ func newSandboxFork(cf *connFlags) *cobra.Command {
 			if req.ID == "" {
 				req.ID = "sbx-" + randomHex(6)
 			}
-			if err := provider.ValidateID(req.ID); err != nil {
-				return usageError{fmt.Errorf("--name: %w", err)}
+			if err := validateName(req.ID); err != nil {
+				return err
 			}
 			req.Provider = prov
 			if req.Env, req.Resources, req.IdleTimeout, req.HibernateAfter, req.MaxLifetime, err = settings.parse(); err != nil {

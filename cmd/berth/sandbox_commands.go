@@ -87,7 +87,7 @@ the command running, and exits 130.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			command, err := c.Attach(ctx, id, cmdID)
+			command, err := c.Attach(ctx, sandboxWorkflow(id), cmdID)
 			if err != nil {
 				return updateErr(id, err)
 			}
@@ -120,7 +120,7 @@ with or without SIG.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			return updateErr(id, c.SignalCommand(ctx, id, cmdID, sig))
+			return updateErr(id, c.SignalCommand(ctx, sandboxWorkflow(id), cmdID, sig))
 		},
 	}
 	cmd.Flags().StringVarP(&sig, "signal", "s", "KILL", "the signal to send")

@@ -40,7 +40,10 @@ Small files travel inline in the update; directories and large files, in
 and out, as tar streams through the Temporal server to the sandbox's
 worker, in parts of 1 MiB: nothing but the server's address is needed,
 whatever their size. What comes out of a sandbox is untrusted: nothing is
-written outside DST (see docs/security.md, "Copying out").`,
+written outside DST (see docs/security.md, "Copying out").
+
+ID may be a coding agent session's (s1, s2, ...): the copy reaches the
+session's sandbox without entering its conversation.`,
 		Args:              usageArgs(cobra.ExactArgs(2)),
 		ValidArgsFunction: completeCp(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -79,7 +82,7 @@ written outside DST (see docs/security.md, "Copying out").`,
 			}
 			srcPath = workspaceRel(srcPath)
 			if args[1] == "-" {
-				if err := c.Export(ctx, srcID, srcPath, os.Stdout); err != nil {
+				if err := c.Export(ctx, sandboxWorkflow(srcID), srcPath, os.Stdout); err != nil {
 					return updateErr(srcID, err)
 				}
 				return nil
@@ -123,7 +126,7 @@ func copyOut(ctx context.Context, c *client.Client, id, src, dst string) error {
 		pr.CloseWithError(err) // unblocks the export if extraction failed
 		done <- err
 	}()
-	err := c.Export(ctx, id, src, pw)
+	err := c.Export(ctx, sandboxWorkflow(id), src, pw)
 	pw.CloseWithError(err)
 	xerr := <-done
 	if err != nil {
@@ -142,7 +145,7 @@ func copyOut(ctx context.Context, c *client.Client, id, src, dst string) error {
 func copyIn(ctx context.Context, c *client.Client, id, src, dst string) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTar(pw, src, dst)) }()
-	err := c.Import(ctx, id, pr)
+	err := c.Import(ctx, sandboxWorkflow(id), pr)
 	pr.Close()
 	if err != nil {
 		return updateErr(id, err)
@@ -157,7 +160,7 @@ func copyIn(ctx context.Context, c *client.Client, id, src, dst string) error {
 func copyTarIn(ctx context.Context, c *client.Client, id string, r io.Reader, dir string) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(renameTar(pw, r, dir)) }()
-	err := c.Import(ctx, id, pr)
+	err := c.Import(ctx, sandboxWorkflow(id), pr)
 	pr.Close()
 	if err != nil {
 		return updateErr(id, err)

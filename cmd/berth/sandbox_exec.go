@@ -34,7 +34,11 @@ and the command runs once.
 Ctrl-C forwards SIGINT to the command, whose output goes on; a second
 Ctrl-C detaches, leaving the command running, and exits 130. --detach
 prints the command's id and returns: berth sandbox attach follows it,
-berth sandbox kill signals it.`,
+berth sandbox kill signals it.
+
+ID may be a coding agent session's (s1, s2, ...): the command runs in
+the session's sandbox, between turns or during one, and never enters
+its conversation; a paused session's sandbox wakes for it.`,
 		Args:              usageArgs(cobra.MinimumNArgs(2)),
 		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -60,7 +64,7 @@ berth sandbox kill signals it.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			command, err := c.StartExec(ctx, id, req)
+			command, err := c.StartExec(ctx, sandboxWorkflow(id), req)
 			switch {
 			case client.NotFound(err):
 				return updateErr(id, err)
