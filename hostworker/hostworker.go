@@ -89,6 +89,8 @@ type Worker struct {
 	modelStatus   func(context.Context) (model.Status, error)
 	queue         string // the generic queue
 	HostQueue     string
+	stopRenewing  context.CancelFunc
+	renewing      chan struct{} // closed when renewLeases returns
 }
 
 // Start starts the workers; Stop stops them.
@@ -162,6 +164,13 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 			return nil, err
 		}
 	}
+	var ctx context.Context
+	ctx, w.stopRenewing = context.WithCancel(context.Background())
+	w.renewing = make(chan struct{})
+	go func() {
+		defer close(w.renewing)
+		renewLeases(ctx, opts.Providers, slog.Default())
+	}()
 	return w, nil
 }
 
@@ -232,8 +241,13 @@ func noModelStatus(st model.Status) func(context.Context) (model.Status, error) 
 	return func(context.Context) (model.Status, error) { return st, nil }
 }
 
-// Stop stops the workers.
+// Stop stops the workers, and the renewal of the leases of the host's
+// sandboxes.
 func (w *Worker) Stop() {
+	if w.stopRenewing != nil {
+		w.stopRenewing()
+		<-w.renewing
+	}
 	if w.host != nil {
 		w.host.Stop()
 	}
