@@ -98,6 +98,8 @@ type Worker struct {
 	modelStatus   func(context.Context) (model.Status, error)
 	queue         string // the generic queue
 	HostQueue     string
+	stopRenewing  context.CancelFunc
+	renewing      chan struct{} // closed when renewLeases returns
 }
 
 // Start starts the workers; Stop stops them.
@@ -171,6 +173,13 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 			return nil, err
 		}
 	}
+	var ctx context.Context
+	ctx, w.stopRenewing = context.WithCancel(context.Background())
+	w.renewing = make(chan struct{})
+	go func() {
+		defer close(w.renewing)
+		renewLeases(ctx, opts.Providers, slog.Default())
+	}()
 	return w, nil
 }
 
@@ -242,7 +251,9 @@ func noModelStatus(st model.Status) func(context.Context) (model.Status, error) 
 }
 
 // Stop stops the workers: they take no more work, and the activities
-// under way get Options.StopTimeout to finish, all workers at once.
+// under way get Options.StopTimeout to finish, all workers at once. The
+// leases of the host's sandboxes are renewed until then, and no longer:
+// from then on each sandbox stops itself once its lease runs out.
 func (w *Worker) Stop() {
 	all := append([]worker.Worker{w.generic}, w.providers...)
 	for _, x := range []worker.Worker{w.host, w.model} {
@@ -255,6 +266,10 @@ func (w *Worker) Stop() {
 		wg.Go(x.Stop)
 	}
 	wg.Wait()
+	if w.stopRenewing != nil {
+		w.stopRenewing()
+		<-w.renewing
+	}
 }
 
 // Logger adapts slog for the Temporal SDK.

@@ -84,6 +84,13 @@ func newConfig(p Provider, opts []Option) config {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	// The idle timeout is the lease too: a sandbox whose host is gone
+	// (no renewal, no operation) stops its own processes after as long
+	// as the workflow would have paused it.
+	cfg.Spec.Lease = 0
+	if cfg.IdleTimeout > 0 {
+		cfg.Spec.Lease = max(cfg.IdleTimeout, provider.MinLease)
+	}
 	return cfg
 }
 

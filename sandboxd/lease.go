@@ -12,8 +12,11 @@ import (
 )
 
 // The lease ties a sandbox to the host that serves it. Every request to
-// the daemon is contact, and a request in flight (a command's stream) is
-// contact for as long as it lasts. When no contact has come for the
+// the daemon is contact, when it comes and when it ends. A request in
+// flight is not: a command's stream whose caller was killed goes on until
+// the command writes (the stream reads no more of its request, so the
+// connection's end goes unseen), and a host that holds a sandbox renews
+// it through long commands too. When no contact has come for the
 // lease's length, the daemon stops every other process of the sandbox
 // with SIGSTOP: they keep their memory and the workspace, and use no
 // CPU, until the next contact continues them. A Pause is the same stop,
@@ -23,8 +26,9 @@ import (
 // A stopped process cannot continue itself, nor another: the stop is
 // done in passes until one finds every process stopped, and repeated
 // every sweepEvery while it lasts, so that no process a fork was making
-// during a pass escapes. The processes stopped are recorded with their
-// start times, and only those still the same processes are continued.
+// during a pass escapes. A daemon that is not PID 1 (in tests) records
+// the processes it stopped with their start times, and continues only
+// those still the same processes.
 
 // sweepEvery is how often a stop is made again while it holds.
 const sweepEvery = time.Second
@@ -43,7 +47,6 @@ type lease struct {
 
 	mu      sync.Mutex
 	length  time.Duration // zero: no lease
-	active  int           // requests in flight
 	last    time.Time     // when the last contact ended
 	paused  bool          // by Pause: only Resume continues
 	idle    bool          // by the lease: the next contact continues
@@ -74,7 +77,6 @@ func (l *lease) wake() {
 func (l *lease) begin() (paused bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.active++
 	l.last = time.Now()
 	if l.idle && !l.paused {
 		l.idle = false
@@ -86,7 +88,6 @@ func (l *lease) begin() (paused bool) {
 // end marks a request's end.
 func (l *lease) end() {
 	l.mu.Lock()
-	l.active--
 	l.last = time.Now()
 	l.mu.Unlock()
 }
@@ -131,7 +132,7 @@ func (l *lease) run(done <-chan struct{}) {
 func (l *lease) step() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.paused && !l.idle && l.length > 0 && l.active == 0 {
+	if !l.paused && !l.idle && l.length > 0 {
 		left := time.Until(l.last.Add(l.length))
 		if left > 0 {
 			return left
@@ -147,13 +148,30 @@ func (l *lease) step() time.Duration {
 
 // stopAll stops every descendant of the daemon, in passes until one
 // finds all of them stopped. The caller holds l.mu.
+//
+// The daemon that is the first process of its PID namespace, as in
+// every sandbox, stops them all at once with kill(-1): the kernel
+// signals every process of the namespace but the daemon, and a fork
+// under way is begun again with the signal pending, so none escapes
+// between a listing and a signal. That matters beyond speed: a process
+// that ends while another of its process group is stopped has gVisor
+// send the group SIGHUP and SIGCONT (as Linux does only when the group
+// is orphaned by it), which kills what does not ignore SIGHUP.
 func (l *lease) stopAll() {
+	all := l.self == 1
 	for range maxStopPasses {
+		if all {
+			_ = unix.Kill(-1, unix.SIGSTOP)
+		}
 		again := false
 		for _, p := range l.descendants() {
 			// Stopped already (by the daemon, or by the sandbox's own
 			// hand, which it would not want undone), or dead.
 			if p.state == 'T' || p.state == 't' || p.state == 'Z' || p.state == 'X' {
+				continue
+			}
+			if all {
+				again = true // on its way to stopping
 				continue
 			}
 			if unix.Kill(p.pid, unix.SIGSTOP) == nil && !l.recorded(p) {
@@ -172,10 +190,16 @@ func (l *lease) recorded(p procStat) bool {
 	return slices.ContainsFunc(l.stopped, func(q procStat) bool { return q.pid == p.pid && q.start == p.start })
 }
 
-// continueAll continues what the daemon stopped, the last stopped first
-// (children before the parents that would see them stopped), skipping
-// pids that are no longer the process stopped. The caller holds l.mu.
+// continueAll continues what the daemon stopped: as PID 1, everything
+// at once (see stopAll); otherwise what it recorded, the last stopped
+// first (children before the parents that would see them stopped),
+// skipping pids that are no longer the process stopped. The caller
+// holds l.mu.
 func (l *lease) continueAll() {
+	if l.self == 1 {
+		_ = unix.Kill(-1, unix.SIGCONT)
+		return
+	}
 	for _, p := range slices.Backward(l.stopped) {
 		if st, err := readStat(p.pid); err == nil && st.start == p.start {
 			_ = unix.Kill(p.pid, unix.SIGCONT)
@@ -238,4 +262,16 @@ func (s *Server) handlePause(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) handleResume(w http.ResponseWriter, _ *http.Request) {
 	s.lease.setPaused(false)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// Hold runs f with the sandbox's stop as it is: while f runs the daemon
+// neither stops nor continues the sandbox's processes. held says whether
+// they are stopped (by the lease or by Pause); f must leave them as it
+// found them. A provider's daemon that stops processes for its own ends
+// (gVisor's memory accounting) does it within Hold, and rests while
+// held: nothing stopped can grow.
+func (s *Server) Hold(f func(held bool)) {
+	s.lease.mu.Lock()
+	defer s.lease.mu.Unlock()
+	f(s.lease.paused || s.lease.idle)
 }

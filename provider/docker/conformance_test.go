@@ -25,6 +25,9 @@ func TestConformance(t *testing.T) {
 			s := sb.(*sandbox)
 			return filepath.Join(p.slotPath(s.rec.UID), runDir, socketName)
 		},
+		Processes: func(t *testing.T, sb provider.Sandbox) []int {
+			return sandboxtest.CgroupProcs(filepath.Join(filepath.Dir(sb.(*sandbox).rec.Freezer), "cgroup.procs"))
+		},
 	})
 }
 

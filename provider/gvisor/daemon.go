@@ -89,7 +89,6 @@ func runDaemon() error {
 		unix.CloseOnExec(hostStatFD)
 		oom.host = os.NewFile(hostStatFD, "memory.stat")
 	}
-	go oom.run()
 	srv, err := sandboxd.New(sandboxd.Config{
 		Workspace: "/workspace",
 		UID:       cfg.UID,
@@ -100,6 +99,8 @@ func runDaemon() error {
 	if err != nil {
 		return err
 	}
+	oom.hold = srv.Hold
+	go oom.run()
 	if err := srv.WarmUp("/bin/true"); err != nil {
 		fmt.Fprintf(os.Stderr, "warm-up command: %v\n", err) // the root may have no /bin/true
 	}

@@ -46,6 +46,10 @@ type oomKiller struct {
 	host      *os.File // the host cgroup's memory.stat, or nil
 	self      int
 	kills     atomic.Int64
+	// hold is the daemon's sandboxd.Server.Hold: while the lease or a
+	// Pause holds the sandbox stopped, nothing in it can grow, and the
+	// killer rests; its own stops must not continue what they hold.
+	hold func(func(held bool))
 
 	// The last count of kernel buffers. A scanner counts them in the
 	// background, at most half the time (a scan looks at every
@@ -98,6 +102,10 @@ func (o *oomKiller) run() {
 	o.scanEvery.Store(int64(scanEvery))
 	go o.scanner()
 	for {
+		if o.resting() {
+			time.Sleep(oomPollIdle)
+			continue
+		}
 		// With the host's count to go by, scans are for when it shows
 		// more than the daemon knows of; without, they are all there is.
 		// But a sentry that holds memory it freed (its collector has not
@@ -167,7 +175,29 @@ func (o *oomKiller) hostSeesMore(used int64) bool {
 // kills the command that holds the most if the sandbox is past its limit
 // or the host's limit is near; otherwise what the host sees beyond the
 // sandbox's count is the sentry's own. It reports whether it killed.
-func (o *oomKiller) stopAndLook() bool {
+func (o *oomKiller) stopAndLook() (killed bool) {
+	if o.hold == nil {
+		return o.look()
+	}
+	o.hold(func(held bool) {
+		if !held {
+			killed = o.look()
+		}
+	})
+	return killed
+}
+
+// resting reports whether the sandbox is held stopped.
+func (o *oomKiller) resting() (held bool) {
+	if o.hold != nil {
+		o.hold(func(h bool) { held = h })
+	}
+	return held
+}
+
+// look is stopAndLook, with nothing else stopping or continuing the
+// sandbox's processes meanwhile.
+func (o *oomKiller) look() bool {
 	o.signalAll(unix.SIGSTOP)
 	defer o.signalAll(unix.SIGCONT)
 	b := scanBuffers(o.self)
@@ -242,6 +272,10 @@ func (o *oomKiller) holdsMuch() bool {
 // scanner counts kernel buffers in the background.
 func (o *oomKiller) scanner() {
 	for {
+		if o.resting() {
+			time.Sleep(time.Duration(o.scanEvery.Load()))
+			continue
+		}
 		o.mu.Lock()
 		looks, before := o.looks, o.bufs.total
 		o.mu.Unlock()

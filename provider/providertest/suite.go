@@ -46,6 +46,11 @@ type Harness struct {
 	// the lease tests, which measure from the host the CPU a sandbox
 	// uses; they skip with a clear message when it is nil.
 	Processes func(t *testing.T, sb provider.Sandbox) []int
+	// IdleCPU is the most CPU a sandbox whose processes are all stopped
+	// may use in a second, as Processes count it: its daemon's and, on
+	// a provider with a kernel of its own, that kernel's timers. Zero
+	// means 20 ms.
+	IdleCPU time.Duration
 	// ApproximateMemory, when set, says why the provider enforces memory
 	// limits by watching rather than through the kernel. The daemon's
 	// own work (its reads fill a cache counted against the limit) may

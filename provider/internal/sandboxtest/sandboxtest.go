@@ -173,3 +173,16 @@ func Baseline(b *testing.B, cmd func() *exec.Cmd) {
 	}
 	ReportMedian(b, samples)
 }
+
+// CgroupProcs lists the pids in a cgroup's cgroup.procs file; none when
+// the cgroup is gone.
+func CgroupProcs(file string) []int {
+	b, _ := os.ReadFile(file)
+	var pids []int
+	for f := range strings.FieldsSeq(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
