@@ -82,6 +82,7 @@ type Server struct {
 	// linkEscapes and exportRegular allow for.
 	noFsuid bool
 	chroot  bool // file operations run in a root of their own: see asUser
+	terms   terminals
 }
 
 // New makes a daemon serving cfg.Workspace.
@@ -145,6 +146,8 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET "+routeDir, s.handleListDir)
 	mux.HandleFunc("GET "+routeWorkspace, s.handleExport)
 	mux.HandleFunc("PUT "+routeWorkspace, s.handleImport)
+	mux.HandleFunc("POST "+routeTTY, s.handleTerminalInput)
+	mux.HandleFunc("PUT "+routeTTY, s.handleResize)
 	s.http = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

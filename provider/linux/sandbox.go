@@ -28,6 +28,7 @@ type sandbox struct {
 var (
 	_ provider.Sandbox         = (*sandbox)(nil)
 	_ provider.Pauser          = (*sandbox)(nil)
+	_ provider.Terminal        = (*sandbox)(nil)
 	_ provider.PathExporter    = (*sandbox)(nil)
 	_ provider.ChangedExporter = (*sandbox)(nil)
 )
