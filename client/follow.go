@@ -24,6 +24,7 @@ type follower struct {
 	w        [2]io.Writer
 	key      [2]string
 	off      [2]int64
+	every    time.Duration // zero means LiveEvery
 }
 
 // poll prints what is new. Errors only mean the rest comes later.
@@ -80,7 +81,11 @@ func (f *follower) follow(ctx context.Context, result func(context.Context) (wor
 		pcancel()
 		done <- res{out, err}
 	}()
-	tick := time.NewTicker(LiveEvery)
+	every := f.every
+	if every == 0 {
+		every = LiveEvery
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
@@ -119,8 +124,14 @@ func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecR
 	if err != nil {
 		return workflows.RunOutput{}, err
 	}
-	f := &follower{c: c, workflow: sandboxID, w: [2]io.Writer{stdout, stderr}}
-	f.keys = func(ctx context.Context) (string, string, bool) {
+	f := &follower{c: c, workflow: sandboxID, w: [2]io.Writer{stdout, stderr}, keys: c.commandKeys(sandboxID, updateID)}
+	return f.follow(ctx, c.execResult(sandboxID, h))
+}
+
+// commandKeys finds where the output of the command that Update
+// updateID runs is stored, once it has started.
+func (c *Client) commandKeys(sandboxID, updateID string) func(ctx context.Context) (stdout, stderr string, ok bool) {
+	return func(ctx context.Context) (string, string, bool) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		var st workflows.SandboxStatus
@@ -135,7 +146,11 @@ func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecR
 		}
 		return "", "", false
 	}
-	return f.follow(ctx, func(ctx context.Context) (workflows.RunOutput, error) {
+}
+
+// execResult waits for the result of an exec Update.
+func (c *Client) execResult(sandboxID string, h tclient.WorkflowUpdateHandle) func(ctx context.Context) (workflows.RunOutput, error) {
+	return func(ctx context.Context) (workflows.RunOutput, error) {
 		var out workflows.RunOutput
 		err := c.WaitUpdate(ctx, h, workflows.UpdateExec, &out)
 		if u, ok := err.(*UnavailableError); ok {
@@ -143,7 +158,7 @@ func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecR
 			u.ResultHint = "its output is kept with the sandbox; berth sandbox inspect " + sandboxID
 		}
 		return out, err
-	})
+	}
 }
 
 // FollowRun follows the one-shot run runID (a Run workflow), writing its

@@ -90,6 +90,8 @@ type ExecRequest struct {
 	// MaxOutput caps what is stored of each output stream; zero means
 	// transfer.DefaultMaxOutput.
 	MaxOutput int64 `json:"max_output,omitempty"`
+	// TTY runs the command on a terminal of this size; see terminal.go.
+	TTY *provider.TerminalSize `json:"tty,omitempty"`
 }
 
 // WriteFilesRequest carries files inline, at most
@@ -407,8 +409,11 @@ func (s *standalone) validateExec(ctx workflow.Context, req ExecRequest) error {
 	if err := s.validateOpen(ctx); err != nil {
 		return err
 	}
+	if err := validateTerminal(req); err != nil {
+		return updateError(err)
+	}
 	return updateError(provider.ValidateExec(provider.ExecRequest{Argv: req.Argv, Shell: req.Shell,
-		Env: req.Env, Dir: req.Dir, Timeout: req.Timeout}))
+		Env: req.Env, Dir: req.Dir, Timeout: req.Timeout, TTY: req.TTY}))
 }
 
 func (s *standalone) validateWriteFiles(ctx workflow.Context, req WriteFilesRequest) error {
@@ -478,6 +483,9 @@ func (s *standalone) exec(ctx workflow.Context, req ExecRequest) (RunOutput, err
 		opts = append(opts, sandbox.WithTimeout(req.Timeout))
 	}
 	opts = append(opts, sandbox.WithMaxOutput(req.MaxOutput))
+	if req.TTY != nil {
+		opts = append(opts, terminalOption(ctx, *req.TTY, update))
+	}
 	defer delete(s.running, update)
 	var res sandbox.Result
 	var err error

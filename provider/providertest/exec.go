@@ -41,6 +41,7 @@ func execTests() []test {
 		{name: "Signal", fn: testSignal},
 		{name: "Concurrent", fn: testConcurrentExec},
 		{name: "Timeout", fn: testTimeout},
+		{name: "Terminal", fn: testTerminal},
 	}
 }
 
