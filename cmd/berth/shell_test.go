@@ -166,6 +166,7 @@ func TestSandboxShell(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("berth sandbox create: exit %d: %s", code, errOut)
 	}
+	outer := t // the server restarted lives on after its subtest
 	shell := func(t *testing.T) *ptyTerm {
 		return startOnPTY(t, berth, 30, 100, "sandbox", "shell", "--address", addr, "--env", "PS1=$ ", id, "--", "/bin/sh")
 	}
@@ -180,13 +181,13 @@ func TestSandboxShell(t *testing.T) {
 		// next: the keys add nothing to the workflow's history.
 		before := historyLength(t, c, id)
 		var took []time.Duration
-		line := "echo "
+		line, lineAt := "echo ", at
 		p.typeIn(t, line)
 		at = p.waitFor(t, at, line)
 		for i := range 60 {
 			start := time.Now()
 			p.typeIn(t, "k")
-			p.waitFor(t, at, line+strings.Repeat("k", i+1))
+			p.waitFor(t, lineAt, line+strings.Repeat("k", i+1))
 			took = append(took, time.Since(start))
 		}
 		p.typeIn(t, "\r")
@@ -240,7 +241,7 @@ func TestSandboxShell(t *testing.T) {
 		if err := srv.Stop(); err != nil {
 			t.Fatalf("stop the server: %v", err)
 		}
-		srv = startServer(t, data, addr)
+		srv = startServer(outer, data, addr)
 		p.typeIn(t, "echo after-''restart\r")
 		at = p.waitFor(t, at, "after-restart")
 		p.typeIn(t, "exit 3\r")
