@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -30,6 +31,11 @@ type ExecInput struct {
 	// MaxOutput caps what is stored of each output stream; zero means
 	// transfer.DefaultMaxOutput.
 	MaxOutput int64 `json:"max_output,omitempty"`
+	// TTY runs the command on a terminal of this size, whose input comes
+	// from the upload stream Input (see transfer.TerminalEvent). Its
+	// output is stdout alone.
+	TTY   *provider.TerminalSize `json:"tty,omitempty"`
+	Input string                 `json:"input,omitempty"`
 }
 
 // ExecOutput is what became of a command. A command that timed out or
@@ -63,6 +69,8 @@ type LocalExecOutput struct {
 // execProgress is an Exec's heartbeat: the output parts stored so far.
 type execProgress struct {
 	Parts [2]int `json:"parts"`
+	// Input is the next part of a terminal's input to read.
+	Input int `json:"input,omitempty"`
 }
 
 // errNoCommandID: a command without an id could run twice after a retry.
@@ -165,6 +173,7 @@ func (a *Activities) execLocal(ctx context.Context, in ExecInput) (LocalExecOutp
 // ExecLocal to Exec.
 type execRun struct {
 	streams [2]*capture
+	input   atomic.Int64 // the next part of a terminal's input
 	cancel  context.CancelFunc
 	done    chan struct{}
 	out     ExecOutput // set when done closes
@@ -180,20 +189,34 @@ func (a *Activities) startExec(ctx context.Context, in ExecInput, prog execProgr
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	r := &execRun{cancel: cancel, done: make(chan struct{})}
+	r.input.Store(int64(prog.Input))
 	r.streams = [2]*capture{
 		newCapture(ctx, a, transfer.OutputKey(in.Sandbox.ID, in.ID, "stdout"), prog.Parts[0], in.MaxOutput),
 		newCapture(ctx, a, transfer.OutputKey(in.Sandbox.ID, in.ID, "stderr"), prog.Parts[1], in.MaxOutput),
 	}
-	go r.run(ctx, sb, in)
+	go r.run(ctx, a, sb, in)
 	return r, nil
 }
 
-func (r *execRun) run(ctx context.Context, sb provider.Sandbox, in ExecInput) {
+func (r *execRun) run(ctx context.Context, a *Activities, sb provider.Sandbox, in ExecInput) {
 	defer close(r.done)
 	defer r.cancel()
+	every := LiveEvery
+	var term provider.Terminal
+	if in.TTY != nil {
+		var ok bool
+		if term, ok = sb.(provider.Terminal); !ok {
+			r.err = fmt.Errorf("%w: provider %s runs no command on a terminal", provider.ErrUnsupported, in.Sandbox.Provider)
+			return
+		}
+		every = transfer.TerminalPoll
+	}
 	stop := make(chan struct{})
+	if term != nil && in.Input != "" {
+		go r.feed(ctx, a, term, in, stop)
+	}
 	go func() {
-		live := time.NewTicker(LiveEvery)
+		live := time.NewTicker(every)
 		defer live.Stop()
 		for {
 			select {
@@ -209,6 +232,7 @@ func (r *execRun) run(ctx context.Context, sb provider.Sandbox, in ExecInput) {
 		ID: in.ID, Argv: in.Argv, Shell: in.Shell, Env: in.Env, Dir: in.Dir, Timeout: in.Timeout,
 		Stdout: r.streams[0], Stderr: r.streams[1],
 		StdoutOffset: r.streams[0].committed(), StderrOffset: r.streams[1].committed(),
+		TTY: in.TTY,
 	}
 	if len(in.Stdin) > 0 {
 		req.Stdin = bytes.NewReader(in.Stdin)
@@ -238,7 +262,7 @@ func (r *execRun) result(res provider.ExecResult, err error) (ExecOutput, error)
 }
 
 func (r *execRun) progress() execProgress {
-	return execProgress{Parts: [2]int{r.streams[0].progress(), r.streams[1].progress()}}
+	return execProgress{Parts: [2]int{r.streams[0].progress(), r.streams[1].progress()}, Input: int(r.input.Load())}
 }
 
 // wait waits for the command's end, calling beat every heartbeatEvery.

@@ -24,6 +24,7 @@ type follower struct {
 	w        [2]io.Writer
 	key      [2]string
 	off      [2]int64
+	every    time.Duration // zero means LiveEvery
 }
 
 // poll prints what is new. Errors only mean the rest comes later.
@@ -80,7 +81,11 @@ func (f *follower) follow(ctx context.Context, result func(context.Context) (wor
 		pcancel()
 		done <- res{out, err}
 	}()
-	tick := time.NewTicker(LiveEvery)
+	every := f.every
+	if every == 0 {
+		every = LiveEvery
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
@@ -173,9 +178,14 @@ func (c *Client) SignalCommand(ctx context.Context, sandboxID, commandID, sig st
 // start, as it is produced, and returns what became of it. Its output is
 // whole, or the error wraps ErrIncomplete.
 func (cmd *Command) Follow(ctx context.Context, stdout, stderr io.Writer) (workflows.RunOutput, error) {
-	c, sandboxID := cmd.c, cmd.Sandbox
-	f := &follower{c: c, workflow: sandboxID, w: [2]io.Writer{stdout, stderr}}
-	f.keys = func(ctx context.Context) (string, string, bool) {
+	f := &follower{c: cmd.c, workflow: cmd.Sandbox, w: [2]io.Writer{stdout, stderr}, keys: cmd.c.commandKeys(cmd.Sandbox, cmd.ID)}
+	return f.follow(ctx, cmd.c.updateResult(cmd.Sandbox, cmd.ID, cmd.h, cmd.name))
+}
+
+// commandKeys finds where the output of the command that Update
+// updateID runs is stored, once it has started.
+func (c *Client) commandKeys(sandboxID, updateID string) func(ctx context.Context) (stdout, stderr string, ok bool) {
+	return func(ctx context.Context) (string, string, bool) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		var st workflows.SandboxStatus
@@ -184,21 +194,31 @@ func (cmd *Command) Follow(ctx context.Context, stdout, stderr io.Writer) (workf
 			return "", "", false
 		}
 		for _, r := range st.Running {
-			if r.Update == cmd.ID {
+			if r.Update == updateID {
 				return r.Stdout, r.Stderr, true
 			}
 		}
 		return "", "", false
 	}
-	return f.follow(ctx, func(ctx context.Context) (workflows.RunOutput, error) {
+}
+
+// execResult waits for the result of the exec Update updateID.
+func (c *Client) execResult(sandboxID, updateID string, h tclient.WorkflowUpdateHandle) func(ctx context.Context) (workflows.RunOutput, error) {
+	return c.updateResult(sandboxID, updateID, h, workflows.UpdateExec)
+}
+
+// updateResult waits for the result of the command commandID: the
+// Update h, named name (berth.exec, or berth.attach).
+func (c *Client) updateResult(sandboxID, commandID string, h tclient.WorkflowUpdateHandle, name string) func(ctx context.Context) (workflows.RunOutput, error) {
+	return func(ctx context.Context) (workflows.RunOutput, error) {
 		var out workflows.RunOutput
-		err := c.WaitUpdate(ctx, cmd.h, cmd.name, &out)
+		err := c.WaitUpdate(ctx, h, name, &out)
 		if u, ok := err.(*UnavailableError); ok {
 			u.MayHaveRun = true
-			u.ResultHint = "berth sandbox attach " + sandboxID + " " + cmd.ID
+			u.ResultHint = "berth sandbox attach " + sandboxID + " " + commandID
 		}
 		return out, err
-	})
+	}
 }
 
 // FollowRun follows the one-shot run runID (a Run workflow), writing its

@@ -285,10 +285,40 @@ type ExecRequest struct {
 	Timeout time.Duration
 	// Stdout and Stderr receive the output as it is produced. Nil discards.
 	Stdout, Stderr io.Writer
+	// TTY, if not nil, runs the command on a terminal of this size, its
+	// controlling terminal and its stdin, stdout and stderr: what it
+	// writes comes as Stdout alone, and its input comes through the
+	// sandbox's Terminal, not Stdin (which must be nil). A provider
+	// whose sandboxes are not Terminals refuses it with ErrUnsupported.
+	TTY *TerminalSize
 	// StdoutOffset and StderrOffset skip that many bytes of each stream,
 	// so that a caller re-attaching after a crash receives only what it has
 	// not seen. An offset past the end yields nothing.
 	StdoutOffset, StderrOffset int64
+}
+
+// TerminalSize is a terminal's size in characters. Zero fields mean
+// DefaultTerminalSize's.
+type TerminalSize struct {
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+}
+
+// DefaultTerminalSize is the size of a terminal whose request names none.
+var DefaultTerminalSize = TerminalSize{Rows: 24, Cols: 80}
+
+// Terminal is implemented by sandboxes that can run a command on a
+// terminal (ExecRequest.TTY). Both methods address the command by its
+// ExecRequest.ID while it runs; a command that has ended, or that has no
+// terminal, is an error wrapping ErrNotFound.
+type Terminal interface {
+	// TerminalInput writes data to the command's terminal, as if typed:
+	// the terminal's line discipline sees it, so that ^C (0x03) interrupts
+	// the command and ^D (0x04) ends a line of input.
+	TerminalInput(ctx context.Context, id string, data []byte) error
+	// ResizeTerminal changes the size of the command's terminal; its
+	// foreground processes get SIGWINCH.
+	ResizeTerminal(ctx context.Context, id string, size TerminalSize) error
 }
 
 // ExecResult is what became of a command.

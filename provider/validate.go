@@ -135,6 +135,9 @@ func ValidateEnv(env map[string]string) error {
 	return nil
 }
 
+// MaxTerminalSide bounds a terminal's rows and columns.
+const MaxTerminalSide = 4096
+
 // ValidateExec checks the parts of a request that do not depend on the
 // provider.
 func ValidateExec(req ExecRequest) error {
@@ -165,6 +168,14 @@ func ValidateExec(req ExecRequest) error {
 	if req.Dir != "" {
 		if _, err := WorkspacePath(req.Dir); err != nil {
 			return err
+		}
+	}
+	if req.TTY != nil {
+		if req.Stdin != nil {
+			return fmt.Errorf("%w: a command on a terminal takes its input through the terminal, not Stdin", ErrBadInput)
+		}
+		if req.TTY.Rows > MaxTerminalSide || req.TTY.Cols > MaxTerminalSide {
+			return fmt.Errorf("%w: terminal of %dx%d: at most %d rows and columns", ErrBadInput, req.TTY.Rows, req.TTY.Cols, MaxTerminalSide)
 		}
 	}
 	return ValidateEnv(req.Env)

@@ -197,6 +197,8 @@ type execConfig struct {
 	started func(commandID string)
 	key     string
 	maxOut  int64
+	tty     *provider.TerminalSize
+	input   string
 }
 
 // WithTimeout ends the command, and every process it started, after d.
@@ -218,6 +220,15 @@ func WithStdin(b []byte) ExecOption { return func(c *execConfig) { c.stdin = b }
 // transfer.OutputKey, where its output will be stored, so that a front
 // end can follow it live. f runs in workflow code.
 func OnStart(f func(commandID string)) ExecOption { return func(c *execConfig) { c.started = f } }
+
+// WithTerminal runs the command on a terminal of the given size, whose
+// input (keys and resizes, transfer.TerminalEvent) a front end writes as
+// the upload stream input of the workflow (transfer.TerminalInputKey).
+// Its output is stdout alone. A command on a terminal is never run again
+// by a recovery: lost with its sandbox, it fails with a LostError.
+func WithTerminal(size provider.TerminalSize, input string) ExecOption {
+	return func(c *execConfig) { c.tty, c.input = &size, input }
+}
 
 // DefaultOutputBudget is how much command output one sandbox stores in
 // all, by default.

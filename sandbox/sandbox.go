@@ -348,6 +348,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 		o(&cfg)
 	}
 	in.Env, in.Dir, in.Timeout, in.Stdin, in.MaxOutput = cfg.env, cfg.dir, cfg.timeout, cfg.stdin, s.outputCap(cfg.maxOut)
+	in.TTY, in.Input = cfg.tty, cfg.input
 	var res Result
 	err := s.do(ctx, "exec "+shorten(line), func(ref activities.Ref) error {
 		s.st.Commands++
@@ -431,7 +432,10 @@ const localExecVersion = "berth.local-exec"
 // the server, and a longer one is handed over, still running, to the
 // Exec activity on the same worker.
 func (s *Sandbox) runExec(ctx workflow.Context, in activities.ExecInput) (activities.ExecOutput, error) {
-	if in.Sandbox.Queue != s.st.notLocal && workflow.GetVersion(ctx, localExecVersion, workflow.DefaultVersion, 1) == 1 {
+	// A command on a terminal is fed its input by the activity that
+	// follows it, which a local activity would hold up a workflow task
+	// for.
+	if in.TTY == nil && in.Sandbox.Queue != s.st.notLocal && workflow.GetVersion(ctx, localExecVersion, workflow.DefaultVersion, 1) == 1 {
 		lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 			StartToCloseTimeout: activities.LocalWindow + opTimeout,
 			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},

@@ -114,7 +114,7 @@ func (c *Client) Exec(ctx context.Context, req provider.ExecRequest) (provider.E
 	}
 	hdr, err := json.Marshal(execHeader{
 		ID: req.ID, Argv: req.Argv, Shell: req.Shell, Env: req.Env, Dir: req.Dir, Timeout: req.Timeout,
-		Stdin: req.Stdin != nil, StdoutOffset: req.StdoutOffset, StderrOffset: req.StderrOffset,
+		Stdin: req.Stdin != nil, TTY: req.TTY, StdoutOffset: req.StdoutOffset, StderrOffset: req.StderrOffset,
 	})
 	if err != nil {
 		return provider.ExecResult{}, err
@@ -182,6 +182,28 @@ func readExecStream(r io.Reader, stdoutW, stderrW io.Writer) (provider.ExecResul
 			return provider.ExecResult{}, fmt.Errorf("sandboxd: exec stream: unknown frame %q", typ)
 		}
 	}
+}
+
+// TerminalInput sends input to a command's terminal; see
+// provider.Terminal.
+func (c *Client) TerminalInput(ctx context.Context, id string, data []byte) error {
+	resp, err := c.do(ctx, http.MethodPost, routeTTY, url.Values{"id": {id}}, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// ResizeTerminal resizes a command's terminal; see provider.Terminal.
+func (c *Client) ResizeTerminal(ctx context.Context, id string, size provider.TerminalSize) error {
+	q := url.Values{"id": {id}, "rows": {strconv.Itoa(int(size.Rows))}, "cols": {strconv.Itoa(int(size.Cols))}}
+	resp, err := c.do(ctx, http.MethodPut, routeTTY, q, nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
 }
 
 func pathQuery(p string) url.Values { return url.Values{"path": {p}} }

@@ -40,7 +40,11 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := provider.ExecRequest{ID: hdr.ID, Argv: hdr.Argv, Shell: hdr.Shell, Env: hdr.Env, Dir: hdr.Dir,
-		Timeout: hdr.Timeout, StdoutOffset: hdr.StdoutOffset, StderrOffset: hdr.StderrOffset}
+		Timeout: hdr.Timeout, TTY: hdr.TTY, StdoutOffset: hdr.StdoutOffset, StderrOffset: hdr.StderrOffset}
+	if hdr.TTY != nil && hdr.Stdin {
+		writeError(w, fmt.Errorf("%w: a command on a terminal takes its input through the terminal", provider.ErrBadInput))
+		return
+	}
 	if err := provider.ValidateExec(req); err != nil {
 		writeError(w, err)
 		return
@@ -73,7 +77,13 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		if stdin != nil {
 			feed = &stdinFeed{r: stdin, done: make(chan struct{})}
 		}
-		go s.run(rec, hdr, feed)
+		var term *terminal
+		if hdr.TTY != nil {
+			// Known before the command starts: input sent meanwhile
+			// waits for its terminal rather than miss it.
+			term = s.terms.add(hdr.ID)
+		}
+		go s.run(rec, hdr, feed, term)
 	}
 	s.stream(w, r, rec, [2]int64{hdr.StdoutOffset, hdr.StderrOffset}, !created)
 	if feed != nil {
@@ -173,23 +183,26 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, off
 // WarmUp runs a command outside the journal, so that the first command
 // a caller asks for does not pay for the daemon's first fork and exec.
 func (s *Server) WarmUp(argv ...string) error {
-	_, err := s.execute(newRecord("warmup", s.cfg.OutputCap), execHeader{Argv: argv}, nil)
+	_, err := s.execute(newRecord("warmup", s.cfg.OutputCap), execHeader{Argv: argv}, nil, nil)
 	return err
 }
 
 // run starts the command of a new record and records how it ends.
-func (s *Server) run(rec *record, hdr execHeader, stdin *stdinFeed) {
+func (s *Server) run(rec *record, hdr execHeader, stdin *stdinFeed, term *terminal) {
 	s.running.Add(1)
 	defer s.running.Add(-1)
 	defer s.journal.retire(rec)
-	res, err := s.execute(rec, hdr, stdin)
+	if term != nil {
+		defer s.terms.remove(rec.id, term)
+	}
+	res, err := s.execute(rec, hdr, stdin, term)
 	rec.finish(res, err)
 	if err != nil {
 		s.log.Debug("exec", "id", rec.id, "err", err)
 	}
 }
 
-func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed) (provider.ExecResult, error) {
+func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed, term *terminal) (provider.ExecResult, error) {
 	var res provider.ExecResult
 	fed := false
 	if stdin != nil {
@@ -213,7 +226,12 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed) (provide
 		return res, fmt.Errorf("%w: %w: %q", provider.ErrBadInput, provider.ErrCommandNotFound, argv[0])
 	}
 
-	cmd, err := s.startCommand(path, argv, env, dir, stdin != nil)
+	var cmd *command
+	if term != nil {
+		cmd, err = s.startOnTerminal(path, argv, env, dir, *hdr.TTY, term)
+	} else {
+		cmd, err = s.startCommand(path, argv, env, dir, stdin != nil)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -228,7 +246,9 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed) (provide
 	}
 	var pumps sync.WaitGroup
 	for i, f := range cmd.out {
-		pumps.Go(func() { s.pump(rec, i, f) })
+		if f != nil {
+			pumps.Go(func() { s.pump(rec, i, f) })
+		}
 	}
 
 	var timedOut atomic.Bool
@@ -255,7 +275,9 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed) (provide
 	// write for a moment, then let the pumps go.
 	grace := time.Now().Add(s.cfg.ExitGrace)
 	for _, f := range cmd.out {
-		_ = f.SetReadDeadline(grace)
+		if f != nil {
+			_ = f.SetReadDeadline(grace)
+		}
 	}
 	pumps.Wait()
 

@@ -21,20 +21,23 @@ const (
 	routeLease     = "/v1/lease"     // POST: renew the lease (any request does)
 	routePause     = "/v1/pause"     // POST: stop every other process until resumed
 	routeResume    = "/v1/resume"    // POST: continue them
+	routeTTY       = "/v1/tty"       // POST ?id=: input to a command's terminal; PUT ?id=&rows=&cols=: resize
 )
 
 // execHeader starts an exec request's body, as one line of JSON; the rest
 // of the body is the command's standard input.
 type execHeader struct {
-	ID           string            `json:"id"`
-	Argv         []string          `json:"argv,omitempty"`
-	Shell        string            `json:"shell,omitempty"`
-	Env          map[string]string `json:"env,omitempty"`
-	Dir          string            `json:"dir,omitempty"`
-	Timeout      time.Duration     `json:"timeout,omitempty"`
-	Stdin        bool              `json:"stdin,omitempty"` // the body carries stdin
-	StdoutOffset int64             `json:"stdout_offset,omitempty"`
-	StderrOffset int64             `json:"stderr_offset,omitempty"`
+	ID      string            `json:"id"`
+	Argv    []string          `json:"argv,omitempty"`
+	Shell   string            `json:"shell,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Dir     string            `json:"dir,omitempty"`
+	Timeout time.Duration     `json:"timeout,omitempty"`
+	Stdin   bool              `json:"stdin,omitempty"` // the body carries stdin
+	// TTY runs the command on a terminal (provider.ExecRequest.TTY).
+	TTY          *provider.TerminalSize `json:"tty,omitempty"`
+	StdoutOffset int64                  `json:"stdout_offset,omitempty"`
+	StderrOffset int64                  `json:"stderr_offset,omitempty"`
 }
 
 // signalRequest asks for a signal to a command; see provider.Signaler.

@@ -31,6 +31,22 @@ func (s Served) Exec(ctx context.Context, req provider.ExecRequest) (provider.Ex
 	return res, s.Check(err)
 }
 
+// TerminalInput implements provider.Terminal.
+func (s Served) TerminalInput(ctx context.Context, id string, data []byte) error {
+	if err := s.Ready(); err != nil {
+		return err
+	}
+	return s.Check(s.Client.TerminalInput(ctx, id, data))
+}
+
+// ResizeTerminal implements provider.Terminal.
+func (s Served) ResizeTerminal(ctx context.Context, id string, size provider.TerminalSize) error {
+	if err := s.Ready(); err != nil {
+		return err
+	}
+	return s.Check(s.Client.ResizeTerminal(ctx, id, size))
+}
+
 // WriteFile implements provider.Sandbox.
 func (s Served) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
 	if err := s.Ready(); err != nil {

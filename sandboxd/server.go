@@ -84,6 +84,7 @@ type Server struct {
 	// linkEscapes and exportRegular allow for.
 	noFsuid bool
 	chroot  bool // file operations run in a root of their own: see asUser
+	terms   terminals
 }
 
 // New makes a daemon serving cfg.Workspace.
@@ -154,6 +155,8 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST "+routePause, s.handlePause)
 	mux.HandleFunc("POST "+routeResume, s.handleResume)
 	go s.lease.run(s.leaseDone)
+	mux.HandleFunc("POST "+routeTTY, s.handleTerminalInput)
+	mux.HandleFunc("PUT "+routeTTY, s.handleResize)
 	s.http = &http.Server{
 		Handler:           s.contact(mux),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -35,7 +35,7 @@ its lifetime ends. It pauses when idle and wakes on the next command. Its
 operations are Workflow Updates, so other programs can drive it too (see
 docs/workflows.md).`,
 	}
-	cmd.AddCommand(newSandboxCreate(cf), newSandboxExec(cf), newSandboxAttach(cf), newSandboxKill(cf), newSandboxCp(cf), newSandboxLs(cf), newSandboxRm(cf),
+	cmd.AddCommand(newSandboxCreate(cf), newSandboxExec(cf), newSandboxAttach(cf), newSandboxKill(cf), newSandboxShell(cf), newSandboxCp(cf), newSandboxLs(cf), newSandboxRm(cf),
 		newSandboxInspect(cf),
 		newSandboxSnapshot(cf), newSandboxFork(cf), newSandboxSwitch(cf),
 		newSandboxSimple(cf, "pause", workflows.UpdatePause, "Freeze a sandbox now (the next command resumes it)"),

@@ -16,6 +16,7 @@ func newSandboxExec(cf *connFlags) *cobra.Command {
 		req    workflows.ExecRequest
 		env    []string
 		stdin  bool
+		tty    bool
 		maxOut string
 		detach bool
 		res    *resultFlags
@@ -38,7 +39,11 @@ berth sandbox kill signals it.
 
 ID may be a coding agent session's (s1, s2, ...): the command runs in
 the session's sandbox, between turns or during one, and never enters
-its conversation; a paused session's sandbox wakes for it.`,
+its conversation; a paused session's sandbox wakes for it.
+
+With -t the command runs on a terminal (its output is stdout alone), the
+size of berth's; with -it berth's terminal is in raw mode and every key
+goes to it, as berth sandbox shell does.`,
 		Args:              usageArgs(cobra.MinimumNArgs(2)),
 		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -53,6 +58,20 @@ its conversation; a paused session's sandbox wakes for it.`,
 				if req.MaxOutput, err = parseBytes(maxOut); err != nil {
 					return usageError{fmt.Errorf("--max-output: %w", err)}
 				}
+			}
+			if tty {
+				if *res.format != formatText {
+					return usageError{fmt.Errorf("-t: a terminal's output is text: -o is for commands without one")}
+				}
+				if req.Timeout == 0 {
+					req.Timeout = shellTimeout
+				}
+				c, err := cf.dial(ctx)
+				if err != nil {
+					return err
+				}
+				defer c.Temporal().Close()
+				return runOnTerminal(ctx, c, id, req, stdin)
 			}
 			if stdin {
 				if req.Stdin, err = readStdin(os.Stdin); err != nil {
@@ -84,8 +103,9 @@ its conversation; a paused session's sandbox wakes for it.`,
 	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable (repeatable)")
 	f.StringVar(&req.Dir, "dir", "", "working directory, a workspace path")
 	f.DurationVar(&req.Timeout, "timeout", 0, "end the command after this long (default "+defaultTimeout+")")
-	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
 	f.BoolVarP(&detach, "detach", "d", false, "print the command's id and return, leaving it running")
+	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB; with -t, as it is typed)")
+	f.BoolVarP(&tty, "tty", "t", false, "run the command on a terminal (with -i: interactive, berth's terminal in raw mode)")
 	f.StringVar(&maxOut, "max-output", "", "store at most this much of each output stream, its start and its end (default 256Mi)")
 	res = addResultFlags(f)
 	return cmd

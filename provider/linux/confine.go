@@ -18,6 +18,10 @@ func confine() error {
 		// Refer: moving files between directories, which the daemon's
 		// atomic writes and imports do.
 		landlock.RWDirs("/workspace", "/tmp", "/dev", "/proc").WithRefer(),
+		// Device ioctls on terminals alone, for commands on a terminal:
+		// the daemon's own on the pty master, a shell's on its terminal.
+		landlock.RWDirs("/dev/pts").WithIoctlDev().IgnoreIfMissing(),
+		landlock.RWFiles("/dev/tty").WithIoctlDev().IgnoreIfMissing(),
 	)
 	if err != nil {
 		return fmt.Errorf("landlock: %w", err)

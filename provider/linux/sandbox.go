@@ -31,6 +31,7 @@ var (
 	_ provider.Pauser          = (*sandbox)(nil)
 	_ provider.Leaser          = (*sandbox)(nil)
 	_ provider.Signaler        = (*sandbox)(nil)
+	_ provider.Terminal        = (*sandbox)(nil)
 	_ provider.PathExporter    = (*sandbox)(nil)
 	_ provider.ChangedExporter = (*sandbox)(nil)
 )

@@ -42,6 +42,7 @@ func execTests() []test {
 		{name: "Concurrent", fn: testConcurrentExec},
 		{name: "Timeout", fn: testTimeout},
 		{name: "SignalCommand", fn: testSignalCommand},
+		{name: "Terminal", fn: testTerminal},
 	}
 }
 

@@ -68,6 +68,8 @@ type ExecRequest struct {
 	// MaxOutput caps what is stored of each output stream; zero means
 	// transfer.DefaultMaxOutput.
 	MaxOutput int64 `json:"max_output,omitempty"`
+	// TTY runs the command on a terminal of this size; see terminal.go.
+	TTY *provider.TerminalSize `json:"tty,omitempty"`
 }
 
 // RunOutput is what became of a command. Kind names why the command did
@@ -189,8 +191,11 @@ func (o *Ops) validateExec(ctx workflow.Context, req ExecRequest) error {
 	if err := o.owner.Open(); err != nil {
 		return err
 	}
+	if err := validateTerminal(req); err != nil {
+		return sandbox.Failure(err)
+	}
 	return sandbox.Failure(provider.ValidateExec(provider.ExecRequest{Argv: req.Argv, Shell: req.Shell,
-		Env: req.Env, Dir: req.Dir, Timeout: req.Timeout}))
+		Env: req.Env, Dir: req.Dir, Timeout: req.Timeout, TTY: req.TTY}))
 }
 
 func (o *Ops) validateWriteFiles(ctx workflow.Context, req WriteFilesRequest) error {
@@ -275,6 +280,9 @@ func (o *Ops) exec(ctx workflow.Context, req ExecRequest) (out RunOutput, err er
 		opts = append(opts, sandbox.WithTimeout(req.Timeout))
 	}
 	opts = append(opts, sandbox.WithMaxOutput(req.MaxOutput))
+	if req.TTY != nil {
+		opts = append(opts, terminalOption(ctx, *req.TTY, update))
+	}
 	var res sandbox.Result
 	if req.Shell != "" {
 		res, err = sbx.Exec(ctx, req.Shell, opts...)
