@@ -68,10 +68,6 @@ func HostReaper(ctx workflow.Context, in ReaperInput) error {
 	if err := workflow.SetQueryHandler(ctx, QueryReaper, func() (ReaperStatus, error) { return st, nil }); err != nil {
 		return err
 	}
-	limit := in.ContinueAfter
-	if limit <= 0 {
-		limit = reaperPasses
-	}
 	// The latest settings sent win; what was sent is never left behind
 	// in a run that ends.
 	takeSettings := func() {
@@ -93,6 +89,10 @@ func HostReaper(ctx workflow.Context, in ReaperInput) error {
 			}
 			st.Error = err.Error()
 			workflow.GetLogger(ctx).Warn("reap", "queue", in.Queue, "error", err)
+		}
+		limit := in.ContinueAfter
+		if limit <= 0 {
+			limit = reaperPasses
 		}
 		if st.Passes >= limit || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			takeSettings()
