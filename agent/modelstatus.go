@@ -28,13 +28,19 @@ const (
 	modelCheckTimeout  = 20 * time.Second
 )
 
-// ModelStatus asks a worker serving the model's queue what it finds of
-// its model now (ready, unknown, unavailable and why, or none): how
-// front ends (berth providers) show the model beside the providers. A
-// queue no worker takes the question from within a few seconds is
-// unavailable.
+// ModelStatus is CheckModel as a workflow of its own, a workflow each
+// time: front ends ask the session manager instead
+// (session.UpdateModelStatus), and it stays registered for older ones.
 func ModelStatus(ctx workflow.Context, in ModelStatusInput) (model.Status, error) {
-	queue := in.ModelQueue
+	return CheckModel(ctx, in.ModelQueue), nil
+}
+
+// CheckModel asks a worker serving the model's queue (DefaultModelQueue
+// when empty) what it finds of its model now (ready, unknown,
+// unavailable and why, or none): how front ends (berth providers) show
+// the model beside the providers. A queue no worker takes the question
+// from within a few seconds is unavailable.
+func CheckModel(ctx workflow.Context, queue string) model.Status {
 	if queue == "" {
 		queue = DefaultModelQueue
 	}
@@ -49,9 +55,9 @@ func ModelStatus(ctx workflow.Context, in ModelStatusInput) (model.Status, error
 	var timeout *temporal.TimeoutError
 	switch {
 	case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
-		return model.Status{State: model.Unavailable, Reason: fmt.Sprintf("no worker serves the model's queue %s within %v", queue, modelAnswerTimeout)}, nil
+		return model.Status{State: model.Unavailable, Reason: fmt.Sprintf("no worker serves the model's queue %s within %v", queue, modelAnswerTimeout)}
 	case err != nil:
-		return model.Status{State: model.Unavailable, Reason: err.Error()}, nil
+		return model.Status{State: model.Unavailable, Reason: err.Error()}
 	}
-	return st, nil
+	return st
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/chat"
+	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
@@ -38,30 +39,13 @@ func (c *Client) Sessions(manager string) *Sessions {
 
 // manage runs one of the manager's Updates, starting the manager if it
 // is not running. Sent again after a server restart, it runs once.
-func (s *Sessions) manage(ctx context.Context, name string, out any, arg any) error {
-	updateID := NewID(name + "-")
-	var h tclient.WorkflowUpdateHandle
-	sent := false
-	err := s.c.retry(ctx, func(ctx context.Context) error {
-		start := s.c.temporal.NewWithStartWorkflowOperation(tclient.StartWorkflowOptions{
-			ID: s.Manager, TaskQueue: s.Queue,
-			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		}, session.WorkflowName, session.ManagerInput{})
-		var err error
-		h, err = s.c.temporal.UpdateWithStartWorkflow(ctx, tclient.UpdateWithStartWorkflowOptions{
-			StartWorkflowOperation: start,
-			UpdateOptions: tclient.UpdateWorkflowOptions{
-				UpdateID: updateID, UpdateName: name, Args: []any{arg},
-				WaitForStage: tclient.WorkflowUpdateStageAccepted,
-			},
-		})
-		sent = sent || err == nil || Unavailable(err)
-		return err
-	})
-	if err = s.c.unavailable(err, name+" on "+s.Manager, sent, ""); err != nil {
-		return err
+func (s *Sessions) manage(ctx context.Context, name string, out any, args ...any) error {
+	start := tclient.StartWorkflowOptions{
+		ID: s.Manager, TaskQueue: s.Queue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		StaticSummary:            session.ManagerSummary,
 	}
-	return s.c.WaitUpdate(ctx, h, name, out)
+	return s.c.updateWithStart(ctx, start, session.WorkflowName, session.ManagerInput{}, name, out, args...)
 }
 
 // List lists the sessions, but for those that ended.
@@ -333,4 +317,12 @@ func (s *Sessions) Read(ctx context.Context, ref, key string, offset int64) ([]b
 		return nil, err
 	}
 	return s.c.readChunk(ctx, wid, key, offset, transfer.MaxChunk)
+}
+
+// ModelStatus asks a worker serving the sessions' model what it finds
+// of it now: ready, unknown, unavailable and why, or none configured.
+func (s *Sessions) ModelStatus(ctx context.Context) (model.Status, error) {
+	var st model.Status
+	err := s.manage(ctx, session.UpdateModelStatus, &st)
+	return st, err
 }

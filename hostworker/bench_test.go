@@ -59,7 +59,7 @@ func BenchmarkDurableExec(b *testing.B) {
 	w, err := hostworker.Start(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
-		Workflows: []any{execLoop, workflows.Sandbox},
+		Workflows: []any{execLoop},
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -151,7 +151,6 @@ func BenchmarkCreateExec(b *testing.B) {
 			w, err := hostworker.Start(c, hostworker.Options{
 				Providers: map[string]provider.Provider{"linux": berthtest.Provider(b)}, Outputs: berthtest.Bucket(b),
 				Queue: sandbox.DefaultQueue, HostQueue: bc.hostQueue,
-				Workflows: []any{workflows.Run},
 			})
 			if err != nil {
 				b.Fatal(err)

@@ -29,7 +29,6 @@ func berth(t *testing.T) client.Client {
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
 		Outputs:   berthtest.Bucket(t), Snapshots: snapshot.New(berthtest.Bucket(t)),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
-		Workflows: []any{workflows.Run, workflows.Sandbox},
 	})
 	if err != nil {
 		t.Fatal(err)

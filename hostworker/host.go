@@ -11,9 +11,8 @@ import (
 	"strings"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob"
 
 	"github.com/berth-dev/berth/activities"
@@ -83,7 +82,7 @@ type Host struct {
 }
 
 // StartHost opens the providers and blob store cfg names, starts the
-// workers, and schedules the host's reaper. Close undoes it.
+// workers, and starts the host's reaper. Close undoes it.
 func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -159,9 +158,8 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		Model:     mcfg,
 		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
-		Workflows: []any{workflows.Run, workflows.Sandbox, workflows.Reaper, workflows.Snapshots, workflows.Providers},
-		Relay:     transfer.Limits{Sign: SharedStore(cfg.Blob)},
-		Parked:    parked, StopTimeout: stopTimeout(cfg.StopTimeout),
+		Relay:  transfer.Limits{Sign: SharedStore(cfg.Blob)},
+		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout),
 	})
 	if err != nil {
 		h.Close()
@@ -185,9 +183,8 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		h.countOrphans(h.orphans)
 	}
 	if cfg.ReapEvery > 0 {
-		in := workflows.ReaperInput{Queue: h.HostQueue, OutputRetention: cfg.OutputRetention}
-		h.reapAtStart(c, in)
-		if err := scheduleReaper(ctx, c, h.queue, in, cfg.ReapEvery); err != nil {
+		in := workflows.ReaperInput{Queue: h.HostQueue, OutputRetention: cfg.OutputRetention, Every: cfg.ReapEvery}
+		if err := startReaper(ctx, c, h.queue, in); err != nil {
 			h.Close()
 			return nil, err
 		}
@@ -260,7 +257,7 @@ func (h *Host) reportModel(log *slog.Logger, unnamed string) {
 const SnapshotPrefix = "snapshots/"
 
 // DefaultReapEvery is how often a host's reaper runs by default.
-const DefaultReapEvery = 5 * time.Minute
+const DefaultReapEvery = workflows.DefaultReapEvery
 
 // prepareDataDir makes the data directory. Sandboxes reach their
 // workspaces below it with ids of their own: it must be searchable (not
@@ -323,29 +320,27 @@ func OpenBucket(ctx context.Context, url string) (*blob.Bucket, error) {
 	return b, nil
 }
 
-// scheduleReaper creates, or updates, the schedule that runs this host's
-// reaper every so often. Several workers of one host share it.
-func scheduleReaper(ctx context.Context, c client.Client, queue string, in workflows.ReaperInput, every time.Duration) error {
-	id := "berth-reaper-" + in.Queue
-	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}}
-	action := &client.ScheduleWorkflowAction{
-		ID: "berth-reap-" + in.Queue, Workflow: workflows.Reaper, TaskQueue: queue,
-		Args: []any{in},
-	}
-	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
-		ID: id, Spec: spec, Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, Action: action,
-	})
-	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-		err = c.ScheduleClient().GetHandle(ctx, id).Update(ctx, client.ScheduleUpdateOptions{
-			DoUpdate: func(u client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
-				u.Description.Schedule.Spec = &spec
-				u.Description.Schedule.Action = action
-				return &client.ScheduleUpdate{Schedule: &u.Description.Schedule}, nil
-			},
-		})
-	}
+// startReaper starts this host's reaper (berth.Reaper), or tells the
+// one running its settings: either way it makes a pass at once. Several
+// workers of one host share it. The schedule that ran a reaper workflow
+// every few minutes before berth.Reaper is deleted, so that it leaves
+// no more workflows behind.
+func startReaper(ctx context.Context, c client.Client, queue string, in workflows.ReaperInput) error {
+	id := workflows.ReaperID(in.Queue)
+	_, err := c.SignalWithStartWorkflow(ctx, id, workflows.SignalReap, in, client.StartWorkflowOptions{
+		TaskQueue: queue, StaticSummary: workflows.ReaperSummary(in),
+	}, workflows.ReaperWorkflowName, in)
 	if err != nil {
-		return fmt.Errorf("schedule the reaper: %w", err)
+		return fmt.Errorf("start the reaper: %w", err)
+	}
+	err = c.ScheduleClient().GetHandle(ctx, legacyReaperSchedule(in.Queue)).Delete(ctx)
+	var missing *serviceerror.NotFound
+	if err != nil && !errors.As(err, &missing) {
+		return fmt.Errorf("delete the reaper's old schedule: %w", err)
 	}
 	return nil
 }
+
+// legacyReaperSchedule is the id of the schedule that ran a host's
+// reaper before berth.Reaper.
+func legacyReaperSchedule(hostQueue string) string { return "berth-reaper-" + hostQueue }

@@ -36,6 +36,7 @@ import (
 	"github.com/berth-dev/berth/session"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/transfer"
+	"github.com/berth-dev/berth/workflows"
 )
 
 // Options configures the workers. Providers and Outputs are required.
@@ -58,9 +59,8 @@ type Options struct {
 	// Unavailable are providers the host links but could not open, for
 	// front ends to be told why (berth providers).
 	Unavailable []provider.Status
-	// Workflows are registered on the generic queue's worker, with the
-	// coding agent's (agent.Session) and its session manager's
-	// (session.Manager).
+	// Workflows are registered on the generic queue's worker, beside
+	// berth's own (registerWorkflows).
 	Workflows []any
 	// Model, when set, is the model the coding agent calls: a worker on
 	// ModelQueue serves the model activity. Without it, a single-host
@@ -130,11 +130,7 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 		Interceptors: []interceptor.WorkerInterceptor{transfer.Interceptor(opts.Outputs, opts.Relay)},
 	})
 	w.generic.RegisterActivity(acts)
-	for _, wf := range opts.Workflows {
-		w.generic.RegisterWorkflow(wf)
-	}
-	agent.Register(w.generic)
-	session.Register(w.generic)
+	registerWorkflows(w.generic, opts.Workflows)
 	if err := w.startModel(c, opts); err != nil {
 		return nil, err
 	}
@@ -181,6 +177,18 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 		renewLeases(ctx, opts.Providers, slog.Default())
 	}()
 	return w, nil
+}
+
+// registerWorkflows registers berth's workflows on r, each under its
+// berth.<Name> or berth.<pkg>.<Name> (and its legacy names, for the
+// executions already running), then extra, by their function names.
+func registerWorkflows(r worker.WorkflowRegistry, extra []any) {
+	workflows.Register(r)
+	agent.Register(r)
+	session.Register(r)
+	for _, wf := range extra {
+		r.RegisterWorkflow(wf)
+	}
 }
 
 // startModel starts the model activity's worker, when the host serves

@@ -38,8 +38,7 @@ func benchTransfer(b *testing.B, bucket *blob.Bucket, limits transfer.Limits) {
 	w, err := hostworker.Start(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(b)}, Outputs: bucket,
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
-		Workflows: []any{workflows.Sandbox},
-		Relay:     limits,
+		Relay: limits,
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -121,8 +121,7 @@ func TestRelay(t *testing.T) {
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
 		Outputs:   bucket, Snapshots: snapshot.New(berthtest.Bucket(t)),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
-		Workflows: []any{workflows.Sandbox},
-		Relay:     transfer.Limits{UploadBytes: bound},
+		Relay: transfer.Limits{UploadBytes: bound},
 	})
 	if err != nil {
 		t.Fatal(err)

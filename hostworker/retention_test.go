@@ -30,7 +30,6 @@ func TestOutputsGoAfterTheirOwner(t *testing.T) {
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
 		Outputs:   outputs, Snapshots: snapshot.New(berthtest.Bucket(t)),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
-		Workflows: []any{workflows.Run, workflows.Sandbox, workflows.Reaper},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ func TestRouting(t *testing.T) {
 		w, err := hostworker.Start(c, hostworker.Options{
 			Providers: map[string]provider.Provider{p.Name(): p}, Outputs: bucket,
 			Queue: sandbox.DefaultQueue, HostQueue: queue,
-			Workflows: []any{routeBoth, workflows.Run, workflows.Providers},
+			Workflows: []any{routeBoth},
 		})
 		if err != nil {
 			t.Fatal(err)

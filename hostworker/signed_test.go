@@ -139,8 +139,7 @@ func signedHost(t *testing.T, c tclient.Client, bucket *blob.Bucket, limits tran
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
 		Outputs:   bucket, Snapshots: snapshot.New(berthtest.Bucket(t)),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
-		Workflows: []any{workflows.Sandbox},
-		Relay:     limits,
+		Relay: limits,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -7,13 +7,8 @@ import (
 	"slices"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
-
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/sandbox"
-	"github.com/berth-dev/berth/workflows"
 )
 
 // DefaultStopTimeout is how long a stopping host lets the commands under
@@ -141,33 +136,4 @@ func (h *Host) reconcileAtStart(ctx context.Context) error {
 	slices.Sort(ids)
 	h.log.Info("sandboxes on this host", append(attrs, "parked", ids)...)
 	return nil
-}
-
-// reapAtStart runs one pass of the host's reaper now, in the background:
-// a sandbox whose owner closed while the host was down is destroyed
-// within moments of its start, not at the reaper's next turn. A sandbox
-// whose owner lives is its workflow's, which finds it at its next
-// operation.
-func (h *Host) reapAtStart(c client.Client, in workflows.ReaperInput) {
-	ctx := h.bg
-	go func() {
-		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-			ID: "berth-reap-at-start-" + in.Queue, TaskQueue: h.queue,
-			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		}, workflows.Reaper, in)
-		if err != nil {
-			if ctx.Err() == nil {
-				h.log.Warn("reap at start", "error", err)
-			}
-			return
-		}
-		var report sandbox.ReapReport
-		if err := run.Get(ctx, &report); err != nil {
-			if ctx.Err() == nil {
-				h.log.Warn("reap at start", "error", err)
-			}
-			return
-		}
-		h.log.Info("reaped at start", "destroyed", report.Sandboxes)
-	}()
 }

@@ -10,6 +10,9 @@ import (
 const (
 	WorkflowName     = "berth.session.Manager"
 	DefaultManagerID = "berth-sessions"
+	// ManagerSummary is the manager's summary, the StaticSummary its
+	// starters give it.
+	ManagerSummary = "the coding agent's sessions"
 
 	UpdateCreate  = "berth.session.create"  // CreateRequest -> Info
 	UpdateRename  = "berth.session.rename"  // RenameRequest -> Info
@@ -21,8 +24,11 @@ const (
 	// UpdateList answers the registry after checking, with the server,
 	// that the sessions it lists as live still run; QuerySessions answers
 	// it as it stands, at once.
-	UpdateList    = "berth.session.list" // ListRequest -> []Info
-	QuerySessions = "berth.session.sessions"
+	UpdateList = "berth.session.list" // ListRequest -> []Info
+	// UpdateModelStatus asks a worker serving the sessions' model what
+	// it finds of it now.
+	UpdateModelStatus = "berth.session.model" // nothing -> model.Status
+	QuerySessions     = "berth.session.sessions"
 	// SignalEnded is what a session sends its manager when its workflow
 	// ends, whatever the reason: Ended.
 	SignalEnded = "berth.session.ended"

@@ -17,6 +17,8 @@ import (
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/chat"
+	"github.com/berth-dev/berth/agent/model"
+	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 )
@@ -209,6 +211,12 @@ func (m *manager) register(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, QuerySessions, func() ([]Info, error) { return m.infos(true), nil }); err != nil {
 		return err
 	}
+	err := workflow.SetUpdateHandler(ctx, UpdateModelStatus, func(ctx workflow.Context) (model.Status, error) {
+		return agent.CheckModel(ctx, m.in.Session.ModelQueue), nil
+	})
+	if err != nil {
+		return err
+	}
 	type handler struct {
 		name      string
 		fn, check any
@@ -383,6 +391,16 @@ func (m *manager) create(ctx workflow.Context, req CreateRequest) (Info, error) 
 	return e.Info, nil
 }
 
+// maxSummary bounds a session's summary, as workflows.MaxSummary does
+// every berth workflow's.
+const maxSummary = 200
+
+// sessionSummary is a session's summary, the StaticSummary of its
+// workflow: its id, title and provider, on one line safe to show.
+func sessionSummary(i Info) string {
+	return termtext.Line(fmt.Sprintf("session %s %q on %s", i.ID, i.Title, i.Provider), maxSummary)
+}
+
 // start starts a session's workflow and waits until its sandbox is made
 // or its workflow ends.
 func (m *manager) start(ctx workflow.Context, e *entry, in agent.SessionInput) error {
@@ -390,6 +408,7 @@ func (m *manager) start(ctx workflow.Context, e *entry, in agent.SessionInput) e
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID: e.WorkflowID, TaskQueue: m.queue,
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON,
+		StaticSummary:     sessionSummary(e.Info),
 	})
 	child := workflow.ExecuteChildWorkflow(cctx, agent.WorkflowName, in)
 	if err := child.GetChildWorkflowExecution().Get(ctx, nil); err != nil {

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,19 +43,31 @@ func LegacyName(name string) (string, bool) {
 	return now, ok
 }
 
+// OldNames are the legacy names of the workflow named name, sorted.
+func OldNames(name string) []string {
+	var old []string
+	for o, now := range legacyNames {
+		if now == name {
+			old = append(old, o)
+		}
+	}
+	slices.Sort(old)
+	return old
+}
+
 // Register registers this package's workflows on w under their names,
 // and under their legacy ones.
 func Register(w worker.WorkflowRegistry) {
 	// The legacy names first: the last name a function is registered
 	// under is the one its continue-as-new and child starts resolve to.
 	for name, wf := range map[string]any{
-		"Run": Run, "Sandbox": Sandbox, "Reaper": reapOnce, "Snapshots": Snapshots, "Providers": Providers,
+		"Run": Run, "Sandbox": Sandbox, "Reaper": Reaper, "Snapshots": Snapshots, "Providers": Providers,
 	} {
 		w.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: name})
 	}
 	w.RegisterWorkflowWithOptions(Run, workflow.RegisterOptions{Name: RunWorkflowName})
 	w.RegisterWorkflowWithOptions(Sandbox, workflow.RegisterOptions{Name: SandboxWorkflowName})
-	w.RegisterWorkflowWithOptions(Reaper, workflow.RegisterOptions{Name: ReaperWorkflowName})
+	w.RegisterWorkflowWithOptions(HostReaper, workflow.RegisterOptions{Name: ReaperWorkflowName})
 	w.RegisterWorkflowWithOptions(Catalog, workflow.RegisterOptions{Name: CatalogWorkflowName})
 }
 

@@ -55,22 +55,18 @@ type ReaperStatus struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Reaper is a host's reaper (berth.Reaper): it makes a pass at its
+// HostReaper is a host's reaper (berth.Reaper): it makes a pass at its
 // start, at every SignalReap, and every in.Every, destroying the
 // sandboxes whose owner is gone or whose lifetime has passed
 // (sandbox.Reap), and continues as new now and then. It runs for as
 // long as its host does, and longer: one workflow, not one per pass.
 // A pass that fails is logged, kept in its status, and tried again at
 // the next.
-func Reaper(ctx workflow.Context, in ReaperInput) error {
+func HostReaper(ctx workflow.Context, in ReaperInput) error {
 	settings := workflow.GetSignalChannel(ctx, SignalReap)
 	var st ReaperStatus
 	if err := workflow.SetQueryHandler(ctx, QueryReaper, func() (ReaperStatus, error) { return st, nil }); err != nil {
 		return err
-	}
-	limit := in.ContinueAfter
-	if limit <= 0 {
-		limit = reaperPasses
 	}
 	// The latest settings sent win; what was sent is never left behind
 	// in a run that ends.
@@ -94,6 +90,10 @@ func Reaper(ctx workflow.Context, in ReaperInput) error {
 			st.Error = err.Error()
 			workflow.GetLogger(ctx).Warn("reap", "queue", in.Queue, "error", err)
 		}
+		limit := in.ContinueAfter
+		if limit <= 0 {
+			limit = reaperPasses
+		}
 		if st.Passes >= limit || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			takeSettings()
 			return workflow.NewContinueAsNewError(ctx, ReaperWorkflowName, in)
@@ -110,9 +110,11 @@ func Reaper(ctx workflow.Context, in ReaperInput) error {
 	}
 }
 
-// reapOnce is the reaper as it was before berth.Reaper: one pass, run
-// by a schedule. It is registered under the name "Reaper" for the
-// passes a schedule started before its host was upgraded.
-func reapOnce(ctx workflow.Context, in ReaperInput) (sandbox.ReapReport, error) {
+// Reaper is the reaper as it was before berth.Reaper: one pass, run by
+// a schedule. It is registered under its legacy name "Reaper" for the
+// passes a schedule started before its host was upgraded. (Its Go name
+// must stay Reaper: the SDK takes a type name that is a registered
+// function's Go name for that function.)
+func Reaper(ctx workflow.Context, in ReaperInput) (sandbox.ReapReport, error) {
 	return sandbox.Reap(ctx, in.Queue, in.OutputRetention)
 }

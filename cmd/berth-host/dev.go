@@ -122,6 +122,7 @@ func startSessions(ctx context.Context, c client.Client) error {
 	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: session.DefaultManagerID, TaskQueue: sandbox.DefaultQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		StaticSummary:            session.ManagerSummary,
 	}, session.WorkflowName, in)
 	if err != nil {
 		return fmt.Errorf("start the session manager: %w", err)

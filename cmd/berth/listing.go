@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -12,6 +14,7 @@ import (
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/workflows"
 )
 
 // listing is what berth's ls commands share: rows listed from the
@@ -86,10 +89,11 @@ func (l listing[R]) print(rows []R, quiet bool, outFmt format) error {
 	return w.Flush()
 }
 
-// listWorkflows lists the workflows of type kind, running ones unless
-// all, as rows made by row, through every page of the answer.
+// listWorkflows lists the workflows of type kind (a workflows.*WorkflowName,
+// or a legacy name of it), running ones unless all, as rows made by
+// row, through every page of the answer.
 func listWorkflows[R any](ctx context.Context, c tclient.Client, kind string, all bool, row func(*workflowpb.WorkflowExecutionInfo) R) ([]R, error) {
-	query := "WorkflowType = '" + kind + "'"
+	query := "WorkflowType IN (" + strings.Join(typeNames(kind), ", ") + ")"
 	if !all {
 		query += " AND ExecutionStatus = 'Running'"
 	}
@@ -109,4 +113,20 @@ func listWorkflows[R any](ctx context.Context, c tclient.Client, kind string, al
 			return rows, nil
 		}
 	}
+}
+
+// typeNames are kind and its legacy names, quoted for a visibility
+// query: a sandbox started before berth.Sandbox is still a sandbox.
+func typeNames(kind string) []string {
+	names := []string{"'" + kind + "'"}
+	for _, old := range workflows.OldNames(kind) {
+		names = append(names, "'"+old+"'")
+	}
+	return names
+}
+
+// isType says whether a workflow type name is kind or a legacy name of
+// it.
+func isType(name, kind string) bool {
+	return name == kind || slices.Contains(workflows.OldNames(kind), name)
 }

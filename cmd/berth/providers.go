@@ -10,15 +10,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	tclient "go.temporal.io/sdk/client"
 
-	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
-	"github.com/berth-dev/berth/workflows"
 )
 
 func newProviders(cf *connFlags) *cobra.Command {
@@ -153,43 +150,23 @@ func modelLine(m *model.Status) string {
 // takes it within 5s and checks the model within 10s.
 const modelStatusWait = 30 * time.Second
 
-// modelStatus runs the model's status workflow: a worker serving the
-// model's queue checks it now. Its failure is the model's reason.
+// modelStatus asks the session manager: a worker serving the sessions'
+// model checks it now. Its failure is the model's reason.
 func modelStatus(ctx context.Context, c *client.Client) model.Status {
-	// A worker that does not know the workflow (an older berth) must
+	// A worker that does not know the question (an older berth) must
 	// not hold the providers' answer.
 	ctx, cancel := context.WithTimeout(ctx, modelStatusWait)
 	defer cancel()
-	id := client.NewID("model-status-")
-	var st model.Status
-	err := c.Retry(ctx, func(ctx context.Context) error {
-		run, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue,
-			WorkflowExecutionTimeout: modelStatusWait},
-			agent.ModelStatusWorkflowName, agent.ModelStatusInput{})
-		if err != nil {
-			return err
-		}
-		return run.Get(ctx, &st)
-	})
+	st, err := c.Sessions("").ModelStatus(ctx)
 	if err != nil {
 		return model.Status{State: model.Unavailable, Reason: "cannot ask the workers: " + oneLine(err)}
 	}
 	return st
 }
 
-// providerStatuses runs the Providers workflow: only workers know.
+// providerStatuses asks the catalog: only workers know.
 func providerStatuses(ctx context.Context, c *client.Client) ([]sandbox.HostProviders, error) {
-	id := client.NewID("providers-")
-	var out []sandbox.HostProviders
-	err := c.Retry(ctx, func(ctx context.Context) error {
-		run, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
-			workflows.Providers, workflows.ProvidersInput{})
-		if err != nil {
-			return err
-		}
-		return run.Get(ctx, &out)
-	})
-	return out, err
+	return c.Catalog().Providers(ctx)
 }
 
 // capabilities names what a provider does natively, for a table.

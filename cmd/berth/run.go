@@ -91,7 +91,8 @@ always follows "--", and "berth run -- ls" runs ls.`,
 					ID: id, TaskQueue: sandbox.DefaultQueue,
 					WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 					Memo:                     map[string]any{workflows.MemoCommand: shorten(strings.Join(args, " "), maxMemoCommand)},
-				}, workflows.Run, in)
+					StaticSummary:            workflows.RunSummary(in),
+				}, workflows.RunWorkflowName, in)
 				return err
 			})
 			if err != nil {

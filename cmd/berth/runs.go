@@ -70,7 +70,7 @@ func newRunLs(cf *connFlags) *cobra.Command {
 
 // listRuns lists the Run workflows, running ones unless all.
 func listRuns(ctx context.Context, c *client.Client, all bool) ([]runRow, error) {
-	rows, err := listWorkflows(ctx, c.Temporal(), "Run", all, runRowOf)
+	rows, err := listWorkflows(ctx, c.Temporal(), workflows.RunWorkflowName, all, runRowOf)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %s", oneLine(err))
 	}
@@ -157,7 +157,7 @@ func cancelRun(ctx context.Context, c *client.Client, id string) error {
 		return fmt.Errorf("run %s: %s", id, oneLine(err))
 	}
 	info := desc.GetWorkflowExecutionInfo()
-	if t := info.GetType().GetName(); t != "Run" {
+	if t := info.GetType().GetName(); !isType(t, workflows.RunWorkflowName) {
 		return fmt.Errorf("%s: %s is not a run but a %s workflow", provider.KindBadInput, id, t)
 	}
 	if st := info.GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {

@@ -183,7 +183,8 @@ func createSandbox(ctx context.Context, c *client.Client, name string, in workfl
 			WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 			// Else the SDK answers with the sandbox already there.
 			WorkflowExecutionErrorWhenAlreadyStarted: true,
-		}, workflows.Sandbox, in)
+			StaticSummary:                            workflows.SandboxSummary(in),
+		}, workflows.SandboxWorkflowName, in)
 		var exists *serviceerror.WorkflowExecutionAlreadyStarted
 		if started && errors.As(err, &exists) {
 			return nil // our own first try
@@ -401,7 +402,7 @@ func newSandboxLs(cf *connFlags) *cobra.Command {
 // listSandboxes lists the Sandbox workflows, running ones unless all.
 func listSandboxes(ctx context.Context, c *client.Client, all bool) ([]sandboxRow, error) {
 	dc := converter.GetDefaultDataConverter()
-	rows, err := listWorkflows(ctx, c.Temporal(), "Sandbox", all, func(e *workflowpb.WorkflowExecutionInfo) sandboxRow {
+	rows, err := listWorkflows(ctx, c.Temporal(), workflows.SandboxWorkflowName, all, func(e *workflowpb.WorkflowExecutionInfo) sandboxRow {
 		r := sandboxRow{ID: e.Execution.GetWorkflowId(), Created: e.GetStartTime().AsTime()}
 		if p := e.GetMemo().GetFields()[workflows.MemoProvider]; p != nil {
 			_ = dc.FromPayload(p, &r.Provider)

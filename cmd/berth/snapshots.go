@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	tclient "go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/sandbox"
@@ -26,19 +25,9 @@ berth's own checkpoints are deleted with their sandbox.`,
 	return cmd
 }
 
-// snapshots runs the Snapshots workflow: only workers reach the store.
+// snapshots asks the catalog: only workers reach the store.
 func snapshots(ctx context.Context, c *client.Client, in workflows.SnapshotsInput) (workflows.SnapshotsOutput, error) {
-	id := client.NewID("snapshots-")
-	var out workflows.SnapshotsOutput
-	err := c.Retry(ctx, func(ctx context.Context) error {
-		run, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
-			workflows.Snapshots, in)
-		if err != nil {
-			return err
-		}
-		return run.Get(ctx, &out)
-	})
-	return out, err
+	return c.Catalog().Snapshots(ctx, in)
 }
 
 // snapshotRow is a line of berth snapshot ls, and its JSON.

@@ -1,0 +1,75 @@
+package client
+
+import (
+	"context"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/workflows"
+)
+
+// Catalog asks the workers what only they know and what changes no
+// sandbox, through the long-lived catalog workflow of a queue
+// (workflows.Catalog), started by the first question: a question
+// leaves no workflow behind.
+type Catalog struct {
+	c *Client
+	// Queue is the queue whose catalog is asked.
+	Queue string
+}
+
+// Catalog returns the catalog of the default queue.
+func (c *Client) Catalog() *Catalog { return &Catalog{c: c, Queue: sandbox.DefaultQueue} }
+
+// Providers says, of every host, which providers it serves, and why not
+// the others its binary links.
+func (k *Catalog) Providers(ctx context.Context) ([]sandbox.HostProviders, error) {
+	var out []sandbox.HostProviders
+	err := k.ask(ctx, workflows.UpdateProviders, &out)
+	return out, err
+}
+
+// Snapshots lists the snapshot store, or deletes from it the snapshots
+// in.Delete names.
+func (k *Catalog) Snapshots(ctx context.Context, in workflows.SnapshotsInput) (workflows.SnapshotsOutput, error) {
+	var out workflows.SnapshotsOutput
+	err := k.ask(ctx, workflows.UpdateSnapshots, &out, in)
+	return out, err
+}
+
+func (k *Catalog) ask(ctx context.Context, update string, out any, args ...any) error {
+	start := tclient.StartWorkflowOptions{
+		ID: workflows.CatalogID(k.Queue), TaskQueue: k.Queue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		StaticSummary:            workflows.CatalogSummary(k.Queue),
+	}
+	return k.c.updateWithStart(ctx, start, workflows.CatalogWorkflowName, workflows.CatalogInput{Queue: k.Queue}, update, out, args...)
+}
+
+// updateWithStart runs an Update on the workflow start names, starting
+// it with input if it is not running, and waits for its result. Sent
+// again after a server restart, the Update runs once.
+func (c *Client) updateWithStart(ctx context.Context, start tclient.StartWorkflowOptions, workflow string, input any, update string, out any, args ...any) error {
+	updateID := NewID(update + "-")
+	var h tclient.WorkflowUpdateHandle
+	sent := false
+	err := c.retry(ctx, func(ctx context.Context) error {
+		op := c.temporal.NewWithStartWorkflowOperation(start, workflow, input)
+		var err error
+		h, err = c.temporal.UpdateWithStartWorkflow(ctx, tclient.UpdateWithStartWorkflowOptions{
+			StartWorkflowOperation: op,
+			UpdateOptions: tclient.UpdateWorkflowOptions{
+				UpdateID: updateID, UpdateName: update, Args: args,
+				WaitForStage: tclient.WorkflowUpdateStageAccepted,
+			},
+		})
+		sent = sent || err == nil || Unavailable(err)
+		return err
+	})
+	if err = c.unavailable(err, update+" on "+start.ID, sent, ""); err != nil {
+		return err
+	}
+	return c.WaitUpdate(ctx, h, update, out)
+}

@@ -1,0 +1,91 @@
+package hostworker_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/workflows"
+)
+
+// TestCatalogContinuesAsNew: the catalog answers providers and
+// snapshots questions from many front ends at once, continues as new
+// every few requests, and loses none of them across a continue-as-new;
+// one catalog runs throughout.
+func TestCatalogContinuesAsNew(t *testing.T) {
+	ctx := t.Context()
+	c := berth(t)
+	id := workflows.CatalogID(sandbox.DefaultQueue)
+	// Started as the first question would, but continuing every 3.
+	if _, err := c.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
+		workflows.CatalogWorkflowName, workflows.CatalogInput{ContinueAfter: 3}); err != nil {
+		t.Fatal(err)
+	}
+	cat := client.New(c, client.WithRetryFor(-1)).Catalog()
+	const rounds, asks = 4, 3
+	errs := make(chan error, rounds*asks)
+	for range rounds {
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			hosts, err := cat.Providers(ctx)
+			if err == nil && (len(hosts) != 1 || len(hosts[0].Providers) == 0) {
+				err = fmt.Errorf("providers: %+v, want one host with linux", hosts)
+			}
+			errs <- err
+		})
+		wg.Go(func() {
+			_, err := cat.Snapshots(ctx, workflows.SnapshotsInput{})
+			errs <- err
+		})
+		wg.Go(func() {
+			out, err := cat.Snapshots(ctx, workflows.SnapshotsInput{Delete: []string{"missing", "../bad"}})
+			if err == nil && (len(out.Failed) != 2 || out.Failed[0].Kind != provider.KindNotFound || out.Failed[1].Kind != provider.KindBadInput) {
+				err = fmt.Errorf("delete: %+v, want NotFound and BadInput", out.Failed)
+			}
+			errs <- err
+		})
+		wg.Wait()
+	}
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: "WorkflowId = '" + id + "'"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running, continued int
+	for _, e := range resp.Executions {
+		switch e.GetStatus() {
+		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			running++
+		case enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+			continued++
+		default:
+			t.Errorf("a run of the catalog ended %v", e.GetStatus())
+		}
+		if e.GetType().GetName() != workflows.CatalogWorkflowName {
+			t.Errorf("a run of the catalog is a %s", e.GetType().GetName())
+		}
+	}
+	if running != 1 || continued < rounds*asks/3-1 {
+		t.Errorf("catalog runs: %d running, %d continued as new; want 1 running, at least %d continued", running, continued, rounds*asks/3-1)
+	}
+	var st workflows.CatalogStatus
+	v, err := c.QueryWorkflow(ctx, id, "", workflows.QueryCatalog)
+	if err == nil {
+		err = v.Get(&st)
+	}
+	if err != nil || st.Served >= 3 {
+		t.Errorf("the current run served %d (%v); want fewer than 3", st.Served, err)
+	}
+}
