@@ -297,7 +297,8 @@ func TestOrphanedSeconds(t *testing.T) {
 	h.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
 	var v float64
-	if _, err := fmt.Sscanf(logLine(body, "berth_orphaned_sandbox_seconds_total "), "berth_orphaned_sandbox_seconds_total %g", &v); err != nil || v < 1 ||
+	_, sample, _ := strings.Cut(body, "\nberth_orphaned_sandbox_seconds_total ")
+	if _, err := fmt.Sscanf(sample, "%g", &v); err != nil || v < 1 ||
 		!strings.Contains(body, "# TYPE berth_orphaned_sandbox_seconds_total counter\n") {
 		t.Errorf("metrics:\n%s\nwant the counter, at least 1", body)
 	}
@@ -317,14 +318,4 @@ func TestOrphanedSeconds(t *testing.T) {
 	if after := h.OrphanedSeconds(); after > before+0.5 {
 		t.Errorf("orphaned seconds went from %v to %v after the orphan was destroyed", before, after)
 	}
-}
-
-// logLine is the first line of out that holds s.
-func logLine(out, s string) string {
-	for line := range strings.SplitSeq(out, "\n") {
-		if strings.Contains(line, s) {
-			return line
-		}
-	}
-	return ""
 }
