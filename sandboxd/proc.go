@@ -180,7 +180,7 @@ func (p *procs) reapLoop() {
 type procStat struct {
 	pid, ppid, pgrp, sid int
 	state                byte   // R, S, D, T, t, Z...
-	start          uint64 // clock ticks after boot
+	start                uint64 // clock ticks after boot
 }
 
 func readStat(pid int) (procStat, error) {
