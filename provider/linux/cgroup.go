@@ -195,13 +195,6 @@ func (c *cgroup) add(pid int) error {
 	return c.v1.Add(cgroup1.Process{Pid: pid})
 }
 
-func (c *cgroup) freeze() error {
-	if c.v2 != nil {
-		return c.v2.Freeze()
-	}
-	return c.v1.Freeze()
-}
-
 func (c *cgroup) thaw() error {
 	if c.v2 != nil {
 		return c.v2.Thaw()
