@@ -266,7 +266,7 @@ func TestErrors(t *testing.T) {
 		{"Send", "hello", "Send s1 hello"},
 		{"Fork", "/fork b", "Fork s1 b "},
 		{"Rename", "/title x", "Rename s1 x"},
-		{"Switch", "/switch docker", "Switch s1 docker"},
+		{"Switch", "/switch docker", "Switch s1 docker "},
 		{"Destroy", "/done destroy", "Destroy s1 false"},
 	} {
 		f.fail(tc.method, errBoom)

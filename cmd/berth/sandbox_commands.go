@@ -61,7 +61,7 @@ func followCommand(ctx context.Context, cmd *client.Command, sink *sink) error {
 		fmt.Fprintf(os.Stderr, "detached: %s goes on; berth sandbox attach %s %s\n", cmd.ID, cmd.Sandbox, cmd.ID)
 		return exitError{130}
 	}
-	return sink.result("sandbox "+cmd.Sandbox, cmd.ID, out, err)
+	return sink.result("sandbox "+cmd.Sandbox, cmd.Sandbox, out, err)
 }
 
 func newSandboxAttach(cf *connFlags) *cobra.Command {

@@ -253,9 +253,12 @@ func TestContainer(t *testing.T) {
 	if err := sb.Pause(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	// A pause is the daemon's own stop of every other process, not
+	// Docker's freezer, so that the daemon can still end the sandbox at
+	// its lifetime (docs/providers.md): Docker sees it running.
 	insp, err = p.docker.ContainerInspect(t.Context(), sb.rec.Container, client.ContainerInspectOptions{})
-	if err != nil || !insp.Container.State.Paused {
-		t.Errorf("after Pause, Docker says paused=%v (%v)", insp.Container.State.Paused, err)
+	if err != nil || insp.Container.State.Paused || !insp.Container.State.Running {
+		t.Errorf("after Pause, Docker says paused=%v running=%v (%v)", insp.Container.State.Paused, insp.Container.State.Running, err)
 	}
 	if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, provider.ErrPaused) {
 		t.Errorf("Exec while paused: %v, want paused", err)
