@@ -47,11 +47,11 @@ func TestServiceStopped(t *testing.T) {
 	berth, data := build(t), dataDir(t)
 	providers := [][]string{{"--provider", "linux"}}
 	if out, err := exec.Command("docker", "image", "inspect", testImage).CombinedOutput(); err != nil {
-		t.Skipf("needs the Docker engine and the image %s (.ci/run builds it): %v %s", testImage, err, out)
+		t.Fatalf("needs the Docker engine and the image %s (.ci/run builds it): %v %s", testImage, err, out)
 	}
 	providers = append(providers, []string{"--provider", "docker", "--image", testImage})
 	if _, err := exec.LookPath("runsc"); err != nil {
-		t.Skipf("needs runsc (.ci/run installs it): %v", err)
+		t.Fatalf("needs runsc (.ci/run installs it): %v", err)
 	}
 	providers = append(providers, []string{"--provider", "gvisor"})
 
