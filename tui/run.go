@@ -5,6 +5,10 @@ import (
 	"errors"
 
 	tea "github.com/charmbracelet/bubbletea"
+
+	// Before Bubble Tea's init, which would ask the terminal for its
+	// background colour in every program that links this package.
+	_ "github.com/berth-dev/berth/tui/termbg"
 )
 
 // Run runs the UI until the person quits or ctx ends. Quitting leaves
