@@ -248,7 +248,7 @@ var shared struct {
 
 // berthBinary builds berth, berth-host and berth-sandboxd once for the package's
 // tests; TestMain removes them.
-func berthBinary(t *testing.T) string {
+func berthBinary(t testing.TB) string {
 	t.Helper()
 	shared.once.Do(func() {
 		if shared.dir, shared.err = os.MkdirTemp("", "berth-bin"); shared.err != nil {
@@ -534,7 +534,7 @@ func dial1(t *testing.T, addr string) client.Client {
 }
 
 // stopDev stops berth dev, and shows its log if the test failed.
-func stopDev(t *testing.T, dev *exec.Cmd, log *testkit.SyncBuffer) {
+func stopDev(t testing.TB, dev *exec.Cmd, log *testkit.SyncBuffer) {
 	// Wait belongs to startDev: poll for the process to be gone.
 	dev.Process.Signal(os.Interrupt)
 	for deadline := time.Now().Add(15 * time.Second); syscall.Kill(dev.Process.Pid, 0) == nil; {
@@ -550,7 +550,7 @@ func stopDev(t *testing.T, dev *exec.Cmd, log *testkit.SyncBuffer) {
 }
 
 // dumpOnFailure shows a log when the test has failed, at its end.
-func dumpOnFailure(t *testing.T, name string, log *testkit.SyncBuffer) {
+func dumpOnFailure(t testing.TB, name string, log *testkit.SyncBuffer) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("%s:\n%s", name, log.String())

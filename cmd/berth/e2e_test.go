@@ -32,7 +32,7 @@ var devDefaults = []string{"--provider-config", "docker.image=" + testImage}
 // startDev starts berth dev on port (or, when port is 0, on a free one,
 // trying another when a port found free is taken before berth dev binds
 // it) and waits until it is ready.
-func startDev(t *testing.T, berth, data string, port int, log *testkit.SyncBuffer, flags ...string) (*exec.Cmd, int) {
+func startDev(t testing.TB, berth, data string, port int, log *testkit.SyncBuffer, flags ...string) (*exec.Cmd, int) {
 	t.Helper()
 	flags = append(slices.Clip(devDefaults), flags...)
 start:
@@ -72,7 +72,7 @@ const commandTimeout = 3 * time.Minute
 
 // runBerth runs the berth binary and returns what it printed and its
 // exit code.
-func runBerth(t *testing.T, berth string, args ...string) (stdout, stderr string, code int) {
+func runBerth(t testing.TB, berth string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var o, e testkit.SyncBuffer
 	code = runCommand(t, berth, args, &o, &e)
@@ -82,7 +82,7 @@ func runBerth(t *testing.T, berth string, args ...string) (stdout, stderr string
 // runCommand runs berth with args, its output going to stdout and
 // stderr, and returns its exit code; it fails the test if berth runs
 // longer than commandTimeout.
-func runCommand(t *testing.T, berth string, args []string, stdout io.Writer, stderr *testkit.SyncBuffer) int {
+func runCommand(t testing.TB, berth string, args []string, stdout io.Writer, stderr *testkit.SyncBuffer) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), commandTimeout)
 	defer cancel()
@@ -104,7 +104,7 @@ func runCommand(t *testing.T, berth string, args []string, stdout io.Writer, std
 
 // dataDir makes a data directory for berth dev, short enough to keep
 // sandbox paths readable.
-func dataDir(t *testing.T) string {
+func dataDir(t testing.TB) string {
 	t.Helper()
 	data, err := os.MkdirTemp("", "berth-e2e")
 	if err != nil {
@@ -258,7 +258,7 @@ func TestDevKilledMidCommand(t *testing.T) {
 // destroyLeftovers destroys the sandboxes a failed test left in a data
 // directory: sandboxes outlive berth dev by design, and would outlive the
 // test.
-func destroyLeftovers(t *testing.T, data string) {
+func destroyLeftovers(t testing.TB, data string) {
 	state := filepath.Join(data, "linux")
 	if _, err := os.Stat(state); err != nil {
 		return

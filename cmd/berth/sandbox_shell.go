@@ -33,7 +33,11 @@ resize of the window resizes it. berth exits with the command's exit code.
 Keys and output travel through the Temporal server like every other
 operation. A server restart under it is a pause: the shell waits for the
 server (--retry-for) and goes on. A shell lost with its sandbox (its host
-gone) is said in one line, and berth exits 125.`,
+gone) is said in one line, and berth exits 125.
+
+ID may be a coding agent session's (s1, s2, ...): the shell runs in the
+session's sandbox, between turns or during one, and never enters its
+conversation; a paused session's sandbox wakes for it.`,
 		Args:              usageArgs(cobra.MinimumNArgs(1)),
 		ValidArgsFunction: completeSandboxes(cf),
 		RunE: func(cmd *cobra.Command, args []string) error {

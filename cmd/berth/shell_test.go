@@ -18,6 +18,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
 )
 
@@ -154,7 +156,8 @@ func historyLength(t testing.TB, c client.Client, id string) int {
 // one server and worker for all its cases: keys echoed, the terminal's
 // size and resizes, ^C reaching the shell, the exit code, the local
 // terminal put back; a server restart under a shell; a shell lost with
-// its sandbox.
+// its sandbox; a shell in a coding agent session's sandbox, by the
+// session's id.
 func TestSandboxShell(t *testing.T) {
 	berth, data := berthBinary(t), dataDir(t)
 	srv := startServer(t, data, "127.0.0.1:0")
@@ -266,6 +269,100 @@ func TestSandboxShell(t *testing.T) {
 			t.Errorf("a lost shell: the screen shows %q, want one line saying it was lost", said)
 		}
 	})
+
+	t.Run("SessionID", sessionShell)
+}
+
+// BenchmarkShellEcho measures what a person feels typing into berth
+// sandbox shell: one op is a key typed into berth's terminal (a real
+// pty) and its echo, by the sandbox's terminal, back on the screen,
+// through berth dev's embedded server (relay write, input poll, output
+// store and read) and a linux sandbox. The screen is looked at every
+// 2 ms, the figure's resolution.
+func BenchmarkShellEcho(b *testing.B) {
+	berth, data := berthBinary(b), dataDir(b)
+	var devLog testkit.SyncBuffer
+	dev, port := startDev(b, berth, data, 0, &devLog)
+	b.Cleanup(func() { stopDev(b, dev, &devLog) })
+	dumpOnFailure(b, "berth dev", &devLog)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	out, errOut, code := runBerth(b, berth, "sandbox", "create", "--address", addr)
+	if code != 0 {
+		b.Fatalf("berth sandbox create: exit %d: %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	p := startOnPTY(b, berth, 30, 100, "sandbox", "shell", "--address", addr, "--env", "PS1=$ ", id, "--", "/bin/sh")
+	at := p.waitFor(b, 0, "$ ")
+	// Keys go on a comment line, ended before it is long: the shell
+	// runs nothing of them.
+	const perLine = 80
+	newLine := func() {
+		p.typeIn(b, "#")
+		at = p.waitFor(b, at, "#")
+	}
+	newLine()
+	keys := 0
+	for b.Loop() {
+		if keys == perLine {
+			b.StopTimer()
+			p.typeIn(b, "\r")
+			at = p.waitFor(b, at, "$ ")
+			newLine()
+			keys = 0
+			b.StartTimer()
+		}
+		p.typeIn(b, "k")
+		at = p.waitFor(b, at, "k")
+		keys++
+	}
+	b.StopTimer()
+	p.typeIn(b, "\rexit 0\r")
+	if code := p.wait(b); code != 0 {
+		b.Errorf("berth sandbox shell: exit %d; screen %q", code, p.String()[at:])
+	}
+}
+
+// TestSandboxShell's SessionID case: berth sandbox shell on a coding
+// agent session's id opens the shell in the session's sandbox, waking
+// it from a pause, and nothing typed enters the conversation.
+func sessionShell(t *testing.T) {
+	s := startSessionCLI(t)
+	id := strings.TrimSpace(s.ok("new", "--title", "shell"))
+	s.model.Script(shellCall("c1", "echo from-the-turn > turn.txt"), fakemodel.Reply{Text: "turn.txt is written."})
+	s.ok("send", id, "write turn.txt")
+	state := func() agent.State {
+		t.Helper()
+		return decode[agent.State](t, "session show -o json", s.ok("show", id, "-o", "json"))
+	}
+	messages := state().Messages
+	s.ok("pause", id)
+
+	p := startOnPTY(t, s.berth, 24, 80, "sandbox", "shell", "--address", s.addr, "--env", "PS1=$ ", id, "--", "/bin/sh")
+	at := p.waitFor(t, 0, "$ ")
+	p.typeIn(t, "cat turn.txt; stty size; echo typed-by-''the-person\r")
+	at = p.waitFor(t, at, "from-the-turn")
+	at = p.waitFor(t, at, "24 80")
+	at = p.waitFor(t, at, "typed-by-the-person")
+	p.typeIn(t, "exit 4\r")
+	if code := p.wait(t); code != 4 {
+		t.Errorf("berth sandbox shell %s: exit %d, want the shell's 4; screen %q", id, code, p.String()[at:])
+	}
+	in := decode[inspection](t, "inspect -o json", runOK(t, s.berth, "sandbox", "inspect", "--address", s.addr, id, "-o", "json"))
+	if in.State != "running" {
+		t.Errorf("after the shell, the session's sandbox is %s, want running", in.State)
+	}
+	if n := state().Messages; n != messages {
+		t.Errorf("the conversation holds %d messages after the shell, was %d", n, messages)
+	}
+	s.model.Script(fakemodel.Reply{Text: "still here"})
+	if out := s.ok("send", id, "still there?"); out != "still here\n" {
+		t.Errorf("send after the shell: %q", out)
+	}
+	for _, req := range s.model.Requests() {
+		if carries(req, "typed-by") {
+			t.Errorf("the model was sent what the person typed: %+v", req.Messages)
+		}
+	}
 }
 
 // sandboxDaemon is the pid of the daemon of data's only running linux

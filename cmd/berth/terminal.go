@@ -126,7 +126,7 @@ func runOnTerminal(ctx context.Context, c *client.Client, id string, req workflo
 			}
 		}()
 	}
-	res, err := c.ExecTerminal(ctx, id, req, os.Stdout, events)
+	res, err := c.ExecTerminal(ctx, sandboxWorkflow(id), req, os.Stdout, events)
 	restore() // before anything is said of the end
 	if errors.Is(err, context.Canceled) && context.Cause(ctx) != context.Canceled {
 		err = context.Cause(ctx)
