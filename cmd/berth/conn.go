@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 	tclient "go.temporal.io/sdk/client"
@@ -44,9 +46,31 @@ func (f *connFlags) dial(ctx context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	var told outageNotice
 	return client.New(c, client.WithRetryFor(f.RetryFor), client.OnWait(func(err error) {
-		fmt.Fprintf(os.Stderr, "berth: the Temporal server at %s is unavailable; retrying for up to %v\n", opts.HostPort, f.RetryFor)
+		told.tell(f.RetryFor, func() {
+			fmt.Fprintf(os.Stderr, "berth: the Temporal server at %s is unavailable; retrying for up to %v\n", opts.HostPort, f.RetryFor)
+		})
 	})), nil
+}
+
+// outageNotice tells of an outage once, however many of a command's
+// calls (a copy's parallel parts, an output's follower beside its
+// result) wait through it: a call that waits within retryFor of the
+// last notice is in the same outage.
+type outageNotice struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (n *outageNotice) tell(retryFor time.Duration, say func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.last.IsZero() && time.Since(n.last) < max(retryFor, time.Second) {
+		return
+	}
+	n.last = time.Now()
+	say()
 }
 
 // quietLogger keeps the SDK's own logs off a command's output.

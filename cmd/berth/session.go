@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -184,6 +185,12 @@ one event a line: {"type": "turn"|"text"|"call"|"stdout"|"stderr"|"approval"|"ou
 				return nil
 			}
 			t, err := s.Follow(ctx, args[0], turn, p.see)
+			if gone := (*client.UnavailableError)(nil); errors.As(err, &gone) {
+				// What may have run is the turn, whatever call waited
+				// for it; the session shows its end.
+				gone.Op = fmt.Sprintf("session %s turn %d", args[0], turn)
+				gone.MayHaveRun, gone.ResultHint = true, "berth session show "+args[0]
+			}
 			if err != nil {
 				return err
 			}
