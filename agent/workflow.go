@@ -358,6 +358,13 @@ func (s *session) runTurn(ctx workflow.Context, q queued) {
 			}
 		}
 	}))
+	// Shell's tty is offered, and honoured, from its version on: a
+	// history from before it replays as it ran, any tty a model sent
+	// then ignored.
+	tv := tools.VersionBase
+	if workflow.GetVersion(ctx, "shell-tty", workflow.DefaultVersion, 1) == 1 {
+		tv = tools.VersionShellTTY
+	}
 	pending := s.unsent
 	if s.messages == 0 && len(pending) == 0 {
 		pending = append(pending, chat.Message{Role: chat.RoleSystem, Content: tools.Instructions(ws, s.in.SystemPrompt)})
@@ -378,7 +385,7 @@ func (s *session) runTurn(ctx workflow.Context, q queued) {
 		s.turn.Stream = transfer.Outputs + "agent/" + s.conv + fmt.Sprintf("/turn-%d-step-%d", q.Turn, step)
 		s.changed()
 		resp, err := s.complete(ctx, chat.Request{Conversation: s.conv, Segments: s.segs, New: pending,
-			Tools: tools.Definitions(), Stream: s.turn.Stream})
+			Tools: tools.DefinitionsAt(tv), Stream: s.turn.Stream})
 		if err != nil {
 			s.finish(StatusFailed, "", oneLine(err, s.in.ModelQueue), pending)
 			return
@@ -400,7 +407,7 @@ func (s *session) runTurn(ctx workflow.Context, q queued) {
 			if i < len(resp.Arguments) && resp.Arguments[i].Key != "" {
 				stored = &resp.Arguments[i]
 			}
-			pending = append(pending, s.runTool(ctx, ws, call, said, stored))
+			pending = append(pending, s.runTool(ctx, ws, tv, call, said, stored))
 		}
 	}
 }
@@ -436,7 +443,7 @@ func (s *session) complete(ctx workflow.Context, req chat.Request) (chat.Respons
 // runTool runs one tool call in the sandbox, after its approval when
 // approvals are on, and returns the tool message answering it. said is
 // what the model said before it, for the state to show.
-func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, call chat.ToolCall, said string, stored *chat.Stored) chat.Message {
+func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, tv tools.Version, call chat.ToolCall, said string, stored *chat.Stored) chat.Message {
 	args := call.Arguments
 	if len(args) > chat.MaxInlineArguments {
 		args = cut(args, chat.MaxInlineArguments)
@@ -456,7 +463,7 @@ func (s *session) runTool(ctx workflow.Context, ws tools.Workspace, call chat.To
 		s.turn.Status, cs.Status = StatusRunning, StatusRunning
 		s.changed()
 		s.running = call.ID
-		res = tools.Run(ws, call)
+		res = tools.RunAt(tv, ws, call)
 		s.running = ""
 		cs.Status = StatusDone
 	}

@@ -8,6 +8,8 @@
 // how to do better, never more than MaxOutput bytes, with a note saying
 // what was cut and how to see the rest. Instructions adds AGENTS.md,
 // from the workspace's root, to the agent's instructions.
+// DefinitionsAt and RunAt are those of an earlier Version, for a
+// workflow whose history began with it.
 //
 // Run is deterministic given what the workspace answers, and starts no
 // goroutine: a workflow may call it, with OnSandbox's workspace, whose

@@ -7,7 +7,6 @@ import (
 	"path"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/berth-dev/berth/provider"
 )
@@ -19,7 +18,7 @@ type memWorkspace struct {
 	writes int // WriteFiles and Remove calls
 }
 
-func (m *memWorkspace) Exec(string, time.Duration) (ExecResult, error) {
+func (m *memWorkspace) Exec(string, ExecOptions) (ExecResult, error) {
 	return ExecResult{}, errors.New("no commands here")
 }
 

@@ -3,7 +3,6 @@ package tools
 import (
 	"errors"
 	"slices"
-	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -18,16 +17,26 @@ func OnSandbox(ctx workflow.Context, sbx *sandbox.Sandbox, execOpts ...sandbox.E
 	return onSandbox{ctx: ctx, sbx: sbx, execOpts: execOpts}
 }
 
+// terminalType is the TERM of a command on a terminal: the sandbox sets
+// none, and without one programs (ls --color=auto) act as on a dumb
+// terminal.
+const terminalType = "xterm-256color"
+
 type onSandbox struct {
 	ctx      workflow.Context
 	sbx      *sandbox.Sandbox
 	execOpts []sandbox.ExecOption
 }
 
-func (s onSandbox) Exec(command string, timeout time.Duration) (ExecResult, error) {
+func (s onSandbox) Exec(command string, o ExecOptions) (ExecResult, error) {
 	opts := slices.Clone(s.execOpts)
-	if timeout > 0 {
-		opts = append(opts, sandbox.WithTimeout(timeout))
+	if o.Timeout > 0 {
+		opts = append(opts, sandbox.WithTimeout(o.Timeout))
+	}
+	if o.TTY {
+		// No input stream: the terminal gets no keys.
+		opts = append(opts, sandbox.WithTerminal(provider.TerminalSize{Rows: TerminalRows, Cols: TerminalCols}, ""),
+			sandbox.WithExecEnv(map[string]string{"TERM": terminalType}))
 	}
 	res, err := s.sbx.Exec(s.ctx, command, opts...)
 	out := ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated}

@@ -33,11 +33,42 @@ const (
 	ListFiles  = "list_files"
 )
 
-// Definitions describes the tools to the model.
-func Definitions() []chat.ToolDef {
+// The terminal of a shell command run with tty: wide enough that
+// tables and columns seldom wrap.
+const (
+	TerminalRows = 40
+	TerminalCols = 120
+)
+
+// Version is a version of the tools as a workflow offers them to the
+// model and runs their calls: a workflow replaying its history must
+// keep to the version it ran, each later one being offered only to
+// workflows that started using it (workflow.GetVersion).
+type Version int
+
+const (
+	// VersionBase is the tools as first offered.
+	VersionBase Version = iota
+	// VersionShellTTY adds shell's tty parameter.
+	VersionShellTTY
+	// Latest is the newest version: Definitions' and Run's.
+	Latest = VersionShellTTY
+)
+
+// Definitions describes the tools of the Latest version to the model.
+func Definitions() []chat.ToolDef { return DefinitionsAt(Latest) }
+
+// DefinitionsAt describes the tools of version v to the model.
+func DefinitionsAt(v Version) []chat.ToolDef {
+	shellDesc := "Run a shell command line (sh -c) in the workspace's root directory and return its exit code and output. Output longer than 16 KiB is cut in the middle."
+	shellProps := `"command":{"type":"string","description":"the command line"},"timeout_seconds":{"type":"integer","description":"stop the command after this long (default 120, at most 1800)"}`
+	if v >= VersionShellTTY {
+		shellDesc += fmt.Sprintf(" With tty, the command runs on a terminal (%dx%d, TERM=xterm-256color) for programs that behave differently without one: colors, isatty checks, REPLs, progress displays."+
+			" On a terminal stdout and stderr are one stream, lines end in \\r\\n and escape sequences are kept; the terminal takes no input, so a program waiting for keys waits until the timeout: give input with a pipe or a here-document, or use the program's non-interactive flags.", TerminalCols, TerminalRows)
+		shellProps += `,"tty":{"type":"boolean","description":"run the command on a terminal (default false)"}`
+	}
 	return []chat.ToolDef{
-		{Name: Shell, Description: "Run a shell command line (sh -c) in the workspace's root directory and return its exit code and output. Output longer than 16 KiB is cut in the middle.",
-			Parameters: schema(`{"command":{"type":"string","description":"the command line"},"timeout_seconds":{"type":"integer","description":"stop the command after this long (default 120, at most 1800)"}}`, "command")},
+		{Name: Shell, Description: shellDesc, Parameters: schema("{"+shellProps+"}", "command")},
 		{Name: ReadFile, Description: "Read a text file of the workspace, each line prefixed by its number and a tab (the numbers are not part of the file). At most 16 KiB are returned; give a line range to read on.",
 			Parameters: schema(`{"path":{"type":"string","description":"relative to the workspace's root"},"start_line":{"type":"integer","description":"first line to read, from 1"},"end_line":{"type":"integer","description":"last line to read"}}`, "path")},
 		{Name: WriteFile, Description: "Create or replace a file of the workspace with the given content, creating its directories.",
@@ -65,8 +96,12 @@ type Result struct {
 	Failed bool `json:"failed,omitempty"`
 }
 
-// Run runs a tool call on ws.
-func Run(ws Workspace, call chat.ToolCall) Result {
+// Run runs a tool call of the Latest version on ws.
+func Run(ws Workspace, call chat.ToolCall) Result { return RunAt(Latest, ws, call) }
+
+// RunAt runs a tool call of version v on ws: a parameter added later is
+// ignored, as it was then.
+func RunAt(v Version, ws Workspace, call chat.ToolCall) Result {
 	var (
 		out string
 		err error
@@ -77,8 +112,14 @@ func Run(ws Workspace, call chat.ToolCall) Result {
 			Command        string `json:"command"`
 			TimeoutSeconds int    `json:"timeout_seconds"`
 		}
-		if err = args(call, &a); err == nil {
-			out, err = shell(ws, a.Command, a.TimeoutSeconds)
+		var t struct {
+			TTY bool `json:"tty"`
+		}
+		if err = args(call, &a); err == nil && v >= VersionShellTTY {
+			err = args(call, &t)
+		}
+		if err == nil {
+			out, err = shell(ws, a.Command, a.TimeoutSeconds, t.TTY)
 		}
 	case ReadFile:
 		var a struct {
@@ -146,7 +187,7 @@ func checkPath(p string) error {
 	return nil
 }
 
-func shell(ws Workspace, command string, timeoutSeconds int) (string, error) {
+func shell(ws Workspace, command string, timeoutSeconds int, tty bool) (string, error) {
 	if strings.TrimSpace(command) == "" {
 		return "", errors.New("no command given")
 	}
@@ -154,7 +195,7 @@ func shell(ws Workspace, command string, timeoutSeconds int) (string, error) {
 	if timeoutSeconds > 0 {
 		timeout = min(time.Duration(timeoutSeconds)*time.Second, MaxShellTimeout)
 	}
-	res, err := ws.Exec(command, timeout)
+	res, err := ws.Exec(command, ExecOptions{Timeout: timeout, TTY: tty})
 	if err != nil {
 		return "", err
 	}
@@ -204,7 +245,7 @@ func readFile(ws Workspace, p string, start, end int) (string, error) {
 		if last == 0 {
 			last = start + maxReadLines - 1
 		}
-		res, xerr := ws.Exec(fmt.Sprintf("sed -n '%d,%dp' -- %s", start, last, quote(p)), time.Minute)
+		res, xerr := ws.Exec(fmt.Sprintf("sed -n '%d,%dp' -- %s", start, last, quote(p)), ExecOptions{Timeout: time.Minute})
 		if xerr != nil || res.ExitCode != 0 {
 			return "", fmt.Errorf("%s is too large to read whole, and reading lines %d-%d failed: %v %s", p, start, last, xerr, res.Stderr)
 		}

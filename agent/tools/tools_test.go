@@ -60,6 +60,8 @@ func TestTools(t *testing.T) {
 		{"list", call(t, ListFiles, map[string]any{"depth": 2}), false, []string{"src/\n  main.go (", "big.txt ("}},
 		{"unknown tool", chat.ToolCall{Name: "browse", Arguments: "{}"}, true, []string{"no tool \"browse\""}},
 		{"bad arguments", chat.ToolCall{Name: Shell, Arguments: "{\"command\": "}, true, []string{"not a JSON object"}},
+		{"tty not a boolean", call(t, Shell, map[string]any{"command": "echo ran", "tty": "yes"}), true, []string{"not a JSON object", "tty"}},
+		{"tty in a directory", call(t, Shell, map[string]any{"command": "echo ran", "tty": true}), true, []string{"runs no command on a terminal"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,6 +135,37 @@ func TestDefinitions(t *testing.T) {
 	for _, n := range []string{Shell, ReadFile, WriteFile, EditFile, ApplyPatch, ListFiles} {
 		if !names[n] {
 			t.Errorf("no definition of %s", n)
+		}
+	}
+}
+
+// shell's tty exists from VersionShellTTY on: offered, checked and run
+// then; before, not offered, and ignored as it was, whatever its value.
+func TestShellTTYVersions(t *testing.T) {
+	props := func(v Version) map[string]json.RawMessage {
+		var schema struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		}
+		for _, d := range DefinitionsAt(v) {
+			if d.Name == Shell {
+				if err := json.Unmarshal(d.Parameters, &schema); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return schema.Properties
+	}
+	if p := props(Latest)["tty"]; !strings.Contains(string(p), `"boolean"`) {
+		t.Errorf("shell's tty at Latest: %s", p)
+	}
+	if p, ok := props(VersionBase)["tty"]; ok {
+		t.Errorf("shell offers tty at VersionBase: %s", p)
+	}
+	ws := Dir(t.TempDir())
+	for _, tty := range []any{true, "yes"} {
+		res := RunAt(VersionBase, ws, call(t, Shell, map[string]any{"command": "test -t 1 || echo plain", "tty": tty}))
+		if res.Failed || !strings.Contains(res.Output, "exit code 0\nplain") {
+			t.Errorf("tty %v at VersionBase: %s", tty, res.Output)
 		}
 	}
 }

@@ -17,9 +17,8 @@ import (
 // Workspace is where tools run: the few operations of the sandbox
 // handle they need. Paths are relative to the workspace's root.
 type Workspace interface {
-	// Exec runs a shell command line in the workspace's root, and waits
-	// for it at most timeout.
-	Exec(command string, timeout time.Duration) (ExecResult, error)
+	// Exec runs a shell command line in the workspace's root.
+	Exec(command string, opts ExecOptions) (ExecResult, error)
 	// ReadFile reads a file; one too large to read whole is an error
 	// wrapping ErrTooLarge, one that does not exist fs.ErrNotExist.
 	ReadFile(path string) ([]byte, error)
@@ -29,6 +28,17 @@ type Workspace interface {
 	ListFiles(dir string) ([]provider.FileInfo, error)
 	// Remove removes a file, or a directory and all it holds.
 	Remove(path string) error
+}
+
+// ExecOptions is how a command runs.
+type ExecOptions struct {
+	// Timeout is the longest the command may run; zero leaves it to the
+	// workspace.
+	Timeout time.Duration
+	// TTY runs it on a terminal of TerminalRows by TerminalCols, its
+	// stdin, stdout and stderr, with TERM=xterm-256color. The terminal
+	// takes no input, and its output is all in Stdout.
+	TTY bool
 }
 
 // ExecResult is what became of a command.
@@ -60,12 +70,16 @@ func (d Dir) path(p string) (string, error) {
 	return filepath.Join(string(d), clean), nil
 }
 
-// Exec runs command with sh -c in the directory.
-func (d Dir) Exec(command string, timeout time.Duration) (ExecResult, error) {
+// Exec runs command with sh -c in the directory. It runs none on a
+// terminal: that is the sandbox's (provider.Terminal).
+func (d Dir) Exec(command string, opts ExecOptions) (ExecResult, error) {
+	if opts.TTY {
+		return ExecResult{}, fmt.Errorf("%w: this workspace runs no command on a terminal", provider.ErrUnsupported)
+	}
 	ctx := context.Background()
-	if timeout > 0 {
+	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
 		defer cancel()
 	}
 	cmd := exec.CommandContext(ctx, "sh", "-c", command)

@@ -104,3 +104,62 @@ func TestToolsInSandbox(t *testing.T) {
 		t.Errorf("the failing test's output: %q", out[3])
 	}
 }
+
+// shell with tty runs its command on a terminal of the sandbox, its
+// stdin, stdout and stderr, of the documented size; without tty, or
+// tty false, on none. A terminal command's timeout and output cap are a
+// plain one's, and it gets no input: cat waits for its timeout.
+func TestTTYInSandbox(t *testing.T) {
+	c := testserver.Client(t)
+	p := berthtest.Provider(t)
+	w, err := hostworker.Start(c, hostworker.Options{
+		Providers: map[string]provider.Provider{"linux": p}, Outputs: berthtest.Bucket(t),
+		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue, Workflows: []any{toolsWorkflow},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+
+	const probe = "if test -t 0 && test -t 1 && test -t 2; then echo tty; else echo notty; fi; " +
+		"/usr/bin/python3 -c 'import os; print(os.isatty(1), os.get_terminal_size(1) if os.isatty(1) else \"\")'; " +
+		"echo err >&2; echo TERM=$TERM"
+	shell := func(args map[string]any) chat.ToolCall { return toolCall(t, tools.Shell, args) }
+	calls := []chat.ToolCall{
+		shell(map[string]any{"command": probe, "tty": true}),
+		shell(map[string]any{"command": probe, "tty": false}),
+		shell(map[string]any{"command": probe}),
+		shell(map[string]any{"command": "ls --color=auto /", "tty": true}),
+		shell(map[string]any{"command": "cat", "tty": true, "timeout_seconds": 1}),
+		shell(map[string]any{"command": "seq 1 100000", "tty": true}),
+	}
+	run, err := c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, toolsWorkflow, calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	if err := run.Get(t.Context(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(calls)+1 {
+		t.Fatalf("%d results, want %d: %q", len(out), len(calls)+1, out)
+	}
+	// One stream on a terminal: stderr's line is in it, in order.
+	if want := "exit code 0\ntty\r\nTrue os.terminal_size(columns=120, lines=40)\r\nerr\r\nTERM=xterm-256color\r\n"; out[0] != want {
+		t.Errorf("on a terminal: %q, want %q", out[0], want)
+	}
+	for i := 1; i <= 2; i++ {
+		if want := "exit code 0\nnotty\nFalse \nTERM=\nstderr:\nerr\n"; out[i] != want {
+			t.Errorf("call %d, on no terminal: %q, want %q", i, out[i], want)
+		}
+	}
+	if !strings.Contains(out[3], "\x1b[") || !strings.Contains(out[3], "usr") {
+		t.Errorf("ls --color=auto on a terminal shows no colors: %q", out[3])
+	}
+	if !strings.Contains(out[4], "timed out after 1s") {
+		t.Errorf("cat on a terminal: %q, want it timed out", out[4])
+	}
+	if !strings.Contains(out[5], "bytes cut here") || !strings.Contains(out[5], "\n100000\r\n") || len(out[5]) > tools.MaxOutput {
+		t.Errorf("seq on a terminal, %d bytes: %q...", len(out[5]), out[5][:min(len(out[5]), 200)])
+	}
+}
