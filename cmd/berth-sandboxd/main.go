@@ -16,14 +16,14 @@ import (
 	"os"
 
 	"github.com/berth-dev/berth/provider/docker/dockerinit"
-	"github.com/berth-dev/berth/provider/gvisor"
-	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/provider/gvisor/gvisorinit"
+	"github.com/berth-dev/berth/provider/linux/linuxinit"
 )
 
 func main() {
-	linux.Main()      // does not return when started by the linux provider
+	linuxinit.Main()  // does not return when started by the linux provider
 	dockerinit.Main() // nor when started by the docker provider
-	gvisor.Main()     // nor by the gvisor provider
+	gvisorinit.Main() // nor by the gvisor provider
 	fmt.Fprintln(os.Stderr, "berth-sandboxd is started by berth's linux, docker and gvisor providers, not by hand")
 	os.Exit(2)
 }
