@@ -2,13 +2,15 @@
 // linux and gvisor providers start it as each sandbox's first process,
 // and the docker provider as each container's entrypoint. It is the same code as
 // the daemon inside the berth binary, in a binary that links nothing
-// else, so that an idle sandbox costs about 2 MiB rather than the ~14
-// MiB that initialising berth's Temporal dependencies takes. Install it
-// beside berth, static, since Docker sandboxes run it on their image's
-// libraries or none:
+// else (the providers' in-sandbox packages, none of their host code), so
+// that an idle sandbox costs about 2 MiB of its own rather than the ~13
+// MiB that initialising berth's Temporal dependencies takes, and so that
+// it stays under 8 MiB to carry into remote sandboxes (TestSize;
+// docs/performance.md). Install it beside berth, static, since Docker
+// sandboxes run it on their image's libraries or none:
 //
 //	go install ./cmd/berth
-//	CGO_ENABLED=0 go install ./cmd/berth-sandboxd
+//	CGO_ENABLED=0 go install -trimpath -ldflags='-s -w' ./cmd/berth-sandboxd
 package main
 
 import (
