@@ -3,7 +3,7 @@
 // and the docker provider as each container's entrypoint. It is the same code as
 // the daemon inside the berth binary, in a binary that links nothing
 // else (the providers' in-sandbox packages, none of their host code), so
-// that an idle sandbox costs about 2 MiB of its own rather than the ~13
+// that an idle sandbox costs 2-3 MiB of its own rather than the ~13
 // MiB that initialising berth's Temporal dependencies takes, and so that
 // it stays under 8 MiB to carry into remote sandboxes (TestSize;
 // docs/performance.md). Install it beside berth, static, since Docker

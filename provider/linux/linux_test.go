@@ -306,7 +306,7 @@ func TestDedicatedDaemon(t *testing.T) {
 	}
 	// An idle sandbox costs mostly its daemon: docs/performance.md
 	// quotes these figures.
-	mem := smapsRollup(t, sb.rec.PID)
+	mem := sandboxtest.SmapsRollup(t, sb.rec.PID)
 	t.Logf("idle %s: Rss %d KiB, Pss %d KiB, Private_Dirty %d KiB, Anonymous %d KiB", DaemonName,
 		mem["Rss"], mem["Pss"], mem["Private_Dirty"], mem["Anonymous"])
 	// Anonymous is its own; the rest is the binary's pages, shared by
@@ -317,23 +317,6 @@ func TestDedicatedDaemon(t *testing.T) {
 	if out, err := exec.Command(bin).CombinedOutput(); err == nil || !strings.Contains(string(out), "not by hand") {
 		t.Errorf("%s run by hand: %v, %q; want a refusal", DaemonName, err, out)
 	}
-}
-
-// smapsRollup reads /proc/PID/smaps_rollup: its fields in KiB.
-func smapsRollup(t *testing.T, pid int) map[string]int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]int64{}
-	for line := range strings.Lines(string(b)) {
-		if f := strings.Fields(line); len(f) == 3 && f[2] == "kB" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			m[strings.TrimSuffix(f[0], ":")] = kb
-		}
-	}
-	return m
 }
 
 // TestLongStateDir: sockets are reached however long the state

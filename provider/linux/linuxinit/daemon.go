@@ -169,11 +169,6 @@ func runDaemon(ctl *os.File, cmds *os.File) error {
 	if err := srv.WarmUp("/bin/true"); err != nil {
 		fmt.Fprintf(os.Stderr, "warm-up command: %v\n", err) // the sandbox's root may have no /bin/true
 	}
-	// A warm daemon may wait long in the pool: the garbage of its start
-	// goes back to the kernel now, off the create path, rather than
-	// when the scavenger gets to it (docs/performance.md: ~0.5 MiB less
-	// for an idle sandbox, and a steadier figure).
-	debug.FreeOSMemory()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	if err := Send(ctl, []byte(ReplyWarm), nil); err != nil {
