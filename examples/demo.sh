@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o bin/ ./cmd/berth ./cmd/berth-host
-CGO_ENABLED=0 go build -o bin/ ./cmd/berth-sandboxd # static: it runs in Docker images too
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/ ./cmd/berth-sandboxd # static: it runs in Docker images too
 data=$(mktemp -d "${TMPDIR:-/tmp}/berth-demo.XXXXXX")
 # The coding agent's model: BERTH_MODEL with OPENAI_API_KEY (OpenAI) or
 # OPENAI_BASE_URL (any compatible server); with a key alone, a small

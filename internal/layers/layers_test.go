@@ -89,10 +89,30 @@ func providerImpl(path string) bool {
 	return within(path, "provider") && !under("provider/providertest")(path) && path != module+"/provider"
 }
 
+// hostSide matches what runs on a host and never inside a sandbox: the
+// providers' host sides and the heavy clients they link (Docker's,
+// containerd's cgroups with eBPF, OpenTelemetry, protobuf, Temporal).
+func hostSide(path string) bool {
+	for _, p := range []string{"github.com/moby/", "github.com/docker/", "github.com/containerd/",
+		"github.com/cilium/ebpf", "go.opentelemetry.io/", "google.golang.org/protobuf/", "go.temporal.io/"} {
+		if prefix(p)(path) {
+			return true
+		}
+	}
+	for _, rel := range []string{"provider/linux", "provider/gvisor", "provider/docker", "provider/image"} {
+		if exactly(rel)(path) {
+			return true
+		}
+	}
+	return false
+}
+
 var rules = []rule{
 	{under("provider", "sandboxd", "snapshot", "internal/untar", "internal/sparsetar", "cmd/berth-sandboxd"),
 		prefix("go.temporal.io/"), true,
 		"layer 1 (providers, the in-sandbox daemon, snapshots) is plain Go: it knows nothing of Temporal"},
+	{exactly("cmd/berth-sandboxd"), hostSide, true,
+		"berth-sandboxd runs in every sandbox (and is uploaded into remote ones): it links the providers' in-sandbox packages, no host code"},
 	{under("provider", "sandboxd", "snapshot", "transfer", "activities", "sandbox", "workflows"),
 		under("client", "cmd", "hostworker", "devserver"), true,
 		"layers 1 to 4 know nothing of the front ends and hosts built on them"},
@@ -184,6 +204,37 @@ func TestRulesBite(t *testing.T) {
 		}
 		if n == 0 {
 			t.Errorf("no package is subject to the rule %q", r.why)
+		}
+	}
+}
+
+// TestHostSideBites checks that hostSide matches what it names: packages
+// the module links today, so that a renamed module or package cannot
+// leave the daemon's rule matching nothing.
+func TestHostSideBites(t *testing.T) {
+	linked := map[string]bool{}
+	for _, p := range goList(t, module+"/...") {
+		linked[p.ImportPath] = true
+		for _, d := range p.Deps {
+			linked[d] = true
+		}
+	}
+	for _, path := range []string{
+		"github.com/moby/moby/client", "github.com/containerd/cgroups/v3/cgroup2", "github.com/cilium/ebpf",
+		"go.opentelemetry.io/otel", "google.golang.org/protobuf/proto", "go.temporal.io/sdk/client",
+		module + "/provider/linux", module + "/provider/gvisor", module + "/provider/docker", module + "/provider/image",
+	} {
+		if !linked[path] {
+			t.Errorf("%s: no package of the module links it any more: name what hostSide should keep out now", path)
+		}
+		if !hostSide(path) {
+			t.Errorf("hostSide does not match %s", path)
+		}
+	}
+	for _, path := range []string{module + "/provider/linux/linuxinit", module + "/provider/gvisor/gvisorinit",
+		module + "/provider/docker/dockerinit", module + "/sandboxd"} {
+		if hostSide(path) {
+			t.Errorf("hostSide matches %s, which runs in the sandbox", path)
 		}
 	}
 }

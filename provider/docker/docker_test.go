@@ -244,6 +244,10 @@ func TestContainer(t *testing.T) {
 	} else if fmt.Sscan(out[i+3:], &blocks, &bsize); blocks*bsize > spec.Resources.Disk || blocks*bsize < spec.Resources.Disk*9/10 {
 		t.Errorf("the workspace holds %d bytes, want about %d", blocks*bsize, spec.Resources.Disk)
 	}
+	// An idle sandbox costs mostly its daemon, the container's first
+	// process: docs/performance.md quotes these figures.
+	mem := sandboxtest.SmapsRollup(t, insp.Container.State.Pid)
+	t.Logf("idle %s: Rss %d KiB, Pss %d KiB, Anonymous %d KiB", DaemonName, mem["Rss"], mem["Pss"], mem["Anonymous"])
 	// Each sandbox's user is a host uid of its own.
 	other := create(t, p, provider.Spec{ID: "other"})
 	if a, b := sh(t, sb, "id -u"), sh(t, other, "id -u"); a == b {

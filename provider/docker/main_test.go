@@ -81,7 +81,7 @@ func setUp(dir string) string {
 		return "the Docker engine is unreachable: " + err.Error()
 	}
 	testEnv.daemon = filepath.Join(dir, DaemonName)
-	build := exec.CommandContext(ctx, "go", "build", "-o", testEnv.daemon, "github.com/berth-dev/berth/cmd/berth-sandboxd")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", testEnv.daemon, "github.com/berth-dev/berth/cmd/berth-sandboxd")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build berth-sandboxd: %v\n%s", err, out)

@@ -14,6 +14,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/gvisor/gvisorinit"
 	"github.com/berth-dev/berth/provider/internal/sandboxspec"
 )
 
@@ -23,7 +24,7 @@ import (
 //	config.json    the bundle's spec
 //	rootfs/        the root: mount points only, read-only to the sandbox
 //	etc/           files bound over the host's /etc (passwd, hosts...)
-//	run/           bound at runDir: the daemon's sockets
+//	run/           bound at gvisorinit.RunDir: the daemon's sockets
 //	workspace/     where the workspace image is mounted, bound at /workspace
 //	workspace.img  the workspace's file system
 //	daemon.log     what the daemon printed; runsc.log what runsc did
@@ -67,7 +68,7 @@ var sandboxEtc = sandboxspec.Etc()
 // read-only (DAC_OVERRIDE), to confine its file operations to the
 // workspace (SYS_CHROOT: see sandboxd's asUser), to mount the writable
 // places nodev, which runsc does not (SYS_ADMIN), and to count the
-// kernel buffers its commands hold (SYS_PTRACE: see scanBuffers); all
+// kernel buffers its commands hold (SYS_PTRACE: see gvisorinit's scanBuffers); all
 // gVisor's, not the host's. Commands have none.
 var daemonCaps = []string{"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_SYS_CHROOT", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE"}
 
@@ -129,7 +130,7 @@ func writeBundle(b bundleSpec) error {
 			return err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(root, daemonPath), nil, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(root, gvisorinit.DaemonPath), nil, 0o755); err != nil {
 		return err
 	}
 	if b.rootfs == "" {
@@ -157,13 +158,13 @@ func writeBundle(b bundleSpec) error {
 	mounts = append(mounts,
 		specs.Mount{Destination: provider.Workspace, Source: filepath.Join(b.dir, workspaceDir), Type: "bind",
 			Options: []string{"rbind", "rw", "nosuid", "nodev"}},
-		specs.Mount{Destination: runDir, Source: filepath.Join(b.dir, runSubdir), Type: "bind",
+		specs.Mount{Destination: gvisorinit.RunDir, Source: filepath.Join(b.dir, runSubdir), Type: "bind",
 			Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 	)
-	bindRO(b.daemon, daemonPath)
+	bindRO(b.daemon, gvisorinit.DaemonPath)
 
 	memory := hostMemory(b.resources.Memory)
-	cfg, err := json.Marshal(daemonConfig{UID: sandboxUID, GID: sandboxGID, Memory: b.resources.Memory,
+	cfg, err := json.Marshal(gvisorinit.Config{UID: sandboxUID, GID: sandboxGID, Memory: b.resources.Memory,
 		HostMemory: memory, HostStat: b.hostStat})
 	if err != nil {
 		return err
@@ -185,8 +186,8 @@ func writeBundle(b bundleSpec) error {
 		Root:     &specs.Root{Path: root, Readonly: true},
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
-			Args: []string{daemonPath, initArg},
-			Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", configEnv + "=" + string(cfg)},
+			Args: []string{gvisorinit.DaemonPath, gvisorinit.Arg},
+			Env:  []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", gvisorinit.ConfigEnv + "=" + string(cfg)},
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: daemonCaps, Effective: daemonCaps, Permitted: daemonCaps,
@@ -215,7 +216,7 @@ func writeBundle(b bundleSpec) error {
 
 // hostMemory is the host's memory limit of a sandbox limited to memory
 // bytes. The daemon holds what the sandbox's processes use to memory
-// (see oomKiller): gVisor's count of it, and the kernel buffers that the
+// (see gvisorinit's oomKiller): gVisor's count of it, and the kernel buffers that the
 // sentry keeps in its own heap. The host's limit adds the sentry's and
 // gofer's own memory (50-60 MiB) and what processes take between two
 // looks of the daemon (256 MiB in all), and the buffers that killed

@@ -27,7 +27,7 @@ type Config struct {
 	// without virtualisation; kvm needs /dev/kvm.
 	Platform string
 	// DaemonPath is the binary started as each sandbox's first process;
-	// it must call Main. It runs on the sandbox's root filesystem, so it
+	// it must call gvisorinit.Main. It runs on the sandbox's root filesystem, so it
 	// should be static (CGO_ENABLED=0). Zero means berth-sandboxd beside
 	// this process's executable if there is one, else the executable
 	// itself.

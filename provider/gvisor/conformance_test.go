@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/gvisor/gvisorinit"
 	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 	"github.com/berth-dev/berth/provider/providertest"
 )
@@ -29,7 +30,7 @@ func TestConformance(t *testing.T) {
 		},
 		DaemonRSS: daemonRSS,
 		DaemonSocket: func(t *testing.T, sb provider.Sandbox) string {
-			return p.socket(sb.(*sandbox).rec.Container, socketName)
+			return p.socket(sb.(*sandbox).rec.Container, gvisorinit.SocketName)
 		},
 		// The sentry and the gofer: every task of the sandbox runs in
 		// the sentry, whose timers and gofer take some 50 ms a second

@@ -15,6 +15,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/wsimage"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/gvisor/gvisorinit"
 	"github.com/berth-dev/berth/provider/internal/hostproc"
 	"github.com/berth-dev/berth/provider/internal/hostsock"
 	"github.com/berth-dev/berth/provider/internal/records"
@@ -143,7 +144,7 @@ func (p *Provider) socket(cid, name string) string {
 }
 
 func (p *Provider) newClient(cid string) *sandboxd.Client {
-	sock := p.socket(cid, socketName)
+	sock := p.socket(cid, gvisorinit.SocketName)
 	return sandboxd.NewClient(func(ctx context.Context) (net.Conn, error) { return dialUnix(ctx, sock) })
 }
 
@@ -165,7 +166,7 @@ func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, 
 }
 
 func (p *Provider) sendClaim(ctx context.Context, cid string, msg warmclaim.Claim) error {
-	sock := p.socket(cid, controlName)
+	sock := p.socket(cid, gvisorinit.ControlSocket)
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dialUnix(ctx, sock) },
 	}}

@@ -4,7 +4,7 @@
 //
 // Each sandbox is one runsc container, made from an OCI bundle the
 // provider writes, whose first process is berth's own daemon (see
-// [Main]): it serves [sandboxd] on a unix socket in a directory the host
+// [gvisorinit.Main]): it serves [sandboxd] on a unix socket in a directory the host
 // binds in, made a socket of the host's by runsc's --host-uds=create, so
 // gVisor sandboxes have what linux ones have: the exec journal
 // (exactly-once), the file API, the bounds, the conformance suite.
@@ -82,6 +82,6 @@
 //
 // runsc (gvisor.dev/gvisor/runsc, built with CGO_ENABLED=0), root, loop
 // devices and mke2fs (Debian: e2fsprogs). The daemon binary must call
-// [Main]; it runs on the sandbox's root filesystem, so it should be
+// [gvisorinit.Main]; it runs on the sandbox's root filesystem, so it should be
 // static.
 package gvisor

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/berth-dev/berth/provider/gvisor/gvisorinit"
 	"github.com/berth-dev/berth/provider/linux"
 )
 
@@ -13,8 +14,8 @@ import (
 var unavailable string
 
 func TestMain(m *testing.M) {
-	Main()       // the test binary is the sandboxes' daemon
-	linux.Main() // and the linux provider's, which benchmarks compare with
+	gvisorinit.Main() // the test binary is the sandboxes' daemon
+	linux.Main()      // and the linux provider's, which benchmarks compare with
 	if arg := os.Getenv(childEnv); arg != "" {
 		os.Exit(child(arg))
 	}

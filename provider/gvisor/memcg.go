@@ -18,15 +18,11 @@ import (
 // hand the daemon a read-only descriptor of the cgroup's memory.stat
 // (runsc's --pass-fd): the host's count of the sandbox's memory, the
 // sentry's own heap included, which gVisor's count inside lacks (see
-// oomKiller). Hosts without a cgroup v1 memory hierarchy leave it to
+// gvisorinit's oomKiller). Hosts without a cgroup v1 memory hierarchy leave it to
 // runsc, and the daemon goes without.
 
 // memoryCgroupRoot is the host's cgroup v1 memory hierarchy.
 const memoryCgroupRoot = "/sys/fs/cgroup/memory"
-
-// hostStatFD is the daemon's descriptor of its memory cgroup's
-// memory.stat.
-const hostStatFD = 3
 
 func memoryCgroupDir(cid string) string {
 	return filepath.Join(memoryCgroupRoot, cgroupPath(cid))

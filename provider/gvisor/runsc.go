@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/berth-dev/berth/provider/gvisor/gvisorinit"
 )
 
 // runscCmd is the runsc binary on the provider's runsc state directory
@@ -54,7 +56,7 @@ func (p *Provider) runsc(ctx context.Context, args ...string) ([]byte, error) {
 
 // runContainer starts the container of the bundle in dir, detached, with
 // its standard output and error going to the daemon's log, and stat,
-// unless nil, passed to the daemon as its descriptor hostStatFD.
+// unless nil, passed to the daemon as its descriptor gvisorinit.HostStatFD.
 //
 // It returns the pid of the sandbox process, which runsc writes to a
 // file as it starts it: asking runsc state for it would start runsc
@@ -69,7 +71,7 @@ func (p *Provider) runContainer(ctx context.Context, cid, dir string, stat *os.F
 	args := []string{"run", "--detach", "--pid-file", pidFile, "--bundle", dir}
 	if stat != nil {
 		cmd0 := 3 // the first of cmd.ExtraFiles
-		args = append(args, "--pass-fd", fmt.Sprintf("%d:%d", cmd0, hostStatFD))
+		args = append(args, "--pass-fd", fmt.Sprintf("%d:%d", cmd0, gvisorinit.HostStatFD))
 	}
 	cmd := p.runscCmd(ctx, filepath.Join(dir, runscLog), append(args, cid)...)
 	cmd.Stdout, cmd.Stderr = logf, logf

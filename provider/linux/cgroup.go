@@ -1,7 +1,6 @@
 package linux
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -225,20 +224,6 @@ func (c *cgroup) oomFile() (*os.File, error) {
 		return os.Open(filepath.Join(cgroupRoot, c.paths.V2, "memory.events"))
 	}
 	return os.Open(filepath.Join(c.cmdsDir(), "memory.oom_control"))
-}
-
-// readOOMKills reads the oom_kill count from an oomFile.
-func readOOMKills(f *os.File) (int64, error) {
-	if _, err := f.Seek(0, 0); err != nil {
-		return 0, err
-	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
-			return strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return 0, sc.Err()
 }
 
 // pids lists the processes in the sandbox's cgroups.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/settings"
+	"github.com/berth-dev/berth/provider/linux/linuxinit"
 )
 
 // Config sets up the provider. The zero value is usable.
@@ -134,11 +135,17 @@ func (l KernelLimits) tmpSize(memory int64) int64 {
 	return int64(float64(memory) * l.TmpFraction)
 }
 
+// daemon is what of the limits the daemon sets itself.
+func (l KernelLimits) daemon() linuxinit.Limits {
+	return linuxinit.Limits{OpenFiles: l.OpenFiles, PendingSignals: l.PendingSignals,
+		InotifyInstances: l.InotifyInstances, InotifyWatches: l.InotifyWatches}
+}
+
 // Identities inside a sandbox.
 const (
 	idRange    = 65536
-	sandboxUID = 1000 // the unprivileged user commands run as
-	sandboxGID = 1000
+	sandboxUID = linuxinit.UID // the unprivileged user commands run as
+	sandboxGID = linuxinit.GID
 )
 
 func (c *Config) setDefaults() error {

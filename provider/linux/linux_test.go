@@ -304,6 +304,16 @@ func TestDedicatedDaemon(t *testing.T) {
 	if out := sh(t, sb, "echo $USER in $PWD"); out != "sandbox in /workspace\n" {
 		t.Errorf("through %s: %q", DaemonName, out)
 	}
+	// An idle sandbox costs mostly its daemon: docs/performance.md
+	// quotes these figures.
+	mem := sandboxtest.SmapsRollup(t, sb.rec.PID)
+	t.Logf("idle %s: Rss %d KiB, Pss %d KiB, Private_Dirty %d KiB, Anonymous %d KiB", DaemonName,
+		mem["Rss"], mem["Pss"], mem["Private_Dirty"], mem["Anonymous"])
+	// Anonymous is its own; the rest is the binary's pages, shared by
+	// every daemon (and dirty in the page cache, just built).
+	if mem["Anonymous"] > 6<<10 {
+		t.Errorf("idle %s holds %d KiB of anonymous memory, want at most 6 MiB", DaemonName, mem["Anonymous"])
+	}
 	if out, err := exec.Command(bin).CombinedOutput(); err == nil || !strings.Contains(string(out), "not by hand") {
 		t.Errorf("%s run by hand: %v, %q; want a refusal", DaemonName, err, out)
 	}
@@ -393,11 +403,13 @@ func checkNoInherited(t *testing.T, p *Provider) {
 	}
 }
 
-// buildDaemon builds berth-sandboxd for a test.
+// buildDaemon builds berth-sandboxd for a test, as docs/providers.md
+// installs it.
 func buildDaemon(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), DaemonName)
-	build := exec.Command("go", "build", "-o", bin, "github.com/berth-dev/berth/cmd/berth-sandboxd")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "github.com/berth-dev/berth/cmd/berth-sandboxd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", DaemonName, err, out)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -20,19 +21,8 @@ import (
 	"github.com/berth-dev/berth/provider/internal/hostsock"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/provider/internal/settings"
+	"github.com/berth-dev/berth/provider/linux/linuxinit"
 	"github.com/berth-dev/berth/sandboxd"
-)
-
-// daemonArg0 is the name the daemon is started under; Main looks for it.
-const daemonArg0 = "berth-sandboxd"
-
-// The files a daemon starts with, after stdin, stdout and stderr.
-const (
-	fdControl = 3 + iota // the control socket
-	fdOOM                // the cgroup file counting out-of-memory kills
-	fdExe                // the daemon's own binary, to start it
-	fdOwner              // the lock on its user namespace's owner uid
-	fdCmds               // the tasks file of its commands' cgroup, if any
 )
 
 // startTimeout bounds how long a daemon may take to get warm or ready.
@@ -158,8 +148,8 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("-1000"), 0); err != nil {
 		p.log.Debug("protect daemon from the out-of-memory killer", "err", err)
 	}
-	err = sendJSON(ctl, warmMsg{NewRoot: p.newRoot(), RootFS: rootfs != "",
-		Limits: p.cfg.Limits, TmpSize: p.cfg.Limits.tmpSize(memory)}, lnFile)
+	err = sendJSON(ctl, linuxinit.WarmMsg{NewRoot: p.newRoot(), RootFS: rootfs != "",
+		Limits: p.cfg.Limits.daemon(), TmpSize: p.cfg.Limits.tmpSize(memory)}, lnFile)
 	// The daemon holds the listening socket now, and alone: should it
 	// die, connecting fails at once instead of waiting in the backlog.
 	lnFile.Close()
@@ -175,10 +165,10 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 	if err != nil {
 		return nil, err
 	}
-	if err := send(ctl, []byte(msgWorkspace), mnt); err != nil {
+	if err := linuxinit.Send(ctl, []byte(linuxinit.MsgWorkspace), mnt); err != nil {
 		return nil, fmt.Errorf("configure daemon: %w", err)
 	}
-	if err := recvReply(ctl, replyWarm, deadline(ctx)); err != nil {
+	if err := recvReply(ctl, linuxinit.ReplyWarm, deadline(ctx)); err != nil {
 		return nil, daemonError(err, logPath)
 	}
 	start, err := hostproc.Start(cmd.Process.Pid)
@@ -221,7 +211,7 @@ func (p *Provider) sendRootFS(ctl *os.File, rootfs string, owner int) error {
 	if err := p.mapIDs(fd, owner); err != nil {
 		p.log.Warn("root filesystem: its files are not mapped to the sandbox's ids, its root's show as nobody's", "rootfs", rootfs, "err", err)
 	}
-	return send(ctl, []byte(msgRootFS), tree)
+	return linuxinit.Send(ctl, []byte(linuxinit.MsgRootFS), tree)
 }
 
 // mapIDs gives the detached mount tree an id mapping that shows files
@@ -270,8 +260,8 @@ func (p *Provider) makeStateDir(dir string) (listener *os.File, err error) {
 func (p *Provider) daemonCommand(owner int, log *os.File, files ...*os.File) *exec.Cmd {
 	ids := p.idMap(owner)
 	return &exec.Cmd{
-		Path:       fdPath(fdExe),
-		Args:       []string{daemonArg0},
+		Path:       fdPath(linuxinit.FDExe),
+		Args:       []string{linuxinit.Arg0},
 		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=2"},
 		Dir:        "/",
 		Stdout:     log,
@@ -292,6 +282,8 @@ func (p *Provider) daemonCommand(owner int, log *os.File, files ...*os.File) *ex
 		},
 	}
 }
+
+func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
 func deadline(ctx context.Context) time.Time {
 	if d, ok := ctx.Deadline(); ok {
@@ -334,12 +326,12 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 	w.dir = dir
 	sock := filepath.Join(dir, socketFile)
 	w.socket.Store(&sock)
-	msg := claimMsg{ID: spec.ID, Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt, Lease: rec.Lease,
+	msg := linuxinit.ClaimMsg{ID: spec.ID, Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt, Lease: rec.Lease,
 		UserProcesses: p.cfg.Limits.userProcesses(rec.Resources.Pids)}
 	if err := sendJSON(w.ctl, msg, nil); err != nil {
 		return nil, fmt.Errorf("claim daemon: %w", err)
 	}
-	if err := recvReply(w.ctl, replyReady, deadline(ctx)); err != nil {
+	if err := recvReply(w.ctl, linuxinit.ReplyReady, deadline(ctx)); err != nil {
 		return nil, daemonError(err, filepath.Join(dir, logFile))
 	}
 	// The daemon now belongs to the sandbox. Reap it if it exits while

@@ -99,16 +99,6 @@ func mountExt4(dev string) (*os.File, error) {
 	return os.NewFile(uintptr(mfd), "workspace"), nil
 }
 
-// attachWorkspace attaches the workspace's mount, received from the
-// host, on target. It runs in the daemon, in the sandbox's mount
-// namespace.
-func attachWorkspace(mnt *os.File, target string) error {
-	if err := unix.MoveMount(int(mnt.Fd()), "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("attach workspace: %w", err)
-	}
-	return nil
-}
-
 // formatWorkspace starts making the workspace of a daemon whose state
 // directory is dir, and returns a function that waits for its mount.
 func (p *Provider) formatWorkspace(dir string, size int64) func() (*os.File, error) {

@@ -23,7 +23,7 @@ import (
 	"sync"
 
 	"github.com/berth-dev/berth/provider/internal/warmclaim"
-	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/provider/linux/linuxinit"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -88,7 +88,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := linux.Confine(); err != nil {
+	if err := linuxinit.Confine(); err != nil {
 		return fmt.Errorf("confine: %w", err)
 	}
 	guard := newMemoryGuard(cfg.UID)

@@ -142,6 +142,24 @@ func VmRSS(t testing.TB, status string) int64 {
 	return 0
 }
 
+// SmapsRollup reads /proc/PID/smaps_rollup of a process: its fields
+// (Rss, Pss, Anonymous, ...) in KiB.
+func SmapsRollup(t testing.TB, pid int) map[string]int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int64{}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) == 3 && f[2] == "kB" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			m[strings.TrimSuffix(f[0], ":")] = kb
+		}
+	}
+	return m
+}
+
 // SearchableTempDir makes a temporary directory that others may search,
 // as the linux provider's daemons, under ids of their own, must. It goes
 // when the test ends. (t.TempDir is below a directory others may not

@@ -1,4 +1,4 @@
-package linux
+package linuxinit
 
 import (
 	"errors"
@@ -91,8 +91,6 @@ func enterRoot(newRoot string, workspace *os.File) error {
 	}
 	return nil
 }
-
-func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
 func bindHost(at func(string) string) error {
 	for _, name := range hostEntries {
@@ -289,4 +287,14 @@ func overlayEtc(at func(string) string) error {
 		return err
 	}
 	return os.Remove(dir)
+}
+
+// attachWorkspace attaches the workspace's mount, received from the
+// host, on target. It runs in the daemon, in the sandbox's mount
+// namespace.
+func attachWorkspace(mnt *os.File, target string) error {
+	if err := unix.MoveMount(int(mnt.Fd()), "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach workspace: %w", err)
+	}
+	return nil
 }

@@ -1,4 +1,12 @@
-package gvisor
+// Package gvisorinit is berth's daemon as the first process of a gVisor
+// sandbox: the runsc container's process is berth-sandboxd, which calls
+// [Main]. It serves [sandboxd] on a unix socket that runsc makes a
+// socket of the host's, waits on a second one to be claimed by a
+// sandbox, and enforces the sandbox's memory limit itself (see
+// oomKiller), which gVisor's sentry does not.
+//
+// It links no host-side code: it runs inside the sandbox.
+package gvisorinit
 
 import (
 	"encoding/json"
@@ -14,44 +22,48 @@ import (
 )
 
 // The daemon is the first process of the runsc container: the bundle's
-// process is the daemon binary, bind-mounted read-only at daemonPath,
-// with initArg as its first argument. It serves sandboxd on a unix socket
-// in runDir, which the host bind-mounts from the container's directory;
+// process is the daemon binary, bind-mounted read-only at DaemonPath,
+// with Arg as its first argument. It serves sandboxd on a unix socket
+// in RunDir, which the host bind-mounts from the container's directory;
 // runsc's --host-uds=create makes the sockets the daemon binds there
 // real sockets of the host's, which the host connects to. A second
 // socket there takes the claim: a warm daemon waits, serving but with
 // commands held back, until a sandbox takes it and tells it its
 // environment, working directory and end of life.
 const (
-	initArg    = "gvisor-init"
-	daemonPath = "/.berth/sandboxd"
-	runDir     = "/.berth/run"
-	// sockets in runDir
-	socketName  = "sandboxd.sock"
-	controlName = "control.sock"
-	// configEnv carries daemonConfig.
-	configEnv = "BERTH_GVISOR_INIT"
+	Arg        = "gvisor-init"
+	DaemonPath = "/.berth/sandboxd"
+	RunDir     = "/.berth/run"
+	// sockets in RunDir
+	SocketName    = "sandboxd.sock"
+	ControlSocket = "control.sock"
+	// ConfigEnv carries Config.
+	ConfigEnv = "BERTH_GVISOR_INIT"
+	// HostStatFD is the daemon's descriptor of its host memory cgroup's
+	// memory.stat, when Config.HostStat says it has one.
+	HostStatFD = 3
 )
 
-// daemonConfig is what the daemon needs from its start.
-type daemonConfig struct {
+// Config is what the daemon needs from its start.
+type Config struct {
 	UID int `json:"uid"`
 	GID int `json:"gid"`
 	// Memory is the sandbox's memory limit, which the daemon enforces
 	// (see oomKiller).
 	Memory int64 `json:"memory"`
 	// HostMemory is the host cgroup's memory limit; HostStat says the
-	// daemon has its memory.stat open as descriptor hostStatFD.
+	// daemon has its memory.stat open as descriptor HostStatFD.
 	HostMemory int64 `json:"host_memory"`
 	HostStat   bool  `json:"host_stat,omitempty"`
 }
 
 // Main runs the daemon when this process was started as a gVisor
 // sandbox's first process, and then never returns. Otherwise it returns
-// at once. Programs whose binary is the provider's DaemonPath call it
-// first thing in main (and in TestMain).
+// at once. Programs whose binary is the provider's Config.DaemonPath
+// (berth-sandboxd, or a test binary) call it first thing in main (and
+// in TestMain).
 func Main() {
-	if len(os.Args) < 2 || os.Args[1] != initArg {
+	if len(os.Args) < 2 || os.Args[1] != Arg {
 		return
 	}
 	if err := runDaemon(); err != nil {
@@ -64,30 +76,30 @@ func Main() {
 func runDaemon() error {
 	// A few MiB per sandbox matter more here than collection speed.
 	debug.SetGCPercent(50)
-	var cfg daemonConfig
-	if err := json.Unmarshal([]byte(os.Getenv(configEnv)), &cfg); err != nil {
-		return fmt.Errorf("read %s: %w", configEnv, err)
+	var cfg Config
+	if err := json.Unmarshal([]byte(os.Getenv(ConfigEnv)), &cfg); err != nil {
+		return fmt.Errorf("read %s: %w", ConfigEnv, err)
 	}
-	os.Unsetenv(configEnv)
+	os.Unsetenv(ConfigEnv)
 	if cfg.UID <= 0 || cfg.GID <= 0 {
-		return fmt.Errorf("%s: the sandbox user must not be root", configEnv)
+		return fmt.Errorf("%s: the sandbox user must not be root", ConfigEnv)
 	}
 	if err := remountNodev(); err != nil {
 		return err
 	}
-	ln, err := warmclaim.Listen(runDir + "/" + socketName)
+	ln, err := warmclaim.Listen(RunDir + "/" + SocketName)
 	if err != nil {
 		return err
 	}
-	ctl, err := warmclaim.Listen(runDir + "/" + controlName)
+	ctl, err := warmclaim.Listen(RunDir + "/" + ControlSocket)
 	if err != nil {
 		return err
 	}
 	oom := &oomKiller{limit: cfg.Memory, hostLimit: cfg.HostMemory, self: os.Getpid()}
 	if cfg.HostStat {
 		// Commands must not inherit it.
-		unix.CloseOnExec(hostStatFD)
-		oom.host = os.NewFile(hostStatFD, "memory.stat")
+		unix.CloseOnExec(HostStatFD)
+		oom.host = os.NewFile(HostStatFD, "memory.stat")
 	}
 	srv, err := sandboxd.New(sandboxd.Config{
 		Workspace: "/workspace",

@@ -1,4 +1,4 @@
-package linux
+package linuxinit
 
 import (
 	"fmt"
@@ -13,11 +13,11 @@ import (
 // its sandbox's user namespace before anything of the sandbox runs. The
 // kernel counts these per user and namespace, and also against the owner
 // of the namespace in the parent, a host uid of the sandbox's own (see
-// startOwnedBy): they bound what the sandbox takes of the host's. Namespaces: the sandbox user has no
+// the provider's Config.UIDBase): they bound what the sandbox takes of the host's. Namespaces: the sandbox user has no
 // capability to make any and the daemon has made its own, but for the
 // cgroup namespace it gives each command; fanotify: the
 // seccomp filter refuses it, this is a second wall.
-func userNamespaceLimits(l KernelLimits) map[string]int64 {
+func userNamespaceLimits(l Limits) map[string]int64 {
 	return map[string]int64{
 		"max_inotify_instances": l.InotifyInstances,
 		"max_inotify_watches":   l.InotifyWatches,
@@ -37,7 +37,7 @@ func userNamespaceLimits(l KernelLimits) map[string]int64 {
 // namespace, and the resource limits every command inherits. It runs as
 // root of the namespace, which holds CAP_SYS_RESOURCE there, and after
 // the daemon has made the namespaces it needs.
-func setKernelLimits(l KernelLimits) error {
+func setKernelLimits(l Limits) error {
 	for name, v := range userNamespaceLimits(l) {
 		p := "/proc/sys/user/" + name
 		if err := os.WriteFile(p, []byte(strconv.FormatInt(v, 10)), 0); err != nil && !os.IsNotExist(err) {

@@ -1,4 +1,4 @@
-package gvisor
+package gvisorinit
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package linux
+package linuxinit
 
 import (
 	"fmt"
@@ -6,10 +6,13 @@ import (
 	"github.com/landlock-lsm/go-landlock/landlock"
 )
 
-// confine applies no_new_privs, Landlock and seccomp to the daemon and,
-// through inheritance, to every command it starts. It runs after the
-// daemon has mounted everything it needs.
-func confine() error {
+// Confine applies no_new_privs, Landlock and seccomp to the calling
+// process and, through inheritance, to every command it starts. A linux
+// sandbox's daemon calls it after it has mounted everything it needs;
+// the daemons of berth's other self-hosted providers (provider/docker)
+// call it too, so that their commands are refused the same kernel
+// surface.
+func Confine() error {
 	// Landlock: read and execute everywhere in the sandbox's root, write
 	// only where the sandbox may. BestEffort applies what this kernel's
 	// Landlock supports, and nothing when it has none.
@@ -33,9 +36,3 @@ func confine() error {
 	}
 	return loadSeccomp(filter)
 }
-
-// Confine applies to the calling process what confine applies to a
-// linux sandbox's daemon. It is for the daemons of berth's other
-// self-hosted providers (provider/docker), which run the same binary
-// and must refuse commands the same kernel surface.
-func Confine() error { return confine() }
