@@ -234,6 +234,7 @@ func TestDevAndRun(t *testing.T) {
 // directory: the run goes on, the retried activity attaches to the
 // command still running in the sandbox, and the command runs once.
 func TestDevKilledMidCommand(t *testing.T) {
+	t.Parallel()
 	berth, data := build(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)

@@ -19,6 +19,7 @@ import (
 // --retry-for and a few seconds, with exit 125 and a line saying what
 // may have run.
 func TestServerGoneForGood(t *testing.T) {
+	t.Parallel()
 	berth, data := berthBinary(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)

@@ -30,6 +30,7 @@ func remoteArgs(data, berth string, args ...string) (string, []string) {
 // worker's disk: a 100 MiB output comes whole, output is live, and a
 // 2 GiB directory goes in and out intact.
 func TestRemoteClient(t *testing.T) {
+	t.Parallel()
 	berth, data := berthBinary(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)

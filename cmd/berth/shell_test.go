@@ -156,6 +156,7 @@ func historyLength(t testing.TB, c client.Client, id string) int {
 // terminal put back; a server restart under a shell; a shell lost with
 // its sandbox.
 func TestSandboxShell(t *testing.T) {
+	t.Parallel()
 	berth, data := berthBinary(t), dataDir(t)
 	srv := startServer(t, data, "127.0.0.1:0")
 	addr := srv.Address()
