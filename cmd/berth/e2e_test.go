@@ -34,6 +34,13 @@ var devDefaults = []string{"--provider-config", "docker.image=" + testImage}
 // it) and waits until it is ready.
 func startDev(t *testing.T, berth, data string, port int, log *testkit.SyncBuffer, flags ...string) (*exec.Cmd, int) {
 	t.Helper()
+	return startDevEnv(t, nil, berth, data, port, log, flags...)
+}
+
+// startDevEnv is startDev with env added to berth dev's environment:
+// a parallel test cannot t.Setenv.
+func startDevEnv(t *testing.T, env []string, berth, data string, port int, log *testkit.SyncBuffer, flags ...string) (*exec.Cmd, int) {
+	t.Helper()
 	flags = append(slices.Clip(devDefaults), flags...)
 start:
 	for attempt := 0; ; attempt++ {
@@ -43,6 +50,9 @@ start:
 		}
 		dev := exec.Command(berth, append([]string{"dev", "--data-dir", data, "--port", fmt.Sprint(p), "--ui-port", "0"}, flags...)...)
 		dev.Stdout, dev.Stderr = log, log
+		if env != nil {
+			dev.Env = append(os.Environ(), env...)
+		}
 		if err := dev.Start(); err != nil {
 			t.Fatal(err)
 		}
