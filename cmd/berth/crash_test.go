@@ -172,12 +172,13 @@ func TestRunCancelled(t *testing.T) {
 	})
 }
 
-// TestLargeOutputHistorySmall runs a command that prints 100 MiB: berth
+// TestLargeOutputHistorySmall runs a command that prints 64 MiB: berth
 // logs prints all of it, live and after the run, and the workflow's
-// history holds only a bounded head and tail of it.
+// history holds only a bounded head and tail of it: 64 MiB is 32 times
+// the 2 MiB of history it may take.
 func TestLargeOutputHistorySmall(t *testing.T) {
 	t.Parallel()
-	const size = 100 << 20
+	const size = 64 << 20
 	berth, data := berthBinary(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
