@@ -164,9 +164,10 @@ func (m *manager) crash(name string, arg any, result any, during func() bool) er
 	}
 	testkit.Eventually(m.t, name+" to be under way", time.Minute, during)
 	stopped := time.Now()
+	// StopWorker returns once every poll and activity of the worker has
+	// ended: nothing of it is left to wait for before the next starts.
 	m.h.StopWorker()
 	m.t.Logf("%s: the worker stopped in %v", name, time.Since(stopped).Round(time.Millisecond))
-	time.Sleep(500 * time.Millisecond)
 	m.h.StartWorker()
 	err = handle.Get(ctx, result)
 	m.t.Logf("%s: answered %v after the stop", name, time.Since(stopped).Round(time.Millisecond))

@@ -101,6 +101,7 @@ func (term *terminal) exited() {
 // call, a title, a fork, a switch to docker on an image it names,
 // quitting and coming back to the same place, and /done destroy.
 func TestChatInTmux(t *testing.T) {
+	t.Parallel()
 	// docker's default image is one nobody has: the switch must run on
 	// the image it names.
 	s := startSessionCLI(t, "--provider-config", "docker.image=berth-no-such-image:0")

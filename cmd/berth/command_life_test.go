@@ -22,6 +22,7 @@ import (
 // continue-as-new), kill, inspect's running ids; bad input refused. One
 // berth dev serves every subtest.
 func TestSandboxCommandLife(t *testing.T) {
+	t.Parallel()
 	berth, data := build(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)

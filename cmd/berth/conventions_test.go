@@ -54,6 +54,7 @@ func TestVersionCommand(t *testing.T) {
 // inspect, run ls and run cancel (and berth run -- ls still running
 // ls), and completion of ids through cobra's __complete.
 func TestCLIConventions(t *testing.T) {
+	t.Parallel()
 	berth, data := build(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)

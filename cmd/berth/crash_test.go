@@ -47,8 +47,10 @@ const waitGo = "while [ ! -e go ]; do sleep 0.05; done"
 // activity it was handed to (the activity is retried once its heartbeat
 // times out, and attaches to it).
 func TestWorkerKilledMidCommand(t *testing.T) {
+	t.Parallel()
 	for _, when := range []string{"local activity", "activity"} {
 		t.Run(when, func(t *testing.T) {
+			t.Parallel()
 			berth, data := berthBinary(t), dataDir(t)
 			srv := startServer(t, data, "127.0.0.1:0")
 			addr := srv.Address()
@@ -83,6 +85,7 @@ func TestWorkerKilledMidCommand(t *testing.T) {
 // both ride it out: the run completes, with the command's exit code, and
 // the command runs once.
 func TestServerRestartedMidRun(t *testing.T) {
+	t.Parallel()
 	berth, data := berthBinary(t), dataDir(t)
 	srv := startServer(t, data, "127.0.0.1:0")
 	addr := srv.Address()
@@ -111,6 +114,7 @@ func TestServerRestartedMidRun(t *testing.T) {
 // workflow destroys the sandbox on its way out, says so and exits 130.
 // Interrupting berth logs, on the other hand, leaves the run alone.
 func TestRunCancelled(t *testing.T) {
+	t.Parallel()
 	berth, data := berthBinary(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)
@@ -168,11 +172,13 @@ func TestRunCancelled(t *testing.T) {
 	})
 }
 
-// TestLargeOutputHistorySmall runs a command that prints 100 MiB: berth
+// TestLargeOutputHistorySmall runs a command that prints 64 MiB: berth
 // logs prints all of it, live and after the run, and the workflow's
-// history holds only a bounded head and tail of it.
+// history holds only a bounded head and tail of it: 64 MiB is 32 times
+// the 2 MiB of history it may take.
 func TestLargeOutputHistorySmall(t *testing.T) {
-	const size = 100 << 20
+	t.Parallel()
+	const size = 64 << 20
 	berth, data := berthBinary(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)

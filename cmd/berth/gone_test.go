@@ -21,13 +21,12 @@ import (
 // --retry-for and a few seconds, with exit 125 and a line saying what
 // may have run.
 func TestServerGoneForGood(t *testing.T) {
+	t.Parallel()
 	model := fakemodel.New(t)
-	t.Setenv("BERTH_MODEL", fakemodel.Model)
-	t.Setenv("OPENAI_BASE_URL", model.URL)
-	t.Setenv("OPENAI_API_KEY", fakemodel.Key)
+	env := []string{"BERTH_MODEL=" + fakemodel.Model, "OPENAI_BASE_URL=" + model.URL, "OPENAI_API_KEY=" + fakemodel.Key}
 	berth, data := berthBinary(t), dataDir(t)
 	var devLog testkit.SyncBuffer
-	dev, port := startDev(t, berth, data, 0, &devLog)
+	dev, port := startDevEnv(t, env, berth, data, 0, &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	t.Cleanup(func() { destroyLeftovers(t, data) })
 	id, errOut, code := runBerth(t, berth, "sandbox", "create", "--address", addr, "--no-idle-timeout")

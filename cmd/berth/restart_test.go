@@ -17,6 +17,7 @@ import (
 // starts it again: every client gets its command's whole output and exit
 // code, and every command ran exactly once.
 func TestClientsRideOutRestarts(t *testing.T) {
+	t.Parallel()
 	berth, data := berthBinary(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)

@@ -28,6 +28,7 @@ import (
 // would: create, exec, cp, ls, idle pause, snapshot, fork, hibernate, rm;
 // then shows the reaper destroying the sandbox of a terminated workflow.
 func TestSandboxCLI(t *testing.T) {
+	t.Parallel()
 	berth, data := build(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog, "--reap-every", "1s")
@@ -234,6 +235,7 @@ func TestSandboxCLI(t *testing.T) {
 // as new to keep its history short, and its sandbox, files and
 // background processes go on across runs.
 func TestSandboxContinuesAsNew(t *testing.T) {
+	t.Parallel()
 	berth, data := build(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)

@@ -13,6 +13,7 @@ import (
 // show; one past the model's bound fails its turn in one line; the
 // session goes on serving: show, send and rm work.
 func TestSessionLargeAnswerCLI(t *testing.T) {
+	t.Parallel()
 	s := startSessionCLI(t)
 	id := strings.TrimSpace(s.ok("new", "--title", "large"))
 	large := strings.Repeat("123456789 ", 150_000) + "the end"

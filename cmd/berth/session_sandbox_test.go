@@ -20,6 +20,7 @@ import (
 // (pause, snapshot, fork, switch, rm...) are refused in one line naming
 // them. One berth dev serves every part.
 func TestSessionSandbox(t *testing.T) {
+	t.Parallel()
 	s := startSessionCLI(t)
 	// The helpers take the test that runs them: a subtest fails itself.
 	sb := func(t *testing.T, args ...string) (string, string, int) {

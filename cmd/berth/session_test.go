@@ -34,12 +34,10 @@ type sessionCLI struct {
 func startSessionCLI(t *testing.T, devFlags ...string) *sessionCLI {
 	model := fakemodel.New(t)
 	// berth dev takes its model from the environment, as a user's would.
-	t.Setenv("BERTH_MODEL", fakemodel.Model)
-	t.Setenv("OPENAI_BASE_URL", model.URL)
-	t.Setenv("OPENAI_API_KEY", fakemodel.Key)
+	env := []string{"BERTH_MODEL=" + fakemodel.Model, "OPENAI_BASE_URL=" + model.URL, "OPENAI_API_KEY=" + fakemodel.Key}
 	berth, data := build(t), dataDir(t)
 	var devLog testkit.SyncBuffer
-	dev, port := startDev(t, berth, data, 0, &devLog, devFlags...)
+	dev, port := startDevEnv(t, env, berth, data, 0, &devLog, devFlags...)
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
 	dumpOnFailure(t, "berth dev", &devLog)
 	return &sessionCLI{t: t, berth: berth, addr: fmt.Sprintf("127.0.0.1:%d", port), model: model, data: data}
@@ -87,6 +85,7 @@ func shellCall(id, command string) fakemodel.Reply {
 // script would: new, send (text and jsonl), show, ls, rename, fork,
 // approvals, rm; and the bad inputs, each one line, exit 125 or 2.
 func TestSessionCLI(t *testing.T) {
+	t.Parallel()
 	s := startSessionCLI(t)
 
 	id := strings.TrimSpace(s.ok("new", "--title", "demo"))
@@ -238,6 +237,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // TestDemo runs README's first command, examples/demo.sh, with the fake
 // model as the coding agent's: everything it shows must work.
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	model := fakemodel.New(t)
 	model.Script(shellCall("c1", "printf 'def fib(n):\\n    return n if n < 2 else fib(n-1) + fib(n-2)\\n' > fib.py && python3 -c 'import fib; print(fib.fib(10))'"),
 		fakemodel.Reply{Text: "fib.py is written; fib(10) is 55."})

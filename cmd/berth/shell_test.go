@@ -159,6 +159,7 @@ func historyLength(t testing.TB, c client.Client, id string) int {
 // its sandbox; a shell in a coding agent session's sandbox, by the
 // session's id.
 func TestSandboxShell(t *testing.T) {
+	t.Parallel()
 	berth, data := berthBinary(t), dataDir(t)
 	srv := startServer(t, data, "127.0.0.1:0")
 	addr := srv.Address()
@@ -264,8 +265,14 @@ func TestSandboxShell(t *testing.T) {
 		if code := p.wait(t); code != exitBerth {
 			t.Errorf("a lost shell: exit %d, want %d; screen %q", code, exitBerth, p.String()[at:])
 		}
-		said := strings.TrimSpace(p.String()[at:])
-		if !strings.Contains(strings.ToLower(said), "lost") || strings.Count(said, "\n") > 0 {
+		// berth has exited; what it printed last may still be on its way
+		// through the terminal to the test's reader.
+		said := ""
+		testkit.Eventually(t, "the lost shell's last line on the screen", 30*time.Second, func() bool {
+			said = strings.TrimSpace(p.String()[at:])
+			return strings.Contains(strings.ToLower(said), "lost")
+		})
+		if strings.Count(said, "\n") > 0 {
 			t.Errorf("a lost shell: the screen shows %q, want one line saying it was lost", said)
 		}
 	})

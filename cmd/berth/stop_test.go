@@ -44,6 +44,7 @@ func loopSteps(t *testing.T, out string) (steps []time.Time, whole bool) {
 // dev is killed with SIGKILL and started again: exec answers, the loops
 // go on, and no step of theirs is lost.
 func TestServiceStopped(t *testing.T) {
+	t.Parallel()
 	berth, data := build(t), dataDir(t)
 	providers := [][]string{{"--provider", "linux"}}
 	if out, err := exec.Command("docker", "image", "inspect", testImage).CombinedOutput(); err != nil {
@@ -135,6 +136,7 @@ func TestServiceStopped(t *testing.T) {
 // and the server alone came back; once its worker is back, the mark
 // goes.
 func TestSandboxLsNoWorker(t *testing.T) {
+	t.Parallel()
 	berth, data := berthBinary(t), dataDir(t)
 	srv := startServer(t, data, "127.0.0.1:0")
 	addr := srv.Address()

@@ -22,6 +22,7 @@ import (
 // one catalog, one reaper and the session manager, and nothing else;
 // each with a summary a person can read, that says what it is.
 func TestWebUIReadable(t *testing.T) {
+	t.Parallel()
 	berth, data := build(t), dataDir(t)
 	var devLog testkit.SyncBuffer
 	dev, port := startDev(t, berth, data, 0, &devLog)

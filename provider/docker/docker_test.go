@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 )
@@ -161,11 +162,12 @@ func TestKilledFromOutside(t *testing.T) {
 	sh(t, sb, "true")
 	// A command running when the container dies ends too.
 	done := make(chan error, 1)
+	var out testkit.SyncBuffer
 	go func() {
-		_, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"sleep", "1000"}})
+		_, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"sh", "-c", "echo running; exec sleep 1000"}, Stdout: &out})
 		done <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	testkit.Eventually(t, "the command to run", 30*time.Second, func() bool { return out.String() == "running\n" })
 	if out, err := exec.Command("docker", "kill", sb.rec.Container).CombinedOutput(); err != nil {
 		t.Fatalf("docker kill: %v: %s", err, out)
 	}
@@ -196,19 +198,19 @@ func TestKilledFromOutside(t *testing.T) {
 // TestLifetime: a sandbox past its lifetime is stopped, and lost.
 func TestLifetime(t *testing.T) {
 	p := newTestProvider(t, Config{Pool: -1})
-	sb := create(t, p, provider.Spec{ID: "brief", Lifetime: time.Second})
-	time.Sleep(2 * time.Second)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	const lifetime = time.Second
+	created := time.Now()
+	sb := create(t, p, provider.Spec{ID: "brief", Lifetime: lifetime})
+	testkit.Eventually(t, "the sandbox past its lifetime of 1s to be lost", 15*time.Second, func() bool {
 		info, err := sb.Info(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.State == provider.StateLost {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a sandbox 10s past its lifetime of 1s is %q", info.State)
-		}
+		return info.State == provider.StateLost
+	})
+	// Not before its time: a load can only make it later.
+	if lived := time.Since(created); lived < lifetime {
+		t.Errorf("the sandbox was lost after %v, before its lifetime of %v", lived, lifetime)
 	}
 }
 

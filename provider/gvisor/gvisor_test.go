@@ -28,10 +28,29 @@ func create(t *testing.T, p *Provider, spec provider.Spec) *sandbox {
 
 var sh = sandboxtest.Sh
 
+// TestSmoke: a command runs on gVisor's kernel, not the host's, as the
+// sandbox's user, in the workspace, with the open files limit of
+// Config.OpenFiles, and a file it writes stays.
 func TestSmoke(t *testing.T) {
-	p := newTestProvider(t, Config{Pool: -1})
+	p := newTestProvider(t, Config{Pool: -1, OpenFiles: 512})
 	sb := create(t, p, provider.Spec{ID: "smoke"})
-	t.Log(sh(t, sb, "id; uname -a; echo hi > f; cat f; ls -la / /workspace; cat /etc/passwd; ulimit -a"))
+	var host unix.Utsname
+	if err := unix.Uname(&host); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Fields(sh(t, sb, "uname -r; id -u; id -g; pwd; ulimit -n; echo hi > f; cat f"))
+	want := []string{"", strconv.Itoa(sandboxUID), strconv.Itoa(sandboxGID), provider.Workspace, "512", "hi"}
+	if len(got) != len(want) {
+		t.Fatalf("the smoke command printed %q, want kernel release, uid, gid, directory, open files, hi", got)
+	}
+	if release := unix.ByteSliceToString(host.Release[:]); got[0] == release {
+		t.Errorf("the sandbox's kernel release is the host's, %s: the command did not run on gVisor", release)
+	}
+	for i, what := range []string{"", "uid", "gid", "working directory", "open files limit", "a file written then read"} {
+		if i > 0 && got[i] != want[i] {
+			t.Errorf("%s: %q, want %q", what, got[i], want[i])
+		}
+	}
 }
 
 // TestLost kills runsc's sandbox process from outside, as the

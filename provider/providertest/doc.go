@@ -37,8 +37,9 @@
 //
 // Tests that do not apply to a provider skip, saying which capability is
 // missing. Light tests run in parallel (bounded by go test -parallel);
-// the heavy ones (gigabytes of output, a 1 GiB file, out of memory, a
-// fork bomb) run one at a time with nothing else running. The whole suite
+// the heavy ones (output and a file four times what a provider may hold
+// of them, out of memory, a fork bomb) run one at a time with nothing
+// else running. The whole suite
 // can take several minutes: run it with a go test -timeout of 30m or more.
 //
 // # Safety

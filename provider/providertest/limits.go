@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os/exec"
@@ -99,16 +100,22 @@ while True:
 	}
 }
 
+// streamSize is what testHugeOutput and testLargeFile move: four times
+// memoryBound, so that a provider holding it whole, on either side,
+// goes past the bound with room to spare.
+const streamSize = 4 * memoryBound
+
+// testHugeOutput streams streamSize of output: neither side may hold it.
 func testHugeOutput(t *testing.T, s *suite) {
-	const size = 2_000_000_000
+	const size = streamSize
 	_, sb := s.sandbox(t)
 	var out countingWriter
 	mem := watchMemory()
 	ctx := timeout(t, heavyTimeout)
 	start := time.Now()
-	r, err := executeCtx(ctx, sb, provider.ExecRequest{Shell: "head -c 2000000000 /dev/zero", Stdout: &out})
-	mem.check(t, "streaming 2 GB of output")
-	t.Logf("2 GB of output took %v", time.Since(start))
+	r, err := executeCtx(ctx, sb, provider.ExecRequest{Shell: fmt.Sprintf("head -c %d /dev/zero", size), Stdout: &out})
+	mem.check(t, fmt.Sprintf("streaming %d MiB of output", size>>20))
+	t.Logf("%d MiB of output took %v", size>>20, time.Since(start))
 	if err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
@@ -127,15 +134,15 @@ func testHugeOutput(t *testing.T, s *suite) {
 	checkDaemonRSS(t, s, sb)
 }
 
-// testLargeFile moves 1 GiB each way, hashing as it goes: neither side may
-// hold the file in memory.
+// testLargeFile moves streamSize each way, hashing as it goes: neither
+// side may hold the file in memory.
 func testLargeFile(t *testing.T, s *suite) {
-	const size = 1 << 30
+	const size = streamSize
 	p := s.open(t)
 	spec := s.newSpec(t)
 	// The provider's default disk limit may be smaller than the file.
 	if p.Capabilities().Disk {
-		spec.Resources.Disk = 3 << 30
+		spec.Resources.Disk = 3 * size
 	}
 	sb := s.mustCreate(t, p, spec)
 	ctx := timeout(t, heavyTimeout)
@@ -146,9 +153,9 @@ func testLargeFile(t *testing.T, s *suite) {
 	src := io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{3}), size), sent)
 	start := time.Now()
 	if err := sb.WriteFile(ctx, "big.bin", countReader{src, &n}, 0o644); err != nil {
-		t.Fatalf("WriteFile of 1 GiB: %v", err)
+		t.Fatalf("WriteFile of %d MiB: %v", size>>20, err)
 	}
-	t.Logf("writing 1 GiB took %v", time.Since(start))
+	t.Logf("writing %d MiB took %v", size>>20, time.Since(start))
 	if n.Load() != size {
 		t.Fatalf("WriteFile consumed %d bytes of its reader, want %d", n.Load(), int64(size))
 	}
@@ -164,16 +171,16 @@ func testLargeFile(t *testing.T, s *suite) {
 	start = time.Now()
 	rc, err := sb.ReadFile(ctx, "big.bin")
 	if err != nil {
-		t.Fatalf("ReadFile of 1 GiB: %v", err)
+		t.Fatalf("ReadFile of %d MiB: %v", size>>20, err)
 	}
 	got := sha256.New()
 	copied, err := io.Copy(got, rc)
 	rc.Close()
 	if err != nil {
-		t.Fatalf("reading 1 GiB after %d bytes: %v", copied, err)
+		t.Fatalf("reading %d MiB after %d bytes: %v", size>>20, copied, err)
 	}
-	t.Logf("reading 1 GiB took %v", time.Since(start))
-	mem.check(t, "writing and reading a 1 GiB file")
+	t.Logf("reading %d MiB took %v", size>>20, time.Since(start))
+	mem.check(t, fmt.Sprintf("writing and reading a %d MiB file", size>>20))
 	if copied != size {
 		t.Errorf("ReadFile returned %d bytes, want %d", copied, int64(size))
 	}
