@@ -13,7 +13,7 @@
 // # Errors
 //
 // Provider errors become Temporal application errors here, and only
-// here, typed by provider.Kind ("BadInput", "SandboxLost", ...). Kinds a
+// here, typed by errdefs.Kind ("BadInput", "SandboxLost", ...). Kinds a
 // retry cannot fix are non-retryable.
 //
 // # Output

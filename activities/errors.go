@@ -4,19 +4,19 @@ import (
 	"context"
 	"errors"
 
-	"go.temporal.io/sdk/temporal"
+	"github.com/berth-dev/berth/errdefs"
 
-	"github.com/berth-dev/berth/provider"
+	"go.temporal.io/sdk/temporal"
 )
 
 // ErrorType names the Temporal application error type of a provider
 // error kind, the form in which workflows see it.
-func ErrorType(k provider.Kind) string { return string(k) }
+func ErrorType(k errdefs.Kind) string { return string(k) }
 
 // retryable lists the kinds a retry may cure: a provider that was busy or
 // briefly unreachable. Everything else will fail the same way again.
-var retryable = map[provider.Kind]bool{
-	provider.KindInternal: true,
+var retryable = map[errdefs.Kind]bool{
+	errdefs.Internal: true,
 }
 
 // returned is the activity boundary: every activity returns through it,
@@ -38,7 +38,7 @@ func toTemporal(err error) error {
 	case errors.As(err, &appErr):
 		return err // already converted
 	}
-	kind := provider.KindOf(err)
+	kind := errdefs.KindOf(err)
 	if retryable[kind] {
 		return temporal.NewApplicationError(err.Error(), ErrorType(kind))
 	}
@@ -52,9 +52,9 @@ func FromTemporal(err error) error {
 	if !errors.As(err, &appErr) {
 		return err
 	}
-	kind := provider.Kind(appErr.Type())
-	if kind == provider.KindInternal || kind == "" {
+	kind := errdefs.Kind(appErr.Type())
+	if kind == errdefs.Internal || kind == "" {
 		return err
 	}
-	return provider.Errorf(kind, "%s", appErr.Message())
+	return errdefs.Errorf(kind, "%s", appErr.Message())
 }
