@@ -51,7 +51,7 @@
 // # Errors
 //
 // Errors wrap the sentinels of package provider: errors.Is(err,
-// provider.ErrTimeout) when a command timed out, provider.ErrOutOfMemory,
-// provider.ErrBadInput for a path that leaves the workspace, and so on.
+// errdefs.ErrTimeout) when a command timed out, errdefs.ErrOutOfMemory,
+// errdefs.ErrBadInput for a path that leaves the workspace, and so on.
 // A non-zero exit code is not an error.
 package sandbox

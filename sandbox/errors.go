@@ -6,16 +6,16 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
-
-	"github.com/berth-dev/berth/provider"
 )
 
 // Failure turns an error of a handle (or of workflow code around one)
 // into the error a workflow or an update fails with: a Temporal
-// application error whose type is the error's provider.Kind, so that
+// application error whose type is the error's errdefs.Kind, so that
 // callers in any language see what went wrong. Only an internal error is
 // retryable; bad input, a missing sandbox, a lost one will fail the same
 // way again. A LostError carries the operations it lost as details.
@@ -29,14 +29,14 @@ func Failure(err error) error {
 	}
 	var lost *LostError
 	if errors.As(err, &lost) {
-		return temporal.NewNonRetryableApplicationError(err.Error(), string(provider.KindLost), nil, lost.Lost)
+		return temporal.NewNonRetryableApplicationError(err.Error(), string(errdefs.SandboxLost), nil, lost.Lost)
 	}
-	kind := provider.KindOf(err)
+	kind := errdefs.KindOf(err)
 	var appErr *temporal.ApplicationError
-	if kind == provider.KindInternal && errors.As(err, &appErr) && provider.Kind(appErr.Type()).Known() {
-		kind = provider.Kind(appErr.Type()) // typed by a workflow this one waited for
+	if kind == errdefs.Internal && errors.As(err, &appErr) && errdefs.Kind(appErr.Type()).Known() {
+		kind = errdefs.Kind(appErr.Type()) // typed by a workflow this one waited for
 	}
-	if kind == provider.KindInternal {
+	if kind == errdefs.Internal {
 		return temporal.NewApplicationError(err.Error(), string(kind))
 	}
 	return temporal.NewNonRetryableApplicationError(err.Error(), string(kind), nil)
@@ -48,7 +48,7 @@ func Failure(err error) error {
 // first application error in the chain that berth raised; Canceled,
 // Terminated or Timeout when Temporal ended the workflow; NotFound and
 // AlreadyExists for the server's own answers; Internal otherwise.
-func ErrorKind(err error) provider.Kind {
+func ErrorKind(err error) errdefs.Kind {
 	k, _ := describe(err)
 	return k
 }
@@ -66,7 +66,7 @@ func OneLine(err error) string {
 	return fmt.Sprintf("%s: %s", k, reason)
 }
 
-func describe(err error) (provider.Kind, string) {
+func describe(err error) (errdefs.Kind, string) {
 	var (
 		canceled   *temporal.CanceledError
 		terminated *temporal.TerminatedError
@@ -79,7 +79,7 @@ func describe(err error) (provider.Kind, string) {
 	var innermost *temporal.ApplicationError
 	for e := err; e != nil; e = errors.Unwrap(e) {
 		if appErr, ok := e.(*temporal.ApplicationError); ok {
-			if k := provider.Kind(appErr.Type()); k.Known() {
+			if k := errdefs.Kind(appErr.Type()); k.Known() {
 				return k, appErr.Message()
 			}
 			innermost = appErr
@@ -87,21 +87,21 @@ func describe(err error) (provider.Kind, string) {
 	}
 	switch {
 	case errors.As(err, &canceled), errors.Is(err, context.Canceled):
-		return provider.KindCanceled, "canceled"
+		return errdefs.Canceled, "canceled"
 	case errors.As(err, &terminated):
-		return provider.KindTerminated, "terminated"
+		return errdefs.Terminated, "terminated"
 	case errors.As(err, &timeout):
-		return provider.KindTimeout, fmt.Sprintf("timed out (%s)", timeout.TimeoutType())
+		return errdefs.Timeout, fmt.Sprintf("timed out (%s)", timeout.TimeoutType())
 	case errors.As(err, &notFound):
-		return provider.KindNotFound, notFound.Error()
+		return errdefs.NotFound, notFound.Error()
 	case errors.As(err, &started):
-		return provider.KindAlreadyExists, started.Error()
+		return errdefs.AlreadyExists, started.Error()
 	case innermost != nil:
-		return provider.KindInternal, innermost.Message()
+		return errdefs.Internal, innermost.Message()
 	}
 	// A plain error, from berth's own client code (wrapping a sentinel)
 	// or from the network.
-	return provider.KindOf(err), leaf(err).Error()
+	return errdefs.KindOf(err), leaf(err).Error()
 }
 
 // leaf is the error at the end of err's chain when err is a wrapper of

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/workflow"
@@ -44,7 +46,7 @@ func TestForkAndSwitchInherit(t *testing.T) {
 		}
 		r.ForkEnv = res.Stdout
 		_, err = fork.ExecArgv(ctx, alloc)
-		r.ForkOOM = errors.Is(err, provider.ErrOutOfMemory)
+		r.ForkOOM = errors.Is(err, errdefs.ErrOutOfMemory)
 
 		bigger, err := sbx.ForkWith(ctx, Provider{}, WithResources(provider.Resources{Memory: 2 * limit}))
 		if err != nil {
@@ -62,7 +64,7 @@ func TestForkAndSwitchInherit(t *testing.T) {
 		}
 		r.SwitchedEnv = res.Stdout
 		_, err = sbx.ExecArgv(ctx, alloc)
-		r.SwitchedOOM = errors.Is(err, provider.ErrOutOfMemory)
+		r.SwitchedOOM = errors.Is(err, errdefs.ErrOutOfMemory)
 		return r, nil
 	}
 	env.RegisterWorkflow(wf)
@@ -95,7 +97,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 	}
 	env.RegisterWorkflow(wf)
 	env.ExecuteWorkflow(wf)
-	if err := env.GetWorkflowError(); ErrorKind(err) != provider.KindBadInput {
+	if err := env.GetWorkflowError(); ErrorKind(err) != errdefs.BadInput {
 		t.Errorf("1 MiB of memory: %v, want bad input", err)
 	}
 	if activities != 0 {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/internal/berthtest"
@@ -193,7 +195,7 @@ func TestRecoverLost(t *testing.T) {
 		}
 		_, err = sbx.Exec(ctx, "true")
 		var lost *LostError
-		if !errors.As(err, &lost) || !errors.Is(err, provider.ErrLost) {
+		if !errors.As(err, &lost) || !errors.Is(err, errdefs.ErrSandboxLost) {
 			return r, errors.New("want a LostError, got " + errString(err))
 		}
 		r.Lost, r.Recovered = lost.Lost, lost.Recovered
@@ -237,7 +239,7 @@ func TestRecoveryFail(t *testing.T) {
 		var msgs []string
 		for range 2 {
 			_, err := sbx.Exec(ctx, "true")
-			if !errors.Is(err, provider.ErrLost) {
+			if !errors.Is(err, errdefs.ErrSandboxLost) {
 				return "", errors.New("want ErrLost, got " + errString(err))
 			}
 			msgs = append(msgs, err.Error())

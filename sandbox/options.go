@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -51,7 +53,7 @@ const (
 	// checkpoint. It is the default.
 	Reprovision Recovery = iota
 	// Fail leaves a lost sandbox lost: every later operation fails with
-	// provider.ErrLost.
+	// errdefs.ErrSandboxLost.
 	Fail
 )
 
@@ -98,10 +100,10 @@ func newConfig(p Provider, opts []Option) config {
 // fail as bad input before any activity runs.
 func (c config) validate() error {
 	if c.Provider == "" {
-		return fmt.Errorf("%w: no provider", provider.ErrBadInput)
+		return fmt.Errorf("%w: no provider", errdefs.ErrBadInput)
 	}
 	if c.CheckpointEvery < 0 || c.HostTimeout < 0 {
-		return fmt.Errorf("%w: negative checkpoint interval or host timeout", provider.ErrBadInput)
+		return fmt.Errorf("%w: negative checkpoint interval or host timeout", errdefs.ErrBadInput)
 	}
 	if c.FromSnapshot != "" {
 		if err := provider.ValidateID(c.FromSnapshot); err != nil {
@@ -154,7 +156,7 @@ func WithHibernateAfter(d time.Duration) Option {
 }
 
 // DisableAutoResume makes operations on a paused or hibernated sandbox
-// fail with an error wrapping provider.ErrPaused instead of resuming it.
+// fail with an error wrapping errdefs.ErrSandboxPaused instead of resuming it.
 func DisableAutoResume() Option { return func(c *config) { c.NoAutoResume = true } }
 
 // WithRecovery says what to do when the sandbox is found lost.

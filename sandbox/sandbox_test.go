@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -96,10 +98,10 @@ func TestTypedErrors(t *testing.T) {
 		}
 		defer sbx.Stop(ctx)
 		var found []string
-		if _, err := sbx.Exec(ctx, "sleep 30", sandbox.WithTimeout(200*time.Millisecond)); errors.Is(err, provider.ErrTimeout) {
+		if _, err := sbx.Exec(ctx, "sleep 30", sandbox.WithTimeout(200*time.Millisecond)); errors.Is(err, errdefs.ErrTimeout) {
 			found = append(found, "timeout")
 		}
-		if _, err := sbx.ReadFile(ctx, "../../etc/passwd"); errors.Is(err, provider.ErrBadInput) {
+		if _, err := sbx.ReadFile(ctx, "../../etc/passwd"); errors.Is(err, errdefs.ErrBadInput) {
 			found = append(found, "bad-input")
 		}
 		if _, err := sbx.ReadFile(ctx, "missing"); errors.Is(err, os.ErrNotExist) {
@@ -122,7 +124,7 @@ func TestUnknownProvider(t *testing.T) {
 	env, _ := newEnv(t)
 	wf := func(ctx workflow.Context) error {
 		_, err := sandbox.New(ctx, sandbox.Provider{Type: "nimbus"})
-		if errors.Is(err, provider.ErrBadInput) {
+		if errors.Is(err, errdefs.ErrBadInput) {
 			return nil
 		}
 		return errors.New("want bad input, got " + errString(err))
