@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -424,7 +427,7 @@ func TestSessionApprovals(t *testing.T) {
 		t.Errorf("state with a message queued: %+v", st)
 	}
 	err := s.update(t.Context(), agent.UpdateApprove, agent.ApproveRequest{CallID: "nope", Approve: true}, nil)
-	if sandbox.ErrorKind(err) != provider.KindBadInput {
+	if temporalerr.KindOf(err) != errdefs.BadInput {
 		t.Errorf("approving a call that does not wait: %v, want BadInput", err)
 	}
 	if err := s.update(t.Context(), agent.UpdateApprove, agent.ApproveRequest{CallID: "a1"}, nil); err != nil {
@@ -534,7 +537,7 @@ func TestSessionOpsAfterContinueAsNew(t *testing.T) {
 		t.Errorf("read_file after continue-as-new: %q, %v", file.Inline, err)
 	}
 	var app *temporal.ApplicationError
-	if err := s.update(ctx, ops.UpdateReadFile, ops.PathRequest{Path: "../etc/passwd"}, &file); !errors.As(err, &app) || app.Type() != string(provider.KindBadInput) {
+	if err := s.update(ctx, ops.UpdateReadFile, ops.PathRequest{Path: "../etc/passwd"}, &file); !errors.As(err, &app) || app.Type() != string(errdefs.BadInput) {
 		t.Errorf("read_file out of the workspace: %v, want BadInput", err)
 	}
 	v, err := h.C.QueryWorkflow(ctx, s.id, "", ops.QuerySandbox)
@@ -560,7 +563,7 @@ func TestSessionBadInput(t *testing.T) {
 	s := h.start(agent.SessionInput{})
 	for _, msg := range []string{"", " \n\t", strings.Repeat("x", agent.MaxMessage+1)} {
 		err := s.update(t.Context(), agent.UpdateSend, agent.SendRequest{Message: msg}, nil)
-		if sandbox.ErrorKind(err) != provider.KindBadInput {
+		if temporalerr.KindOf(err) != errdefs.BadInput {
 			t.Errorf("message of %d bytes: %v, want BadInput", len(msg), err)
 		}
 	}
@@ -581,7 +584,7 @@ func TestSessionBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := run.Get(t.Context(), nil); sandbox.ErrorKind(err) != provider.KindBadInput {
+	if err := run.Get(t.Context(), nil); temporalerr.KindOf(err) != errdefs.BadInput {
 		t.Errorf("a session of -1 steps: %v, want BadInput", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/provider"
@@ -31,7 +33,7 @@ func (s onSandbox) Exec(command string, timeout time.Duration) (ExecResult, erro
 	}
 	res, err := s.sbx.Exec(s.ctx, command, opts...)
 	out := ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated}
-	if errors.Is(err, provider.ErrTimeout) {
+	if errors.Is(err, errdefs.ErrTimeout) {
 		out.TimedOut, err = true, nil
 	}
 	return out, err

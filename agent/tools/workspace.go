@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -55,7 +57,7 @@ var _ Workspace = Dir("")
 func (d Dir) path(p string) (string, error) {
 	clean := filepath.Clean("/" + p)
 	if strings.Contains(p, "\x00") {
-		return "", fmt.Errorf("%w: path %q", provider.ErrBadInput, p)
+		return "", fmt.Errorf("%w: path %q", errdefs.ErrBadInput, p)
 	}
 	return filepath.Join(string(d), clean), nil
 }
@@ -149,7 +151,7 @@ func (d Dir) Remove(p string) error {
 		return err
 	}
 	if full == filepath.Clean(string(d)) {
-		return fmt.Errorf("%w: will not remove the workspace itself", provider.ErrBadInput)
+		return fmt.Errorf("%w: will not remove the workspace itself", errdefs.ErrBadInput)
 	}
 	return os.RemoveAll(full)
 }
