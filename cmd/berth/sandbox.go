@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -293,7 +295,7 @@ func notForSession(id, update string) error {
 	if !session.IsID(id) || !ok {
 		return nil
 	}
-	return provider.Errorf(provider.KindNotFound, "%s is a coding agent session, not a standalone sandbox: berth sandbox exec, cp and inspect reach its sandbox; use %s",
+	return errdefs.Errorf(errdefs.NotFound, "%s is a coding agent session, not a standalone sandbox: berth sandbox exec, cp and inspect reach its sandbox; use %s",
 		id, strings.ReplaceAll(instead, "%s", id))
 }
 
