@@ -63,7 +63,7 @@ func TestBadInputIsFinal(t *testing.T) {
 			if !errors.As(err, &appErr) {
 				t.Fatalf("got %v, want an application error", err)
 			}
-			if appErr.Type() != ErrorType(tt.kind) {
+			if appErr.Type() != string(tt.kind) {
 				t.Errorf("error type %q, want %q (%v)", appErr.Type(), tt.kind, err)
 			}
 			if !appErr.NonRetryable() {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"github.com/berth-dev/berth/errdefs"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -70,11 +72,7 @@ func updateError(in UpdateWorkflowInput, err error) error {
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("workflow %s has ended", in.WorkflowID), string(errdefs.NotFound), nil)
 	case errors.As(err, &app):
-		kind := app.Type()
-		if kind == "" {
-			kind = string(errdefs.Internal)
-		}
-		return temporal.NewNonRetryableApplicationError(strings.Join(strings.Fields(app.Message()), " "), kind, nil)
+		return temporal.NewNonRetryableApplicationError(strings.Join(strings.Fields(app.Message()), " "), string(temporalerr.KindOf(err)), nil)
 	case errors.As(err, &canceled):
 		return temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("%s of %s was canceled", in.Update, in.WorkflowID), string(errdefs.Canceled), nil)
