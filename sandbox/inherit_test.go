@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"github.com/berth-dev/berth/errdefs"
 
 	"go.temporal.io/sdk/activity"
@@ -97,7 +99,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 	}
 	env.RegisterWorkflow(wf)
 	env.ExecuteWorkflow(wf)
-	if err := env.GetWorkflowError(); ErrorKind(err) != errdefs.BadInput {
+	if err := env.GetWorkflowError(); temporalerr.KindOf(err) != errdefs.BadInput {
 		t.Errorf("1 MiB of memory: %v, want bad input", err)
 	}
 	if activities != 0 {

@@ -1,13 +1,13 @@
 package ops
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"github.com/berth-dev/berth/errdefs"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/provider"
@@ -80,9 +80,8 @@ func (o *Ops) end(update string, out RunOutput, err error) {
 	e := EndedCommand{Command: update, Output: out}
 	if err != nil {
 		e.Kind, e.Message = errdefs.KindOf(err), err.Error()
-		var appErr *temporal.ApplicationError
-		if e.Kind == errdefs.Internal && errors.As(err, &appErr) && errdefs.Kind(appErr.Type()).Known() {
-			e.Kind = errdefs.Kind(appErr.Type()) // as updateError typed it
+		if e.Kind == errdefs.Internal {
+			e.Kind = temporalerr.KindOf(err) // as updateError typed it
 		}
 		if len(e.Message) > maxEndedMessage {
 			e.Message = e.Message[:maxEndedMessage] + "..."
