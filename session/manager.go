@@ -9,6 +9,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"github.com/berth-dev/berth/errdefs"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -664,13 +666,7 @@ func (m *manager) deleteBlobs(ctx workflow.Context, prefix string) error {
 }
 
 // isKind says whether err is, or was raised as, an error of kind k.
-func isKind(err error, k errdefs.Kind) bool {
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
-		return app.Type() == string(k)
-	}
-	return errdefs.KindOf(err) == k
-}
+func isKind(err error, k errdefs.Kind) bool { return temporalerr.KindOf(err) == k }
 
 func badInput(format string, args ...any) error {
 	return failure(errdefs.Errorf(errdefs.BadInput, format, args...))
@@ -678,7 +674,7 @@ func badInput(format string, args ...any) error {
 
 // failure is the error an Update fails with: an application error typed
 // as the provider error's kind, in one line, that a client reads with
-// sandbox.ErrorKind and sandbox.OneLine.
+// temporalerr.KindOf and temporalerr.OneLine.
 func failure(err error) error {
 	if err == nil || temporal.IsCanceledError(err) {
 		return err
@@ -698,11 +694,7 @@ func failIn(what string, err error) error {
 	case temporal.IsCanceledError(err):
 		return err
 	case errors.As(err, &app):
-		kind := app.Type()
-		if kind == "" {
-			kind = string(errdefs.Internal)
-		}
-		return temporal.NewNonRetryableApplicationError(what+": "+strings.Join(strings.Fields(app.Message()), " "), kind, nil)
+		return temporal.NewNonRetryableApplicationError(what+": "+strings.Join(strings.Fields(app.Message()), " "), string(temporalerr.KindOf(err)), nil)
 	}
 	return failure(fmt.Errorf("%s: %w", what, err))
 }
