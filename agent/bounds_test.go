@@ -76,7 +76,7 @@ func TestSessionLargeAnswers(t *testing.T) {
 
 	n := s.send("say too much")
 	got := s.turn(n)
-	if got.Status != agent.StatusFailed || !strings.HasPrefix(got.Error, chat.AnswerTooLarge+": model: the answer's text passed 4194304 bytes") ||
+	if got.Status != agent.StatusFailed || !strings.HasPrefix(got.Error, string(errdefs.AnswerTooLarge)+": model: the answer's text passed 4194304 bytes") ||
 		strings.Contains(got.Error, "\n") {
 		t.Errorf("turn %d past the model's bound: status %s, error %q; want failed, AnswerTooLarge, one line", n, got.Status, got.Error)
 	}

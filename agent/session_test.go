@@ -19,7 +19,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/berth-dev/berth/agent"
-	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/agent/tools"
 	"github.com/berth-dev/berth/hostworker"
@@ -384,7 +383,7 @@ func TestSessionNoModel(t *testing.T) {
 	s := h.start(agent.SessionInput{ModelQueue: "nomodel.model"})
 	s.send("hello")
 	t1 := s.turn(1)
-	if t1.Status != agent.StatusFailed || !strings.HasPrefix(t1.Error, chat.NoModel+": no model configured: set BERTH_MODEL") ||
+	if t1.Status != agent.StatusFailed || !strings.HasPrefix(t1.Error, string(errdefs.NoModel)+": no model configured: set BERTH_MODEL") ||
 		strings.Contains(t1.Error, "\n") {
 		t.Fatalf("turn 1 without a model: %+v", t1)
 	}

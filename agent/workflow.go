@@ -527,7 +527,7 @@ func (s *session) approved(ctx workflow.Context, id string, cs *CallState) bool 
 func oneLine(err error, queue string) string {
 	var timeout *temporal.TimeoutError
 	if errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
-		return fmt.Sprintf("%s: no worker serves the model (task queue %s): start berth dev or a host with BERTH_MODEL set", chat.NoModel, queue)
+		return fmt.Sprintf("%s: no worker serves the model (task queue %s): start berth dev or a host with BERTH_MODEL set", errdefs.NoModel, queue)
 	}
 	var app *temporal.ApplicationError
 	if errors.As(err, &app) {

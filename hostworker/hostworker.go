@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -65,7 +67,7 @@ type Options struct {
 	// Model, when set, is the model the coding agent calls: a worker on
 	// ModelQueue serves the model activity. Without it, a single-host
 	// deployment (HostQueue == Queue, berth dev) serves one that fails
-	// each call with chat.NoModel, saying what to set.
+	// each call with errdefs.NoModel, saying what to set.
 	Model *model.Config
 	// ModelQueue is the model activity's queue; zero means Queue +
 	// ".model" (agent.DefaultModelQueue for the default queue).
@@ -246,7 +248,7 @@ func (w *Worker) ModelStatus(ctx context.Context) model.Status {
 // usable model: each call fails with st's reason, not retried.
 func noModelRegister(st model.Status) func(worker.ActivityRegistry) {
 	complete := func(context.Context, chat.Request) (chat.Response, error) {
-		return chat.Response{}, temporal.NewNonRetryableApplicationError(st.Reason, chat.NoModel, nil)
+		return chat.Response{}, temporal.NewNonRetryableApplicationError(st.Reason, string(errdefs.NoModel), nil)
 	}
 	return func(r worker.ActivityRegistry) {
 		r.RegisterActivityWithOptions(complete, activity.RegisterOptions{Name: model.ActivityName})
