@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"github.com/berth-dev/berth/errdefs"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -128,7 +130,7 @@ func (s *Sessions) Registry(ctx context.Context) ([]session.Info, error) {
 func (s *Sessions) Info(ctx context.Context, ref string) (session.Info, error) {
 	infos, err := s.Registry(ctx)
 	if err != nil {
-		if NotFound(err) {
+		if temporalerr.WorkflowNotFound(err) {
 			return session.Info{}, errdefs.Errorf(errdefs.NotFound, "session %q: no session exists yet (berth session new starts one)", ref)
 		}
 		return session.Info{}, err
@@ -168,7 +170,7 @@ func (s *Sessions) session(ctx context.Context, ref, name string, out any, arg a
 		return err
 	}
 	err = s.c.Update(ctx, wid, "", name, out, arg)
-	if NotFound(err) {
+	if temporalerr.WorkflowNotFound(err) {
 		return errdefs.Errorf(errdefs.NotFound, "session %s does not exist or has ended (berth session ls -a)", ref)
 	}
 	return err
@@ -208,7 +210,7 @@ func (s *Sessions) State(ctx context.Context, ref string) (agent.State, error) {
 	}
 	var st agent.State
 	err = s.c.Query(ctx, wid, "", agent.QueryState, &st)
-	if NotFound(err) {
+	if temporalerr.WorkflowNotFound(err) {
 		return st, errdefs.Errorf(errdefs.NotFound, "session %s does not exist or has ended (berth session ls -a)", ref)
 	}
 	if err != nil {

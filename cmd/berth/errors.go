@@ -29,7 +29,7 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 
 // oneLine says what went wrong in one line: for an error from the
-// Temporal server or a workflow, its kind and reason (sandbox.OneLine),
+// Temporal server or a workflow, its kind and reason (temporalerr.OneLine),
 // not the chain; for berth's own, its message.
 func oneLine(err error) string {
 	var gone *client.UnavailableError

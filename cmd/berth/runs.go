@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"github.com/berth-dev/berth/errdefs"
 
 	"github.com/spf13/cobra"
@@ -152,7 +154,7 @@ func cancelRun(ctx context.Context, c *client.Client, id string) error {
 		return err
 	})
 	switch {
-	case client.NotFound(err):
+	case temporalerr.WorkflowNotFound(err):
 		return fmt.Errorf("%s: run %s does not exist", errdefs.NotFound, id)
 	case err != nil:
 		return fmt.Errorf("run %s: %s", id, oneLine(err))

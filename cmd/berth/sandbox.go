@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"github.com/berth-dev/berth/errdefs"
 
 	"github.com/spf13/cobra"
@@ -191,7 +193,7 @@ func createSandbox(ctx context.Context, c *client.Client, name string, in workfl
 		if started && errors.As(err, &exists) {
 			return nil // our own first try
 		}
-		started = started || err == nil || client.Unavailable(err)
+		started = started || err == nil || temporalerr.ServerUnavailable(err)
 		return err
 	})
 	var exists *serviceerror.WorkflowExecutionAlreadyStarted
@@ -304,10 +306,10 @@ func updateErr(id string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if client.NotFound(err) && session.IsID(id) {
+	if temporalerr.WorkflowNotFound(err) && session.IsID(id) {
 		return fmt.Errorf("NotFound: session %s does not exist or has ended (berth session ls -a)", id)
 	}
-	if client.NotFound(err) {
+	if temporalerr.WorkflowNotFound(err) {
 		return fmt.Errorf("NotFound: sandbox %s does not exist or is gone", id)
 	}
 	return fmt.Errorf("sandbox %s: %s", id, oneLine(err))

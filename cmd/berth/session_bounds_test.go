@@ -32,7 +32,7 @@ func TestSessionLargeAnswerCLI(t *testing.T) {
 		strings.Count(errOut, "\n") > 1 || len(out) > model.DefaultMaxText+1<<10 {
 		t.Errorf("send past the model's bound: exit %d, %d bytes out, stderr %q", code, len(out), errOut)
 	}
-	if out := s.ok("show", id); !strings.Contains(out, errdefs.AnswerTooLarge) {
+	if out := s.ok("show", id); !strings.Contains(out, string(errdefs.AnswerTooLarge)) {
 		t.Errorf("show after the failed turn does not say why it failed")
 	}
 	if out := s.ok("send", id, "briefly"); out != "small\n" {

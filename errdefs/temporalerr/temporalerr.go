@@ -117,8 +117,13 @@ func KindOf(err error) errdefs.Kind {
 // Classify gives err the kind KindOf reads in it, keeping its message
 // and its chain, so that errdefs.KindOf, which knows nothing of
 // Temporal, reads the same: berth's client returns its errors through
-// it.
-func Classify(err error) error { return errdefs.Wrap(err, KindOf(err)) }
+// it. A context's own error is left as it is: its caller knows it.
+func Classify(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return errdefs.Wrap(err, KindOf(err))
+}
 
 // OneLine renders err, as a Temporal client got it back, in one line:
 // "KIND: reason", the kind as KindOf says and the reason said once,
