@@ -81,7 +81,7 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 			}
 			s.holds++
 			defer func() { s.holds-- }()
-			err = s.sbx.Switch(ctx, sandbox.Provider{Type: req.Provider, Image: req.Image})
+			err = s.sbx.Switch(ctx, sandbox.Provider{Name: req.Provider, Image: req.Image})
 			s.changed()
 			if err != nil {
 				return State{}, sandbox.Failure(err)

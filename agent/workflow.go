@@ -115,7 +115,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 		if in.Fork != nil {
 			opts = append(opts, sandbox.FromCheckpoint(in.Fork.Snapshot))
 		}
-		s.sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image}, opts...)
+		s.sbx, err = sandbox.New(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image}, opts...)
 		if err != nil {
 			return err
 		}

@@ -19,7 +19,7 @@ import (
 // execLoop runs n commands in one sandbox and measures, from inside the
 // workflow, how long each took to come back.
 func execLoop(ctx workflow.Context, n int) ([]time.Duration, error) {
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 	if err != nil {
 		return nil, err
 	}

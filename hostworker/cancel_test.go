@@ -18,7 +18,7 @@ import (
 
 // holdSandbox makes a sandbox and keeps it until cancelled.
 func holdSandbox(ctx workflow.Context) error {
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ type hostLostReport struct {
 // re-created on another host from its checkpoint.
 func moveOnHostLoss(ctx workflow.Context) (hostLostReport, error) {
 	var r hostLostReport
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"}, sandbox.WithHostTimeout(3*time.Second),
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"}, sandbox.WithHostTimeout(3*time.Second),
 		sandbox.WithCheckpointEvery(1), sandbox.WithIdleTimeout(sandbox.NoIdleTimeout), sandbox.WithHibernateAfter(sandbox.NoIdleTimeout))
 	if err != nil {
 		return r, err

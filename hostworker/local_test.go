@@ -17,7 +17,7 @@ import (
 // shortThenLong runs a short command, then one longer than
 // activities.LocalWindow, and returns their outputs.
 func shortThenLong(ctx workflow.Context) ([]string, error) {
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ type routed struct {
 func routeBoth(ctx workflow.Context) ([]routed, error) {
 	var out []routed
 	for _, p := range []string{"docker", "linux"} {
-		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: p})
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Name: p})
 		if err != nil {
 			return out, err
 		}

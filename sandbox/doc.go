@@ -4,7 +4,7 @@
 // API does not show: workflows need only this package (and transfer for
 // the outputs results locate).
 //
-//	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+//	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 //	if err != nil {
 //		return err
 //	}

@@ -30,7 +30,7 @@ func TestForkAndSwitchInherit(t *testing.T) {
 	}
 	alloc := []string{"/usr/bin/python3", "-c", "b = bytearray(400 << 20); b[::4096] = b'x' * len(b[::4096])"}
 	wf := func(ctx workflow.Context) (r report, err error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithResources(provider.Resources{Memory: limit}),
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithResources(provider.Resources{Memory: limit}),
 			WithEnv(map[string]string{"FROM": "parent"}))
 		if err != nil {
 			return r, err
@@ -57,7 +57,7 @@ func TestForkAndSwitchInherit(t *testing.T) {
 		defer bigger.Stop(ctx)
 		r.Overridden = bigger.Status().Resources
 
-		if err := sbx.Switch(ctx, Provider{Type: "other"}); err != nil {
+		if err := sbx.Switch(ctx, Provider{Name: "other"}); err != nil {
 			return r, err
 		}
 		r.Switched = sbx.Status().Resources
@@ -94,7 +94,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 	activities := 0
 	env.SetOnActivityStartedListener(func(*activity.Info, context.Context, converter.EncodedValues) { activities++ })
 	wf := func(ctx workflow.Context) error {
-		_, err := New(ctx, Provider{Type: "linux"}, WithResources(provider.Resources{Memory: 1 << 20}))
+		_, err := New(ctx, Provider{Name: "linux"}, WithResources(provider.Resources{Memory: 1 << 20}))
 		return Failure(err)
 	}
 	env.RegisterWorkflow(wf)

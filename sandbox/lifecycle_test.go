@@ -45,7 +45,7 @@ func TestIdlePauseAndResume(t *testing.T) {
 	var id string
 	var seen provider.State
 	wf := func(ctx workflow.Context) (string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(NoIdleTimeout))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(NoIdleTimeout))
 		if err != nil {
 			return "", err
 		}
@@ -90,7 +90,7 @@ func TestHibernateAndWake(t *testing.T) {
 	var ids []string
 	var during provider.State
 	wf := func(ctx workflow.Context) (string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(3*time.Minute))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(3*time.Minute))
 		if err != nil {
 			return "", err
 		}
@@ -133,7 +133,7 @@ func TestHibernateAndWake(t *testing.T) {
 func TestCommandRacesIdlePause(t *testing.T) {
 	env, _, _ := berthtest.WorkflowEnv(t)
 	wf := func(ctx workflow.Context) ([]string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(NoIdleTimeout))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(NoIdleTimeout))
 		if err != nil {
 			return nil, err
 		}
@@ -172,7 +172,7 @@ func TestRecoverLost(t *testing.T) {
 	}
 	wf := func(ctx workflow.Context) (report, error) {
 		var r report
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithCheckpointEvery(2), WithIdleTimeout(NoIdleTimeout), WithHibernateAfter(NoIdleTimeout))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithCheckpointEvery(2), WithIdleTimeout(NoIdleTimeout), WithHibernateAfter(NoIdleTimeout))
 		if err != nil {
 			return r, err
 		}
@@ -225,7 +225,7 @@ func TestRecoverLost(t *testing.T) {
 func TestRecoveryFail(t *testing.T) {
 	env, _, _ := berthtest.WorkflowEnv(t)
 	wf := func(ctx workflow.Context) (string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithRecovery(Fail), WithIdleTimeout(NoIdleTimeout), WithHibernateAfter(NoIdleTimeout))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithRecovery(Fail), WithIdleTimeout(NoIdleTimeout), WithHibernateAfter(NoIdleTimeout))
 		if err != nil {
 			return "", err
 		}
@@ -259,7 +259,7 @@ func TestRecoveryFail(t *testing.T) {
 func TestForkDiverges(t *testing.T) {
 	env, _, _ := berthtest.WorkflowEnv(t)
 	wf := func(ctx workflow.Context) ([]string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"})
+		sbx, err := New(ctx, Provider{Name: "linux"})
 		if err != nil {
 			return nil, err
 		}
@@ -303,7 +303,7 @@ func TestSwitchProvider(t *testing.T) {
 	other := berthtest.Provider(t)
 	env, acts := berthtest.WorkflowEnvWith(t, map[string]provider.Provider{"linux": berthtest.Provider(t), "other": other})
 	wf := func(ctx workflow.Context) (string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"})
+		sbx, err := New(ctx, Provider{Name: "linux"})
 		if err != nil {
 			return "", err
 		}
@@ -311,7 +311,7 @@ func TestSwitchProvider(t *testing.T) {
 		if err := sbx.WriteFiles(ctx, provider.File{Path: "src/x.py", Data: []byte("print(1)"), Mode: 0o755}); err != nil {
 			return "", err
 		}
-		if err := sbx.Switch(ctx, Provider{Type: "other"}); err != nil {
+		if err := sbx.Switch(ctx, Provider{Name: "other"}); err != nil {
 			return "", err
 		}
 		res, err := sbx.Exec(ctx, "stat -c %a src/x.py; cat src/x.py")
@@ -343,7 +343,7 @@ func TestCarryAcrossRuns(t *testing.T) {
 	providers := map[string]provider.Provider{"linux": p}
 	first, _ := berthtest.WorkflowEnvWith(t, providers)
 	wf1 := func(ctx workflow.Context) (Carried, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"})
+		sbx, err := New(ctx, Provider{Name: "linux"})
 		if err != nil {
 			return Carried{}, err
 		}
@@ -389,7 +389,7 @@ func TestHeldAndActive(t *testing.T) {
 		Carried           Carried
 	}
 	wf1 := func(ctx workflow.Context) (r report, err error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(3*time.Minute))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(3*time.Minute))
 		if err != nil {
 			return r, err
 		}

@@ -15,8 +15,9 @@ import (
 
 // Provider chooses where a sandbox lives.
 type Provider struct {
-	// Type is a registered provider name ("linux").
-	Type string `json:"type"`
+	// Name is a registered provider name ("linux"). Its JSON key stays
+	// "type": histories and Update payloads hold it.
+	Name string `json:"type"`
 	// Image is the image the sandbox's root filesystem comes from, for
 	// providers that have images (docker; linux and gvisor from a Docker
 	// image on their host). Empty means the provider's default.
@@ -79,7 +80,7 @@ type config struct {
 
 func newConfig(p Provider, opts []Option) config {
 	cfg := config{
-		Provider: p.Type, Queue: DefaultQueue,
+		Provider: p.Name, Queue: DefaultQueue,
 		IdleTimeout: DefaultIdleTimeout, HibernateAfter: DefaultHibernateAfter,
 	}
 	cfg.Spec.Image = p.Image

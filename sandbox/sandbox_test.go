@@ -47,7 +47,7 @@ func TestExecAndFiles(t *testing.T) {
 		Names          []string
 	}
 	wf := func(ctx workflow.Context) (report, error) {
-		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 		if err != nil {
 			return report{}, err
 		}
@@ -92,7 +92,7 @@ func TestExecAndFiles(t *testing.T) {
 func TestTypedErrors(t *testing.T) {
 	env, _ := newEnv(t)
 	wf := func(ctx workflow.Context) (string, error) {
-		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 		if err != nil {
 			return "", err
 		}
@@ -123,7 +123,7 @@ func TestTypedErrors(t *testing.T) {
 func TestUnknownProvider(t *testing.T) {
 	env, _ := newEnv(t)
 	wf := func(ctx workflow.Context) error {
-		_, err := sandbox.New(ctx, sandbox.Provider{Type: "nimbus"})
+		_, err := sandbox.New(ctx, sandbox.Provider{Name: "nimbus"})
 		if errors.Is(err, errdefs.ErrBadInput) {
 			return nil
 		}
@@ -141,7 +141,7 @@ func TestUnknownProvider(t *testing.T) {
 func TestCancelStops(t *testing.T) {
 	env, p := newEnv(t)
 	wf := func(ctx workflow.Context) error {
-		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 		if err != nil {
 			return err
 		}
@@ -178,7 +178,7 @@ func TestOutputBudget(t *testing.T) {
 	env, _ := newEnv(t)
 	type report struct{ Dropped [2]int64 }
 	wf := func(ctx workflow.Context) (report, error) {
-		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"}, sandbox.WithOutputBudget(12<<20))
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"}, sandbox.WithOutputBudget(12<<20))
 		if err != nil {
 			return report{}, err
 		}

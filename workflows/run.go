@@ -137,7 +137,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	}
 	defer func() { failed = result == nil }()
 	// A one-shot job is never idle long enough to pause.
-	sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image},
+	sbx, err = sandbox.New(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image},
 		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env), sandbox.WithRecovery(sandbox.Fail),
 		sandbox.WithIdleTimeout(sandbox.NoIdleTimeout), sandbox.WithHibernateAfter(sandbox.NoIdleTimeout))
 	if err != nil {

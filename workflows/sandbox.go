@@ -258,7 +258,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 	var sbx *sandbox.Sandbox
 	if in.Carried != nil {
 		sbx = sandbox.Reattach(ctx, in.Carried.Sandbox)
-	} else if sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image}, opts...); err != nil {
+	} else if sbx, err = sandbox.New(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image}, opts...); err != nil {
 		return err
 	}
 	s.sbx = sbx
@@ -470,7 +470,7 @@ func (s *standalone) switchTo(ctx workflow.Context, req SwitchRequest) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	if err := s.sbx.Switch(ctx, sandbox.Provider{Type: req.Provider, Image: req.Image}); err != nil {
+	if err := s.sbx.Switch(ctx, sandbox.Provider{Name: req.Provider, Image: req.Image}); err != nil {
 		return updateError(err)
 	}
 	s.config.Provider, s.config.Image = req.Provider, s.sbx.Status().Image

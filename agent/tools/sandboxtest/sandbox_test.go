@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 // toolsWorkflow runs tool calls, one after the other, in a new linux
 // sandbox, and returns their results and the instructions it read.
 func toolsWorkflow(ctx workflow.Context, calls []chat.ToolCall) ([]string, error) {
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 	if err != nil {
 		return nil, err
 	}
