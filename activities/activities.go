@@ -37,7 +37,7 @@ type Activities struct {
 	Providers map[string]provider.Provider
 	// Unavailable are providers the worker's binary links but could not
 	// open, for ProviderStatuses to tell.
-	Unavailable []provider.Status
+	Unavailable []provider.Availability
 	// Outputs is where whole command outputs go.
 	Outputs *blob.Bucket
 	// Snapshots is where workspace snapshots go; nil means this worker

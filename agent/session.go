@@ -168,7 +168,7 @@ const DefaultSystemPrompt = "You are a coding agent working in a sandboxed works
 
 // Carried is what a session hands to its next run.
 type Carried struct {
-	Sandbox sandbox.Carried `json:"sandbox"`
+	Sandbox sandbox.HandleState `json:"sandbox"`
 	// Conversation is the conversation's stored segments; Unsent the
 	// messages not yet stored (a failed turn's, to send with the next).
 	Conversation []chat.Segment `json:"conversation,omitempty"`

@@ -60,7 +60,7 @@ type Options struct {
 	HostQueue string
 	// Unavailable are providers the host links but could not open, for
 	// front ends to be told why (berth providers).
-	Unavailable []provider.Status
+	Unavailable []provider.Availability
 	// Workflows are registered on the generic queue's worker, beside
 	// berth's own (registerWorkflows).
 	Workflows []any

@@ -67,8 +67,8 @@ func Names() []string {
 	return names
 }
 
-// Status says whether a host serves a provider, and how.
-type Status struct {
+// Availability says whether a host serves a provider, and how.
+type Availability struct {
 	Name string `json:"name"`
 	// Host names the host that answered (its task queue).
 	Host string `json:"host,omitempty"`

@@ -342,24 +342,24 @@ func TestCarryAcrossRuns(t *testing.T) {
 	p := berthtest.Provider(t)
 	providers := map[string]provider.Provider{"linux": p}
 	first, _ := berthtest.WorkflowEnvWith(t, providers)
-	wf1 := func(ctx workflow.Context) (Carried, error) {
+	wf1 := func(ctx workflow.Context) (HandleState, error) {
 		sbx, err := New(ctx, Provider{Name: "linux"})
 		if err != nil {
-			return Carried{}, err
+			return HandleState{}, err
 		}
 		defer sbx.Stop(ctx) // must do nothing once carried
 		if _, err := sbx.Exec(ctx, "echo carried > f"); err != nil {
-			return Carried{}, err
+			return HandleState{}, err
 		}
 		return sbx.Carry(), nil
 	}
 	first.RegisterWorkflow(wf1)
 	first.ExecuteWorkflow(wf1)
-	var c Carried
+	var c HandleState
 	must(t, first.GetWorkflowResult(&c))
 
 	second, _ := berthtest.WorkflowEnvWith(t, providers)
-	wf2 := func(ctx workflow.Context, c Carried) (string, error) {
+	wf2 := func(ctx workflow.Context, c HandleState) (string, error) {
 		sbx := Reattach(ctx, c)
 		defer sbx.Stop(ctx)
 		res, err := sbx.Exec(ctx, "cat f")
@@ -386,7 +386,7 @@ func TestHeldAndActive(t *testing.T) {
 	first, _ := berthtest.WorkflowEnvWith(t, providers)
 	type report struct {
 		Hibernated, Woken Status
-		Carried           Carried
+		Carried           HandleState
 	}
 	wf1 := func(ctx workflow.Context) (r report, err error) {
 		sbx, err := New(ctx, Provider{Name: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(3*time.Minute))
@@ -427,7 +427,7 @@ func TestHeldAndActive(t *testing.T) {
 	}
 
 	second, _ := berthtest.WorkflowEnvWith(t, providers)
-	wf2 := func(ctx workflow.Context, c Carried) (Status, error) {
+	wf2 := func(ctx workflow.Context, c HandleState) (Status, error) {
 		sbx := Reattach(ctx, c)
 		defer sbx.Stop(ctx)
 		return sbx.Status(), nil

@@ -19,7 +19,7 @@ type HostProviders struct {
 	Host string `json:"host"`
 	// Providers are those the host serves, with their capabilities, and
 	// those its binary links but cannot serve, and why.
-	Providers []provider.Status `json:"providers,omitempty"`
+	Providers []provider.Availability `json:"providers,omitempty"`
 	// Unreachable says the host did not answer, and Error why: its
 	// worker stopped (the server lists a worker for some minutes after
 	// its last poll) or is too busy to answer.

@@ -605,9 +605,9 @@ func result[T any](ctx workflow.Context, f workflow.Future, queue string) (T, er
 	return out, temporalerr.From(err)
 }
 
-// Carried is a handle's state, to carry it across continue-as-new: put
+// HandleState is a handle's state, to carry it across continue-as-new: put
 // it in the new run's input and get the handle back with Reattach.
-type Carried struct {
+type HandleState struct {
 	State state `json:"state"`
 }
 
@@ -618,15 +618,15 @@ func (s *Sandbox) Busy() bool { return s.st.busy || s.st.inflight > 0 || s.st.be
 // handle is not Busy. The handle is then done: Stop does nothing, so
 // that the run that ends does not destroy the sandbox its successor
 // carries on with.
-func (s *Sandbox) Carry() Carried {
-	c := Carried{State: s.st}
+func (s *Sandbox) Carry() HandleState {
+	c := HandleState{State: s.st}
 	s.st.busy, s.detached = true, true // nothing may use it any more
 	return c
 }
 
 // Reattach gets back a handle carried across continue-as-new, with its
 // idle watcher.
-func Reattach(ctx workflow.Context, c Carried) *Sandbox {
+func Reattach(ctx workflow.Context, c HandleState) *Sandbox {
 	s := &Sandbox{st: c.State}
 	s.st.busy, s.st.inflight = false, 0
 	workflow.Go(ctx, s.watchIdle)

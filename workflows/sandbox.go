@@ -48,8 +48,8 @@ type SandboxInput struct {
 
 // Carried is what a Sandbox workflow hands to its next run.
 type Carried struct {
-	Sandbox sandbox.Carried `json:"sandbox"`
-	Created time.Time       `json:"created"`
+	Sandbox sandbox.HandleState `json:"sandbox"`
+	Created time.Time           `json:"created"`
 	// Ended are the last commands that ended, for berth.attach.
 	Ended []ops.EndedCommand `json:"ended,omitempty"`
 }
