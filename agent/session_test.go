@@ -375,7 +375,7 @@ func TestSessionNoModel(t *testing.T) {
 	h := newHarness(t)
 	opts := h.Opts
 	opts.Queue, opts.HostQueue, opts.Model = "nomodel", "nomodel", nil
-	w, err := hostworker.Start(h.C, opts)
+	w, err := hostworker.StartWorker(h.C, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

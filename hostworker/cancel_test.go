@@ -35,7 +35,7 @@ func TestCancelDuringCreate(t *testing.T) {
 	c := server(t)
 	p := berthtest.Provider(t)
 	bucket := berthtest.Bucket(t)
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 		Workflows: []any{holdSandbox},

@@ -154,7 +154,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	if mcfg == nil && env.Model != "" {
 		mcfg = &env
 	}
-	h.Worker, err = Start(c, Options{
+	h.Worker, err = StartWorker(c, Options{
 		Model:     mcfg,
 		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,

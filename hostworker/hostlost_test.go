@@ -68,7 +68,7 @@ func TestHostLost(t *testing.T) {
 	hosts := map[string]*hostworker.Worker{}
 	for _, name := range []string{"a", "b"} {
 		p := berthtest.Provider(t)
-		w, err := hostworker.Start(c, hostworker.Options{
+		w, err := hostworker.StartWorker(c, hostworker.Options{
 			Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket, Snapshots: store,
 			Queue: sandbox.DefaultQueue, HostQueue: "berth@" + name,
 			Workflows: []any{moveOnHostLoss},

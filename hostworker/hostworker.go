@@ -104,8 +104,9 @@ type Worker struct {
 	renewing      chan struct{} // closed when renewLeases returns
 }
 
-// Start starts the workers; Stop stops them.
-func Start(c client.Client, opts Options) (*Worker, error) {
+// StartWorker starts the workers; Stop stops them. StartHost is what a
+// host runs: it opens what HostConfig names and starts these.
+func StartWorker(c client.Client, opts Options) (*Worker, error) {
 	if len(opts.Providers) == 0 || opts.Outputs == nil {
 		return nil, fmt.Errorf("hostworker: providers and an output store are required")
 	}

@@ -119,7 +119,7 @@ func TestRelay(t *testing.T) {
 	c := server(t)
 	bucket := berthtest.Bucket(t)
 	const bound = 3 * transfer.MaxChunk
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
 		Outputs:   bucket, Snapshots: snapshot.New(berthtest.Bucket(t)),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,

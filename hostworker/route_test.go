@@ -74,7 +74,7 @@ func TestRouting(t *testing.T) {
 	bucket := berthtest.Bucket(t)
 	hosts := map[string]*hostworker.Worker{}
 	for queue, p := range map[string]provider.Provider{"berth@lin": berthtest.Provider(t), "berth@dock": docker} {
-		w, err := hostworker.Start(c, hostworker.Options{
+		w, err := hostworker.StartWorker(c, hostworker.Options{
 			Providers: map[string]provider.Provider{p.Name(): p}, Outputs: bucket,
 			Queue: sandbox.DefaultQueue, HostQueue: queue,
 			Workflows: []any{routeBoth},

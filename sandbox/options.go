@@ -204,9 +204,9 @@ type execConfig struct {
 	input   string
 }
 
-// WithTimeout ends the command, and every process it started, after d.
+// WithExecTimeout ends the command, and every process it started, after d.
 // Zero means DefaultExecTimeout.
-func WithTimeout(d time.Duration) ExecOption { return func(c *execConfig) { c.timeout = d } }
+func WithExecTimeout(d time.Duration) ExecOption { return func(c *execConfig) { c.timeout = d } }
 
 // WithExecEnv adds environment variables to this command.
 func WithExecEnv(env map[string]string) ExecOption { return func(c *execConfig) { c.env = env } }

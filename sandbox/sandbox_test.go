@@ -98,7 +98,7 @@ func TestTypedErrors(t *testing.T) {
 		}
 		defer sbx.Stop(ctx)
 		var found []string
-		if _, err := sbx.Exec(ctx, "sleep 30", sandbox.WithTimeout(200*time.Millisecond)); errors.Is(err, errdefs.ErrTimeout) {
+		if _, err := sbx.Exec(ctx, "sleep 30", sandbox.WithExecTimeout(200*time.Millisecond)); errors.Is(err, errdefs.ErrTimeout) {
 			found = append(found, "timeout")
 		}
 		if _, err := sbx.ReadFile(ctx, "../../etc/passwd"); errors.Is(err, errdefs.ErrBadInput) {

@@ -160,7 +160,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 			Stdout: transfer.OutputKey(sbx.ID(), cmd, "stdout"), Stderr: transfer.OutputKey(sbx.ID(), cmd, "stderr")}
 	})}
 	if in.Timeout > 0 {
-		opts = append(opts, sandbox.WithTimeout(in.Timeout))
+		opts = append(opts, sandbox.WithExecTimeout(in.Timeout))
 	}
 	opts = append(opts, sandbox.WithMaxOutput(in.MaxOutput), sandbox.WithStdin(in.Stdin))
 	res, err := sbx.ExecArgv(ctx, in.Argv, opts...)

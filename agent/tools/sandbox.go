@@ -29,7 +29,7 @@ type onSandbox struct {
 func (s onSandbox) Exec(command string, timeout time.Duration) (ExecResult, error) {
 	opts := slices.Clone(s.execOpts)
 	if timeout > 0 {
-		opts = append(opts, sandbox.WithTimeout(timeout))
+		opts = append(opts, sandbox.WithExecTimeout(timeout))
 	}
 	res, err := s.sbx.Exec(s.ctx, command, opts...)
 	out := ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated}

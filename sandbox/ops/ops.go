@@ -279,7 +279,7 @@ func (o *Ops) exec(ctx workflow.Context, req ExecRequest) (out RunOutput, err er
 		sandbox.OnStart(func(id string) { o.started(update, sbx.ID(), id) }),
 	}
 	if req.Timeout > 0 {
-		opts = append(opts, sandbox.WithTimeout(req.Timeout))
+		opts = append(opts, sandbox.WithExecTimeout(req.Timeout))
 	}
 	opts = append(opts, sandbox.WithMaxOutput(req.MaxOutput))
 	if req.TTY != nil {

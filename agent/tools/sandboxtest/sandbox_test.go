@@ -58,7 +58,7 @@ func toolCall(t *testing.T, name string, args map[string]any) chat.ToolCall {
 func TestToolsInSandbox(t *testing.T) {
 	c := testserver.Client(t)
 	p := berthtest.Provider(t)
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": p}, Outputs: berthtest.Bucket(t),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue, Workflows: []any{toolsWorkflow},
 	})
