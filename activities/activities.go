@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"gocloud.dev/blob"
@@ -35,7 +37,7 @@ type Activities struct {
 	Providers map[string]provider.Provider
 	// Unavailable are providers the worker's binary links but could not
 	// open, for ProviderStatuses to tell.
-	Unavailable []provider.Status
+	Unavailable []provider.Availability
 	// Outputs is where whole command outputs go.
 	Outputs *blob.Bucket
 	// Snapshots is where workspace snapshots go; nil means this worker
@@ -65,7 +67,7 @@ type Activities struct {
 func (a *Activities) provider(name string) (provider.Provider, error) {
 	p, ok := a.Providers[name]
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown provider %q (this worker serves %s)", provider.ErrBadInput, name, strings.Join(a.providerNames(), ", "))
+		return nil, fmt.Errorf("%w: unknown provider %q (this worker serves %s)", errdefs.ErrBadInput, name, strings.Join(a.providerNames(), ", "))
 	}
 	return p, nil
 }
@@ -144,7 +146,7 @@ func (a *Activities) Destroy(ctx context.Context, ref Ref) error {
 
 func (a *Activities) destroy(ctx context.Context, ref Ref) error {
 	sb, err := a.sandbox(ctx, ref)
-	if provider.KindOf(err) == provider.KindNotFound {
+	if errdefs.KindOf(err) == errdefs.NotFound {
 		return nil
 	}
 	if err != nil {
@@ -184,7 +186,7 @@ func (a *Activities) writeFiles(ctx context.Context, in WriteFilesInput) error {
 		total += len(f.Data)
 	}
 	if total > transfer.MaxInlineFiles {
-		return fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", provider.ErrBadInput, total, transfer.MaxInlineFiles)
+		return fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", errdefs.ErrBadInput, total, transfer.MaxInlineFiles)
 	}
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
@@ -312,7 +314,7 @@ func (a *Activities) exportPath(ctx context.Context, in PathInput) (transfer.Out
 	}
 	pe, ok := sb.(provider.PathExporter)
 	if !ok {
-		return transfer.Output{}, fmt.Errorf("%w: provider %q cannot export part of a workspace", provider.ErrUnsupported, in.Sandbox.Provider)
+		return transfer.Output{}, fmt.Errorf("%w: provider %q cannot export part of a workspace", errdefs.ErrUnsupported, in.Sandbox.Provider)
 	}
 	rc, err := pe.ExportPath(ctx, in.Path)
 	if err != nil {

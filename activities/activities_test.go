@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -161,18 +165,18 @@ func TestErrorsAreTyped(t *testing.T) {
 	f := newFixture(t)
 	_, err := f.env.ExecuteActivity(f.acts.ListDir, PathInput{Sandbox: f.ref, Path: "../etc"})
 	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) || appErr.Type() != ErrorType(provider.KindBadInput) || !appErr.NonRetryable() {
-		t.Fatalf("path escape: %v; want a non-retryable %s", err, provider.KindBadInput)
+	if !errors.As(err, &appErr) || appErr.Type() != string(errdefs.BadInput) || !appErr.NonRetryable() {
+		t.Fatalf("path escape: %v; want a non-retryable %s", err, errdefs.BadInput)
 	}
-	if back := FromTemporal(err); !errors.Is(back, provider.ErrBadInput) {
-		t.Errorf("FromTemporal(%v) does not wrap ErrBadInput", err)
+	if back := temporalerr.From(err); !errors.Is(back, errdefs.ErrBadInput) {
+		t.Errorf("temporalerr.From(%v) does not wrap ErrBadInput", err)
 	}
 	_, err = f.env.ExecuteActivity(f.acts.Exec, ExecInput{Sandbox: Ref{Provider: "linux", ID: "nope"}, ID: "x", Argv: []string{"true"}})
-	if !errors.Is(FromTemporal(err), provider.ErrNotFound) {
+	if !errors.Is(temporalerr.From(err), errdefs.ErrNotFound) {
 		t.Errorf("unknown sandbox: %v, want ErrNotFound", err)
 	}
 	_, err = f.env.ExecuteActivity(f.acts.Create, CreateInput{Provider: "nimbus"})
-	if !errors.Is(FromTemporal(err), provider.ErrBadInput) || !strings.Contains(err.Error(), "nimbus") {
+	if !errors.Is(temporalerr.From(err), errdefs.ErrBadInput) || !strings.Contains(err.Error(), "nimbus") {
 		t.Errorf("unknown provider: %v, want bad input naming it", err)
 	}
 }

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"gocloud.dev/gcerrors"
 
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -27,12 +28,12 @@ func checkOwned(key string) error {
 		}
 		for _, el := range strings.Split(strings.TrimSuffix(rest, "/"), "/") {
 			if el == "" || el == "." || el == ".." || strings.ContainsAny(el, "\\\x00") {
-				return fmt.Errorf("%w: blob key %q: an empty, . or .. element", provider.ErrBadInput, key)
+				return fmt.Errorf("%w: blob key %q: an empty, . or .. element", errdefs.ErrBadInput, key)
 			}
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: blob key %q is not under %s", provider.ErrBadInput, key, strings.Join(OwnedPrefixes, " or "))
+	return fmt.Errorf("%w: blob key %q is not under %s", errdefs.ErrBadInput, key, strings.Join(OwnedPrefixes, " or "))
 }
 
 // BlobCopy copies one object of the output store to another key.
@@ -55,7 +56,7 @@ func (a *Activities) CopyBlobs(ctx context.Context, copies []BlobCopy) error {
 	for _, c := range copies {
 		err := a.Outputs.Copy(ctx, c.To, c.From, nil)
 		if gcerrors.Code(err) == gcerrors.NotFound {
-			return toTemporal(fmt.Errorf("%w: copy blob %s: it does not exist", provider.ErrNotFound, c.From))
+			return toTemporal(fmt.Errorf("%w: copy blob %s: it does not exist", errdefs.ErrNotFound, c.From))
 		}
 		if err != nil {
 			return fmt.Errorf("copy blob %s to %s: %w", c.From, c.To, err) // retried
@@ -69,7 +70,7 @@ func (a *Activities) CopyBlobs(ctx context.Context, copies []BlobCopy) error {
 // there is not an error.
 func (a *Activities) DeleteBlobs(ctx context.Context, prefix string) error {
 	if !strings.HasSuffix(prefix, "/") {
-		return toTemporal(fmt.Errorf("%w: blob prefix %q does not end with /", provider.ErrBadInput, prefix))
+		return toTemporal(fmt.Errorf("%w: blob prefix %q does not end with /", errdefs.ErrBadInput, prefix))
 	}
 	if err := checkOwned(prefix); err != nil {
 		return toTemporal(err)

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/snapshot"
 )
 
@@ -24,7 +25,7 @@ type SnapshotListing struct {
 // ListSnapshots lists the snapshots in the store.
 func (a *Activities) ListSnapshots(ctx context.Context) ([]SnapshotListing, error) {
 	if a.Snapshots == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker keeps no snapshots", provider.ErrUnsupported))
+		return nil, toTemporal(fmt.Errorf("%w: this worker keeps no snapshots", errdefs.ErrUnsupported))
 	}
 	infos, err := a.Snapshots.List(ctx)
 	if err != nil {
@@ -43,11 +44,11 @@ func (a *Activities) ListSnapshots(ctx context.Context) ([]SnapshotListing, erro
 // exist is NotFound.
 func (a *Activities) RemoveSnapshot(ctx context.Context, id string) error {
 	if a.Snapshots == nil {
-		return toTemporal(fmt.Errorf("%w: this worker keeps no snapshots", provider.ErrUnsupported))
+		return toTemporal(fmt.Errorf("%w: this worker keeps no snapshots", errdefs.ErrUnsupported))
 	}
 	if _, err := a.Snapshots.Stat(ctx, id); err != nil {
 		if errors.Is(err, snapshot.ErrNotFound) {
-			return toTemporal(fmt.Errorf("%w: no snapshot %q", provider.ErrNotFound, id))
+			return toTemporal(fmt.Errorf("%w: no snapshot %q", errdefs.ErrNotFound, id))
 		}
 		return toTemporal(err)
 	}

@@ -13,8 +13,9 @@
 // # Errors
 //
 // Provider errors become Temporal application errors here, and only
-// here, typed by provider.Kind ("BadInput", "SandboxLost", ...). Kinds a
-// retry cannot fix are non-retryable.
+// here (through errdefs/temporalerr), typed by their errdefs.Kind
+// ("BadInput", "SandboxLost", ...). Kinds a retry cannot fix are
+// non-retryable.
 //
 // # Output
 //

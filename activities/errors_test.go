@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob/fileblob"
 
@@ -43,16 +45,16 @@ func TestBadInputIsFinal(t *testing.T) {
 		name     string
 		activity any
 		in       any
-		kind     provider.Kind
+		kind     errdefs.Kind
 	}{
-		{"create with 1 MiB of memory", f.acts.Create, CreateInput{Provider: "linux", Spec: provider.Spec{Resources: provider.Resources{Memory: 1 << 20}}}, provider.KindBadInput},
-		{"create with 2 pids", f.acts.Create, CreateInput{Provider: "linux", Spec: provider.Spec{Resources: provider.Resources{Pids: 2}}}, provider.KindBadInput},
-		{"create with negative CPU", f.acts.Create, CreateInput{Provider: "linux", Spec: provider.Spec{Resources: provider.Resources{CPU: -1}}}, provider.KindBadInput},
-		{"unknown provider", f.acts.Create, CreateInput{Provider: "nimbus"}, provider.KindBadInput},
-		{"exec without a command id", f.acts.Exec, ExecInput{Sandbox: f.ref, Argv: []string{"true"}}, provider.KindBadInput},
-		{"local exec without a command id", f.acts.ExecLocal, ExecInput{Sandbox: local, Argv: []string{"true"}}, provider.KindBadInput},
-		{"restore of an unknown snapshot", f.acts.Restore, RestoreInput{Sandbox: f.ref, Snapshot: "no-such-snapshot"}, provider.KindNotFound},
-		{"read outside the workspace", f.acts.ReadFile, ReadFileInput{Sandbox: f.ref, Path: "/etc/passwd"}, provider.KindBadInput},
+		{"create with 1 MiB of memory", f.acts.Create, CreateInput{Provider: "linux", Spec: provider.Spec{Resources: provider.Resources{Memory: 1 << 20}}}, errdefs.BadInput},
+		{"create with 2 pids", f.acts.Create, CreateInput{Provider: "linux", Spec: provider.Spec{Resources: provider.Resources{Pids: 2}}}, errdefs.BadInput},
+		{"create with negative CPU", f.acts.Create, CreateInput{Provider: "linux", Spec: provider.Spec{Resources: provider.Resources{CPU: -1}}}, errdefs.BadInput},
+		{"unknown provider", f.acts.Create, CreateInput{Provider: "nimbus"}, errdefs.BadInput},
+		{"exec without a command id", f.acts.Exec, ExecInput{Sandbox: f.ref, Argv: []string{"true"}}, errdefs.BadInput},
+		{"local exec without a command id", f.acts.ExecLocal, ExecInput{Sandbox: local, Argv: []string{"true"}}, errdefs.BadInput},
+		{"restore of an unknown snapshot", f.acts.Restore, RestoreInput{Sandbox: f.ref, Snapshot: "no-such-snapshot"}, errdefs.NotFound},
+		{"read outside the workspace", f.acts.ReadFile, ReadFileInput{Sandbox: f.ref, Path: "/etc/passwd"}, errdefs.BadInput},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,7 +63,7 @@ func TestBadInputIsFinal(t *testing.T) {
 			if !errors.As(err, &appErr) {
 				t.Fatalf("got %v, want an application error", err)
 			}
-			if appErr.Type() != ErrorType(tt.kind) {
+			if appErr.Type() != string(tt.kind) {
 				t.Errorf("error type %q, want %q (%v)", appErr.Type(), tt.kind, err)
 			}
 			if !appErr.NonRetryable() {

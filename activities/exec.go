@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/activity"
 
 	"github.com/berth-dev/berth/provider"
@@ -74,7 +76,7 @@ type execProgress struct {
 }
 
 // errNoCommandID: a command without an id could run twice after a retry.
-var errNoCommandID = fmt.Errorf("%w: exec without a command id cannot be made exactly-once", provider.ErrBadInput)
+var errNoCommandID = fmt.Errorf("%w: exec without a command id cannot be made exactly-once", errdefs.ErrBadInput)
 
 // LiveEvery is how often a running command's output is stored for
 // readers following it live.
@@ -206,7 +208,7 @@ func (r *execRun) run(ctx context.Context, a *Activities, sb provider.Sandbox, i
 	if in.TTY != nil {
 		var ok bool
 		if term, ok = sb.(provider.Terminal); !ok {
-			r.err = fmt.Errorf("%w: provider %s runs no command on a terminal", provider.ErrUnsupported, in.Sandbox.Provider)
+			r.err = fmt.Errorf("%w: provider %s runs no command on a terminal", errdefs.ErrUnsupported, in.Sandbox.Provider)
 			return
 		}
 		every = transfer.TerminalPoll
@@ -245,7 +247,7 @@ func (r *execRun) run(ctx context.Context, a *Activities, sb provider.Sandbox, i
 // result turns what the provider returned into the activity's result.
 func (r *execRun) result(res provider.ExecResult, err error) (ExecOutput, error) {
 	switch {
-	case errors.Is(err, provider.ErrTimeout), errors.Is(err, provider.ErrOutOfMemory):
+	case errors.Is(err, errdefs.ErrTimeout), errors.Is(err, errdefs.ErrOutOfMemory):
 		// Results, not failures: see ExecOutput.
 	case err != nil:
 		return ExecOutput{}, err
@@ -355,7 +357,7 @@ func (a *Activities) signal(ctx context.Context, in SignalInput) error {
 	}
 	sg, ok := sb.(provider.Signaler)
 	if !ok {
-		return fmt.Errorf("%w: provider %s cannot signal a command", provider.ErrUnsupported, in.Sandbox.Provider)
+		return fmt.Errorf("%w: provider %s cannot signal a command", errdefs.ErrUnsupported, in.Sandbox.Provider)
 	}
 	return sg.Signal(ctx, in.ID, in.Signal)
 }

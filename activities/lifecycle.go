@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
 // Pause freezes a sandbox. A provider that cannot pause natively fails
-// with provider.ErrUnsupported, and the workflow hibernates it instead.
+// with errdefs.ErrUnsupported, and the workflow hibernates it instead.
 func (a *Activities) Pause(ctx context.Context, ref Ref) error {
 	return toTemporal(a.pause(ctx, ref))
 }
@@ -22,7 +24,7 @@ func (a *Activities) pause(ctx context.Context, ref Ref) error {
 	}
 	p, ok := sb.(provider.Pauser)
 	if !ok {
-		return fmt.Errorf("%w: provider %s cannot pause sandboxes", provider.ErrUnsupported, ref.Provider)
+		return fmt.Errorf("%w: provider %s cannot pause sandboxes", errdefs.ErrUnsupported, ref.Provider)
 	}
 	if err := p.Pause(ctx); err != nil {
 		return err
@@ -50,7 +52,7 @@ func (a *Activities) pauser(ctx context.Context, ref Ref) (provider.Pauser, erro
 	}
 	p, ok := sb.(provider.Pauser)
 	if !ok {
-		return nil, fmt.Errorf("%w: provider %s cannot pause sandboxes", provider.ErrUnsupported, ref.Provider)
+		return nil, fmt.Errorf("%w: provider %s cannot pause sandboxes", errdefs.ErrUnsupported, ref.Provider)
 	}
 	return p, nil
 }

@@ -8,12 +8,12 @@ import (
 
 // ProviderStatuses describes the providers this worker serves and those
 // its binary links but could not open.
-func (a *Activities) ProviderStatuses(context.Context) ([]provider.Status, error) {
-	var out []provider.Status
+func (a *Activities) ProviderStatuses(context.Context) ([]provider.Availability, error) {
+	var out []provider.Availability
 	for _, name := range a.providerNames() {
 		p := a.Providers[name]
 		caps := p.Capabilities()
-		st := provider.Status{Name: name, Host: a.HostQueue, Available: true, Capabilities: &caps}
+		st := provider.Availability{Name: name, Host: a.HostQueue, Available: true, Capabilities: &caps}
 		if r, ok := p.(provider.Reporter); ok {
 			st.Note = r.Report()
 		}

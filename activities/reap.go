@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/transfer"
 )
@@ -28,7 +29,7 @@ type Owner struct {
 // server. A run that continued as new lives on in its successor.
 func (a *Activities) OwnersClosed(ctx context.Context, owners []Owner) ([]bool, error) {
 	if a.Client == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
+		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", errdefs.ErrUnsupported))
 	}
 	closed := make([]bool, len(owners))
 	for i, o := range owners {

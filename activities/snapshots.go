@@ -7,9 +7,10 @@ import (
 	"io"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/activity"
 
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/transfer"
 )
@@ -66,7 +67,7 @@ func (a *Activities) Snapshot(ctx context.Context, in SnapshotInput) (SnapshotIn
 
 func (a *Activities) snapshot(ctx context.Context, in SnapshotInput) (SnapshotInfo, error) {
 	if a.Snapshots == nil {
-		return SnapshotInfo{}, fmt.Errorf("%w: this worker has no snapshot store", provider.ErrUnsupported)
+		return SnapshotInfo{}, fmt.Errorf("%w: this worker has no snapshot store", errdefs.ErrUnsupported)
 	}
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
@@ -104,7 +105,7 @@ func (a *Activities) Restore(ctx context.Context, in RestoreInput) (RestoreOutpu
 
 func (a *Activities) restore(ctx context.Context, in RestoreInput) (RestoreOutput, error) {
 	if a.Snapshots == nil {
-		return RestoreOutput{}, fmt.Errorf("%w: this worker has no snapshot store", provider.ErrUnsupported)
+		return RestoreOutput{}, fmt.Errorf("%w: this worker has no snapshot store", errdefs.ErrUnsupported)
 	}
 	p, err := a.provider(in.Sandbox.Provider)
 	if err != nil {
@@ -155,9 +156,9 @@ func snapshotError(err error) error {
 	// Their own messages say what happened: "sandbox not found" before
 	// them would mislead.
 	case errors.Is(err, snapshot.ErrNotFound):
-		return provider.Errorf(provider.KindNotFound, "%v", err)
+		return errdefs.Errorf(errdefs.NotFound, "%v", err)
 	case errors.Is(err, snapshot.ErrCorrupt):
-		return provider.Errorf(provider.KindBadInput, "%v", err)
+		return errdefs.Errorf(errdefs.BadInput, "%v", err)
 	}
 	return err
 }
@@ -194,7 +195,7 @@ func (a *Activities) importBlob(ctx context.Context, in ImportInput) error {
 	if ok, err := a.Outputs.Exists(ctx, first); err != nil {
 		return err
 	} else if !ok {
-		return fmt.Errorf("%w: no upload %q in this worker's blob store", provider.ErrBadInput, in.Blob)
+		return fmt.Errorf("%w: no upload %q in this worker's blob store", errdefs.ErrBadInput, in.Blob)
 	}
 	var r io.ReadCloser
 	if in.Parts > 0 {
@@ -232,7 +233,7 @@ func (b *beatingReader) Read(p []byte) (int, error) {
 // must not read outputs or snapshots into a sandbox.
 func CheckUpload(key string) error {
 	if err := transfer.CheckUpload(key); err != nil {
-		return fmt.Errorf("%w: %v", provider.ErrBadInput, err)
+		return fmt.Errorf("%w: %v", errdefs.ErrBadInput, err)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
@@ -57,7 +59,7 @@ func applyInput(ctx context.Context, bucket *blob.Bucket, term provider.Terminal
 		// Before the command has its terminal, the part waits; a
 		// terminal that will not take it (input full, a bad size)
 		// loses it, as a terminal would.
-		if errors.Is(err, provider.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			return false, err
 		}
 	}

@@ -8,13 +8,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
+	"github.com/berth-dev/berth/errdefs"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
-
-	"github.com/berth-dev/berth/provider"
 )
 
 // UpdateWorkflowInput is an Update one workflow sends another through
@@ -36,10 +38,10 @@ type UpdateWorkflowInput struct {
 // reached is retried.
 func (a *Activities) UpdateWorkflow(ctx context.Context, in UpdateWorkflowInput) (json.RawMessage, error) {
 	if a.Client == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
+		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", errdefs.ErrUnsupported))
 	}
 	if in.WorkflowID == "" || in.Update == "" || in.UpdateID == "" {
-		return nil, toTemporal(fmt.Errorf("%w: an update needs a workflow id, a name and an id", provider.ErrBadInput))
+		return nil, toTemporal(fmt.Errorf("%w: an update needs a workflow id, a name and an id", errdefs.ErrBadInput))
 	}
 	// An Update may take long (a workspace snapshot, a switch): the
 	// heartbeat says the worker lives.
@@ -68,16 +70,12 @@ func updateError(in UpdateWorkflowInput, err error) error {
 		return nil
 	case errors.As(err, &notFound):
 		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("workflow %s has ended", in.WorkflowID), string(provider.KindNotFound), nil)
+			fmt.Sprintf("workflow %s has ended", in.WorkflowID), string(errdefs.NotFound), nil)
 	case errors.As(err, &app):
-		kind := app.Type()
-		if kind == "" {
-			kind = string(provider.KindInternal)
-		}
-		return temporal.NewNonRetryableApplicationError(strings.Join(strings.Fields(app.Message()), " "), kind, nil)
+		return temporal.NewNonRetryableApplicationError(strings.Join(strings.Fields(app.Message()), " "), string(temporalerr.KindOf(err)), nil)
 	case errors.As(err, &canceled):
 		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("%s of %s was canceled", in.Update, in.WorkflowID), string(provider.KindCanceled), nil)
+			fmt.Sprintf("%s of %s was canceled", in.Update, in.WorkflowID), string(errdefs.Canceled), nil)
 	}
 	return err // the server could not be reached: retried
 }
@@ -116,7 +114,7 @@ const (
 // Terminated, TimedOut), or WorkflowUnknown.
 func (a *Activities) WorkflowStatuses(ctx context.Context, ids []string) ([]string, error) {
 	if a.Client == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
+		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", errdefs.ErrUnsupported))
 	}
 	statuses := make([]string, len(ids))
 	for i, id := range ids {
@@ -149,7 +147,7 @@ type QueryWorkflowInput struct {
 // its answer, as JSON; a workflow the server does not know is NotFound.
 func (a *Activities) QueryWorkflow(ctx context.Context, in QueryWorkflowInput) (json.RawMessage, error) {
 	if a.Client == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
+		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", errdefs.ErrUnsupported))
 	}
 	v, err := a.Client.QueryWorkflow(ctx, in.WorkflowID, "", in.Query)
 	var res json.RawMessage
@@ -159,7 +157,7 @@ func (a *Activities) QueryWorkflow(ctx context.Context, in QueryWorkflowInput) (
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
 		return nil, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("workflow %s is unknown", in.WorkflowID), string(provider.KindNotFound), nil)
+			fmt.Sprintf("workflow %s is unknown", in.WorkflowID), string(errdefs.NotFound), nil)
 	}
 	return res, err
 }

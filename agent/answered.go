@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
@@ -88,10 +90,10 @@ func (s *session) remember(ctx workflow.Context, res any, snapshot string, err e
 // kindOf is the type of the application error an Update failed with.
 func kindOf(err error) string {
 	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
-		return app.Type()
+	if !errors.As(err, &app) {
+		return ""
 	}
-	return ""
+	return string(temporalerr.KindOf(err))
 }
 
 // replay answers a remembered Update again: its failure, or its result

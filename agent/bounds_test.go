@@ -6,12 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/internal/fakemodel"
-	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -75,7 +76,7 @@ func TestSessionLargeAnswers(t *testing.T) {
 
 	n := s.send("say too much")
 	got := s.turn(n)
-	if got.Status != agent.StatusFailed || !strings.HasPrefix(got.Error, chat.AnswerTooLarge+": model: the answer's text passed 4194304 bytes") ||
+	if got.Status != agent.StatusFailed || !strings.HasPrefix(got.Error, string(errdefs.AnswerTooLarge)+": model: the answer's text passed 4194304 bytes") ||
 		strings.Contains(got.Error, "\n") {
 		t.Errorf("turn %d past the model's bound: status %s, error %q; want failed, AnswerTooLarge, one line", n, got.Status, got.Error)
 	}
@@ -136,7 +137,7 @@ func TestSessionQueueBound(t *testing.T) {
 		}
 	}
 	err := s.update(t.Context(), agent.UpdateSend, agent.SendRequest{Message: "one more"}, nil)
-	if err == nil || sandbox.ErrorKind(err) != provider.KindBadInput || !strings.Contains(err.Error(), "8 messages wait") {
+	if err == nil || temporalerr.KindOf(err) != errdefs.BadInput || !strings.Contains(err.Error(), "8 messages wait") {
 		t.Errorf("a ninth queued message: %v, want BadInput", err)
 	}
 	gate.Release()

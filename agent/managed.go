@@ -3,10 +3,11 @@ package agent
 import (
 	"fmt"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/agent/chat"
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/sandbox/ops"
 	"github.com/berth-dev/berth/transfer"
@@ -62,7 +63,7 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 				return nil
 			}
 			if req.Owner == "" {
-				return sandbox.Failure(fmt.Errorf("%w: a fork needs its owner's workflow id", provider.ErrBadInput))
+				return sandbox.Failure(fmt.Errorf("%w: a fork needs its owner's workflow id", errdefs.ErrBadInput))
 			}
 			return s.open()
 		}})
@@ -80,7 +81,7 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 			}
 			s.holds++
 			defer func() { s.holds-- }()
-			err = s.sbx.Switch(ctx, sandbox.Provider{Type: req.Provider, Image: req.Image})
+			err = s.sbx.Switch(ctx, sandbox.Provider{Name: req.Provider, Image: req.Image})
 			s.changed()
 			if err != nil {
 				return State{}, sandbox.Failure(err)
@@ -96,7 +97,7 @@ func (s *session) registerManaged(ctx workflow.Context) error {
 				return nil
 			}
 			if req.Provider == "" {
-				return sandbox.Failure(fmt.Errorf("%w: a switch needs a provider", provider.ErrBadInput))
+				return sandbox.Failure(fmt.Errorf("%w: a switch needs a provider", errdefs.ErrBadInput))
 			}
 			return s.open()
 		}})

@@ -6,11 +6,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/agent/chat"
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 )
 
@@ -167,7 +168,7 @@ const DefaultSystemPrompt = "You are a coding agent working in a sandboxed works
 
 // Carried is what a session hands to its next run.
 type Carried struct {
-	Sandbox sandbox.Carried `json:"sandbox"`
+	Sandbox sandbox.HandleState `json:"sandbox"`
 	// Conversation is the conversation's stored segments; Unsent the
 	// messages not yet stored (a failed turn's, to send with the next).
 	Conversation []chat.Segment `json:"conversation,omitempty"`
@@ -322,7 +323,7 @@ func (in *SessionInput) validate() error {
 		in.MaxSteps = DefaultMaxSteps
 	}
 	if in.MaxSteps < 0 || in.MaxSteps > MaxMaxSteps {
-		return fmt.Errorf("%w: max_steps %d: from 1 to %d", provider.ErrBadInput, in.MaxSteps, MaxMaxSteps)
+		return fmt.Errorf("%w: max_steps %d: from 1 to %d", errdefs.ErrBadInput, in.MaxSteps, MaxMaxSteps)
 	}
 	if in.SystemPrompt == "" {
 		in.SystemPrompt = DefaultSystemPrompt
@@ -331,7 +332,7 @@ func (in *SessionInput) validate() error {
 		in.ModelQueue = DefaultModelQueue
 	}
 	if in.ContinueAfter < 0 {
-		return fmt.Errorf("%w: negative continue_after", provider.ErrBadInput)
+		return fmt.Errorf("%w: negative continue_after", errdefs.ErrBadInput)
 	}
 	return nil
 }
@@ -340,11 +341,11 @@ func (in *SessionInput) validate() error {
 func checkMessage(msg string) error {
 	switch {
 	case strings.TrimSpace(msg) == "":
-		return fmt.Errorf("%w: the message is empty", provider.ErrBadInput)
+		return fmt.Errorf("%w: the message is empty", errdefs.ErrBadInput)
 	case len(msg) > MaxMessage:
-		return fmt.Errorf("%w: the message has %d bytes, more than %d", provider.ErrBadInput, len(msg), MaxMessage)
+		return fmt.Errorf("%w: the message has %d bytes, more than %d", errdefs.ErrBadInput, len(msg), MaxMessage)
 	case !utf8.ValidString(msg):
-		return fmt.Errorf("%w: the message is not UTF-8", provider.ErrBadInput)
+		return fmt.Errorf("%w: the message is not UTF-8", errdefs.ErrBadInput)
 	}
 	return nil
 }

@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/berth-dev/berth/agent"
-	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/agent/tools"
 	"github.com/berth-dev/berth/hostworker"
@@ -373,7 +375,7 @@ func TestSessionNoModel(t *testing.T) {
 	h := newHarness(t)
 	opts := h.Opts
 	opts.Queue, opts.HostQueue, opts.Model = "nomodel", "nomodel", nil
-	w, err := hostworker.Start(h.C, opts)
+	w, err := hostworker.StartWorker(h.C, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +383,7 @@ func TestSessionNoModel(t *testing.T) {
 	s := h.start(agent.SessionInput{ModelQueue: "nomodel.model"})
 	s.send("hello")
 	t1 := s.turn(1)
-	if t1.Status != agent.StatusFailed || !strings.HasPrefix(t1.Error, chat.NoModel+": no model configured: set BERTH_MODEL") ||
+	if t1.Status != agent.StatusFailed || !strings.HasPrefix(t1.Error, string(errdefs.NoModel)+": no model configured: set BERTH_MODEL") ||
 		strings.Contains(t1.Error, "\n") {
 		t.Fatalf("turn 1 without a model: %+v", t1)
 	}
@@ -424,7 +426,7 @@ func TestSessionApprovals(t *testing.T) {
 		t.Errorf("state with a message queued: %+v", st)
 	}
 	err := s.update(t.Context(), agent.UpdateApprove, agent.ApproveRequest{CallID: "nope", Approve: true}, nil)
-	if sandbox.ErrorKind(err) != provider.KindBadInput {
+	if temporalerr.KindOf(err) != errdefs.BadInput {
 		t.Errorf("approving a call that does not wait: %v, want BadInput", err)
 	}
 	if err := s.update(t.Context(), agent.UpdateApprove, agent.ApproveRequest{CallID: "a1"}, nil); err != nil {
@@ -534,7 +536,7 @@ func TestSessionOpsAfterContinueAsNew(t *testing.T) {
 		t.Errorf("read_file after continue-as-new: %q, %v", file.Inline, err)
 	}
 	var app *temporal.ApplicationError
-	if err := s.update(ctx, ops.UpdateReadFile, ops.PathRequest{Path: "../etc/passwd"}, &file); !errors.As(err, &app) || app.Type() != string(provider.KindBadInput) {
+	if err := s.update(ctx, ops.UpdateReadFile, ops.PathRequest{Path: "../etc/passwd"}, &file); !errors.As(err, &app) || app.Type() != string(errdefs.BadInput) {
 		t.Errorf("read_file out of the workspace: %v, want BadInput", err)
 	}
 	v, err := h.C.QueryWorkflow(ctx, s.id, "", ops.QuerySandbox)
@@ -560,7 +562,7 @@ func TestSessionBadInput(t *testing.T) {
 	s := h.start(agent.SessionInput{})
 	for _, msg := range []string{"", " \n\t", strings.Repeat("x", agent.MaxMessage+1)} {
 		err := s.update(t.Context(), agent.UpdateSend, agent.SendRequest{Message: msg}, nil)
-		if sandbox.ErrorKind(err) != provider.KindBadInput {
+		if temporalerr.KindOf(err) != errdefs.BadInput {
 			t.Errorf("message of %d bytes: %v, want BadInput", len(msg), err)
 		}
 	}
@@ -581,7 +583,7 @@ func TestSessionBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := run.Get(t.Context(), nil); sandbox.ErrorKind(err) != provider.KindBadInput {
+	if err := run.Get(t.Context(), nil); temporalerr.KindOf(err) != errdefs.BadInput {
 		t.Errorf("a session of -1 steps: %v, want BadInput", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -13,7 +15,6 @@ import (
 	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/agent/tools"
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/sandbox/ops"
 	"github.com/berth-dev/berth/transfer"
@@ -114,7 +115,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 		if in.Fork != nil {
 			opts = append(opts, sandbox.FromCheckpoint(in.Fork.Snapshot))
 		}
-		s.sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image}, opts...)
+		s.sbx, err = sandbox.New(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image}, opts...)
 		if err != nil {
 			return err
 		}
@@ -241,7 +242,7 @@ func (s *session) roomFor(msg string) error {
 	}
 	if len(s.queue) >= maxQueued || size > maxQueuedBytes {
 		return fmt.Errorf("%w: %d messages wait for their turn already; send this one once a turn has finished",
-			provider.ErrBadInput, len(s.queue))
+			errdefs.ErrBadInput, len(s.queue))
 	}
 	return nil
 }
@@ -273,7 +274,7 @@ func (s *session) register(ctx workflow.Context) error {
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req ApproveRequest) error {
 			if !s.awaiting[req.CallID] {
-				return sandbox.Failure(fmt.Errorf("%w: no tool call %q awaits approval", provider.ErrBadInput, req.CallID))
+				return sandbox.Failure(fmt.Errorf("%w: no tool call %q awaits approval", errdefs.ErrBadInput, req.CallID))
 			}
 			return nil
 		}})
@@ -322,7 +323,7 @@ func (s *session) changed() { s.version++ }
 // open refuses operations on a session that ends.
 func (s *session) open() error {
 	if s.ending || s.ended {
-		return sandbox.Failure(fmt.Errorf("%w: the session has ended", provider.ErrNotFound))
+		return sandbox.Failure(fmt.Errorf("%w: the session has ended", errdefs.ErrNotFound))
 	}
 	return nil
 }
@@ -533,7 +534,7 @@ func (s *session) approved(ctx workflow.Context, id string, cs *CallState) bool 
 func oneLine(err error, queue string) string {
 	var timeout *temporal.TimeoutError
 	if errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
-		return fmt.Sprintf("%s: no worker serves the model (task queue %s): start berth dev or a host with BERTH_MODEL set", chat.NoModel, queue)
+		return fmt.Sprintf("%s: no worker serves the model (task queue %s): start berth dev or a host with BERTH_MODEL set", errdefs.NoModel, queue)
 	}
 	var app *temporal.ApplicationError
 	if errors.As(err, &app) {

@@ -2,9 +2,9 @@ package client
 
 import (
 	"context"
-	"errors"
 
-	"go.temporal.io/api/serviceerror"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	tclient "go.temporal.io/sdk/client"
 )
 
@@ -37,7 +37,7 @@ func (c *Client) StartUpdate(ctx context.Context, workflowID, updateID, name str
 			WorkflowID: workflowID, UpdateID: updateID, UpdateName: name, Args: args,
 			WaitForStage: tclient.WorkflowUpdateStageAccepted,
 		})
-		sent = sent || err == nil || Unavailable(err)
+		sent = sent || err == nil || temporalerr.ServerUnavailable(err)
 		return err
 	})
 	return h, c.unavailable(err, name+" on "+workflowID, sent, "")
@@ -77,17 +77,14 @@ func (c *Client) Query(ctx context.Context, workflowID, runID, name string, out 
 }
 
 // unavailable turns a retry's failure into an UnavailableError when the
-// server was away.
+// server was away; any other failure it gives the kind temporalerr reads
+// in it, so that a caller tests it with errdefs.KindOf.
 func (c *Client) unavailable(err error, op string, mayHaveRun bool, hint string) error {
-	if err == nil || !Unavailable(err) {
-		return err
+	if err == nil {
+		return nil
+	}
+	if !temporalerr.ServerUnavailable(err) {
+		return temporalerr.Classify(err)
 	}
 	return &UnavailableError{Op: op, MayHaveRun: mayHaveRun, ResultHint: hint, Err: err}
-}
-
-// NotFound says whether err means the workflow (a sandbox, a run) does
-// not exist.
-func NotFound(err error) bool {
-	var nf *serviceerror.NotFound
-	return errors.As(err, &nf)
 }

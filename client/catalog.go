@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
@@ -65,7 +67,7 @@ func (c *Client) updateWithStart(ctx context.Context, start tclient.StartWorkflo
 				WaitForStage: tclient.WorkflowUpdateStageAccepted,
 			},
 		})
-		sent = sent || err == nil || Unavailable(err)
+		sent = sent || err == nil || temporalerr.ServerUnavailable(err)
 		return err
 	})
 	if err = c.unavailable(err, update+" on "+start.ID, sent, ""); err != nil {

@@ -11,7 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	tclient "go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -91,39 +92,6 @@ func (e *UnavailableError) Error() string {
 
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
-// Unavailable says whether err means the server could not be reached
-// or could not answer for now: what a restart of the server looks like
-// to a client.
-func Unavailable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var (
-		unavail *serviceerror.Unavailable
-		dead    *serviceerror.DeadlineExceeded
-		busy    *serviceerror.ResourceExhausted
-		aborted *serviceerror.Aborted
-		notRdy  *serviceerror.NamespaceUnavailable
-		wfRdy   *serviceerror.WorkflowNotReady
-	)
-	if errors.As(err, &unavail) || errors.As(err, &dead) || errors.As(err, &busy) ||
-		errors.As(err, &aborted) || errors.As(err, &notRdy) || errors.As(err, &wfRdy) {
-		return true
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true // a call's own deadline; the caller's is checked apart
-	}
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if s, ok := status.FromError(e); ok {
-			switch s.Code() {
-			case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // retry runs call until it succeeds, fails for another reason than an
 // unavailable server, or the server has been unavailable for longer than
 // retryFor. The clock starts at the first failure, not at the start: a
@@ -156,7 +124,7 @@ func (c *Client) retry(ctx context.Context, call func(ctx context.Context) error
 		if gone := context.Cause(wctx); ctx.Err() == nil && errors.Is(gone, errServerGone) {
 			return gone
 		}
-		if err == nil || !Unavailable(err) || ctx.Err() != nil || c.retryFor < 0 {
+		if err == nil || !temporalerr.ServerUnavailable(err) || ctx.Err() != nil || c.retryFor < 0 {
 			if ctx.Err() != nil && err != nil {
 				return ctx.Err()
 			}

@@ -7,31 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-)
+	"github.com/berth-dev/berth/errdefs"
+	"go.temporal.io/sdk/temporal"
 
-func TestUnavailable(t *testing.T) {
-	for _, c := range []struct {
-		err  error
-		want bool
-	}{
-		{serviceerror.NewUnavailable("down"), true},
-		{fmt.Errorf("update: %w", serviceerror.NewUnavailable("down")), true},
-		{status.Error(codes.Unavailable, "connection refused"), true},
-		{serviceerror.NewResourceExhausted(0, "busy"), true},
-		{context.DeadlineExceeded, true},
-		{serviceerror.NewNotFound("no such workflow"), false},
-		{serviceerror.NewInvalidArgument("bad"), false},
-		{errors.New("BadInput: no"), false},
-		{nil, false},
-	} {
-		if got := Unavailable(c.err); got != c.want {
-			t.Errorf("Unavailable(%v) = %v, want %v", c.err, got, c.want)
-		}
-	}
-}
+	"go.temporal.io/api/serviceerror"
+)
 
 // TestRetry: a call is tried again while the server is unavailable, and
 // given up on after RetryFor; other errors are final at once.
@@ -65,5 +45,31 @@ func TestRetry(t *testing.T) {
 	})
 	if err == nil || calls != 1 {
 		t.Errorf("bad input: %v after %d calls, want it at once", err, calls)
+	}
+}
+
+// TestErrorsHaveKinds: what the client's calls return, a program tests
+// with errdefs.KindOf alone, without knowing Temporal's errors.
+func TestErrorsHaveKinds(t *testing.T) {
+	c := New(nil)
+	for _, tc := range []struct {
+		name string
+		err  error
+		want errdefs.Kind
+	}{
+		{"no workflow", serviceerror.NewNotFound("workflow not found for ID: sbx-1"), errdefs.NotFound},
+		{"an update's failure", fmt.Errorf("update: %w", temporal.NewNonRetryableApplicationError("path /x is outside /workspace", "BadInput", nil)), errdefs.BadInput},
+		{"started", serviceerror.NewWorkflowExecutionAlreadyStarted("started", "", ""), errdefs.AlreadyExists},
+		{"other", errors.New("odd"), errdefs.Internal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.unavailable(tc.err, "exec on sbx-1", false, "")
+			if k := errdefs.KindOf(err); k != tc.want {
+				t.Errorf("errdefs.KindOf = %s, want %s", k, tc.want)
+			}
+			if err.Error() != tc.err.Error() {
+				t.Errorf("message %q, want %q", err, tc.err)
+			}
+		})
 	}
 }

@@ -13,6 +13,15 @@
 // see its result. An operation sent again with the same Update id is
 // never run twice: the server answers it from the first one.
 //
+// # Errors
+//
+// The errors its calls return carry berth's error kinds (package
+// errdefs), whatever Temporal wrapped them in: a program tests
+//
+//	if errdefs.KindOf(err) == errdefs.NotFound { ... }
+//
+// and errdefs/temporalerr.OneLine renders one in a line, as berth does.
+//
 // # Partial data
 //
 // An output that cannot be had whole is an error (ErrIncomplete), never

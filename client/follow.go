@@ -5,6 +5,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/transfer"
@@ -237,7 +239,7 @@ func (c *Client) FollowRun(ctx context.Context, runID string, stdout, stderr io.
 	}
 	return f.follow(ctx, func(ctx context.Context) (workflows.RunOutput, error) {
 		out, err := c.commandResult(ctx, runID)
-		if err == nil || Unavailable(err) {
+		if err == nil || temporalerr.ServerUnavailable(err) {
 			return out, c.unavailable(err, "run "+runID, true, "berth logs "+runID)
 		}
 		err = c.retry(ctx, func(ctx context.Context) error {

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
+	"github.com/berth-dev/berth/errdefs"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/model"
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
 	"github.com/berth-dev/berth/transfer"
@@ -127,8 +130,8 @@ func (s *Sessions) Registry(ctx context.Context) ([]session.Info, error) {
 func (s *Sessions) Info(ctx context.Context, ref string) (session.Info, error) {
 	infos, err := s.Registry(ctx)
 	if err != nil {
-		if NotFound(err) {
-			return session.Info{}, provider.Errorf(provider.KindNotFound, "session %q: no session exists yet (berth session new starts one)", ref)
+		if temporalerr.WorkflowNotFound(err) {
+			return session.Info{}, errdefs.Errorf(errdefs.NotFound, "session %q: no session exists yet (berth session new starts one)", ref)
 		}
 		return session.Info{}, err
 	}
@@ -143,11 +146,11 @@ func (s *Sessions) Info(ctx context.Context, ref string) (session.Info, error) {
 	}
 	switch len(found) {
 	case 0:
-		return session.Info{}, provider.Errorf(provider.KindNotFound, "no session %q (berth session ls lists them)", ref)
+		return session.Info{}, errdefs.Errorf(errdefs.NotFound, "no session %q (berth session ls lists them)", ref)
 	case 1:
 		return found[0], nil
 	}
-	return session.Info{}, provider.Errorf(provider.KindBadInput, "%d sessions have the title %q: name one by its id", len(found), ref)
+	return session.Info{}, errdefs.Errorf(errdefs.BadInput, "%d sessions have the title %q: name one by its id", len(found), ref)
 }
 
 // workflowID is the workflow of the session ref names: an ID needs no
@@ -167,8 +170,8 @@ func (s *Sessions) session(ctx context.Context, ref, name string, out any, arg a
 		return err
 	}
 	err = s.c.Update(ctx, wid, "", name, out, arg)
-	if NotFound(err) {
-		return provider.Errorf(provider.KindNotFound, "session %s does not exist or has ended (berth session ls -a)", ref)
+	if temporalerr.WorkflowNotFound(err) {
+		return errdefs.Errorf(errdefs.NotFound, "session %s does not exist or has ended (berth session ls -a)", ref)
 	}
 	return err
 }
@@ -207,8 +210,8 @@ func (s *Sessions) State(ctx context.Context, ref string) (agent.State, error) {
 	}
 	var st agent.State
 	err = s.c.Query(ctx, wid, "", agent.QueryState, &st)
-	if NotFound(err) {
-		return st, provider.Errorf(provider.KindNotFound, "session %s does not exist or has ended (berth session ls -a)", ref)
+	if temporalerr.WorkflowNotFound(err) {
+		return st, errdefs.Errorf(errdefs.NotFound, "session %s does not exist or has ended (berth session ls -a)", ref)
 	}
 	if err != nil {
 		return st, err
@@ -289,7 +292,7 @@ func (s *Sessions) Follow(ctx context.Context, ref string, turn int, see func(ag
 			return t, s.whole(ctx, ref, &t, true)
 		}
 		if st.Ended {
-			return agent.TurnState{}, provider.Errorf(provider.KindNotFound, "session %s ended before turn %d finished", ref, turn)
+			return agent.TurnState{}, errdefs.Errorf(errdefs.NotFound, "session %s ended before turn %d finished", ref, turn)
 		}
 	}
 }

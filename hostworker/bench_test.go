@@ -19,7 +19,7 @@ import (
 // execLoop runs n commands in one sandbox and measures, from inside the
 // workflow, how long each took to come back.
 func execLoop(ctx workflow.Context, n int) ([]time.Duration, error) {
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +56,7 @@ func BenchmarkDurableExec(b *testing.B) {
 	c := server(b)
 	p := berthtest.Provider(b)
 	bucket := berthtest.Bucket(b)
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 		Workflows: []any{execLoop},
@@ -148,7 +148,7 @@ func BenchmarkCreateExec(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := b.Context()
 			c := server(b)
-			w, err := hostworker.Start(c, hostworker.Options{
+			w, err := hostworker.StartWorker(c, hostworker.Options{
 				Providers: map[string]provider.Provider{"linux": berthtest.Provider(b)}, Outputs: berthtest.Bucket(b),
 				Queue: sandbox.DefaultQueue, HostQueue: bc.hostQueue,
 			})

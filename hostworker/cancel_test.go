@@ -18,7 +18,7 @@ import (
 
 // holdSandbox makes a sandbox and keeps it until cancelled.
 func holdSandbox(ctx workflow.Context) error {
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 	if err != nil {
 		return err
 	}
@@ -35,7 +35,7 @@ func TestCancelDuringCreate(t *testing.T) {
 	c := server(t)
 	p := berthtest.Provider(t)
 	bucket := berthtest.Bucket(t)
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket,
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 		Workflows: []any{holdSandbox},

@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/client"
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
@@ -47,7 +48,7 @@ func TestCatalogContinuesAsNew(t *testing.T) {
 		})
 		wg.Go(func() {
 			out, err := cat.Snapshots(ctx, workflows.SnapshotsInput{Delete: []string{"missing", "../bad"}})
-			if err == nil && (len(out.Failed) != 2 || out.Failed[0].Kind != provider.KindNotFound || out.Failed[1].Kind != provider.KindBadInput) {
+			if err == nil && (len(out.Failed) != 2 || out.Failed[0].Kind != errdefs.NotFound || out.Failed[1].Kind != errdefs.BadInput) {
 				err = fmt.Errorf("delete: %+v, want NotFound and BadInput", out.Failed)
 			}
 			errs <- err

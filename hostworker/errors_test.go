@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -26,7 +29,7 @@ import (
 func berth(t *testing.T) client.Client {
 	t.Helper()
 	c := server(t)
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
 		Outputs:   berthtest.Bucket(t), Snapshots: snapshot.New(berthtest.Bucket(t)),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
@@ -94,9 +97,9 @@ func retried(t *testing.T, c client.Client, id string) []string {
 
 // checkOneLine checks that err renders as one line of the given kind,
 // saying want once.
-func checkOneLine(t *testing.T, err error, kind provider.Kind, want string) {
+func checkOneLine(t *testing.T, err error, kind errdefs.Kind, want string) {
 	t.Helper()
-	line := sandbox.OneLine(err)
+	line := temporalerr.OneLine(err)
 	switch {
 	case !strings.HasPrefix(line, string(kind)+": "):
 		t.Errorf("OneLine = %q, want kind %s (from %v)", line, kind, err)
@@ -108,7 +111,7 @@ func checkOneLine(t *testing.T, err error, kind provider.Kind, want string) {
 		t.Errorf("OneLine = %q: the Temporal chain is left in", line)
 	}
 	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) && !appErr.NonRetryable() && kind != provider.KindInternal {
+	if errors.As(err, &appErr) && !appErr.NonRetryable() && kind != errdefs.Internal {
 		t.Errorf("%s error is retryable: %v", kind, err)
 	}
 }
@@ -135,7 +138,7 @@ func TestBadInputOneLine(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				run, err := runWorkflow(ctx, t, c, tt.in)
-				checkOneLine(t, err, provider.KindBadInput, tt.want)
+				checkOneLine(t, err, errdefs.BadInput, tt.want)
 				// Fast: nothing was tried twice, and nothing waited.
 				if again := retried(t, c, run.GetID()); len(again) > 0 {
 					t.Errorf("bad input was retried: %v", again)
@@ -154,7 +157,7 @@ func TestBadInputOneLine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkOneLine(t, run.Get(ctx, nil), provider.KindNotFound, "no-such-snapshot")
+		checkOneLine(t, run.Get(ctx, nil), errdefs.NotFound, "no-such-snapshot")
 
 		// A validator rejects a bad update before it enters history.
 		sbx, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, workflows.Sandbox,
@@ -173,10 +176,10 @@ func TestBadInputOneLine(t *testing.T) {
 			{"read outside the workspace", workflows.UpdateReadFile, workflows.PathRequest{Path: "/etc/passwd"}, "/etc/passwd"},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				checkOneLine(t, update(ctx, c, sbx.GetID(), tt.update, tt.arg), provider.KindBadInput, tt.want)
+				checkOneLine(t, update(ctx, c, sbx.GetID(), tt.update, tt.arg), errdefs.BadInput, tt.want)
 			})
 		}
-		checkOneLine(t, update(ctx, c, "no-such-sandbox", workflows.UpdatePause, nil), provider.KindNotFound, "no-such-sandbox")
+		checkOneLine(t, update(ctx, c, "no-such-sandbox", workflows.UpdatePause, nil), errdefs.NotFound, "no-such-sandbox")
 	})
 
 	t.Run("canceled", func(t *testing.T) {
@@ -189,7 +192,7 @@ func TestBadInputOneLine(t *testing.T) {
 		if err := c.CancelWorkflow(ctx, run.GetID(), ""); err != nil {
 			t.Fatal(err)
 		}
-		checkOneLine(t, run.Get(ctx, nil), provider.KindCanceled, "canceled")
+		checkOneLine(t, run.Get(ctx, nil), errdefs.Canceled, "canceled")
 	})
 }
 
@@ -232,10 +235,10 @@ func TestRunLostIsFinal(t *testing.T) {
 	berthtest.KillSandbox(t, st.Sandbox)
 	err = run.Get(ctx, nil)
 	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) || appErr.Type() != string(provider.KindLost) || !appErr.NonRetryable() {
-		t.Fatalf("got %v, want a non-retryable %s", err, provider.KindLost)
+	if !errors.As(err, &appErr) || appErr.Type() != string(errdefs.SandboxLost) || !appErr.NonRetryable() {
+		t.Fatalf("got %v, want a non-retryable %s", err, errdefs.SandboxLost)
 	}
-	checkOneLine(t, err, provider.KindLost, "lost mid-run")
+	checkOneLine(t, err, errdefs.SandboxLost, "lost mid-run")
 	if n := activitiesScheduled(t, c, run.GetID()); n["Create"] != 1 {
 		t.Errorf("%d sandboxes created, want 1", n["Create"])
 	}

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/internal/testkit"
@@ -34,7 +37,7 @@ func execIn(t testing.TB, c client.Client, id string, req workflows.ExecRequest)
 		err = h.Get(t.Context(), &out)
 	}
 	if err != nil {
-		t.Fatalf("exec in %s: %s", id, sandbox.OneLine(err))
+		t.Fatalf("exec in %s: %s", id, temporalerr.OneLine(err))
 	}
 	return out
 }
@@ -59,7 +62,7 @@ func TestForkInherits(t *testing.T) {
 	}
 	sandboxStatus(t, c, run.GetID())
 	if err := update(ctx, c, run.GetID(), workflows.UpdateFork, workflows.ForkRequest{ID: "fork"}); err != nil {
-		t.Fatal(sandbox.OneLine(err))
+		t.Fatal(temporalerr.OneLine(err))
 	}
 	st := sandboxStatus(t, c, "fork")
 	if st.Resources.Memory != limit || st.Config.Resources.Memory != limit {
@@ -72,15 +75,15 @@ func TestForkInherits(t *testing.T) {
 		t.Errorf("the fork's environment: FROM=%q", out.Stdout.Inline)
 	}
 	out := execIn(t, c, "fork", workflows.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", "b = bytearray(400 << 20); b[::4096] = b'x' * len(b[::4096])"}})
-	if out.Kind != provider.KindOutOfMemory {
-		t.Errorf("400 MiB in the fork of a 256 MiB sandbox: kind %q exit %d, want %s", out.Kind, out.ExitCode, provider.KindOutOfMemory)
+	if out.Kind != errdefs.OutOfMemory {
+		t.Errorf("400 MiB in the fork of a 256 MiB sandbox: kind %q exit %d, want %s", out.Kind, out.ExitCode, errdefs.OutOfMemory)
 	}
 
 	// Overrides.
 	err = update(ctx, c, run.GetID(), workflows.UpdateFork, workflows.ForkRequest{ID: "fork2",
 		Resources: provider.Resources{Memory: 2 * limit}, Env: map[string]string{"EXTRA": "1"}})
 	if err != nil {
-		t.Fatal(sandbox.OneLine(err))
+		t.Fatal(temporalerr.OneLine(err))
 	}
 	st = sandboxStatus(t, c, "fork2")
 	if st.Resources.Memory != 2*limit || st.Config.Env["FROM"] != "parent" || st.Config.Env["EXTRA"] != "1" {
@@ -104,5 +107,5 @@ func TestCreateExisting(t *testing.T) {
 	other := in
 	other.Resources.Memory = 512 << 20
 	err := workflows.CheckExisting(ctx, c, "named", other)
-	checkOneLine(t, err, provider.KindAlreadyExists, "other settings")
+	checkOneLine(t, err, errdefs.AlreadyExists, "other settings")
 }

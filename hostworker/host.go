@@ -99,7 +99,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	}
 	h.parked = parked
 	ps := map[string]provider.Provider{}
-	var unavailable []provider.Status
+	var unavailable []provider.Availability
 	// Named providers must open; by default the host serves every
 	// provider its binary links that opens here, and says why not of
 	// the others.
@@ -122,7 +122,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		}
 		if err != nil {
 			cfg.Logger.Info("provider not served", "provider", name, "reason", err)
-			unavailable = append(unavailable, provider.Status{Name: name, Reason: err.Error()})
+			unavailable = append(unavailable, provider.Availability{Name: name, Reason: err.Error()})
 			continue
 		}
 		h.providers = append(h.providers, p)
@@ -154,7 +154,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	if mcfg == nil && env.Model != "" {
 		mcfg = &env
 	}
-	h.Worker, err = Start(c, Options{
+	h.Worker, err = StartWorker(c, Options{
 		Model:     mcfg,
 		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,

@@ -77,7 +77,7 @@ func TestHostProviders(t *testing.T) {
 	if len(got) != 1 || got[0].Host != sandbox.DefaultQueue || got[0].Unreachable {
 		t.Fatalf("hosts: %+v, want the one, on %s", got, sandbox.DefaultQueue)
 	}
-	byName := map[string]provider.Status{}
+	byName := map[string]provider.Availability{}
 	for _, s := range got[0].Providers {
 		byName[s.Name] = s
 	}

@@ -28,7 +28,7 @@ type hostLostReport struct {
 // re-created on another host from its checkpoint.
 func moveOnHostLoss(ctx workflow.Context) (hostLostReport, error) {
 	var r hostLostReport
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"}, sandbox.WithHostTimeout(3*time.Second),
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"}, sandbox.WithHostTimeout(3*time.Second),
 		sandbox.WithCheckpointEvery(1), sandbox.WithIdleTimeout(sandbox.NoIdleTimeout), sandbox.WithHibernateAfter(sandbox.NoIdleTimeout))
 	if err != nil {
 		return r, err
@@ -68,7 +68,7 @@ func TestHostLost(t *testing.T) {
 	hosts := map[string]*hostworker.Worker{}
 	for _, name := range []string{"a", "b"} {
 		p := berthtest.Provider(t)
-		w, err := hostworker.Start(c, hostworker.Options{
+		w, err := hostworker.StartWorker(c, hostworker.Options{
 			Providers: map[string]provider.Provider{"linux": p}, Outputs: bucket, Snapshots: store,
 			Queue: sandbox.DefaultQueue, HostQueue: "berth@" + name,
 			Workflows: []any{moveOnHostLoss},

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -58,14 +60,14 @@ type Options struct {
 	HostQueue string
 	// Unavailable are providers the host links but could not open, for
 	// front ends to be told why (berth providers).
-	Unavailable []provider.Status
+	Unavailable []provider.Availability
 	// Workflows are registered on the generic queue's worker, beside
 	// berth's own (registerWorkflows).
 	Workflows []any
 	// Model, when set, is the model the coding agent calls: a worker on
 	// ModelQueue serves the model activity. Without it, a single-host
 	// deployment (HostQueue == Queue, berth dev) serves one that fails
-	// each call with chat.NoModel, saying what to set.
+	// each call with errdefs.NoModel, saying what to set.
 	Model *model.Config
 	// ModelQueue is the model activity's queue; zero means Queue +
 	// ".model" (agent.DefaultModelQueue for the default queue).
@@ -102,8 +104,9 @@ type Worker struct {
 	renewing      chan struct{} // closed when renewLeases returns
 }
 
-// Start starts the workers; Stop stops them.
-func Start(c client.Client, opts Options) (*Worker, error) {
+// StartWorker starts the workers; Stop stops them. StartHost is what a
+// host runs: it opens what HostConfig names and starts these.
+func StartWorker(c client.Client, opts Options) (*Worker, error) {
 	if len(opts.Providers) == 0 || opts.Outputs == nil {
 		return nil, fmt.Errorf("hostworker: providers and an output store are required")
 	}
@@ -246,7 +249,7 @@ func (w *Worker) ModelStatus(ctx context.Context) model.Status {
 // usable model: each call fails with st's reason, not retried.
 func noModelRegister(st model.Status) func(worker.ActivityRegistry) {
 	complete := func(context.Context, chat.Request) (chat.Response, error) {
-		return chat.Response{}, temporal.NewNonRetryableApplicationError(st.Reason, chat.NoModel, nil)
+		return chat.Response{}, temporal.NewNonRetryableApplicationError(st.Reason, string(errdefs.NoModel), nil)
 	}
 	return func(r worker.ActivityRegistry) {
 		r.RegisterActivityWithOptions(complete, activity.RegisterOptions{Name: model.ActivityName})

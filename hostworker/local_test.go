@@ -17,7 +17,7 @@ import (
 // shortThenLong runs a short command, then one longer than
 // activities.LocalWindow, and returns their outputs.
 func shortThenLong(ctx workflow.Context) ([]string, error) {
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +40,7 @@ func shortThenLong(ctx workflow.Context) ([]string, error) {
 func TestExecLocalFirst(t *testing.T) {
 	ctx := t.Context()
 	c := server(t)
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)}, Outputs: berthtest.Bucket(t),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 		Workflows: []any{shortThenLong},

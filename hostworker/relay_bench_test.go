@@ -35,7 +35,7 @@ func BenchmarkRelayS3(b *testing.B) {
 func benchTransfer(b *testing.B, bucket *blob.Bucket, limits transfer.Limits) {
 	ctx := b.Context()
 	c := server(b)
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(b)}, Outputs: bucket,
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 		Relay: limits,

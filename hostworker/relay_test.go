@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -117,7 +119,7 @@ func TestRelay(t *testing.T) {
 	c := server(t)
 	bucket := berthtest.Bucket(t)
 	const bound = 3 * transfer.MaxChunk
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
 		Outputs:   bucket, Snapshots: snapshot.New(berthtest.Bucket(t)),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
@@ -259,7 +261,7 @@ func TestRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = cl.Update(ctx, "relay-b", "", workflows.UpdateImport, nil, workflows.ImportRequest{Blob: theirs, Parts: 1})
-	wantType(t, "import another sandbox's upload", err, string(provider.KindBadInput))
+	wantType(t, "import another sandbox's upload", err, string(errdefs.BadInput))
 	if err == nil || !strings.Contains(err.Error(), "not an upload of this sandbox's") {
 		t.Errorf("import another sandbox's upload: %v", err)
 	}

@@ -26,7 +26,7 @@ func TestOutputsGoAfterTheirOwner(t *testing.T) {
 	ctx := t.Context()
 	c := server(t)
 	outputs := berthtest.Bucket(t)
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
 		Outputs:   outputs, Snapshots: snapshot.New(berthtest.Bucket(t)),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/workflow"
@@ -34,7 +37,7 @@ type routed struct {
 func routeBoth(ctx workflow.Context) ([]routed, error) {
 	var out []routed
 	for _, p := range []string{"docker", "linux"} {
-		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: p})
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Name: p})
 		if err != nil {
 			return out, err
 		}
@@ -71,7 +74,7 @@ func TestRouting(t *testing.T) {
 	bucket := berthtest.Bucket(t)
 	hosts := map[string]*hostworker.Worker{}
 	for queue, p := range map[string]provider.Provider{"berth@lin": berthtest.Provider(t), "berth@dock": docker} {
-		w, err := hostworker.Start(c, hostworker.Options{
+		w, err := hostworker.StartWorker(c, hostworker.Options{
 			Providers: map[string]provider.Provider{p.Name(): p}, Outputs: bucket,
 			Queue: sandbox.DefaultQueue, HostQueue: queue,
 			Workflows: []any{routeBoth},
@@ -106,7 +109,7 @@ func TestRouting(t *testing.T) {
 		for _, run := range runs {
 			var got []routed
 			if err := run.Get(ctx, &got); err != nil {
-				t.Fatalf("workflow %s: %s", run.GetID(), sandbox.OneLine(err))
+				t.Fatalf("workflow %s: %s", run.GetID(), temporalerr.OneLine(err))
 			}
 			for _, r := range got {
 				if r.Queue != want[r.Provider] || r.Stdout != "ran\n" {
@@ -125,8 +128,8 @@ func TestRouting(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = run.Get(ctx, nil)
-			line := sandbox.OneLine(err)
-			if sandbox.ErrorKind(err) != provider.KindBadInput || strings.Count(line, "\n") > 0 ||
+			line := temporalerr.OneLine(err)
+			if temporalerr.KindOf(err) != errdefs.BadInput || strings.Count(line, "\n") > 0 ||
 				!strings.Contains(line, `provider "`+p+`"`) || !strings.Contains(line, "served: docker, linux") {
 				t.Errorf("a run on %s: %q; want bad input naming it and the providers served", p, line)
 			}
@@ -160,7 +163,7 @@ func hostProviders(t *testing.T, c client.Client) []sandbox.HostProviders {
 	}
 	var got []sandbox.HostProviders
 	if err := run.Get(t.Context(), &got); err != nil {
-		t.Fatal(sandbox.OneLine(err))
+		t.Fatal(temporalerr.OneLine(err))
 	}
 	return got
 }

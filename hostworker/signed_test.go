@@ -135,7 +135,7 @@ func tarOf(t testing.TB, name string, data []byte) *bytes.Buffer {
 // sandbox workflow for each id.
 func signedHost(t *testing.T, c tclient.Client, bucket *blob.Bucket, limits transfer.Limits, ids ...string) {
 	t.Helper()
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
 		Outputs:   bucket, Snapshots: snapshot.New(berthtest.Bucket(t)),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 )
@@ -104,7 +106,7 @@ func pauseOne(ctx context.Context, p provider.Provider, id string) error {
 	}
 	pa, ok := sb.(provider.Pauser)
 	if !ok {
-		return provider.ErrUnsupported
+		return errdefs.ErrUnsupported
 	}
 	return pa.Pause(ctx)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/hostworker"
@@ -68,7 +70,7 @@ func BenchmarkSwitch(b *testing.B) {
 		to := order[i%len(order)]
 		start := time.Now()
 		if err := update(ctx, c, run.GetID(), workflows.UpdateSwitch, workflows.SwitchRequest{Provider: to}); err != nil {
-			b.Fatal(sandbox.OneLine(err))
+			b.Fatal(temporalerr.OneLine(err))
 		}
 		took[from+"→"+to] = append(took[from+"→"+to], time.Since(start))
 		from = to

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/hostworker"
@@ -34,7 +37,7 @@ func TestSwitch(t *testing.T) {
 	execIn(t, c, run.GetID(), workflows.ExecRequest{Shell: "mkdir -p d && echo kept > d/f && chmod 750 d && ln -s d/f link"})
 
 	if err := update(ctx, c, run.GetID(), workflows.UpdateSwitch, workflows.SwitchRequest{Provider: "linux"}); err != nil {
-		t.Fatal(sandbox.OneLine(err))
+		t.Fatal(temporalerr.OneLine(err))
 	}
 	after := sandboxStatus(t, c, run.GetID())
 	if after.ID == before.ID || after.Provider != "linux" {
@@ -46,7 +49,7 @@ func TestSwitch(t *testing.T) {
 	}
 
 	err = update(ctx, c, run.GetID(), workflows.UpdateSwitch, workflows.SwitchRequest{Provider: "nosuch"})
-	if sandbox.ErrorKind(err) != provider.KindBadInput || !strings.Contains(sandbox.OneLine(err), "nosuch") {
+	if temporalerr.KindOf(err) != errdefs.BadInput || !strings.Contains(temporalerr.OneLine(err), "nosuch") {
 		t.Fatalf("switch to a provider no worker serves: %v, want bad input naming it", err)
 	}
 	if err := update(ctx, c, run.GetID(), workflows.UpdateSwitch, workflows.SwitchRequest{}); err == nil {
@@ -88,7 +91,7 @@ func TestSwitchImage(t *testing.T) {
 		want  bool   // the test image runs
 	}{{image, true}, {"", false}} {
 		if err := update(ctx, c, run.GetID(), workflows.UpdateSwitch, workflows.SwitchRequest{Provider: "linux", Image: step.image}); err != nil {
-			t.Fatal(sandbox.OneLine(err))
+			t.Fatal(temporalerr.OneLine(err))
 		}
 		st := sandboxStatus(t, c, run.GetID())
 		if got := marker(); (got == strings.TrimSpace(imagetest.MarkerData)) != step.want || st.Image != step.image || st.Config.Image != step.image {
@@ -139,7 +142,7 @@ func TestSwitchToDefaultImage(t *testing.T) {
 	// The image is made in the background from the host's start; the
 	// switch's creation waits for it, or fails to be retried.
 	if err := update(ctx, c, run.GetID(), workflows.UpdateSwitch, workflows.SwitchRequest{Provider: "docker"}); err != nil {
-		t.Fatal(sandbox.OneLine(err))
+		t.Fatal(temporalerr.OneLine(err))
 	}
 	if st := sandboxStatus(t, c, run.GetID()); st.Provider != "docker" {
 		t.Fatalf("after the switch: on %s", st.Provider)

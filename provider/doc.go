@@ -14,17 +14,18 @@
 // A sandbox is created running. While running it accepts every operation.
 // A paused sandbox ([Pauser]) keeps its memory and processes but runs
 // nothing; operations other than Resume, Info and Destroy fail with
-// [ErrPaused]. A sandbox whose backing machinery died (its daemon was
-// killed, its host rebooted) is lost: operations fail with [ErrLost] and
-// only Destroy is useful. Destroy is final and idempotent; afterwards the
-// id is unknown ([ErrNotFound]).
+// [errdefs.ErrSandboxPaused]. A sandbox whose backing machinery died (its
+// daemon was killed, its host rebooted) is lost: operations fail with
+// [errdefs.ErrSandboxLost] and only Destroy is useful. Destroy is final and idempotent; afterwards the
+// id is unknown ([errdefs.ErrNotFound]).
 //
 // # Errors
 //
-// Every error a backend returns for a known condition wraps one of the
-// sentinel errors in this package (ErrNotFound, ErrBadInput, ...), so
-// callers test them with [errors.Is] whatever the backend. [KindOf] names
-// the condition as a stable string, for crossing process boundaries.
+// Every error a backend returns for a known condition wraps one of
+// berth's sentinel errors (package errdefs: [errdefs.ErrNotFound],
+// [errdefs.ErrBadInput], ...), so callers test them with [errors.Is]
+// whatever the backend. [errdefs.KindOf] names the condition as a stable
+// string, for crossing process boundaries.
 //
 // # Paths
 //

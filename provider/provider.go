@@ -22,7 +22,7 @@ type Provider interface {
 	// whatever the rest of spec says.
 	Create(ctx context.Context, spec Spec) (Sandbox, error)
 	// Get returns a handle on an existing sandbox, or an error wrapping
-	// ErrNotFound.
+	// errdefs.ErrNotFound.
 	Get(ctx context.Context, id string) (Sandbox, error)
 	// List describes the sandboxes carrying all of the given labels (all of
 	// them when labels is empty), lost ones included.
@@ -41,8 +41,8 @@ type Sandbox interface {
 	// req.Stdout and req.Stderr as it is produced. A request whose ID names
 	// a command that already ran or is running attaches to it instead of
 	// running it again. When the command timed out or ran out of memory,
-	// Exec returns the result together with an error wrapping ErrTimeout or
-	// ErrOutOfMemory; a non-zero exit code alone is not an error.
+	// Exec returns the result together with an error wrapping errdefs.ErrTimeout or
+	// errdefs.ErrOutOfMemory; a non-zero exit code alone is not an error.
 	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 
 	// WriteFile creates or replaces one file with the contents of r,
@@ -68,7 +68,7 @@ type Sandbox interface {
 	// Import unpacks a tar stream into the workspace, over what is there.
 	// Regular files, directories, symbolic and hard links are allowed;
 	// an archive with any entry that leaves the workspace or is of another
-	// type is refused whole, with ErrBadInput, and changes nothing.
+	// type is refused whole, with errdefs.ErrBadInput, and changes nothing.
 	Import(ctx context.Context, r io.Reader) error
 
 	// Destroy stops everything in the sandbox and removes all it held.
@@ -93,7 +93,7 @@ type PathExporter interface {
 	// ExportPath is Export of the file or directory at path alone. Its
 	// entries' names start with path's base name, as tar -C would write
 	// them: exporting "src/pkg" gives "pkg/", "pkg/a.go"... A path that
-	// does not exist is an error wrapping ErrNotFound.
+	// does not exist is an error wrapping errdefs.ErrNotFound.
 	ExportPath(ctx context.Context, path string) (io.ReadCloser, error)
 }
 
@@ -126,7 +126,7 @@ type Signaler interface {
 	// every process it started that stays in its process group or its
 	// session, each once. A command that has ended is not an error: the
 	// signal reaches nothing. An id the sandbox never ran is an error
-	// wrapping ErrBadInput.
+	// wrapping errdefs.ErrBadInput.
 	Signal(ctx context.Context, commandID, sig string) error
 }
 
@@ -169,7 +169,7 @@ type Capabilities struct {
 // sandbox: the provider's default root filesystem, no network, the
 // provider's default limits and lifetime, an id of the provider's choice.
 //
-// A provider refuses, with ErrUnsupported, what it cannot honour (a limit
+// A provider refuses, with errdefs.ErrUnsupported, what it cannot honour (a limit
 // it cannot enforce, an image when it has none) rather than ignore it.
 type Spec struct {
 	// ID names the sandbox; see ValidateID. Empty means the provider picks
@@ -289,7 +289,7 @@ type ExecRequest struct {
 	// controlling terminal and its stdin, stdout and stderr: what it
 	// writes comes as Stdout alone, and its input comes through the
 	// sandbox's Terminal, not Stdin (which must be nil). A provider
-	// whose sandboxes are not Terminals refuses it with ErrUnsupported.
+	// whose sandboxes are not Terminals refuses it with errdefs.ErrUnsupported.
 	TTY *TerminalSize
 	// StdoutOffset and StderrOffset skip that many bytes of each stream,
 	// so that a caller re-attaching after a crash receives only what it has
@@ -310,7 +310,7 @@ var DefaultTerminalSize = TerminalSize{Rows: 24, Cols: 80}
 // Terminal is implemented by sandboxes that can run a command on a
 // terminal (ExecRequest.TTY). Both methods address the command by its
 // ExecRequest.ID while it runs; a command that has ended, or that has no
-// terminal, is an error wrapping ErrNotFound.
+// terminal, is an error wrapping errdefs.ErrNotFound.
 type Terminal interface {
 	// TerminalInput writes data to the command's terminal, as if typed:
 	// the terminal's line discipline sees it, so that ^C (0x03) interrupts

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/berth-dev/berth/errdefs"
 )
 
 // Config holds a provider's settings as text, as they come from flags or a
@@ -44,7 +46,7 @@ func Open(ctx context.Context, name string, cfg Config) (Provider, error) {
 	factory, ok := registry.m[name]
 	registry.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown provider %q (known: %v)", ErrBadInput, name, Names())
+		return nil, fmt.Errorf("%w: unknown provider %q (known: %v)", errdefs.ErrBadInput, name, Names())
 	}
 	p, err := factory(ctx, cfg)
 	if err != nil {
@@ -65,8 +67,8 @@ func Names() []string {
 	return names
 }
 
-// Status says whether a host serves a provider, and how.
-type Status struct {
+// Availability says whether a host serves a provider, and how.
+type Availability struct {
 	Name string `json:"name"`
 	// Host names the host that answered (its task queue).
 	Host string `json:"host,omitempty"`

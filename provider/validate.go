@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/berth-dev/berth/errdefs"
 )
 
 // Limits on names that come from callers. They keep ids usable as file,
@@ -22,14 +24,14 @@ const (
 // from [a-zA-Z0-9_.-], starting with a letter or a digit.
 func ValidateID(id string) error {
 	if id == "" || len(id) > MaxIDLen {
-		return fmt.Errorf("%w: id %q must have 1 to %d characters", ErrBadInput, truncate(id), MaxIDLen)
+		return fmt.Errorf("%w: id %q must have 1 to %d characters", errdefs.ErrBadInput, truncate(id), MaxIDLen)
 	}
 	for i, c := range id {
 		switch {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
 		case i > 0 && (c == '-' || c == '_' || c == '.'):
 		default:
-			return fmt.Errorf("%w: id %q may hold only letters, digits, '-', '_' and '.', and must start with a letter or digit", ErrBadInput, truncate(id))
+			return fmt.Errorf("%w: id %q may hold only letters, digits, '-', '_' and '.', and must start with a letter or digit", errdefs.ErrBadInput, truncate(id))
 		}
 	}
 	return nil
@@ -40,14 +42,14 @@ func ValidateID(id string) error {
 // printable characters.
 func ValidateLabels(labels map[string]string) error {
 	if len(labels) > MaxLabels {
-		return fmt.Errorf("%w: %d labels, at most %d allowed", ErrBadInput, len(labels), MaxLabels)
+		return fmt.Errorf("%w: %d labels, at most %d allowed", errdefs.ErrBadInput, len(labels), MaxLabels)
 	}
 	for k, v := range labels {
 		if k == "" || len(k) > MaxLabelKeyLen || strings.ContainsAny(k, "=,") || !printable(k) {
-			return fmt.Errorf("%w: label key %q must have 1 to %d printable characters and no '=' or ','", ErrBadInput, truncate(k), MaxLabelKeyLen)
+			return fmt.Errorf("%w: label key %q must have 1 to %d printable characters and no '=' or ','", errdefs.ErrBadInput, truncate(k), MaxLabelKeyLen)
 		}
 		if len(v) > MaxLabelValueLen || !printable(v) {
-			return fmt.Errorf("%w: label %q: value must have at most %d printable characters", ErrBadInput, k, MaxLabelValueLen)
+			return fmt.Errorf("%w: label %q: value must have at most %d printable characters", errdefs.ErrBadInput, k, MaxLabelValueLen)
 		}
 	}
 	return nil
@@ -79,15 +81,15 @@ func ValidateSpec(spec Spec) error {
 		return err
 	}
 	if spec.Lifetime < 0 {
-		return fmt.Errorf("%w: negative lifetime %v", ErrBadInput, spec.Lifetime)
+		return fmt.Errorf("%w: negative lifetime %v", errdefs.ErrBadInput, spec.Lifetime)
 	}
 	if spec.Lease != 0 && spec.Lease < MinLease {
-		return fmt.Errorf("%w: lease %v is shorter than %v", ErrBadInput, spec.Lease, MinLease)
+		return fmt.Errorf("%w: lease %v is shorter than %v", errdefs.ErrBadInput, spec.Lease, MinLease)
 	}
 	switch spec.Network {
 	case NetworkNone, NetworkOpen:
 	default:
-		return fmt.Errorf("%w: unknown network policy %q", ErrBadInput, spec.Network)
+		return fmt.Errorf("%w: unknown network policy %q", errdefs.ErrBadInput, spec.Network)
 	}
 	return nil
 }
@@ -111,15 +113,15 @@ const (
 func ValidateResources(r Resources) error {
 	switch {
 	case r.Memory < 0 || r.Pids < 0 || r.Disk < 0 || r.CPU < 0 || r.CPU != r.CPU:
-		return fmt.Errorf("%w: resources must not be negative: %+v", ErrBadInput, r)
+		return fmt.Errorf("%w: resources must not be negative: %+v", errdefs.ErrBadInput, r)
 	case r.Memory != 0 && r.Memory < MinMemory:
-		return fmt.Errorf("%w: memory limit %d bytes is below the minimum of %d MiB a sandbox needs to start", ErrBadInput, r.Memory, MinMemory>>20)
+		return fmt.Errorf("%w: memory limit %d bytes is below the minimum of %d MiB a sandbox needs to start", errdefs.ErrBadInput, r.Memory, MinMemory>>20)
 	case r.Pids != 0 && r.Pids < MinPids:
-		return fmt.Errorf("%w: pids limit %d is below the minimum of %d a sandbox needs to start", ErrBadInput, r.Pids, MinPids)
+		return fmt.Errorf("%w: pids limit %d is below the minimum of %d a sandbox needs to start", errdefs.ErrBadInput, r.Pids, MinPids)
 	case r.CPU != 0 && r.CPU < MinCPU:
-		return fmt.Errorf("%w: CPU limit %g is below the minimum of %g cores", ErrBadInput, r.CPU, MinCPU)
+		return fmt.Errorf("%w: CPU limit %g is below the minimum of %g cores", errdefs.ErrBadInput, r.CPU, MinCPU)
 	case r.Disk != 0 && r.Disk < MinDisk:
-		return fmt.Errorf("%w: disk limit %d bytes is below the minimum of %d MiB", ErrBadInput, r.Disk, MinDisk>>20)
+		return fmt.Errorf("%w: disk limit %d bytes is below the minimum of %d MiB", errdefs.ErrBadInput, r.Disk, MinDisk>>20)
 	}
 	return nil
 }
@@ -129,7 +131,7 @@ func ValidateResources(r Resources) error {
 func ValidateEnv(env map[string]string) error {
 	for k, v := range env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
-			return fmt.Errorf("%w: environment variable %q: names must be non-empty without '=' or NUL, values without NUL", ErrBadInput, truncate(k))
+			return fmt.Errorf("%w: environment variable %q: names must be non-empty without '=' or NUL, values without NUL", errdefs.ErrBadInput, truncate(k))
 		}
 	}
 	return nil
@@ -148,22 +150,22 @@ func ValidateExec(req ExecRequest) error {
 	}
 	switch {
 	case len(req.Argv) == 0 && req.Shell == "":
-		return fmt.Errorf("%w: no command: set Argv or Shell", ErrBadInput)
+		return fmt.Errorf("%w: no command: set Argv or Shell", errdefs.ErrBadInput)
 	case len(req.Argv) > 0 && req.Shell != "":
-		return fmt.Errorf("%w: set Argv or Shell, not both", ErrBadInput)
+		return fmt.Errorf("%w: set Argv or Shell, not both", errdefs.ErrBadInput)
 	case len(req.Argv) > 0 && req.Argv[0] == "":
-		return fmt.Errorf("%w: empty program name", ErrBadInput)
+		return fmt.Errorf("%w: empty program name", errdefs.ErrBadInput)
 	}
 	for _, a := range req.Argv {
 		if strings.ContainsRune(a, 0) {
-			return fmt.Errorf("%w: argument holds a NUL byte", ErrBadInput)
+			return fmt.Errorf("%w: argument holds a NUL byte", errdefs.ErrBadInput)
 		}
 	}
 	if strings.ContainsRune(req.Shell, 0) {
-		return fmt.Errorf("%w: shell command holds a NUL byte", ErrBadInput)
+		return fmt.Errorf("%w: shell command holds a NUL byte", errdefs.ErrBadInput)
 	}
 	if req.Timeout < 0 || req.StdoutOffset < 0 || req.StderrOffset < 0 {
-		return fmt.Errorf("%w: negative timeout or offset", ErrBadInput)
+		return fmt.Errorf("%w: negative timeout or offset", errdefs.ErrBadInput)
 	}
 	if req.Dir != "" {
 		if _, err := WorkspacePath(req.Dir); err != nil {
@@ -172,10 +174,10 @@ func ValidateExec(req ExecRequest) error {
 	}
 	if req.TTY != nil {
 		if req.Stdin != nil {
-			return fmt.Errorf("%w: a command on a terminal takes its input through the terminal, not Stdin", ErrBadInput)
+			return fmt.Errorf("%w: a command on a terminal takes its input through the terminal, not Stdin", errdefs.ErrBadInput)
 		}
 		if req.TTY.Rows > MaxTerminalSide || req.TTY.Cols > MaxTerminalSide {
-			return fmt.Errorf("%w: terminal of %dx%d: at most %d rows and columns", ErrBadInput, req.TTY.Rows, req.TTY.Cols, MaxTerminalSide)
+			return fmt.Errorf("%w: terminal of %dx%d: at most %d rows and columns", errdefs.ErrBadInput, req.TTY.Rows, req.TTY.Cols, MaxTerminalSide)
 		}
 	}
 	return ValidateEnv(req.Env)
@@ -187,17 +189,17 @@ func ValidateExec(req ExecRequest) error {
 // the moment it opens the file.
 func WorkspacePath(p string) (string, error) {
 	if p == "" || len(p) > MaxPathLen || strings.ContainsRune(p, 0) || !utf8.ValidString(p) {
-		return "", fmt.Errorf("%w: path %q must be 1 to %d bytes of UTF-8 without NUL", ErrBadInput, truncate(p), MaxPathLen)
+		return "", fmt.Errorf("%w: path %q must be 1 to %d bytes of UTF-8 without NUL", errdefs.ErrBadInput, truncate(p), MaxPathLen)
 	}
 	if path.IsAbs(p) {
 		rel, ok := strings.CutPrefix(path.Clean(p), Workspace)
 		if !ok || (rel != "" && rel[0] != '/') {
-			return "", fmt.Errorf("%w: path %q is outside %s", ErrBadInput, truncate(p), Workspace)
+			return "", fmt.Errorf("%w: path %q is outside %s", errdefs.ErrBadInput, truncate(p), Workspace)
 		}
 		p = "." + rel
 	}
 	if Escapes(p) {
-		return "", fmt.Errorf("%w: path %q leaves %s", ErrBadInput, truncate(p), Workspace)
+		return "", fmt.Errorf("%w: path %q leaves %s", errdefs.ErrBadInput, truncate(p), Workspace)
 	}
 	return path.Clean(p), nil
 }
@@ -243,11 +245,11 @@ const maxImageRef = 512
 // spaces, bounded. Each provider resolves it its own way.
 func validateImage(ref string) error {
 	if len(ref) > maxImageRef {
-		return fmt.Errorf("%w: image reference of %d bytes; at most %d", ErrBadInput, len(ref), maxImageRef)
+		return fmt.Errorf("%w: image reference of %d bytes; at most %d", errdefs.ErrBadInput, len(ref), maxImageRef)
 	}
 	for _, r := range ref {
 		if r <= ' ' || r == 0x7f || r > '~' {
-			return fmt.Errorf("%w: image reference %q: only printable ASCII without spaces", ErrBadInput, ref)
+			return fmt.Errorf("%w: image reference %q: only printable ASCII without spaces", errdefs.ErrBadInput, ref)
 		}
 	}
 	return nil
@@ -260,7 +262,7 @@ var Signals = []string{"INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2"}
 
 // ParseSignal turns a signal's name, with or without its SIG prefix, in
 // any case ("int", "SIGTERM"), into its form in Signals, or fails with
-// ErrBadInput.
+// errdefs.ErrBadInput.
 func ParseSignal(sig string) (string, error) {
 	name := strings.TrimPrefix(strings.ToUpper(sig), "SIG")
 	if slices.Contains(Signals, name) {
@@ -269,5 +271,5 @@ func ParseSignal(sig string) (string, error) {
 	if len(sig) > 16 {
 		sig = sig[:16] + "..."
 	}
-	return "", fmt.Errorf("%w: signal %q: want one of %s", ErrBadInput, sig, strings.Join(Signals, ", "))
+	return "", fmt.Errorf("%w: signal %q: want one of %s", errdefs.ErrBadInput, sig, strings.Join(Signals, ", "))
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/berth-dev/berth/errdefs"
 )
 
 func TestValidateResources(t *testing.T) {
@@ -30,7 +32,7 @@ func TestValidateResources(t *testing.T) {
 			if tt.ok && err != nil {
 				t.Fatalf("ValidateResources(%+v) = %v, want nil", tt.r, err)
 			}
-			if !tt.ok && !errors.Is(err, ErrBadInput) {
+			if !tt.ok && !errors.Is(err, errdefs.ErrBadInput) {
 				t.Fatalf("ValidateResources(%+v) = %v, want bad input", tt.r, err)
 			}
 			if spec := (Spec{Resources: tt.r}); (ValidateSpec(spec) == nil) != tt.ok {

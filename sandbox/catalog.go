@@ -43,7 +43,7 @@ func ListSnapshots(ctx workflow.Context, queue string) ([]SnapshotListing, error
 
 // RemoveSnapshot deletes a snapshot from the store of the workers on
 // queue (DefaultQueue when empty); one that does not exist is an error
-// wrapping provider.ErrNotFound.
+// wrapping errdefs.ErrNotFound.
 func RemoveSnapshot(ctx workflow.Context, queue, id string) error {
 	if queue == "" {
 		queue = DefaultQueue

@@ -4,7 +4,7 @@
 // API does not show: workflows need only this package (and transfer for
 // the outputs results locate).
 //
-//	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+//	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 //	if err != nil {
 //		return err
 //	}
@@ -51,7 +51,7 @@
 // # Errors
 //
 // Errors wrap the sentinels of package provider: errors.Is(err,
-// provider.ErrTimeout) when a command timed out, provider.ErrOutOfMemory,
-// provider.ErrBadInput for a path that leaves the workspace, and so on.
+// errdefs.ErrTimeout) when a command timed out, errdefs.ErrOutOfMemory,
+// errdefs.ErrBadInput for a path that leaves the workspace, and so on.
 // A non-zero exit code is not an error.
 package sandbox

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/workflow"
@@ -26,7 +30,7 @@ func TestForkAndSwitchInherit(t *testing.T) {
 	}
 	alloc := []string{"/usr/bin/python3", "-c", "b = bytearray(400 << 20); b[::4096] = b'x' * len(b[::4096])"}
 	wf := func(ctx workflow.Context) (r report, err error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithResources(provider.Resources{Memory: limit}),
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithResources(provider.Resources{Memory: limit}),
 			WithEnv(map[string]string{"FROM": "parent"}))
 		if err != nil {
 			return r, err
@@ -44,7 +48,7 @@ func TestForkAndSwitchInherit(t *testing.T) {
 		}
 		r.ForkEnv = res.Stdout
 		_, err = fork.ExecArgv(ctx, alloc)
-		r.ForkOOM = errors.Is(err, provider.ErrOutOfMemory)
+		r.ForkOOM = errors.Is(err, errdefs.ErrOutOfMemory)
 
 		bigger, err := sbx.ForkWith(ctx, Provider{}, WithResources(provider.Resources{Memory: 2 * limit}))
 		if err != nil {
@@ -53,7 +57,7 @@ func TestForkAndSwitchInherit(t *testing.T) {
 		defer bigger.Stop(ctx)
 		r.Overridden = bigger.Status().Resources
 
-		if err := sbx.Switch(ctx, Provider{Type: "other"}); err != nil {
+		if err := sbx.Switch(ctx, Provider{Name: "other"}); err != nil {
 			return r, err
 		}
 		r.Switched = sbx.Status().Resources
@@ -62,7 +66,7 @@ func TestForkAndSwitchInherit(t *testing.T) {
 		}
 		r.SwitchedEnv = res.Stdout
 		_, err = sbx.ExecArgv(ctx, alloc)
-		r.SwitchedOOM = errors.Is(err, provider.ErrOutOfMemory)
+		r.SwitchedOOM = errors.Is(err, errdefs.ErrOutOfMemory)
 		return r, nil
 	}
 	env.RegisterWorkflow(wf)
@@ -90,12 +94,12 @@ func TestNewRejectsBadSettings(t *testing.T) {
 	activities := 0
 	env.SetOnActivityStartedListener(func(*activity.Info, context.Context, converter.EncodedValues) { activities++ })
 	wf := func(ctx workflow.Context) error {
-		_, err := New(ctx, Provider{Type: "linux"}, WithResources(provider.Resources{Memory: 1 << 20}))
+		_, err := New(ctx, Provider{Name: "linux"}, WithResources(provider.Resources{Memory: 1 << 20}))
 		return Failure(err)
 	}
 	env.RegisterWorkflow(wf)
 	env.ExecuteWorkflow(wf)
-	if err := env.GetWorkflowError(); ErrorKind(err) != provider.KindBadInput {
+	if err := env.GetWorkflowError(); temporalerr.KindOf(err) != errdefs.BadInput {
 		t.Errorf("1 MiB of memory: %v, want bad input", err)
 	}
 	if activities != 0 {

@@ -40,7 +40,7 @@ func TestIdleTimeoutIsLease(t *testing.T) {
 				}
 			})
 			wf := func(ctx workflow.Context) error {
-				sbx, err := New(ctx, Provider{Type: "linux"}, WithIdleTimeout(tt.idle))
+				sbx, err := New(ctx, Provider{Name: "linux"}, WithIdleTimeout(tt.idle))
 				if err != nil {
 					return err
 				}

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/activities"
-	"github.com/berth-dev/berth/provider"
 )
 
 // The lifecycle is a state machine kept in workflow state:
@@ -37,7 +38,7 @@ func (s *Sandbox) do(ctx workflow.Context, what string, op func(activities.Ref) 
 	s.st.inflight--
 	s.st.LastActive = workflow.Now(ctx)
 	s.st.epoch++
-	if errors.Is(err, provider.ErrLost) && s.st.Ref == ref {
+	if errors.Is(err, errdefs.ErrSandboxLost) && s.st.Ref == ref {
 		return s.lost(ctx, err)
 	}
 	if what != "" {
@@ -59,13 +60,13 @@ func (s *Sandbox) begin(ctx workflow.Context) error {
 	}
 	switch s.st.State {
 	case StateStopped:
-		return fmt.Errorf("%w: sandbox %s is stopped", provider.ErrNotFound, s.st.Ref.ID)
+		return fmt.Errorf("%w: sandbox %s is stopped", errdefs.ErrNotFound, s.st.Ref.ID)
 	case StatePaused, StateHibernated:
 		if s.st.Config.NoAutoResume {
-			return fmt.Errorf("%w: sandbox %s is %s and automatic resume is off", provider.ErrPaused, s.st.Ref.ID, s.st.State)
+			return fmt.Errorf("%w: sandbox %s is %s and automatic resume is off", errdefs.ErrSandboxPaused, s.st.Ref.ID, s.st.State)
 		}
 		if err := s.transition(ctx, s.resume); err != nil {
-			if errors.Is(err, provider.ErrLost) {
+			if errors.Is(err, errdefs.ErrSandboxLost) {
 				return s.lost(ctx, err)
 			}
 			return fmt.Errorf("resume sandbox %s: %w", s.st.Ref.ID, err)
@@ -164,7 +165,7 @@ func (s *Sandbox) Hibernate(ctx workflow.Context) error {
 
 func (s *Sandbox) pause(ctx workflow.Context) error {
 	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Pause, activities.Ref(s.st.Ref))
-	if errors.Is(err, provider.ErrUnsupported) {
+	if errors.Is(err, errdefs.ErrUnsupported) {
 		return s.hibernate(ctx)
 	}
 	if err != nil {
@@ -217,7 +218,7 @@ func (s *Sandbox) wake(ctx workflow.Context) error {
 
 // markLost notes that err revealed the sandbox lost and returns err.
 func (s *Sandbox) markLost(ctx workflow.Context, err error) error {
-	if errors.Is(err, provider.ErrLost) {
+	if errors.Is(err, errdefs.ErrSandboxLost) {
 		s.set(ctx, StateLost)
 	}
 	return err
@@ -315,7 +316,7 @@ func (s *Sandbox) dropCheckpoint(ctx workflow.Context) {
 // to the reaper.
 func (s *Sandbox) destroy(ctx workflow.Context, ref Ref) {
 	_, err := call[struct{}](ctx, s.lifecycle(ref.Queue), acts.Destroy, activities.Ref(ref))
-	if err != nil && !errors.Is(err, provider.ErrLost) {
+	if err != nil && !errors.Is(err, errdefs.ErrSandboxLost) {
 		workflow.GetLogger(ctx).Warn("destroy sandbox", "sandbox", ref.ID, "error", err)
 	}
 }

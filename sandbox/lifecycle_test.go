@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/internal/berthtest"
@@ -43,7 +45,7 @@ func TestIdlePauseAndResume(t *testing.T) {
 	var id string
 	var seen provider.State
 	wf := func(ctx workflow.Context) (string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(NoIdleTimeout))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(NoIdleTimeout))
 		if err != nil {
 			return "", err
 		}
@@ -88,7 +90,7 @@ func TestHibernateAndWake(t *testing.T) {
 	var ids []string
 	var during provider.State
 	wf := func(ctx workflow.Context) (string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(3*time.Minute))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(3*time.Minute))
 		if err != nil {
 			return "", err
 		}
@@ -131,7 +133,7 @@ func TestHibernateAndWake(t *testing.T) {
 func TestCommandRacesIdlePause(t *testing.T) {
 	env, _, _ := berthtest.WorkflowEnv(t)
 	wf := func(ctx workflow.Context) ([]string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(NoIdleTimeout))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(NoIdleTimeout))
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +172,7 @@ func TestRecoverLost(t *testing.T) {
 	}
 	wf := func(ctx workflow.Context) (report, error) {
 		var r report
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithCheckpointEvery(2), WithIdleTimeout(NoIdleTimeout), WithHibernateAfter(NoIdleTimeout))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithCheckpointEvery(2), WithIdleTimeout(NoIdleTimeout), WithHibernateAfter(NoIdleTimeout))
 		if err != nil {
 			return r, err
 		}
@@ -193,7 +195,7 @@ func TestRecoverLost(t *testing.T) {
 		}
 		_, err = sbx.Exec(ctx, "true")
 		var lost *LostError
-		if !errors.As(err, &lost) || !errors.Is(err, provider.ErrLost) {
+		if !errors.As(err, &lost) || !errors.Is(err, errdefs.ErrSandboxLost) {
 			return r, errors.New("want a LostError, got " + errString(err))
 		}
 		r.Lost, r.Recovered = lost.Lost, lost.Recovered
@@ -223,7 +225,7 @@ func TestRecoverLost(t *testing.T) {
 func TestRecoveryFail(t *testing.T) {
 	env, _, _ := berthtest.WorkflowEnv(t)
 	wf := func(ctx workflow.Context) (string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithRecovery(Fail), WithIdleTimeout(NoIdleTimeout), WithHibernateAfter(NoIdleTimeout))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithRecovery(Fail), WithIdleTimeout(NoIdleTimeout), WithHibernateAfter(NoIdleTimeout))
 		if err != nil {
 			return "", err
 		}
@@ -237,7 +239,7 @@ func TestRecoveryFail(t *testing.T) {
 		var msgs []string
 		for range 2 {
 			_, err := sbx.Exec(ctx, "true")
-			if !errors.Is(err, provider.ErrLost) {
+			if !errors.Is(err, errdefs.ErrSandboxLost) {
 				return "", errors.New("want ErrLost, got " + errString(err))
 			}
 			msgs = append(msgs, err.Error())
@@ -257,7 +259,7 @@ func TestRecoveryFail(t *testing.T) {
 func TestForkDiverges(t *testing.T) {
 	env, _, _ := berthtest.WorkflowEnv(t)
 	wf := func(ctx workflow.Context) ([]string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"})
+		sbx, err := New(ctx, Provider{Name: "linux"})
 		if err != nil {
 			return nil, err
 		}
@@ -301,7 +303,7 @@ func TestSwitchProvider(t *testing.T) {
 	other := berthtest.Provider(t)
 	env, acts := berthtest.WorkflowEnvWith(t, map[string]provider.Provider{"linux": berthtest.Provider(t), "other": other})
 	wf := func(ctx workflow.Context) (string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"})
+		sbx, err := New(ctx, Provider{Name: "linux"})
 		if err != nil {
 			return "", err
 		}
@@ -309,7 +311,7 @@ func TestSwitchProvider(t *testing.T) {
 		if err := sbx.WriteFiles(ctx, provider.File{Path: "src/x.py", Data: []byte("print(1)"), Mode: 0o755}); err != nil {
 			return "", err
 		}
-		if err := sbx.Switch(ctx, Provider{Type: "other"}); err != nil {
+		if err := sbx.Switch(ctx, Provider{Name: "other"}); err != nil {
 			return "", err
 		}
 		res, err := sbx.Exec(ctx, "stat -c %a src/x.py; cat src/x.py")
@@ -340,24 +342,24 @@ func TestCarryAcrossRuns(t *testing.T) {
 	p := berthtest.Provider(t)
 	providers := map[string]provider.Provider{"linux": p}
 	first, _ := berthtest.WorkflowEnvWith(t, providers)
-	wf1 := func(ctx workflow.Context) (Carried, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"})
+	wf1 := func(ctx workflow.Context) (HandleState, error) {
+		sbx, err := New(ctx, Provider{Name: "linux"})
 		if err != nil {
-			return Carried{}, err
+			return HandleState{}, err
 		}
 		defer sbx.Stop(ctx) // must do nothing once carried
 		if _, err := sbx.Exec(ctx, "echo carried > f"); err != nil {
-			return Carried{}, err
+			return HandleState{}, err
 		}
 		return sbx.Carry(), nil
 	}
 	first.RegisterWorkflow(wf1)
 	first.ExecuteWorkflow(wf1)
-	var c Carried
+	var c HandleState
 	must(t, first.GetWorkflowResult(&c))
 
 	second, _ := berthtest.WorkflowEnvWith(t, providers)
-	wf2 := func(ctx workflow.Context, c Carried) (string, error) {
+	wf2 := func(ctx workflow.Context, c HandleState) (string, error) {
 		sbx := Reattach(ctx, c)
 		defer sbx.Stop(ctx)
 		res, err := sbx.Exec(ctx, "cat f")
@@ -384,10 +386,10 @@ func TestHeldAndActive(t *testing.T) {
 	first, _ := berthtest.WorkflowEnvWith(t, providers)
 	type report struct {
 		Hibernated, Woken Status
-		Carried           Carried
+		Carried           HandleState
 	}
 	wf1 := func(ctx workflow.Context) (r report, err error) {
-		sbx, err := New(ctx, Provider{Type: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(3*time.Minute))
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithIdleTimeout(time.Minute), WithHibernateAfter(3*time.Minute))
 		if err != nil {
 			return r, err
 		}
@@ -425,7 +427,7 @@ func TestHeldAndActive(t *testing.T) {
 	}
 
 	second, _ := berthtest.WorkflowEnvWith(t, providers)
-	wf2 := func(ctx workflow.Context, c Carried) (Status, error) {
+	wf2 := func(ctx workflow.Context, c HandleState) (Status, error) {
 		sbx := Reattach(ctx, c)
 		defer sbx.Stop(ctx)
 		return sbx.Status(), nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -13,8 +15,9 @@ import (
 
 // Provider chooses where a sandbox lives.
 type Provider struct {
-	// Type is a registered provider name ("linux").
-	Type string `json:"type"`
+	// Name is a registered provider name ("linux"). Its JSON key stays
+	// "type": histories and Update payloads hold it.
+	Name string `json:"type"`
 	// Image is the image the sandbox's root filesystem comes from, for
 	// providers that have images (docker; linux and gvisor from a Docker
 	// image on their host). Empty means the provider's default.
@@ -51,7 +54,7 @@ const (
 	// checkpoint. It is the default.
 	Reprovision Recovery = iota
 	// Fail leaves a lost sandbox lost: every later operation fails with
-	// provider.ErrLost.
+	// errdefs.ErrSandboxLost.
 	Fail
 )
 
@@ -77,7 +80,7 @@ type config struct {
 
 func newConfig(p Provider, opts []Option) config {
 	cfg := config{
-		Provider: p.Type, Queue: DefaultQueue,
+		Provider: p.Name, Queue: DefaultQueue,
 		IdleTimeout: DefaultIdleTimeout, HibernateAfter: DefaultHibernateAfter,
 	}
 	cfg.Spec.Image = p.Image
@@ -98,10 +101,10 @@ func newConfig(p Provider, opts []Option) config {
 // fail as bad input before any activity runs.
 func (c config) validate() error {
 	if c.Provider == "" {
-		return fmt.Errorf("%w: no provider", provider.ErrBadInput)
+		return fmt.Errorf("%w: no provider", errdefs.ErrBadInput)
 	}
 	if c.CheckpointEvery < 0 || c.HostTimeout < 0 {
-		return fmt.Errorf("%w: negative checkpoint interval or host timeout", provider.ErrBadInput)
+		return fmt.Errorf("%w: negative checkpoint interval or host timeout", errdefs.ErrBadInput)
 	}
 	if c.FromSnapshot != "" {
 		if err := provider.ValidateID(c.FromSnapshot); err != nil {
@@ -154,7 +157,7 @@ func WithHibernateAfter(d time.Duration) Option {
 }
 
 // DisableAutoResume makes operations on a paused or hibernated sandbox
-// fail with an error wrapping provider.ErrPaused instead of resuming it.
+// fail with an error wrapping errdefs.ErrSandboxPaused instead of resuming it.
 func DisableAutoResume() Option { return func(c *config) { c.NoAutoResume = true } }
 
 // WithRecovery says what to do when the sandbox is found lost.
@@ -201,9 +204,9 @@ type execConfig struct {
 	input   string
 }
 
-// WithTimeout ends the command, and every process it started, after d.
+// WithExecTimeout ends the command, and every process it started, after d.
 // Zero means DefaultExecTimeout.
-func WithTimeout(d time.Duration) ExecOption { return func(c *execConfig) { c.timeout = d } }
+func WithExecTimeout(d time.Duration) ExecOption { return func(c *execConfig) { c.timeout = d } }
 
 // WithExecEnv adds environment variables to this command.
 func WithExecEnv(env map[string]string) ExecOption { return func(c *execConfig) { c.env = env } }

@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -18,7 +19,7 @@ type HostProviders struct {
 	Host string `json:"host"`
 	// Providers are those the host serves, with their capabilities, and
 	// those its binary links but cannot serve, and why.
-	Providers []provider.Status `json:"providers,omitempty"`
+	Providers []provider.Availability `json:"providers,omitempty"`
 	// Unreachable says the host did not answer, and Error why: its
 	// worker stopped (the server lists a worker for some minutes after
 	// its last poll) or is too busy to answer.
@@ -37,7 +38,7 @@ func Providers(ctx workflow.Context, queue string) ([]HostProviders, error) {
 	}
 	var hosts []string
 	if err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, localOptions()), acts.Hosts, queue).Get(ctx, &hosts); err != nil {
-		return nil, fmt.Errorf("list the hosts: %w", activities.FromTemporal(err))
+		return nil, fmt.Errorf("list the hosts: %w", temporalerr.From(err))
 	}
 	asked := make([]workflow.Future, len(hosts))
 	for i, host := range hosts {
@@ -54,7 +55,7 @@ func Providers(ctx workflow.Context, queue string) ([]HostProviders, error) {
 		case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
 			out[i].Unreachable, out[i].Error = true, fmt.Sprintf("no worker took the question within %v", hostAnswerTimeout)
 		case err != nil:
-			out[i].Unreachable, out[i].Error = true, activities.FromTemporal(err).Error()
+			out[i].Unreachable, out[i].Error = true, temporalerr.From(err).Error()
 		}
 	}
 	return out, nil

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/activities"
-	"github.com/berth-dev/berth/provider"
 )
 
 // Routing: a worker serves every provider it can, and polls, besides
@@ -23,7 +25,7 @@ import (
 const routeVersion = "berth.route"
 
 // UnservedError says that no worker serves the provider a sandbox was
-// asked of. errors.Is(err, provider.ErrBadInput) holds: asking again
+// asked of. errors.Is(err, errdefs.ErrBadInput) holds: asking again
 // fails the same way until a worker serving it starts.
 type UnservedError struct {
 	Provider string
@@ -39,7 +41,7 @@ func (e *UnservedError) Error() string {
 	return fmt.Sprintf("no worker on queue %s serves provider %q (served: %s)", e.Queue, e.Provider, served)
 }
 
-func (e *UnservedError) Unwrap() error { return provider.ErrBadInput }
+func (e *UnservedError) Unwrap() error { return errdefs.ErrBadInput }
 
 // createQueue says which task queue a sandbox of provider prov is
 // created on, asking this workflow's worker (a local activity: its
@@ -54,7 +56,7 @@ func (s *Sandbox) createQueue(ctx workflow.Context, prov string) (string, error)
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, localOptions()), acts.Route,
 		activities.RouteInput{Queue: queue, Provider: prov}).Get(ctx, &out)
 	if err != nil {
-		return "", fmt.Errorf("find a worker for provider %s: %w", prov, activities.FromTemporal(err))
+		return "", fmt.Errorf("find a worker for provider %s: %w", prov, temporalerr.From(err))
 	}
 	if out.Queue == "" {
 		return "", &UnservedError{Provider: prov, Queue: queue, Served: out.Served}

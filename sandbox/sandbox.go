@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -98,7 +101,7 @@ const (
 )
 
 // LostError says that the sandbox was lost, what was lost with it, and
-// whether it was recovered. errors.Is(err, provider.ErrLost) holds.
+// whether it was recovered. errors.Is(err, errdefs.ErrSandboxLost) holds.
 type LostError struct {
 	Sandbox string // the id of the lost sandbox
 	// Checkpoint is the snapshot the workspace was restored from; empty
@@ -130,7 +133,7 @@ func (e *LostError) Error() string {
 	return b.String()
 }
 
-func (e *LostError) Unwrap() error { return provider.ErrLost }
+func (e *LostError) Unwrap() error { return errdefs.ErrSandboxLost }
 
 // New creates a sandbox and returns its handle. The caller stops it,
 // usually with defer sbx.Stop(ctx). The handle's idle watcher runs on
@@ -332,7 +335,7 @@ type Result struct {
 
 // Exec runs a shell command line in the sandbox and waits for it. When
 // the command timed out or ran out of memory, Exec returns its result and
-// an error wrapping provider.ErrTimeout or provider.ErrOutOfMemory.
+// an error wrapping errdefs.ErrTimeout or errdefs.ErrOutOfMemory.
 func (s *Sandbox) Exec(ctx workflow.Context, cmd string, opts ...ExecOption) (Result, error) {
 	return s.exec(ctx, activities.ExecInput{Shell: cmd}, cmd, opts)
 }
@@ -380,9 +383,9 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 		}
 		switch {
 		case out.TimedOut:
-			return fmt.Errorf("%w: command ran past its %v timeout", provider.ErrTimeout, cfg.timeout)
+			return fmt.Errorf("%w: command ran past its %v timeout", errdefs.ErrTimeout, cfg.timeout)
 		case out.OOMKilled:
-			return fmt.Errorf("%w: the sandbox reached its memory limit", provider.ErrOutOfMemory)
+			return fmt.Errorf("%w: the sandbox reached its memory limit", errdefs.ErrOutOfMemory)
 		}
 		return nil
 	})
@@ -447,9 +450,9 @@ func (s *Sandbox) runExec(ctx workflow.Context, in activities.ExecInput) (activi
 			s.st.notLocal = in.Sandbox.Queue
 		case err == nil && !out.Handed:
 			return out.ExecOutput, nil
-		case err != nil && (ctx.Err() != nil || provider.KindOf(activities.FromTemporal(err)) != provider.KindInternal):
+		case err != nil && (ctx.Err() != nil || errdefs.KindOf(temporalerr.From(err)) != errdefs.Internal):
 			// Canceled, or a provider error the activity would get too.
-			return out.ExecOutput, activities.FromTemporal(err)
+			return out.ExecOutput, temporalerr.From(err)
 		}
 		// Otherwise the Exec activity takes over, or attaches to what
 		// the local activity started.
@@ -562,7 +565,7 @@ func (s *Sandbox) Stop(ctx workflow.Context) error {
 	}
 	if s.st.State != StateHibernated {
 		_, err := call[struct{}](ctx, s.lifecycle(s.st.Ref.Queue), acts.Destroy, activities.Ref(s.st.Ref))
-		if err != nil && !errors.Is(err, provider.ErrLost) {
+		if err != nil && !errors.Is(err, errdefs.ErrSandboxLost) {
 			return fmt.Errorf("stop sandbox %s: %w", s.st.Ref.ID, err)
 		}
 	}
@@ -597,14 +600,14 @@ func result[T any](ctx workflow.Context, f workflow.Future, queue string) (T, er
 	}
 	var timeout *temporal.TimeoutError
 	if errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
-		return out, fmt.Errorf("%w: no worker serves its host (queue %s): %w", provider.ErrLost, queue, err)
+		return out, fmt.Errorf("%w: no worker serves its host (queue %s): %w", errdefs.ErrSandboxLost, queue, err)
 	}
-	return out, activities.FromTemporal(err)
+	return out, temporalerr.From(err)
 }
 
-// Carried is a handle's state, to carry it across continue-as-new: put
+// HandleState is a handle's state, to carry it across continue-as-new: put
 // it in the new run's input and get the handle back with Reattach.
-type Carried struct {
+type HandleState struct {
 	State state `json:"state"`
 }
 
@@ -615,15 +618,15 @@ func (s *Sandbox) Busy() bool { return s.st.busy || s.st.inflight > 0 || s.st.be
 // handle is not Busy. The handle is then done: Stop does nothing, so
 // that the run that ends does not destroy the sandbox its successor
 // carries on with.
-func (s *Sandbox) Carry() Carried {
-	c := Carried{State: s.st}
+func (s *Sandbox) Carry() HandleState {
+	c := HandleState{State: s.st}
 	s.st.busy, s.detached = true, true // nothing may use it any more
 	return c
 }
 
 // Reattach gets back a handle carried across continue-as-new, with its
 // idle watcher.
-func Reattach(ctx workflow.Context, c Carried) *Sandbox {
+func Reattach(ctx workflow.Context, c HandleState) *Sandbox {
 	s := &Sandbox{st: c.State}
 	s.st.busy, s.st.inflight = false, 0
 	workflow.Go(ctx, s.watchIdle)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -45,7 +47,7 @@ func TestExecAndFiles(t *testing.T) {
 		Names          []string
 	}
 	wf := func(ctx workflow.Context) (report, error) {
-		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 		if err != nil {
 			return report{}, err
 		}
@@ -90,16 +92,16 @@ func TestExecAndFiles(t *testing.T) {
 func TestTypedErrors(t *testing.T) {
 	env, _ := newEnv(t)
 	wf := func(ctx workflow.Context) (string, error) {
-		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 		if err != nil {
 			return "", err
 		}
 		defer sbx.Stop(ctx)
 		var found []string
-		if _, err := sbx.Exec(ctx, "sleep 30", sandbox.WithTimeout(200*time.Millisecond)); errors.Is(err, provider.ErrTimeout) {
+		if _, err := sbx.Exec(ctx, "sleep 30", sandbox.WithExecTimeout(200*time.Millisecond)); errors.Is(err, errdefs.ErrTimeout) {
 			found = append(found, "timeout")
 		}
-		if _, err := sbx.ReadFile(ctx, "../../etc/passwd"); errors.Is(err, provider.ErrBadInput) {
+		if _, err := sbx.ReadFile(ctx, "../../etc/passwd"); errors.Is(err, errdefs.ErrBadInput) {
 			found = append(found, "bad-input")
 		}
 		if _, err := sbx.ReadFile(ctx, "missing"); errors.Is(err, os.ErrNotExist) {
@@ -121,8 +123,8 @@ func TestTypedErrors(t *testing.T) {
 func TestUnknownProvider(t *testing.T) {
 	env, _ := newEnv(t)
 	wf := func(ctx workflow.Context) error {
-		_, err := sandbox.New(ctx, sandbox.Provider{Type: "nimbus"})
-		if errors.Is(err, provider.ErrBadInput) {
+		_, err := sandbox.New(ctx, sandbox.Provider{Name: "nimbus"})
+		if errors.Is(err, errdefs.ErrBadInput) {
 			return nil
 		}
 		return errors.New("want bad input, got " + errString(err))
@@ -139,7 +141,7 @@ func TestUnknownProvider(t *testing.T) {
 func TestCancelStops(t *testing.T) {
 	env, p := newEnv(t)
 	wf := func(ctx workflow.Context) error {
-		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 		if err != nil {
 			return err
 		}
@@ -176,7 +178,7 @@ func TestOutputBudget(t *testing.T) {
 	env, _ := newEnv(t)
 	type report struct{ Dropped [2]int64 }
 	wf := func(ctx workflow.Context) (report, error) {
-		sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"}, sandbox.WithOutputBudget(12<<20))
+		sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"}, sandbox.WithOutputBudget(12<<20))
 		if err != nil {
 			return report{}, err
 		}

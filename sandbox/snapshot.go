@@ -49,11 +49,11 @@ func (s *Sandbox) Fork(ctx workflow.Context, p ...Provider) (*Sandbox, error) {
 // this sandbox's; p.Type empty means the same provider, p.Image empty
 // the same image.
 func (s *Sandbox) ForkWith(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
-	if p.Type == "" {
-		p.Type = s.st.Config.Provider
+	if p.Name == "" {
+		p.Name = s.st.Config.Provider
 	}
 	cfg := s.st.Config
-	cfg.Provider = p.Type
+	cfg.Provider = p.Name
 	if p.Image != "" {
 		cfg.Spec.Image = p.Image
 	}
@@ -107,7 +107,7 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 		if overlap {
 			// The new sandbox is made while the workspace is saved:
 			// on another provider, neither waits for the other.
-			c := s.create(ctx, p.Type, s.nextID())
+			c := s.create(ctx, p.Name, s.nextID())
 			if c.queue == "" { // no worker serves p: nothing to save for
 				s.st.Config.Spec.Image = oldImage
 				return c.made.Get(ctx, nil)
@@ -122,7 +122,7 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 			return err
 		}
 		if created == nil {
-			c := s.create(ctx, p.Type, s.nextID())
+			c := s.create(ctx, p.Name, s.nextID())
 			created = &c
 		}
 		ref, err := s.fill(ctx, *created)
@@ -130,7 +130,7 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 			s.st.Config.Spec.Image = oldImage
 			return err
 		}
-		s.st.Ref, s.st.Config.Provider = ref, p.Type
+		s.st.Ref, s.st.Config.Provider = ref, p.Name
 		s.set(ctx, StateRunning)
 		if overlap {
 			s.leaveBehind(ctx, old)
@@ -140,7 +140,7 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("switch sandbox to %s: %w", p.Type, err)
+		return fmt.Errorf("switch sandbox to %s: %w", p.Name, err)
 	}
 	return nil
 }

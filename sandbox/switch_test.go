@@ -40,14 +40,14 @@ func TestSwitchOverlaps(t *testing.T) {
 		note(info.ActivityType.Name + " completed")
 	})
 	wf := func(ctx workflow.Context) (string, error) {
-		sbx, err := New(ctx, Provider{Type: "linux"})
+		sbx, err := New(ctx, Provider{Name: "linux"})
 		if err != nil {
 			return "", err
 		}
 		if _, err := sbx.Exec(ctx, "echo moved > f"); err != nil {
 			return "", err
 		}
-		if err := sbx.Switch(ctx, Provider{Type: "other"}); err != nil {
+		if err := sbx.Switch(ctx, Provider{Name: "other"}); err != nil {
 			return "", err
 		}
 		workflow.SideEffect(ctx, func(workflow.Context) any { note("switch returned"); return nil })

@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/internal/sparsetar"
@@ -29,7 +31,7 @@ func (s *Server) handleExport(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("since"); v != "" {
 		ns, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			writeError(w, fmt.Errorf("%w: since=%q is not a time in Unix nanoseconds", provider.ErrBadInput, truncate(v)))
+			writeError(w, fmt.Errorf("%w: since=%q is not a time in Unix nanoseconds", errdefs.ErrBadInput, truncate(v)))
 			return
 		}
 		since = time.Unix(0, ns)
@@ -433,7 +435,7 @@ func (im *importer) unpack(tr *sparsetar.Reader) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: import: reading archive: %v", provider.ErrBadInput, err)
+			return fmt.Errorf("%w: import: reading archive: %v", errdefs.ErrBadInput, err)
 		}
 		if err := im.entry(hdr, tr); err != nil {
 			return err
@@ -470,7 +472,7 @@ func (im *importer) entry(hdr *tar.Header, r *sparsetar.Reader) error {
 		return s.unpackFile(dir, path.Base(dst), hdr, r, mode, im.buf)
 	case tar.TypeSymlink:
 		if hdr.Linkname == "" || strings.ContainsRune(hdr.Linkname, 0) || len(hdr.Linkname) > provider.MaxPathLen {
-			return fmt.Errorf("%w: import %q: bad link target", provider.ErrBadInput, hdr.Name)
+			return fmt.Errorf("%w: import %q: bad link target", errdefs.ErrBadInput, hdr.Name)
 		}
 		im.links = append(im.links, deferred{name: dst, target: hdr.Linkname})
 	case tar.TypeLink:
@@ -479,7 +481,7 @@ func (im *importer) entry(hdr *tar.Header, r *sparsetar.Reader) error {
 		}
 		return im.hardLink(hdr, dst)
 	default:
-		return fmt.Errorf("%w: import %q: entries of type %q are not allowed", provider.ErrBadInput, hdr.Name, hdr.Typeflag)
+		return fmt.Errorf("%w: import %q: entries of type %q are not allowed", errdefs.ErrBadInput, hdr.Name, hdr.Typeflag)
 	}
 	return nil
 }
@@ -496,7 +498,7 @@ func (im *importer) hardLink(hdr *tar.Header, dst string) error {
 	}
 	if err := s.root.Link(path.Join(im.stage, old), dst); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: import %q: hard link to %q, which is not an earlier file of the archive", provider.ErrBadInput, hdr.Name, hdr.Linkname)
+			return fmt.Errorf("%w: import %q: hard link to %q, which is not an earlier file of the archive", errdefs.ErrBadInput, hdr.Name, hdr.Linkname)
 		}
 		return s.fileError("import", hdr.Name, err)
 	}
@@ -546,13 +548,13 @@ func (im *importer) finish() error {
 // escapes are refused.
 func archivePath(name string) (string, error) {
 	if path.IsAbs(name) {
-		return "", fmt.Errorf("%w: import: absolute entry %q", provider.ErrBadInput, truncate(name))
+		return "", fmt.Errorf("%w: import: absolute entry %q", errdefs.ErrBadInput, truncate(name))
 	}
 	if name == "" || len(name) > provider.MaxPathLen || strings.IndexByte(name, 0) >= 0 {
-		return "", fmt.Errorf("%w: import: entry %q must be 1 to %d bytes without NUL", provider.ErrBadInput, truncate(name), provider.MaxPathLen)
+		return "", fmt.Errorf("%w: import: entry %q must be 1 to %d bytes without NUL", errdefs.ErrBadInput, truncate(name), provider.MaxPathLen)
 	}
 	if provider.Escapes(name) {
-		return "", fmt.Errorf("%w: import: entry %q leaves %s", provider.ErrBadInput, truncate(name), provider.Workspace)
+		return "", fmt.Errorf("%w: import: entry %q leaves %s", errdefs.ErrBadInput, truncate(name), provider.Workspace)
 	}
 	return path.Clean(name), nil
 }
@@ -570,7 +572,7 @@ func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r *sparseta
 	if ext, ok := r.Extents(); ok {
 		_, err = untar.WriteExtents(fd, r, ext, hdr.Size, buf)
 		if err == io.ErrUnexpectedEOF {
-			err = fmt.Errorf("%w: import %q: the archive ends inside it", provider.ErrBadInput, truncate(hdr.Name))
+			err = fmt.Errorf("%w: import %q: the archive ends inside it", errdefs.ErrBadInput, truncate(hdr.Name))
 		}
 	} else {
 		_, err = untar.WriteData(fd, r, buf)
@@ -585,7 +587,7 @@ func (s *Server) unpackFile(dirfd int, name string, hdr *tar.Header, r *sparseta
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
-	if errors.Is(err, provider.ErrBadInput) {
+	if errors.Is(err, errdefs.ErrBadInput) {
 		return err
 	}
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -232,7 +234,7 @@ func (c *Client) WriteFiles(ctx context.Context, files []provider.File) error {
 			return err
 		}
 		if rel == "." {
-			return fmt.Errorf("%w: write %q: the workspace itself is not a file", provider.ErrBadInput, f.Path)
+			return fmt.Errorf("%w: write %q: the workspace itself is not a file", errdefs.ErrBadInput, f.Path)
 		}
 		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: int64(len(f.Data)),
 			Mode: int64(sanitizeMode(f.Mode)), ModTime: now, Format: tar.FormatPAX}

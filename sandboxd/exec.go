@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/provider"
@@ -36,13 +38,13 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(body)
 	var hdr execHeader
 	if err := dec.Decode(&hdr); err != nil {
-		writeError(w, fmt.Errorf("%w: exec header: %v", provider.ErrBadInput, err))
+		writeError(w, fmt.Errorf("%w: exec header: %v", errdefs.ErrBadInput, err))
 		return
 	}
 	req := provider.ExecRequest{ID: hdr.ID, Argv: hdr.Argv, Shell: hdr.Shell, Env: hdr.Env, Dir: hdr.Dir,
 		Timeout: hdr.Timeout, TTY: hdr.TTY, StdoutOffset: hdr.StdoutOffset, StderrOffset: hdr.StderrOffset}
 	if hdr.TTY != nil && hdr.Stdin {
-		writeError(w, fmt.Errorf("%w: a command on a terminal takes its input through the terminal", provider.ErrBadInput))
+		writeError(w, fmt.Errorf("%w: a command on a terminal takes its input through the terminal", errdefs.ErrBadInput))
 		return
 	}
 	if err := provider.ValidateExec(req); err != nil {
@@ -59,7 +61,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		stdin = io.MultiReader(dec.Buffered(), r.Body)
 		var nl [1]byte
 		if _, err := io.ReadFull(stdin, nl[:]); err != nil || nl[0] != '\n' {
-			writeError(w, fmt.Errorf("%w: exec header must end with a newline", provider.ErrBadInput))
+			writeError(w, fmt.Errorf("%w: exec header must end with a newline", errdefs.ErrBadInput))
 			return
 		}
 	}
@@ -223,7 +225,7 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed, term *te
 	}
 	path := lookPath(argv[0], dir, env)
 	if path == "" {
-		return res, fmt.Errorf("%w: %w: %q", provider.ErrBadInput, provider.ErrCommandNotFound, argv[0])
+		return res, fmt.Errorf("%w: %w: %q", errdefs.ErrBadInput, errdefs.ErrCommandNotFound, argv[0])
 	}
 
 	var cmd *command
@@ -289,10 +291,10 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed, term *te
 	switch {
 	case timedOut.Load():
 		res.TimedOut = true
-		return res, fmt.Errorf("%w: command ran past its %v timeout", provider.ErrTimeout, hdr.Timeout)
+		return res, fmt.Errorf("%w: command ran past its %v timeout", errdefs.ErrTimeout, hdr.Timeout)
 	case s.oomKills() > oomBefore:
 		res.OOMKilled = true
-		return res, fmt.Errorf("%w: the sandbox reached its memory limit and the command was killed", provider.ErrOutOfMemory)
+		return res, fmt.Errorf("%w: the sandbox reached its memory limit and the command was killed", errdefs.ErrOutOfMemory)
 	}
 	return res, nil
 }
@@ -359,13 +361,13 @@ func (c *command) close() {
 func startError(name string, err error) error {
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return fmt.Errorf("%w: %w: %q", provider.ErrBadInput, provider.ErrCommandNotFound, name)
+		return fmt.Errorf("%w: %w: %q", errdefs.ErrBadInput, errdefs.ErrCommandNotFound, name)
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
-		return fmt.Errorf("%w: %q: permission denied", provider.ErrBadInput, name)
+		return fmt.Errorf("%w: %q: permission denied", errdefs.ErrBadInput, name)
 	case errors.Is(err, unix.ENOEXEC):
-		return fmt.Errorf("%w: %q: not an executable format", provider.ErrBadInput, name)
+		return fmt.Errorf("%w: %q: not an executable format", errdefs.ErrBadInput, name)
 	case errors.Is(err, unix.E2BIG):
-		return fmt.Errorf("%w: %q: arguments and environment too long", provider.ErrBadInput, name)
+		return fmt.Errorf("%w: %q: arguments and environment too long", errdefs.ErrBadInput, name)
 	}
 	return fmt.Errorf("start %q: %w", name, err)
 }
@@ -423,7 +425,7 @@ func (s *Server) workDir(dir string) (string, error) {
 		return "", s.fileError("working directory", dir, err)
 	}
 	if !fi.IsDir() {
-		return "", fmt.Errorf("%w: working directory %q is not a directory", provider.ErrBadInput, dir)
+		return "", fmt.Errorf("%w: working directory %q is not a directory", errdefs.ErrBadInput, dir)
 	}
 	return s.cfg.Workspace + "/" + rel, nil
 }
@@ -454,7 +456,7 @@ func newID() string {
 func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 	var req signalRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
-		writeError(w, fmt.Errorf("%w: signal request: %v", provider.ErrBadInput, err))
+		writeError(w, fmt.Errorf("%w: signal request: %v", errdefs.ErrBadInput, err))
 		return
 	}
 	sig, err := provider.ParseSignal(req.Signal)
@@ -467,7 +469,7 @@ func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := s.journal.find(req.ID)
 	if rec == nil {
-		writeError(w, fmt.Errorf("%w: no command %q in this sandbox", provider.ErrBadInput, req.ID))
+		writeError(w, fmt.Errorf("%w: no command %q in this sandbox", errdefs.ErrBadInput, req.ID))
 		return
 	}
 	rec.mu.Lock()

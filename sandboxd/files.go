@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/provider"
@@ -141,16 +143,16 @@ func (s *Server) fileError(op, name string, err error) error {
 	var errno unix.Errno
 	switch {
 	case errors.Is(err, s.escape):
-		return fmt.Errorf("%w: %s %q: path leaves %s", provider.ErrBadInput, op, name, provider.Workspace)
+		return fmt.Errorf("%w: %s %q: path leaves %s", errdefs.ErrBadInput, op, name, provider.Workspace)
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%s %q: %w", op, name, fs.ErrNotExist)
 	case errors.Is(err, fs.ErrPermission):
-		return fmt.Errorf("%w: %s %q: permission denied", provider.ErrBadInput, op, name)
+		return fmt.Errorf("%w: %s %q: permission denied", errdefs.ErrBadInput, op, name)
 	case errors.As(err, &errno) && (errno == unix.ENOTDIR || errno == unix.EISDIR || errno == unix.ELOOP ||
 		errno == unix.ENAMETOOLONG || errno == unix.ENOTEMPTY || errno == unix.EEXIST || errno == unix.EINVAL):
-		return fmt.Errorf("%w: %s %q: %v", provider.ErrBadInput, op, name, errno)
+		return fmt.Errorf("%w: %s %q: %v", errdefs.ErrBadInput, op, name, errno)
 	case errors.As(err, &errno) && (errno == unix.ENOSPC || errno == unix.EDQUOT):
-		return fmt.Errorf("%w: %s %q: workspace is full", provider.ErrBadInput, op, name)
+		return fmt.Errorf("%w: %s %q: workspace is full", errdefs.ErrBadInput, op, name)
 	}
 	return fmt.Errorf("%s %q: %w", op, name, err)
 }
@@ -169,7 +171,7 @@ func (s *Server) relPath(r *http.Request) (string, string, error) {
 // It runs confined (asUser), as the operation does.
 func (s *Server) checkLinks(name, rel string, followFinal bool) error {
 	if s.noFsuid && s.linkEscapes(rel, followFinal) {
-		return fmt.Errorf("%w: %q: path leaves %s", provider.ErrBadInput, name, provider.Workspace)
+		return fmt.Errorf("%w: %q: path leaves %s", errdefs.ErrBadInput, name, provider.Workspace)
 	}
 	return nil
 }
@@ -272,7 +274,7 @@ func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !fi.Mode().IsRegular() {
-		writeError(w, fmt.Errorf("%w: read %q: not a regular file", provider.ErrBadInput, name))
+		writeError(w, fmt.Errorf("%w: read %q: not a regular file", errdefs.ErrBadInput, name))
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
@@ -288,7 +290,7 @@ func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	}
 	mode, err := strconv.ParseUint(r.URL.Query().Get("mode"), 8, 32)
 	if err != nil || mode > 0o777 {
-		writeError(w, fmt.Errorf("%w: write %q: bad mode %q", provider.ErrBadInput, name, r.URL.Query().Get("mode")))
+		writeError(w, fmt.Errorf("%w: write %q: bad mode %q", errdefs.ErrBadInput, name, r.URL.Query().Get("mode")))
 		return
 	}
 	if err := s.writeFile(rel, name, r.Body, fs.FileMode(mode)); err != nil {
@@ -304,7 +306,7 @@ func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 // rather than written through.
 func (s *Server) writeFile(rel, name string, r io.Reader, mode fs.FileMode) error {
 	if rel == "." {
-		return fmt.Errorf("%w: write %q: the workspace itself is not a file", provider.ErrBadInput, name)
+		return fmt.Errorf("%w: write %q: the workspace itself is not a file", errdefs.ErrBadInput, name)
 	}
 	mode = sanitizeMode(mode)
 	return s.asUser(func() error {
@@ -354,7 +356,7 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if rel == "." {
-		writeError(w, fmt.Errorf("%w: remove %q: the workspace itself cannot be removed", provider.ErrBadInput, name))
+		writeError(w, fmt.Errorf("%w: remove %q: the workspace itself cannot be removed", errdefs.ErrBadInput, name))
 		return
 	}
 	err = s.asUser(func() error {
@@ -398,14 +400,14 @@ func (s *Server) listDir(rel, name string) ([]provider.FileInfo, error) {
 	}
 	defer d.Close()
 	if fi, err := d.Stat(); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%w: list %q: not a directory", provider.ErrBadInput, name)
+		return nil, fmt.Errorf("%w: list %q: not a directory", errdefs.ErrBadInput, name)
 	}
 	entries, err := d.ReadDir(maxDirEntries + 1)
 	if err != nil && err != io.EOF {
 		return nil, s.fileError("list", name, err)
 	}
 	if len(entries) > maxDirEntries {
-		return nil, fmt.Errorf("%w: list %q: more than %d entries", provider.ErrBadInput, name, maxDirEntries)
+		return nil, fmt.Errorf("%w: list %q: more than %d entries", errdefs.ErrBadInput, name, maxDirEntries)
 	}
 	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	infos := make([]provider.FileInfo, 0, len(entries))

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/berth-dev/berth/errdefs"
 
-	"github.com/berth-dev/berth/provider"
+	"golang.org/x/sys/unix"
 )
 
 // The lease ties a sandbox to the host that serves it. Every request to
@@ -239,7 +239,7 @@ func (s *Server) contact(next http.Handler) http.Handler {
 		paused := s.lease.begin()
 		defer s.lease.end()
 		if paused && !slices.Contains(leaseRoutes, r.URL.Path) {
-			writeError(w, provider.Errorf(provider.KindPaused, "sandbox paused; resume it first"))
+			writeError(w, errdefs.Errorf(errdefs.SandboxPaused, "sandbox paused; resume it first"))
 			return
 		}
 		next.ServeHTTP(w, r)

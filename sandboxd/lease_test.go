@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/provider"
@@ -78,7 +80,7 @@ func TestLease(t *testing.T) {
 	if used := usedOver(t, 300*time.Millisecond); used > 0 {
 		t.Errorf("a renewal undid a Pause: the processes used %v of CPU", used)
 	}
-	if _, err := c.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, provider.ErrPaused) {
+	if _, err := c.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrSandboxPaused) {
 		t.Errorf("Exec while paused: %v, want ErrPaused", err)
 	}
 	if h, err := c.Health(t.Context()); err != nil || !h.Paused {

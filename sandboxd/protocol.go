@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -65,14 +67,14 @@ const maxFrame = 1 << 20
 
 // wireError is how errors cross the socket.
 type wireError struct {
-	Kind    provider.Kind `json:"kind"`
-	Message string        `json:"message"`
+	Kind    errdefs.Kind `json:"kind"`
+	Message string       `json:"message"`
 }
 
-func (e wireError) err() error { return provider.Errorf(e.Kind, "%s", e.Message) }
+func (e wireError) err() error { return errdefs.Errorf(e.Kind, "%s", e.Message) }
 
 func toWire(err error) wireError {
-	return wireError{Kind: provider.KindOf(err), Message: err.Error()}
+	return wireError{Kind: errdefs.KindOf(err), Message: err.Error()}
 }
 
 // Health is what the daemon says about itself.

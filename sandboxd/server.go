@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/errdefs"
 )
 
 // Config sets up a daemon. The zero value, with Workspace set, serves a
@@ -227,11 +227,11 @@ func writeError(w http.ResponseWriter, err error) {
 	we := toWire(err)
 	status := http.StatusInternalServerError
 	switch we.Kind {
-	case provider.KindBadInput, provider.KindCommandNotFound:
+	case errdefs.BadInput, errdefs.CommandNotFound:
 		status = http.StatusBadRequest
-	case provider.KindFileNotFound:
+	case errdefs.FileNotFound:
 		status = http.StatusNotFound
-	case provider.KindUnsupported:
+	case errdefs.Unsupported:
 		status = http.StatusNotImplemented
 	}
 	w.Header().Set("Content-Type", "application/json")

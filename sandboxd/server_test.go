@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -90,7 +92,7 @@ func TestExecStdinAndNotFound(t *testing.T) {
 		t.Fatalf("cat: %q, %v", out.String(), err)
 	}
 	_, err = c.Exec(t.Context(), provider.ExecRequest{Argv: []string{"no-such-command-xyz"}})
-	if !errors.Is(err, provider.ErrCommandNotFound) || !errors.Is(err, provider.ErrBadInput) {
+	if !errors.Is(err, errdefs.ErrCommandNotFound) || !errors.Is(err, errdefs.ErrBadInput) {
 		t.Fatalf("missing command: %v", err)
 	}
 }
@@ -99,7 +101,7 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 	c, _ := serve(t)
 	start := time.Now()
 	res, err := c.Exec(t.Context(), provider.ExecRequest{Shell: "sleep 30 & sleep 30", Timeout: 200 * time.Millisecond})
-	if !errors.Is(err, provider.ErrTimeout) || !res.TimedOut {
+	if !errors.Is(err, errdefs.ErrTimeout) || !res.TimedOut {
 		t.Fatalf("got %+v, %v; want a timeout", res, err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -126,10 +128,10 @@ func TestFilesConfined(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"../x", "/etc/passwd", "evil/passwd", "a/../../x"} {
-		if _, err := c.ReadFile(ctx, p); !errors.Is(err, provider.ErrBadInput) {
+		if _, err := c.ReadFile(ctx, p); !errors.Is(err, errdefs.ErrBadInput) {
 			t.Errorf("read %q: %v, want bad input", p, err)
 		}
-		if err := c.WriteFile(ctx, p, strings.NewReader("x"), 0); !errors.Is(err, provider.ErrBadInput) {
+		if err := c.WriteFile(ctx, p, strings.NewReader("x"), 0); !errors.Is(err, errdefs.ErrBadInput) {
 			t.Errorf("write %q: %v, want bad input", p, err)
 		}
 	}
@@ -158,7 +160,7 @@ func TestExecTimeoutSparesOtherSessions(t *testing.T) {
 	exited := make(chan struct{})
 	go func() { other.Wait(); close(exited) }()
 	t.Cleanup(func() { other.Process.Kill(); <-exited })
-	if err := <-done; !errors.Is(err, provider.ErrTimeout) {
+	if err := <-done; !errors.Is(err, errdefs.ErrTimeout) {
 		t.Fatalf("got %v, want a timeout", err)
 	}
 	select {

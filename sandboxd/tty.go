@@ -13,6 +13,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/provider"
@@ -71,7 +73,7 @@ func (ts *terminals) get(ctx context.Context, id string) (*terminal, error) {
 	t := ts.m[id]
 	ts.mu.Unlock()
 	if t == nil {
-		return nil, fmt.Errorf("%w: no running command %q on a terminal", provider.ErrNotFound, id)
+		return nil, fmt.Errorf("%w: no running command %q on a terminal", errdefs.ErrNotFound, id)
 	}
 	select {
 	case <-t.ready:
@@ -79,7 +81,7 @@ func (ts *terminals) get(ctx context.Context, id string) (*terminal, error) {
 		return nil, ctx.Err()
 	}
 	if t.master == nil {
-		return nil, fmt.Errorf("%w: command %q did not start", provider.ErrNotFound, id)
+		return nil, fmt.Errorf("%w: command %q did not start", errdefs.ErrNotFound, id)
 	}
 	return t, nil
 }
@@ -205,9 +207,9 @@ func (t *terminal) input(data []byte) error {
 	_, err := t.master.Write(data)
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%w: the terminal's input is full: the command reads none", provider.ErrBadInput)
+		return fmt.Errorf("%w: the terminal's input is full: the command reads none", errdefs.ErrBadInput)
 	case errors.Is(err, os.ErrClosed), errors.Is(err, unix.EIO):
-		return fmt.Errorf("%w: the command's terminal is closed", provider.ErrNotFound)
+		return fmt.Errorf("%w: the command's terminal is closed", errdefs.ErrNotFound)
 	}
 	return err
 }
@@ -215,11 +217,11 @@ func (t *terminal) input(data []byte) error {
 func (s *Server) handleTerminalInput(w http.ResponseWriter, r *http.Request) {
 	data, err := io.ReadAll(io.LimitReader(r.Body, maxTerminalInput+1))
 	if err != nil {
-		writeError(w, fmt.Errorf("%w: terminal input: %v", provider.ErrBadInput, err))
+		writeError(w, fmt.Errorf("%w: terminal input: %v", errdefs.ErrBadInput, err))
 		return
 	}
 	if len(data) > maxTerminalInput {
-		writeError(w, fmt.Errorf("%w: terminal input of more than %d bytes at once", provider.ErrBadInput, maxTerminalInput))
+		writeError(w, fmt.Errorf("%w: terminal input of more than %d bytes at once", errdefs.ErrBadInput, maxTerminalInput))
 		return
 	}
 	t, err := s.terms.get(r.Context(), r.URL.Query().Get("id"))
@@ -239,7 +241,7 @@ func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) {
 	cols, err2 := strconv.ParseUint(q.Get("cols"), 10, 16)
 	size := provider.TerminalSize{Rows: uint16(rows), Cols: uint16(cols)}
 	if err1 != nil || err2 != nil || size.Rows > provider.MaxTerminalSide || size.Cols > provider.MaxTerminalSide {
-		writeError(w, fmt.Errorf("%w: terminal size %q x %q: rows and columns are numbers up to %d", provider.ErrBadInput, q.Get("rows"), q.Get("cols"), provider.MaxTerminalSide))
+		writeError(w, fmt.Errorf("%w: terminal size %q x %q: rows and columns are numbers up to %d", errdefs.ErrBadInput, q.Get("rows"), q.Get("cols"), provider.MaxTerminalSide))
 		return
 	}
 	t, err := s.terms.get(r.Context(), q.Get("id"))
@@ -248,7 +250,7 @@ func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) {
 		err = resize(t.master, size)
 		t.mu.Unlock()
 		if errors.Is(err, os.ErrClosed) {
-			err = fmt.Errorf("%w: the command's terminal is closed", provider.ErrNotFound)
+			err = fmt.Errorf("%w: the command's terminal is closed", errdefs.ErrNotFound)
 		}
 	}
 	if err != nil {

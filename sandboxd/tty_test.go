@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -90,14 +92,14 @@ func TestTerminal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the shell did not end; output %q", scr.String()[at:])
 	}
-	if err := c.TerminalInput(t.Context(), "sh", []byte("x")); !errors.Is(err, provider.ErrNotFound) {
+	if err := c.TerminalInput(t.Context(), "sh", []byte("x")); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("input after the end: %v, want ErrNotFound", err)
 	}
-	if err := c.ResizeTerminal(t.Context(), "nope", provider.TerminalSize{Rows: 1, Cols: 1}); !errors.Is(err, provider.ErrNotFound) {
+	if err := c.ResizeTerminal(t.Context(), "nope", provider.TerminalSize{Rows: 1, Cols: 1}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("resize of no command: %v, want ErrNotFound", err)
 	}
 	_, err := c.Exec(t.Context(), provider.ExecRequest{ID: "big", Argv: []string{"true"}, TTY: &provider.TerminalSize{Rows: 5000}})
-	if !errors.Is(err, provider.ErrBadInput) {
+	if !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("a terminal of 5000 rows: %v, want ErrBadInput", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
@@ -225,7 +227,7 @@ func TestWorkerStopsMidOperation(t *testing.T) {
 	// Destroy: stopped while the manager waits on the session's end.
 	var res session.DestroyResult
 	if err := m.crash(session.UpdateDestroy, session.DestroyRequest{Session: "s1"}, &res, m.pendingUpdate); err != nil {
-		t.Fatalf("destroy across a stopped worker: %v", sandbox.OneLine(err))
+		t.Fatalf("destroy across a stopped worker: %v", temporalerr.OneLine(err))
 	}
 	t.Logf("destroy: retried in s1 %v, in the manager %v", m.retried(s1.WorkflowID), m.retried(m.id))
 	testkit.Eventually(t, "s1's workflow to close", time.Minute, func() bool { return m.closed(s1.WorkflowID) })

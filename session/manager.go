@@ -9,6 +9,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
+	"github.com/berth-dev/berth/errdefs"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
@@ -19,7 +23,6 @@ import (
 	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/internal/termtext"
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 )
 
@@ -285,7 +288,7 @@ func (m *manager) resolve(ref string) (*entry, error) {
 	}
 	switch len(found) {
 	case 0:
-		return nil, failure(provider.Errorf(provider.KindNotFound, "no session %q", ref))
+		return nil, failure(errdefs.Errorf(errdefs.NotFound, "no session %q", ref))
 	case 1:
 		return found[0], nil
 	}
@@ -300,7 +303,7 @@ func (m *manager) resolve(ref string) (*entry, error) {
 func (m *manager) live(ref string) (*entry, error) {
 	e, err := m.resolve(ref)
 	if err == nil && e.Status == StatusEnded {
-		err = failure(provider.Errorf(provider.KindNotFound, "session %s has ended: %s", e.ID, orUnsaid(e.Error)))
+		err = failure(errdefs.Errorf(errdefs.NotFound, "session %s has ended: %s", e.ID, orUnsaid(e.Error)))
 	}
 	return e, err
 }
@@ -426,7 +429,7 @@ func (m *manager) start(ctx workflow.Context, e *entry, in agent.SessionInput) e
 	}
 	err := child.Get(ctx, nil)
 	if err == nil {
-		err = provider.Errorf(provider.KindNotFound, "its workflow ended at once")
+		err = errdefs.Errorf(errdefs.NotFound, "its workflow ended at once")
 	}
 	return failIn("start session "+e.ID, err)
 }
@@ -470,7 +473,7 @@ func (m *manager) fork(ctx workflow.Context, req ForkRequest) (Info, error) {
 	res.Fork.Conversation = segs
 	fail := func(err error) (Info, error) {
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
-		if rerr := sandbox.RemoveSnapshot(dctx, m.queue, res.Fork.Snapshot); rerr != nil && !isKind(rerr, provider.KindNotFound) {
+		if rerr := sandbox.RemoveSnapshot(dctx, m.queue, res.Fork.Snapshot); rerr != nil && !isKind(rerr, errdefs.NotFound) {
 			workflow.GetLogger(ctx).Warn("remove a failed fork's snapshot", "snapshot", res.Fork.Snapshot, "error", rerr)
 		}
 		if derr := m.deleteBlobs(dctx, to); derr != nil {
@@ -515,7 +518,7 @@ func (m *manager) operate(ctx workflow.Context, ref, status, update string, arg 
 	}
 	defer release()
 	if e.Status == StatusEnded { // while it waited
-		return Info{}, failure(provider.Errorf(provider.KindNotFound, "session %s has ended: %s", e.ID, orUnsaid(e.Error)))
+		return Info{}, failure(errdefs.Errorf(errdefs.NotFound, "session %s has ended: %s", e.ID, orUnsaid(e.Error)))
 	}
 	prev := e.Status
 	e.woke = false
@@ -569,7 +572,7 @@ func (m *manager) destroy(ctx workflow.Context, req DestroyRequest) (DestroyResu
 		e.destroying = true
 		var end agent.EndResult
 		err := m.tell(ctx, e, agent.UpdateEnd, agent.EndRequest{Destroy: !req.Keep}, &end)
-		if err != nil && !isKind(err, provider.KindNotFound) { // not closed already
+		if err != nil && !isKind(err, errdefs.NotFound) { // not closed already
 			e.destroying = false
 			return DestroyResult{}, err
 		}
@@ -647,7 +650,7 @@ func (m *manager) tell(ctx workflow.Context, e *entry, update string, arg, resul
 	if err == nil {
 		return nil
 	}
-	if isKind(err, provider.KindNotFound) && strings.Contains(err.Error(), "has ended") && !e.destroying {
+	if isKind(err, errdefs.NotFound) && strings.Contains(err.Error(), "has ended") && !e.destroying {
 		e.Status, e.Error = StatusEnded, "its workflow has ended"
 	}
 	return failIn("session "+e.ID, err)
@@ -663,21 +666,15 @@ func (m *manager) deleteBlobs(ctx workflow.Context, prefix string) error {
 }
 
 // isKind says whether err is, or was raised as, an error of kind k.
-func isKind(err error, k provider.Kind) bool {
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
-		return app.Type() == string(k)
-	}
-	return provider.KindOf(err) == k
-}
+func isKind(err error, k errdefs.Kind) bool { return temporalerr.KindOf(err) == k }
 
 func badInput(format string, args ...any) error {
-	return failure(provider.Errorf(provider.KindBadInput, format, args...))
+	return failure(errdefs.Errorf(errdefs.BadInput, format, args...))
 }
 
 // failure is the error an Update fails with: an application error typed
 // as the provider error's kind, in one line, that a client reads with
-// sandbox.ErrorKind and sandbox.OneLine.
+// temporalerr.KindOf and temporalerr.OneLine.
 func failure(err error) error {
 	if err == nil || temporal.IsCanceledError(err) {
 		return err
@@ -697,11 +694,7 @@ func failIn(what string, err error) error {
 	case temporal.IsCanceledError(err):
 		return err
 	case errors.As(err, &app):
-		kind := app.Type()
-		if kind == "" {
-			kind = string(provider.KindInternal)
-		}
-		return temporal.NewNonRetryableApplicationError(what+": "+strings.Join(strings.Fields(app.Message()), " "), kind, nil)
+		return temporal.NewNonRetryableApplicationError(what+": "+strings.Join(strings.Fields(app.Message()), " "), string(temporalerr.KindOf(err)), nil)
 	}
 	return failure(fmt.Errorf("%s: %w", what, err))
 }

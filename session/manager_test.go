@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob"
@@ -22,7 +25,6 @@ import (
 	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
@@ -85,7 +87,7 @@ func updateWorkflow(ctx context.Context, c client.Client, id, name string, arg, 
 func (m *manager) must(name string, arg, result any) {
 	m.t.Helper()
 	if err := m.update(name, arg, result); err != nil {
-		m.t.Fatalf("%s %+v: %s", name, arg, sandbox.OneLine(err))
+		m.t.Fatalf("%s %+v: %s", name, arg, temporalerr.OneLine(err))
 	}
 }
 
@@ -126,11 +128,11 @@ func find(infos []session.Info, id string) (session.Info, bool) {
 }
 
 // fails checks that an Update fails with an error of kind, in one line.
-func (m *manager) fails(kind provider.Kind, name string, arg any) {
+func (m *manager) fails(kind errdefs.Kind, name string, arg any) {
 	m.t.Helper()
 	err := m.update(name, arg, nil)
-	m.t.Logf("%s: %s", name, sandbox.OneLine(err))
-	if sandbox.ErrorKind(err) != kind || strings.Contains(sandbox.OneLine(err), "\n") {
+	m.t.Logf("%s: %s", name, temporalerr.OneLine(err))
+	if temporalerr.KindOf(err) != kind || strings.Contains(temporalerr.OneLine(err), "\n") {
 		m.t.Errorf("%s %+v: %v, want one line of %s", name, arg, err, kind)
 	}
 }
@@ -277,21 +279,21 @@ func TestCreateListRename(t *testing.T) {
 		t.Errorf("after renames: %+v", q)
 	}
 
-	m.fails(provider.KindNotFound, session.UpdateRename, session.RenameRequest{Session: "s9", Title: "x"})
-	m.fails(provider.KindNotFound, session.UpdatePause, session.Ref{Session: "nobody"})
-	m.fails(provider.KindBadInput, session.UpdatePause, session.Ref{Session: "twin"}) // two have it
-	m.fails(provider.KindBadInput, session.UpdateRename, session.RenameRequest{Session: "s1", Title: ""})
-	m.fails(provider.KindBadInput, session.UpdateRename, session.RenameRequest{Session: "s1", Title: "two\nlines"})
-	m.fails(provider.KindBadInput, session.UpdateRename, session.RenameRequest{Session: "s1", Title: "s2"})
-	m.fails(provider.KindBadInput, session.UpdateCreate, session.CreateRequest{Title: strings.Repeat("x", session.MaxTitle+1)})
-	m.fails(provider.KindBadInput, session.UpdateFork, session.ForkRequest{Session: ""})
-	m.fails(provider.KindBadInput, session.UpdateSwitch, session.SwitchRequest{Session: "s1"})
+	m.fails(errdefs.NotFound, session.UpdateRename, session.RenameRequest{Session: "s9", Title: "x"})
+	m.fails(errdefs.NotFound, session.UpdatePause, session.Ref{Session: "nobody"})
+	m.fails(errdefs.BadInput, session.UpdatePause, session.Ref{Session: "twin"}) // two have it
+	m.fails(errdefs.BadInput, session.UpdateRename, session.RenameRequest{Session: "s1", Title: ""})
+	m.fails(errdefs.BadInput, session.UpdateRename, session.RenameRequest{Session: "s1", Title: "two\nlines"})
+	m.fails(errdefs.BadInput, session.UpdateRename, session.RenameRequest{Session: "s1", Title: "s2"})
+	m.fails(errdefs.BadInput, session.UpdateCreate, session.CreateRequest{Title: strings.Repeat("x", session.MaxTitle+1)})
+	m.fails(errdefs.BadInput, session.UpdateFork, session.ForkRequest{Session: ""})
+	m.fails(errdefs.BadInput, session.UpdateSwitch, session.SwitchRequest{Session: "s1"})
 	// Refused before history: no session was made for them.
 	if s3 := m.create(session.CreateRequest{Title: "third"}); s3.ID != "s3" {
 		t.Errorf("after bad input, a session is %+v", s3)
 	}
 	// A provider no host serves fails the create, and leaves nothing.
-	m.fails(provider.KindBadInput, session.UpdateCreate, session.CreateRequest{Provider: "nosuch"})
+	m.fails(errdefs.BadInput, session.UpdateCreate, session.CreateRequest{Provider: "nosuch"})
 	if q := m.query(); len(q) != 3 {
 		t.Errorf("after a failed create: %+v", q)
 	}
@@ -344,7 +346,7 @@ func TestForkDestroy(t *testing.T) {
 	// A fork whose session cannot start (no host serves its provider)
 	// leaves no entry, no snapshot and no conversation; its number is
 	// not reused.
-	m.fails(provider.KindBadInput, session.UpdateFork, session.ForkRequest{Session: "s1", Provider: "nosuch"})
+	m.fails(errdefs.BadInput, session.UpdateFork, session.ForkRequest{Session: "s1", Provider: "nosuch"})
 	failed := session.WorkflowID(m.id, "s3")
 	if _, ok := find(m.query(), "s3"); ok {
 		t.Error("a fork that failed to start is listed")
@@ -392,7 +394,7 @@ func TestForkDestroy(t *testing.T) {
 	if q := m.query(); len(q) != 0 {
 		t.Errorf("left: %+v", q)
 	}
-	m.fails(provider.KindNotFound, session.UpdateFork, session.ForkRequest{Session: "s1"})
+	m.fails(errdefs.NotFound, session.UpdateFork, session.ForkRequest{Session: "s1"})
 }
 
 // Pause, resume and switch: the sandbox follows, the workspace stays.
@@ -446,7 +448,7 @@ func TestPauseResumeSwitch(t *testing.T) {
 	if got := m.file(s1, "note.txt"); got != "kept\n" {
 		t.Errorf("note.txt after the switch: %q", got)
 	}
-	m.fails(provider.KindBadInput, session.UpdateSwitch, session.SwitchRequest{Session: "s1", Provider: "nosuch"})
+	m.fails(errdefs.BadInput, session.UpdateSwitch, session.SwitchRequest{Session: "s1", Provider: "nosuch"})
 	if q := m.query(); q[0].Status != session.StatusActive || q[0].Provider != "other" {
 		t.Errorf("after a failed switch: %+v", q[0])
 	}
@@ -479,7 +481,7 @@ func TestEnded(t *testing.T) {
 	if i, _ := find(all, "s1"); i.Status != session.StatusEnded || !strings.Contains(i.Error, "Terminated") {
 		t.Errorf("the terminated s1: %+v", i)
 	}
-	m.fails(provider.KindNotFound, session.UpdatePause, session.Ref{Session: "s1"})
+	m.fails(errdefs.NotFound, session.UpdatePause, session.Ref{Session: "s1"})
 	m.must(session.UpdateDestroy, session.DestroyRequest{Session: "s1"}, nil)
 	if q := m.query(); len(q) != 1 || q[0].ID != "s2" {
 		t.Errorf("after destroying s1: %+v", q)
@@ -490,7 +492,7 @@ func TestEnded(t *testing.T) {
 	if err := m.h.C.TerminateWorkflow(t.Context(), s3.WorkflowID, "", "behind its back"); err != nil {
 		t.Fatal(err)
 	}
-	m.fails(provider.KindNotFound, session.UpdatePause, session.Ref{Session: "s3"})
+	m.fails(errdefs.NotFound, session.UpdatePause, session.Ref{Session: "s3"})
 	if i, _ := find(m.query(), "s3"); i.Status != session.StatusEnded {
 		t.Errorf("s3 after a pause found it gone: %+v", i)
 	}
@@ -566,7 +568,7 @@ func TestUpdateWorkflowOnce(t *testing.T) {
 	in.UpdateID = "op-2"
 	_, err := acts.UpdateWorkflow(t.Context(), in)
 	var app *temporal.ApplicationError
-	if !errors.As(err, &app) || app.Type() != string(provider.KindNotFound) || !app.NonRetryable() {
+	if !errors.As(err, &app) || app.Type() != string(errdefs.NotFound) || !app.NonRetryable() {
 		t.Errorf("an update of an ended workflow: %v, want NotFound, not retryable", err)
 	}
 }

@@ -3,7 +3,7 @@ package snapshot
 import (
 	"errors"
 
-	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/errdefs"
 )
 
 // The conditions callers tell apart. Errors returned by this package wrap
@@ -16,9 +16,9 @@ var (
 	// manifest that does not parse or describes an impossible tree).
 	// Retrying does not help.
 	ErrCorrupt = errors.New("snapshot corrupt")
-	// ErrBadInput is provider.ErrBadInput: the caller's options or the
+	// ErrBadInput is errdefs.ErrBadInput: the caller's options or the
 	// source's tar stream are malformed or not allowed (a path that leaves
 	// the workspace, an entry type that does not travel). Being the same
 	// sentinel, it reports as BadInput at the activity boundary.
-	ErrBadInput = provider.ErrBadInput
+	ErrBadInput = errdefs.ErrBadInput
 )

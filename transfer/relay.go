@@ -37,7 +37,7 @@ const (
 	Stored = "berth.blob.stored"
 	// BadInput: a key the workflow does not own, a malformed request, an
 	// upload over its owner's bound. Never worth retrying. It is the
-	// same string as provider.KindBadInput.
+	// same string as errdefs.BadInput.
 	BadInput = "BadInput"
 	// StoreFailed: the blob store failed; the call may be sent again.
 	StoreFailed = "BlobStoreFailed"

@@ -6,16 +6,16 @@ import (
 	"maps"
 	"strings"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-
-	"github.com/berth-dev/berth/provider"
 )
 
 // CheckExisting is for a front end whose start of a Sandbox workflow
 // with id found one already there: it returns nil when that sandbox is
 // running with the settings in asks for (creating it again is then a
-// no-op), and an error wrapping provider.ErrAlreadyExists naming what
+// no-op), and an error wrapping errdefs.ErrAlreadyExists naming what
 // differs otherwise, or when that workflow has ended.
 func CheckExisting(ctx context.Context, c client.Client, id string, in SandboxInput) error {
 	desc, err := c.DescribeWorkflowExecution(ctx, id, "")
@@ -24,7 +24,7 @@ func CheckExisting(ctx context.Context, c client.Client, id string, in SandboxIn
 	}
 	if st := desc.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return fmt.Errorf("%w: sandbox %s existed and has ended (%s); its id cannot be used again",
-			provider.ErrAlreadyExists, id, strings.ToLower(st.String()))
+			errdefs.ErrAlreadyExists, id, strings.ToLower(st.String()))
 	}
 	v, err := c.QueryWorkflow(ctx, id, "", QuerySandbox)
 	if err != nil {
@@ -35,7 +35,7 @@ func CheckExisting(ctx context.Context, c client.Client, id string, in SandboxIn
 		return fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	if diff := st.Config.differences(in.settings()); len(diff) > 0 {
-		return fmt.Errorf("%w: sandbox %s exists with other settings: %s", provider.ErrAlreadyExists, id, strings.Join(diff, "; "))
+		return fmt.Errorf("%w: sandbox %s exists with other settings: %s", errdefs.ErrAlreadyExists, id, strings.Join(diff, "; "))
 	}
 	return nil
 }

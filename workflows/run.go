@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/provider"
@@ -53,9 +55,9 @@ const MemoExit = "berth.exit"
 
 // RunExit is how a Run's command ended, as its memo keeps it.
 type RunExit struct {
-	ExitCode int           `json:"exit_code"`
-	Signal   string        `json:"signal,omitempty"`
-	Kind     provider.Kind `json:"kind,omitempty"`
+	ExitCode int          `json:"exit_code"`
+	Signal   string       `json:"signal,omitempty"`
+	Kind     errdefs.Kind `json:"kind,omitempty"`
 }
 
 // memoExitVersion marks the runs that keep MemoExit.
@@ -82,10 +84,10 @@ type RunStatus struct {
 // Validate checks a job before anything is created for it.
 func (in RunInput) Validate() error {
 	if len(in.Argv) == 0 {
-		return fmt.Errorf("%w: no command", provider.ErrBadInput)
+		return fmt.Errorf("%w: no command", errdefs.ErrBadInput)
 	}
 	if in.Provider == "" {
-		return fmt.Errorf("%w: no provider", provider.ErrBadInput)
+		return fmt.Errorf("%w: no provider", errdefs.ErrBadInput)
 	}
 	if err := provider.ValidateExec(provider.ExecRequest{Argv: in.Argv, Env: in.Env, Timeout: in.Timeout}); err != nil {
 		return err
@@ -98,7 +100,7 @@ func (in RunInput) Validate() error {
 
 // Run runs a one-shot job. What the command did, and why it stopped, is
 // its result; only a failure to run it at all fails the workflow, with
-// an application error whose type is the provider.Kind of the failure
+// an application error whose type is the errdefs.Kind of the failure
 // (sandbox.Failure). A sandbox lost mid-run is not re-created: the
 // command's effects are gone with it, and running it again is not the
 // caller's to decide; the run fails with SandboxLost.
@@ -135,7 +137,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	}
 	defer func() { failed = result == nil }()
 	// A one-shot job is never idle long enough to pause.
-	sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image},
+	sbx, err = sandbox.New(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image},
 		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env), sandbox.WithRecovery(sandbox.Fail),
 		sandbox.WithIdleTimeout(sandbox.NoIdleTimeout), sandbox.WithHibernateAfter(sandbox.NoIdleTimeout))
 	if err != nil {
@@ -158,7 +160,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 			Stdout: transfer.OutputKey(sbx.ID(), cmd, "stdout"), Stderr: transfer.OutputKey(sbx.ID(), cmd, "stderr")}
 	})}
 	if in.Timeout > 0 {
-		opts = append(opts, sandbox.WithTimeout(in.Timeout))
+		opts = append(opts, sandbox.WithExecTimeout(in.Timeout))
 	}
 	opts = append(opts, sandbox.WithMaxOutput(in.MaxOutput), sandbox.WithStdin(in.Stdin))
 	res, err := sbx.ExecArgv(ctx, in.Argv, opts...)
@@ -185,5 +187,5 @@ func lostMidRun(err error) error {
 	if lost.Err != nil {
 		msg += ": " + lost.Err.Error()
 	}
-	return provider.Errorf(provider.KindLost, "%s", msg)
+	return errdefs.Errorf(errdefs.SandboxLost, "%s", msg)
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
@@ -21,7 +23,7 @@ func TestRun(t *testing.T) {
 		name     string
 		in       RunInput
 		exit     int
-		kind     provider.Kind
+		kind     errdefs.Kind
 		stdout   string
 		failWith string
 	}{
@@ -31,10 +33,10 @@ func TestRun(t *testing.T) {
 				Files: []provider.File{{Path: "in/msg", Data: []byte("from a file\n")}}, Env: map[string]string{"GREETING": "hi"}},
 			exit: 7, stdout: "from a file\nhi\n",
 		},
-		{name: "timeout", in: RunInput{Provider: "linux", Argv: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond}, exit: -1, kind: provider.KindTimeout},
-		{name: "command not found", in: RunInput{Provider: "linux", Argv: []string{"no-such-tool"}}, kind: provider.KindCommandNotFound},
+		{name: "timeout", in: RunInput{Provider: "linux", Argv: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond}, exit: -1, kind: errdefs.Timeout},
+		{name: "command not found", in: RunInput{Provider: "linux", Argv: []string{"no-such-tool"}}, kind: errdefs.CommandNotFound},
 		{name: "out of memory", in: RunInput{Provider: "linux", Resources: provider.Resources{Memory: 64 << 20},
-			Argv: []string{"/usr/bin/python3", "-c", "b = bytearray(512 << 20)"}}, exit: -1, kind: provider.KindOutOfMemory},
+			Argv: []string{"/usr/bin/python3", "-c", "b = bytearray(512 << 20)"}}, exit: -1, kind: errdefs.OutOfMemory},
 		{name: "unknown provider", in: RunInput{Provider: "nimbus", Argv: []string{"true"}}, failWith: "nimbus"},
 		{name: "no command", in: RunInput{Provider: "linux"}, failWith: "no command"},
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/workflow"
 
@@ -46,8 +48,8 @@ type SandboxInput struct {
 
 // Carried is what a Sandbox workflow hands to its next run.
 type Carried struct {
-	Sandbox sandbox.Carried `json:"sandbox"`
-	Created time.Time       `json:"created"`
+	Sandbox sandbox.HandleState `json:"sandbox"`
+	Created time.Time           `json:"created"`
 	// Ended are the last commands that ended, for berth.attach.
 	Ended []ops.EndedCommand `json:"ended,omitempty"`
 }
@@ -209,10 +211,10 @@ func (in SandboxInput) settings() SandboxInput {
 // Validate checks the settings before anything is created.
 func (in SandboxInput) Validate() error {
 	if in.Provider == "" {
-		return fmt.Errorf("%w: no provider", provider.ErrBadInput)
+		return fmt.Errorf("%w: no provider", errdefs.ErrBadInput)
 	}
 	if in.MaxLifetime < 0 {
-		return fmt.Errorf("%w: negative lifetime %v", provider.ErrBadInput, in.MaxLifetime)
+		return fmt.Errorf("%w: negative lifetime %v", errdefs.ErrBadInput, in.MaxLifetime)
 	}
 	if in.FromSnapshot != "" {
 		if err := provider.ValidateID(in.FromSnapshot); err != nil {
@@ -225,7 +227,7 @@ func (in SandboxInput) Validate() error {
 // Sandbox keeps a sandbox alive until it is stopped (UpdateStop, or the
 // workflow canceled) or its lifetime ends, serving its operations as
 // updates. It fails with an application error whose type is the
-// provider.Kind of the failure (sandbox.Failure).
+// errdefs.Kind of the failure (sandbox.Failure).
 func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 	defer func() { err = sandbox.Failure(err) }()
 	if err := in.Validate(); err != nil {
@@ -256,7 +258,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 	var sbx *sandbox.Sandbox
 	if in.Carried != nil {
 		sbx = sandbox.Reattach(ctx, in.Carried.Sandbox)
-	} else if sbx, err = sandbox.New(ctx, sandbox.Provider{Type: in.Provider, Image: in.Image}, opts...); err != nil {
+	} else if sbx, err = sandbox.New(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image}, opts...); err != nil {
 		return err
 	}
 	s.sbx = sbx
@@ -391,7 +393,7 @@ func (s *standalone) register(ctx workflow.Context) error {
 
 func (s *standalone) validateOpen(workflow.Context) error {
 	if s.stopping || s.sbx != nil && s.sbx.State() == sandbox.StateStopped {
-		return updateError(fmt.Errorf("%w: the sandbox is stopping", provider.ErrNotFound))
+		return updateError(fmt.Errorf("%w: the sandbox is stopping", errdefs.ErrNotFound))
 	}
 	return nil
 }
@@ -454,7 +456,7 @@ type SwitchRequest struct {
 
 func (s *standalone) validateSwitch(ctx workflow.Context, req SwitchRequest) error {
 	if req.Provider == "" {
-		return updateError(fmt.Errorf("%w: switch to which provider?", provider.ErrBadInput))
+		return updateError(fmt.Errorf("%w: switch to which provider?", errdefs.ErrBadInput))
 	}
 	if req.Image != "" {
 		if err := provider.ValidateSpec(provider.Spec{Image: req.Image}); err != nil {
@@ -468,7 +470,7 @@ func (s *standalone) switchTo(ctx workflow.Context, req SwitchRequest) error {
 	if err := s.ready(ctx); err != nil {
 		return err
 	}
-	if err := s.sbx.Switch(ctx, sandbox.Provider{Type: req.Provider, Image: req.Image}); err != nil {
+	if err := s.sbx.Switch(ctx, sandbox.Provider{Name: req.Provider, Image: req.Image}); err != nil {
 		return updateError(err)
 	}
 	s.config.Provider, s.config.Image = req.Provider, s.sbx.Status().Image

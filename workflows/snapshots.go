@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"github.com/berth-dev/berth/errdefs"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/provider"
@@ -23,9 +24,9 @@ type SnapshotsOutput struct {
 
 // SnapshotFailure says why a snapshot could not be deleted.
 type SnapshotFailure struct {
-	ID      string        `json:"id"`
-	Kind    provider.Kind `json:"kind"`
-	Message string        `json:"message"`
+	ID      string       `json:"id"`
+	Kind    errdefs.Kind `json:"kind"`
+	Message string       `json:"message"`
 }
 
 // Snapshots lists or deletes snapshots, a workflow each time. It is
@@ -51,7 +52,7 @@ func snapshots(ctx workflow.Context, queue string, in SnapshotsInput) (Snapshots
 			err = sandbox.RemoveSnapshot(ctx, queue, id)
 		}
 		if err != nil {
-			out.Failed = append(out.Failed, SnapshotFailure{ID: id, Kind: provider.KindOf(err), Message: err.Error()})
+			out.Failed = append(out.Failed, SnapshotFailure{ID: id, Kind: errdefs.KindOf(err), Message: err.Error()})
 			continue
 		}
 		out.Deleted = append(out.Deleted, id)

@@ -1,7 +1,9 @@
 // Package chat is the plain data the coding agent's workflow and its
 // model activity share: messages, tool calls and tool definitions, token
-// usage, the model activity's request and response, and the error types
-// it fails with. It knows nothing of Temporal or of any model client.
+// usage, the model activity's request and response. It knows nothing of
+// Temporal or of any model client; the kinds of error the model activity
+// fails with are berth's (package errdefs: ModelUnavailable, NoModel,
+// ...).
 //
 // # Conversations
 //

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/berth-dev/berth/agent/chat"
@@ -115,7 +117,7 @@ type gathered struct {
 
 // tooLarge is the activity's error for an answer past a bound.
 func (g *gathered) tooLarge(format string, a ...any) *failure {
-	return &failure{typ: chat.AnswerTooLarge, msg: fmt.Sprintf(format, a...) + ": the answer was refused, and not asked again"}
+	return &failure{typ: errdefs.AnswerTooLarge, msg: fmt.Sprintf(format, a...) + ": the answer was refused, and not asked again"}
 }
 
 // addText adds a piece of text.
@@ -139,7 +141,7 @@ func (g *gathered) addText(s string) *failure {
 // addCall adds a piece of tool call i.
 func (g *gathered) addCall(i int64, id, name, args string) *failure {
 	if i < 0 || i > int64(len(g.calls)) {
-		return &failure{typ: chat.BadModelAnswer, msg: fmt.Sprintf("model: tool call index %d out of order", i)}
+		return &failure{typ: errdefs.BadModelAnswer, msg: fmt.Sprintf("model: tool call index %d out of order", i)}
 	}
 	if int(i) == len(g.calls) {
 		if len(g.calls) == g.cfg.MaxToolCalls {
@@ -150,13 +152,13 @@ func (g *gathered) addCall(i int64, id, name, args string) *failure {
 	}
 	c := &g.calls[i]
 	if len(id) > maxName {
-		return &failure{typ: chat.BadModelAnswer, msg: fmt.Sprintf("model: tool call %d's id is longer than %d bytes", i, maxName)}
+		return &failure{typ: errdefs.BadModelAnswer, msg: fmt.Sprintf("model: tool call %d's id is longer than %d bytes", i, maxName)}
 	}
 	if id != "" {
 		c.ID = id
 	}
 	if len(c.Name)+len(name) > maxName {
-		return &failure{typ: chat.BadModelAnswer, msg: fmt.Sprintf("model: tool call %d's name is longer than %d bytes", i, maxName)}
+		return &failure{typ: errdefs.BadModelAnswer, msg: fmt.Sprintf("model: tool call %d's name is longer than %d bytes", i, maxName)}
 	}
 	c.Name += name
 	if len(g.args[i])+len(args) > g.cfg.MaxArguments {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/internal/fakemodel"
@@ -58,9 +60,9 @@ func TestAnswerBounds(t *testing.T) {
 				New: []chat.Message{{Role: chat.RoleUser, Content: "say a lot"}}})
 			runtime.ReadMemStats(&after)
 			ae := appErr(t, err)
-			if ae.Type() != chat.AnswerTooLarge || !ae.NonRetryable() || !strings.Contains(ae.Error(), tt.says) {
+			if ae.Type() != string(errdefs.AnswerTooLarge) || !ae.NonRetryable() || !strings.Contains(ae.Error(), tt.says) {
 				t.Errorf("error %q (type %s, non-retryable %v): want %s, not retried, saying %q",
-					ae.Error(), ae.Type(), ae.NonRetryable(), chat.AnswerTooLarge, tt.says)
+					ae.Error(), ae.Type(), ae.NonRetryable(), errdefs.AnswerTooLarge, tt.says)
 			}
 			if n := after.TotalAlloc - before.TotalAlloc; n > maxAlloc {
 				t.Errorf("the call allocated %d MiB, want at most %d MiB", n>>20, maxAlloc>>20)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
 	"go.temporal.io/sdk/activity"
@@ -31,15 +33,15 @@ type Progress struct {
 // conversation req names, streamed. See the package doc.
 func (m *Model) Complete(ctx context.Context, req chat.Request) (chat.Response, error) {
 	if err := chat.CheckConversation(req.Conversation); err != nil {
-		return chat.Response{}, temporal.NewNonRetryableApplicationError(err.Error(), chat.ModelRejected, nil)
+		return chat.Response{}, temporal.NewNonRetryableApplicationError(err.Error(), string(errdefs.ModelRejected), nil)
 	}
 	if req.Stream != "" && !strings.HasPrefix(req.Stream, transfer.Outputs) {
 		return chat.Response{}, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("model: stream key %q is not under %s", req.Stream, transfer.Outputs), chat.ModelRejected, nil)
+			fmt.Sprintf("model: stream key %q is not under %s", req.Stream, transfer.Outputs), string(errdefs.ModelRejected), nil)
 	}
 	past, err := m.segments.load(ctx, m.bucket, req.Segments)
 	if errors.Is(err, chat.ErrBadSegment) {
-		return chat.Response{}, temporal.NewNonRetryableApplicationError(err.Error(), chat.BadConversation, nil)
+		return chat.Response{}, temporal.NewNonRetryableApplicationError(err.Error(), string(errdefs.BadConversation), nil)
 	} else if err != nil {
 		return chat.Response{}, err // the blob store: retried
 	}
@@ -53,7 +55,7 @@ func (m *Model) Complete(ctx context.Context, req chat.Request) (chat.Response, 
 		if len(t.Parameters) > 0 {
 			if err := json.Unmarshal(t.Parameters, &def.Parameters); err != nil {
 				return chat.Response{}, temporal.NewNonRetryableApplicationError(
-					fmt.Sprintf("model: tool %s: bad parameter schema: %v", t.Name, err), chat.ModelRejected, nil)
+					fmt.Sprintf("model: tool %s: bad parameter schema: %v", t.Name, err), string(errdefs.ModelRejected), nil)
 			}
 		}
 		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(def))
@@ -84,7 +86,7 @@ func (m *Model) storeLong(ctx context.Context, stream string, resp *chat.Respons
 	text := resp.Message.Content
 	if len(text) > chat.MaxInlineText {
 		if stream == "" {
-			return toTemporal(&failure{typ: chat.AnswerTooLarge, msg: fmt.Sprintf(
+			return toTemporal(&failure{typ: errdefs.AnswerTooLarge, msg: fmt.Sprintf(
 				"model: the answer's text has %d bytes, more than history carries (%d), and the request names no stream to store it next to",
 				len(text), chat.MaxInlineText)})
 		}
@@ -255,13 +257,13 @@ func (m *Model) stream(actx context.Context, params openai.ChatCompletionNewPara
 	resp.Message = ans.message()
 	for _, c := range resp.Message.ToolCalls {
 		if c.ID == "" || c.Name == "" {
-			return resp, toTemporal(&failure{typ: chat.BadModelAnswer,
+			return resp, toTemporal(&failure{typ: errdefs.BadModelAnswer,
 				msg: fmt.Sprintf("model: %s sent a tool call without an id or a name (%q)", m.cfg.host(), c.Name)})
 		}
 	}
 	if resp.FinishReason == "" {
 		// No finish reason: the stream ended early, the connection lost.
-		return resp, toTemporal(&failure{typ: chat.ModelUnavailable,
+		return resp, toTemporal(&failure{typ: errdefs.ModelUnavailable,
 			msg: fmt.Sprintf("model: the connection to %s was lost mid-answer: no finish reason", m.cfg.host())})
 	}
 	// No last heartbeat: the result follows at once, and the first

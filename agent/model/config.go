@@ -21,7 +21,7 @@ const (
 )
 
 // Defaults of Config's bounds on one answer. An answer past one fails
-// the call with chat.AnswerTooLarge, not retried; the activity stops
+// the call with errdefs.AnswerTooLarge, not retried; the activity stops
 // reading the stream there, so its memory stays about the bound.
 const (
 	// DefaultMaxText bounds an answer's text: some 1M tokens, far

@@ -10,17 +10,17 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/openai/openai-go/v3"
 	"go.temporal.io/sdk/temporal"
-
-	"github.com/berth-dev/berth/agent/chat"
 )
 
 // failure is a call's failure, classified: one line, its type, when to
 // retry.
 type failure struct {
 	msg        string
-	typ        string
+	typ        errdefs.Kind
 	retryAfter time.Duration
 }
 
@@ -33,7 +33,7 @@ func (m *Model) describe(err error, midAnswer bool) *failure {
 	host := m.cfg.host()
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) {
-		f := &failure{typ: chat.ModelUnavailable}
+		f := &failure{typ: errdefs.ModelUnavailable}
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):
 			f.msg = fmt.Sprintf("model: %s did not answer within %v", host, m.cfg.Timeout)
@@ -51,26 +51,26 @@ func (m *Model) describe(err error, midAnswer bool) *failure {
 	f := &failure{msg: fmt.Sprintf("model: %s answered %d: %s", host, apiErr.StatusCode, said)}
 	switch code := apiErr.StatusCode; {
 	case code == http.StatusTooManyRequests || code >= 500 || code == http.StatusRequestTimeout || code == http.StatusConflict:
-		f.typ = chat.ModelUnavailable
+		f.typ = errdefs.ModelUnavailable
 		if apiErr.Response != nil {
 			f.retryAfter = retryAfter(apiErr.Response.Header, time.Now())
 		}
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
-		f.typ = chat.ModelAuth
+		f.typ = errdefs.ModelAuth
 		f.msg += " (check OPENAI_API_KEY)"
 	case code == http.StatusNotFound:
-		f.typ = chat.NoModel
+		f.typ = errdefs.NoModel
 		f.msg += fmt.Sprintf(" (is %q, BERTH_MODEL, served there?)", m.cfg.Model)
 	default:
-		f.typ = chat.ModelRejected
+		f.typ = errdefs.ModelRejected
 	}
 	return f
 }
 
 // toTemporal turns a failure into the activity's error.
 func toTemporal(f *failure) error {
-	return temporal.NewApplicationErrorWithOptions(f.msg, f.typ, temporal.ApplicationErrorOptions{
-		NonRetryable:   f.typ != chat.ModelUnavailable,
+	return temporal.NewApplicationErrorWithOptions(f.msg, string(f.typ), temporal.ApplicationErrorOptions{
+		NonRetryable:   f.typ != errdefs.ModelUnavailable,
 		NextRetryDelay: f.retryAfter,
 	})
 }
@@ -122,4 +122,16 @@ func prefix(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// nonRetryable lists the kinds of the model activity's failures that a
+// retry cannot fix, for its retry policy's NonRetryableErrorTypes: all
+// but ModelUnavailable.
+func nonRetryable() []string {
+	var out []string
+	for _, k := range []errdefs.Kind{errdefs.NoModel, errdefs.ModelAuth, errdefs.ModelRejected,
+		errdefs.BadModelAnswer, errdefs.BadConversation, errdefs.AnswerTooLarge} {
+		out = append(out, string(k))
+	}
+	return out
 }

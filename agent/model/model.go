@@ -16,8 +16,6 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	"gocloud.dev/blob"
-
-	"github.com/berth-dev/berth/agent/chat"
 )
 
 // ActivityName is the name Complete is registered under.
@@ -123,7 +121,7 @@ func ActivityOptions() workflow.ActivityOptions {
 			BackoffCoefficient:     2,
 			MaximumInterval:        time.Minute,
 			MaximumAttempts:        20,
-			NonRetryableErrorTypes: chat.NonRetryable(),
+			NonRetryableErrorTypes: nonRetryable(),
 		},
 	}
 }

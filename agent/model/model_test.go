@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
@@ -150,20 +152,20 @@ func TestFailures(t *testing.T) {
 	tests := []struct {
 		name      string
 		prepare   func(*fakemodel.Server)
-		typ       string
+		typ       errdefs.Kind
 		retryable bool
 		delay     time.Duration
 		says      string
 	}{
 		{name: "rate limited", prepare: func(s *fakemodel.Server) { s.FailNext(429, 1); s.RetryAfter(3 * time.Second) },
-			typ: chat.ModelUnavailable, retryable: true, delay: 3 * time.Second, says: "429"},
+			typ: errdefs.ModelUnavailable, retryable: true, delay: 3 * time.Second, says: "429"},
 		{name: "server error", prepare: func(s *fakemodel.Server) { s.FailNext(500, 1) },
-			typ: chat.ModelUnavailable, retryable: true, says: "500"},
+			typ: errdefs.ModelUnavailable, retryable: true, says: "500"},
 		{name: "connection lost", prepare: func(s *fakemodel.Server) { s.DropNext(1); s.Script(fakemodel.Reply{Text: "never whole"}) },
-			typ: chat.ModelUnavailable, retryable: true, says: "lost"},
+			typ: errdefs.ModelUnavailable, retryable: true, says: "lost"},
 		{name: "bad key", prepare: func(s *fakemodel.Server) { s.SetKey("sk-other") },
-			typ: chat.ModelAuth, says: "401"},
-		{name: "nothing to answer", prepare: func(*fakemodel.Server) {}, typ: chat.ModelRejected, says: "400"},
+			typ: errdefs.ModelAuth, says: "401"},
+		{name: "nothing to answer", prepare: func(*fakemodel.Server) {}, typ: errdefs.ModelRejected, says: "400"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -171,7 +173,7 @@ func TestFailures(t *testing.T) {
 			tt.prepare(srv)
 			_, err := complete(t, m, chat.Request{Conversation: "f", New: user})
 			ae := appErr(t, err)
-			if ae.Type() != tt.typ || ae.NonRetryable() == tt.retryable || ae.NextRetryDelay() != tt.delay ||
+			if ae.Type() != string(tt.typ) || ae.NonRetryable() == tt.retryable || ae.NextRetryDelay() != tt.delay ||
 				!strings.Contains(ae.Error(), tt.says) {
 				t.Errorf("error %q: type %s, non-retryable %v, next retry delay %v; want %s, %v, %v, saying %q",
 					ae.Error(), ae.Type(), ae.NonRetryable(), ae.NextRetryDelay(), tt.typ, !tt.retryable, tt.delay, tt.says)
@@ -220,7 +222,7 @@ func TestBadSegment(t *testing.T) {
 	}
 	_, err = complete(t, m, chat.Request{Conversation: "b", Segments: resp.Conversation,
 		New: []chat.Message{{Role: chat.RoleUser, Content: "again"}}})
-	if ae := appErr(t, err); ae.Type() != chat.BadConversation || !ae.NonRetryable() || !strings.Contains(ae.Error(), "SHA-256") {
+	if ae := appErr(t, err); ae.Type() != string(errdefs.BadConversation) || !ae.NonRetryable() || !strings.Contains(ae.Error(), "SHA-256") {
 		t.Errorf("altered segment: %v (type %s)", ae, ae.Type())
 	}
 	if n := len(srv.Requests()); n != 1 {

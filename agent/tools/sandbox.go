@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/provider"
@@ -31,7 +33,7 @@ type onSandbox struct {
 func (s onSandbox) Exec(command string, o ExecOptions) (ExecResult, error) {
 	opts := slices.Clone(s.execOpts)
 	if o.Timeout > 0 {
-		opts = append(opts, sandbox.WithTimeout(o.Timeout))
+		opts = append(opts, sandbox.WithExecTimeout(o.Timeout))
 	}
 	if o.TTY {
 		// No input stream: the terminal gets no keys.
@@ -40,7 +42,7 @@ func (s onSandbox) Exec(command string, o ExecOptions) (ExecResult, error) {
 	}
 	res, err := s.sbx.Exec(s.ctx, command, opts...)
 	out := ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr, Truncated: res.Truncated}
-	if errors.Is(err, provider.ErrTimeout) {
+	if errors.Is(err, errdefs.ErrTimeout) {
 		out.TimedOut, err = true, nil
 	}
 	return out, err

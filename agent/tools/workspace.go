@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -65,7 +66,7 @@ var _ Workspace = Dir("")
 func (d Dir) path(p string) (string, error) {
 	clean := filepath.Clean("/" + p)
 	if strings.Contains(p, "\x00") {
-		return "", fmt.Errorf("%w: path %q", provider.ErrBadInput, p)
+		return "", fmt.Errorf("%w: path %q", errdefs.ErrBadInput, p)
 	}
 	return filepath.Join(string(d), clean), nil
 }
@@ -74,7 +75,7 @@ func (d Dir) path(p string) (string, error) {
 // terminal: that is the sandbox's (provider.Terminal).
 func (d Dir) Exec(command string, opts ExecOptions) (ExecResult, error) {
 	if opts.TTY {
-		return ExecResult{}, fmt.Errorf("%w: this workspace runs no command on a terminal", provider.ErrUnsupported)
+		return ExecResult{}, fmt.Errorf("%w: this workspace runs no command on a terminal", errdefs.ErrUnsupported)
 	}
 	ctx := context.Background()
 	if opts.Timeout > 0 {
@@ -163,7 +164,7 @@ func (d Dir) Remove(p string) error {
 		return err
 	}
 	if full == filepath.Clean(string(d)) {
-		return fmt.Errorf("%w: will not remove the workspace itself", provider.ErrBadInput)
+		return fmt.Errorf("%w: will not remove the workspace itself", errdefs.ErrBadInput)
 	}
 	return os.RemoveAll(full)
 }

@@ -78,8 +78,8 @@ func TestCLIConventions(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^linux +ready +berth +\S*pause`).MatchString(text) {
 			t.Errorf("berth providers:\n%s", text)
 		}
-		list := decode[[]provider.Status](t, "providers -o json", ok("providers", "-o", "json"))
-		i := slices.IndexFunc(list, func(s provider.Status) bool { return s.Name == "linux" })
+		list := decode[[]provider.Availability](t, "providers -o json", ok("providers", "-o", "json"))
+		i := slices.IndexFunc(list, func(s provider.Availability) bool { return s.Name == "linux" })
 		if i < 0 || !list[i].Available || list[i].Capabilities == nil || !list[i].Capabilities.Disk {
 			t.Errorf("berth providers -o json: %+v", list)
 		}

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"github.com/berth-dev/berth/client"
-	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/sandbox"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 )
@@ -28,7 +29,7 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 
 // oneLine says what went wrong in one line: for an error from the
-// Temporal server or a workflow, its kind and reason (sandbox.OneLine),
+// Temporal server or a workflow, its kind and reason (temporalerr.OneLine),
 // not the chain; for berth's own, its message.
 func oneLine(err error) string {
 	var gone *client.UnavailableError
@@ -40,7 +41,7 @@ func oneLine(err error) string {
 	var noNamespace *serviceerror.NamespaceNotFound
 	if errors.As(err, &noNamespace) {
 		return fmt.Sprintf("%s: namespace %q does not exist on the Temporal server (--namespace, $TEMPORAL_NAMESPACE, or the profile's)",
-			provider.KindNotFound, noNamespace.Namespace)
+			errdefs.NotFound, noNamespace.Namespace)
 	}
 	var (
 		app        *temporal.ApplicationError
@@ -51,11 +52,11 @@ func oneLine(err error) string {
 	)
 	if errors.As(err, &app) || errors.As(err, &canceled) || errors.As(err, &terminated) ||
 		errors.As(err, &timeout) || errors.As(err, &service) {
-		return sandbox.OneLine(err)
+		return temporalerr.OneLine(err)
 	}
 	// The client's own errors of a kind (a session not found) say it as
 	// the server's do.
-	if k := provider.KindOf(err); k != provider.KindInternal {
+	if k := errdefs.KindOf(err); k != errdefs.Internal {
 		return fmt.Sprintf("%s: %s", k, flatten(err.Error()))
 	}
 	return flatten(err.Error())

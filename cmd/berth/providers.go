@@ -66,7 +66,7 @@ tell), unavailable and why, or none configured.`,
 // host that did not answer (Unreachable, no Name, Reason why), or the
 // coding agent's model (Model, no Name).
 type providerRow struct {
-	provider.Status
+	provider.Availability
 	// State is the table's STATUS: ready, unavailable, unreachable; of
 	// the model, its model.Status.State.
 	State       string        `json:"status"`
@@ -77,8 +77,8 @@ type providerRow struct {
 // modelRow is the row of the model's status.
 func modelRow(st model.Status) providerRow {
 	return providerRow{
-		Status: provider.Status{Available: st.State == model.Ready || st.State == model.Unknown, Reason: st.Reason},
-		State:  st.State, Model: &st,
+		Availability: provider.Availability{Available: st.State == model.Ready || st.State == model.Unknown, Reason: st.Reason},
+		State:        st.State, Model: &st,
 	}
 }
 
@@ -88,7 +88,7 @@ func providerRows(hosts []sandbox.HostProviders) []providerRow {
 	rows := []providerRow{}
 	for _, h := range hosts {
 		if h.Unreachable {
-			rows = append(rows, providerRow{Status: provider.Status{Host: h.Host, Reason: h.Error}, State: "unreachable", Unreachable: true})
+			rows = append(rows, providerRow{Availability: provider.Availability{Host: h.Host, Reason: h.Error}, State: "unreachable", Unreachable: true})
 			continue
 		}
 		for _, s := range h.Providers {
@@ -97,7 +97,7 @@ func providerRows(hosts []sandbox.HostProviders) []providerRow {
 			if !s.Available {
 				state = "unavailable"
 			}
-			rows = append(rows, providerRow{Status: s, State: state})
+			rows = append(rows, providerRow{Availability: s, State: state})
 		}
 	}
 	return rows

@@ -16,13 +16,13 @@ import (
 // fields of a provider's status.
 func TestProviderRows(t *testing.T) {
 	hosts := []sandbox.HostProviders{
-		{Host: "berth@a", Providers: []provider.Status{
+		{Host: "berth@a", Providers: []provider.Availability{
 			{Name: "docker", Available: true, Capabilities: &provider.Capabilities{Pause: true, HostBound: true},
 				Note: "default image berth-host:1-v1: not made: too big\n\x1b[31m"},
 			{Name: "gvisor", Reason: "runsc\nnot found"},
 		}},
 		{Host: "berth@b", Unreachable: true, Error: "no worker took the question within 5s"},
-		{Host: "berth@c", Providers: []provider.Status{{Name: "linux", Available: true, Capabilities: &provider.Capabilities{}}}},
+		{Host: "berth@c", Providers: []provider.Availability{{Name: "linux", Available: true, Capabilities: &provider.Capabilities{}}}},
 	}
 	rows := append(providerRows(hosts), modelRow(model.Status{Model: "qwen3", Server: "127.0.0.1:8000", State: model.Unavailable,
 		Reason: "model: 127.0.0.1:8000 unreachable: connection refused: start it"}))

@@ -5,12 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -41,7 +42,7 @@ func TestRunRowExitCode(t *testing.T) {
 		{"exited 7", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &workflows.RunExit{ExitCode: 7}), "exited 7", "7"},
 		{"exited 0", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &workflows.RunExit{}), "exited 0", "0"},
 		{"signal", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &workflows.RunExit{Signal: "SIGTERM"}), "exited 143 (SIGTERM)", "143"},
-		{"timeout", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &workflows.RunExit{ExitCode: -1, Kind: provider.KindTimeout}), "exited 124 (Timeout)", "124"},
+		{"timeout", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &workflows.RunExit{ExitCode: -1, Kind: errdefs.Timeout}), "exited 124 (Timeout)", "124"},
 		{"running", info(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil), "running", ""},
 		{"canceled", info(enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, nil), "canceled", ""},
 		{"ended before the memo", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, nil), "completed", ""},

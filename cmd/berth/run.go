@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/client"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -276,11 +278,11 @@ func runExit(out workflows.RunOutput) error {
 // exitCode is the exit code berth gives a command that ended so.
 func exitCode(e workflows.RunExit) int {
 	switch {
-	case e.Kind == provider.KindTimeout:
+	case e.Kind == errdefs.Timeout:
 		return 124
-	case e.Kind == provider.KindCommandNotFound:
+	case e.Kind == errdefs.CommandNotFound:
 		return 127
-	case e.Kind == provider.KindOutOfMemory:
+	case e.Kind == errdefs.OutOfMemory:
 		return 137
 	case e.Kind != "":
 		return exitBerth

@@ -9,6 +9,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
@@ -17,7 +21,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/berth-dev/berth/client"
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -151,17 +154,17 @@ func cancelRun(ctx context.Context, c *client.Client, id string) error {
 		return err
 	})
 	switch {
-	case client.NotFound(err):
-		return fmt.Errorf("%s: run %s does not exist", provider.KindNotFound, id)
+	case temporalerr.WorkflowNotFound(err):
+		return fmt.Errorf("%s: run %s does not exist", errdefs.NotFound, id)
 	case err != nil:
 		return fmt.Errorf("run %s: %s", id, oneLine(err))
 	}
 	info := desc.GetWorkflowExecutionInfo()
 	if t := info.GetType().GetName(); !isType(t, workflows.RunWorkflowName) {
-		return fmt.Errorf("%s: %s is not a run but a %s workflow", provider.KindBadInput, id, t)
+		return fmt.Errorf("%s: %s is not a run but a %s workflow", errdefs.BadInput, id, t)
 	}
 	if st := info.GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return fmt.Errorf("%s: run %s has already ended (%s)", provider.KindNotFound, id, strings.ToLower(st.String()))
+		return fmt.Errorf("%s: run %s has already ended (%s)", errdefs.NotFound, id, strings.ToLower(st.String()))
 	}
 	if err := c.Retry(ctx, func(ctx context.Context) error { return c.Temporal().CancelWorkflow(ctx, id, "") }); err != nil {
 		return fmt.Errorf("run %s: %s", id, oneLine(err))

@@ -8,6 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -189,7 +193,7 @@ func createSandbox(ctx context.Context, c *client.Client, name string, in workfl
 		if started && errors.As(err, &exists) {
 			return nil // our own first try
 		}
-		started = started || err == nil || client.Unavailable(err)
+		started = started || err == nil || temporalerr.ServerUnavailable(err)
 		return err
 	})
 	var exists *serviceerror.WorkflowExecutionAlreadyStarted
@@ -293,7 +297,7 @@ func notForSession(id, update string) error {
 	if !session.IsID(id) || !ok {
 		return nil
 	}
-	return provider.Errorf(provider.KindNotFound, "%s is a coding agent session, not a standalone sandbox: berth sandbox exec, cp and inspect reach its sandbox; use %s",
+	return errdefs.Errorf(errdefs.NotFound, "%s is a coding agent session, not a standalone sandbox: berth sandbox exec, cp and inspect reach its sandbox; use %s",
 		id, strings.ReplaceAll(instead, "%s", id))
 }
 
@@ -302,10 +306,10 @@ func updateErr(id string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if client.NotFound(err) && session.IsID(id) {
+	if temporalerr.WorkflowNotFound(err) && session.IsID(id) {
 		return fmt.Errorf("NotFound: session %s does not exist or has ended (berth session ls -a)", id)
 	}
-	if client.NotFound(err) {
+	if temporalerr.WorkflowNotFound(err) {
 		return fmt.Errorf("NotFound: sandbox %s does not exist or is gone", id)
 	}
 	return fmt.Errorf("sandbox %s: %s", id, oneLine(err))

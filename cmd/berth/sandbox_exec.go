@@ -5,9 +5,10 @@ import (
 	"io"
 	"os"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -85,7 +86,7 @@ goes to it, as berth sandbox shell does.`,
 			defer c.Temporal().Close()
 			command, err := c.StartExec(ctx, sandboxWorkflow(id), req)
 			switch {
-			case client.NotFound(err):
+			case temporalerr.WorkflowNotFound(err):
 				return updateErr(id, err)
 			case err != nil && ctx.Err() != nil:
 				fmt.Fprintf(os.Stderr, "berth: sandbox %s: interrupted before the command was accepted\n", id)

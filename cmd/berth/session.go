@@ -9,12 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/spf13/cobra"
 
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/termtext"
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/session"
 )
 
@@ -172,7 +173,7 @@ one event a line: {"type": "turn"|"text"|"call"|"stdout"|"stderr"|"approval"|"ou
 				return err
 			}
 			if turn == 0 {
-				return provider.Errorf(provider.KindNotFound, "session %s did not accept the message: it is ending", args[0])
+				return errdefs.Errorf(errdefs.NotFound, "session %s did not accept the message: it is ending", args[0])
 			}
 			p := newTurnPrinter(ctx, os.Stdout, *out == formatJSONL, args[0], turn, func(ctx context.Context, key string, off int64) ([]byte, error) {
 				return s.Read(ctx, args[0], key, off)
@@ -373,11 +374,11 @@ func awaiting(st agent.State) (string, error) {
 	}
 	switch len(ids) {
 	case 0:
-		return "", provider.Errorf(provider.KindBadInput, "no tool call awaits approval")
+		return "", errdefs.Errorf(errdefs.BadInput, "no tool call awaits approval")
 	case 1:
 		return ids[0], nil
 	}
-	return "", provider.Errorf(provider.KindBadInput, "%d calls await approval (%s): name one", len(ids), strings.Join(ids, ", "))
+	return "", errdefs.Errorf(errdefs.BadInput, "%d calls await approval (%s): name one", len(ids), strings.Join(ids, ", "))
 }
 
 func newSessionPause(sf *sessionFlags, use string) *cobra.Command {

@@ -4,7 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/berth-dev/berth/agent/chat"
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/internal/fakemodel"
 )
@@ -28,11 +29,11 @@ func TestSessionLargeAnswerCLI(t *testing.T) {
 		t.Errorf("show printed %d bytes, without the whole answer", len(out))
 	}
 	out, errOut, code := s.run("send", id, "say too much")
-	if code != exitBerth || !strings.Contains(errOut, chat.AnswerTooLarge+": model: the answer's text passed") ||
+	if code != exitBerth || !strings.Contains(errOut, string(errdefs.AnswerTooLarge)+": model: the answer's text passed") ||
 		strings.Count(errOut, "\n") > 1 || len(out) > model.DefaultMaxText+1<<10 {
 		t.Errorf("send past the model's bound: exit %d, %d bytes out, stderr %q", code, len(out), errOut)
 	}
-	if out := s.ok("show", id); !strings.Contains(out, chat.AnswerTooLarge) {
+	if out := s.ok("show", id); !strings.Contains(out, string(errdefs.AnswerTooLarge)) {
 		t.Errorf("show after the failed turn does not say why it failed")
 	}
 	if out := s.ok("send", id, "briefly"); out != "small\n" {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/client"
@@ -131,7 +133,7 @@ func runOnTerminal(ctx context.Context, c *client.Client, id string, req workflo
 	if errors.Is(err, context.Canceled) && context.Cause(ctx) != context.Canceled {
 		err = context.Cause(ctx)
 	}
-	if client.NotFound(err) {
+	if temporalerr.WorkflowNotFound(err) {
 		return updateErr(id, err)
 	}
 	return runResult("sandbox "+id, res, err)

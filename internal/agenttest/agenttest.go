@@ -106,7 +106,7 @@ func New(t testing.TB) *Harness {
 
 // StartWorker starts the host's workers.
 func (h *Harness) StartWorker() {
-	w, err := hostworker.Start(h.C, h.Opts)
+	w, err := hostworker.StartWorker(h.C, h.Opts)
 	if err != nil {
 		h.T.Fatal(err)
 	}

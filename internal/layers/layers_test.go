@@ -49,6 +49,9 @@ func goList(t *testing.T, args ...string) map[string]pkg {
 	return pkgs
 }
 
+// berth says whether path is one of berth's packages.
+func berth(path string) bool { return path == module || strings.HasPrefix(path, module+"/") }
+
 // within says whether path is the berth package rel or one below it.
 func within(path, rel string) bool {
 	full := module + "/" + rel
@@ -107,7 +110,20 @@ func hostSide(path string) bool {
 	return false
 }
 
+// std matches the standard library's packages: their paths have no dot
+// in their first element.
+func std(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
 var rules = []rule{
+	{exactly("errdefs"), berth, true,
+		"errdefs is the leaf every layer names its errors with (providers and the in-sandbox daemon too): it imports nothing of berth"},
+	{exactly("errdefs"), func(path string) bool { return !std(path) }, true,
+		"errdefs imports only the standard library, so that any program, and layer 1, can use it without linking Temporal"},
+	{under("errdefs/temporalerr"), func(path string) bool { return berth(path) && path != module+"/errdefs" }, true,
+		"temporalerr converts between errdefs and Temporal: of berth it knows errdefs alone"},
 	{under("provider", "sandboxd", "snapshot", "internal/untar", "internal/sparsetar", "cmd/berth-sandboxd"),
 		prefix("go.temporal.io/"), true,
 		"layer 1 (providers, the in-sandbox daemon, snapshots) is plain Go: it knows nothing of Temporal"},
@@ -116,7 +132,7 @@ var rules = []rule{
 	{under("provider", "sandboxd", "snapshot", "transfer", "activities", "sandbox", "workflows"),
 		under("client", "cmd", "hostworker", "devserver"), true,
 		"layers 1 to 4 know nothing of the front ends and hosts built on them"},
-	{under("transfer"), func(path string) bool { return within(path, "") && !under("internal")(path) }, true,
+	{under("transfer"), func(path string) bool { return berth(path) && !under("internal")(path) }, true,
 		"transfer is the output and transfer format: it stands below every layer that moves bytes"},
 	{under("activities"), under("sandbox", "workflows"), true,
 		"activities (layer 2) know nothing of the handle or the workflows above them"},
@@ -137,7 +153,7 @@ var rules = []rule{
 	{under("sandbox", "workflows", "activities"), providerImpl, true,
 		"layers 2 to 4 reach providers only through the provider interface and the registry"},
 	{under("agent/chat"), func(path string) bool {
-		return prefix("go.temporal.io/")(path) || prefix("github.com/openai/")(path) || within(path, "")
+		return prefix("go.temporal.io/")(path) || prefix("github.com/openai/")(path) || berth(path)
 	}, true,
 		"agent/chat is plain data shared by the agent's workflow and activities: no Temporal, no model client, no berth package"},
 	{under("agent/model"), under("sandbox", "workflows", "activities", "provider", "agent/tools"), true,

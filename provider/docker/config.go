@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/distribution/reference"
 
 	"github.com/berth-dev/berth/provider"
@@ -118,7 +120,7 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	if err := checkStatic(c.DaemonPath); err != nil {
-		return fmt.Errorf("%w: daemon binary %s: %v: build it with CGO_ENABLED=0 go build ./cmd/berth-sandboxd and set daemon=PATH", provider.ErrUnsupported, c.DaemonPath, err)
+		return fmt.Errorf("%w: daemon binary %s: %v: build it with CGO_ENABLED=0 go build ./cmd/berth-sandboxd and set daemon=PATH", errdefs.ErrUnsupported, c.DaemonPath, err)
 	}
 	if c.UIDBase == 0 {
 		c.UIDBase = DefaultUIDBase
@@ -127,7 +129,7 @@ func (c *Config) setDefaults() error {
 		c.UIDCount = DefaultUIDCount
 	}
 	if c.UIDBase < 1000 || c.UIDCount < 1 {
-		return fmt.Errorf("%w: uid range %d+%d must start at 1000 or more", provider.ErrBadInput, c.UIDBase, c.UIDCount)
+		return fmt.Errorf("%w: uid range %d+%d must start at 1000 or more", errdefs.ErrBadInput, c.UIDBase, c.UIDCount)
 	}
 	if err := settings.Defaults(&c.Defaults, DefaultDisk, MinDisk); err != nil {
 		return err
@@ -162,7 +164,7 @@ func (c *Config) setDefaults() error {
 			c.HostImage = DefaultHostImage()
 		}
 		if _, err := reference.ParseNormalizedNamed(c.HostImage); err != nil {
-			return fmt.Errorf("%w: host-image %.200q: %v", provider.ErrBadInput, c.HostImage, err)
+			return fmt.Errorf("%w: host-image %.200q: %v", errdefs.ErrBadInput, c.HostImage, err)
 		}
 	}
 	if c.hostRoot == "" {

@@ -17,7 +17,7 @@
 // /workspace or Spec.Dir). Its ENV is the commands' base environment.
 // Its VOLUMEs become bounded tmpfs (see below); one at or below a path
 // berth mounts (/run/berth, /.berth, /dev/shm, /etc/passwd, /etc/group,
-// below /workspace) is refused as provider.ErrBadInput. The host
+// below /workspace) is refused as errdefs.ErrBadInput. The host
 // reaches the daemon's sockets by descriptor (package hostsock): a link
 // put at their names is refused, never followed.
 //

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -52,7 +54,7 @@ func TestOpenBadConfig(t *testing.T) {
 		{"daemon": testEnv.daemon, "memory": "1000"},
 	} {
 		_, err := provider.Open(t.Context(), Name, cfg)
-		if !errors.Is(err, provider.ErrBadInput) && !errors.Is(err, provider.ErrUnsupported) {
+		if !errors.Is(err, errdefs.ErrBadInput) && !errors.Is(err, errdefs.ErrUnsupported) {
 			t.Errorf("Open(%v): %v, want bad input or unsupported", cfg, err)
 		} else if strings.Contains(err.Error(), "\n") {
 			t.Errorf("Open(%v): error of more than one line: %q", cfg, err)
@@ -63,7 +65,7 @@ func TestOpenBadConfig(t *testing.T) {
 func TestImageMissing(t *testing.T) {
 	p := newTestProvider(t, Config{PullTimeout: time.Minute})
 	_, err := p.Create(t.Context(), provider.Spec{ID: "missing", Image: "berth-no-such-image:0"})
-	if !errors.Is(err, provider.ErrBadInput) {
+	if !errors.Is(err, errdefs.ErrBadInput) {
 		t.Fatalf("Create with an image nobody has: %v, want bad input", err)
 	}
 	msg := err.Error()
@@ -80,11 +82,11 @@ func TestImageMissing(t *testing.T) {
 	}
 	for _, image := range []string{"UPPER:case", "a b", strings.Repeat("x", 5000), "x@sha256:zz"} {
 		_, err := p.Create(t.Context(), provider.Spec{Image: image})
-		if !errors.Is(err, provider.ErrBadInput) || strings.Contains(err.Error(), "\n") || len(err.Error()) > 1000 {
+		if !errors.Is(err, errdefs.ErrBadInput) || strings.Contains(err.Error(), "\n") || len(err.Error()) > 1000 {
 			t.Errorf("Create with image %.20q: %.300v; want one short line of bad input", image, err)
 		}
 	}
-	if _, err := p.Create(t.Context(), provider.Spec{Image: testImage, RootFS: "/"}); !errors.Is(err, provider.ErrUnsupported) {
+	if _, err := p.Create(t.Context(), provider.Spec{Image: testImage, RootFS: "/"}); !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Errorf("Create with a root filesystem: %v, want unsupported", err)
 	}
 }
@@ -125,7 +127,7 @@ func TestDestroyLeavesNothing(t *testing.T) {
 			t.Errorf("%s holds %v after Destroy, with a pool of %d", d, names, p.cfg.Pool)
 		}
 	}
-	if _, err := p.Get(t.Context(), "gone"); !errors.Is(err, provider.ErrNotFound) {
+	if _, err := p.Get(t.Context(), "gone"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Get after Destroy: %v, want not found", err)
 	}
 	// The pool's containers go with the provider.
@@ -173,7 +175,7 @@ func TestKilledFromOutside(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if !errors.Is(err, provider.ErrLost) {
+		if !errors.Is(err, errdefs.ErrSandboxLost) {
 			t.Errorf("a command running when its container was killed: %v, want lost", err)
 		}
 	case <-time.After(30 * time.Second):
@@ -181,7 +183,7 @@ func TestKilledFromOutside(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if _, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, provider.ErrLost) {
+	if _, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrSandboxLost) {
 		t.Errorf("Exec after the container was killed: %v, want lost", err)
 	}
 	if info, err := sb.Info(ctx); err != nil || info.State != provider.StateLost {
@@ -266,7 +268,7 @@ func TestContainer(t *testing.T) {
 	if err != nil || insp.Container.State.Paused || !insp.Container.State.Running {
 		t.Errorf("after Pause, Docker says paused=%v running=%v (%v)", insp.Container.State.Paused, insp.Container.State.Running, err)
 	}
-	if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, provider.ErrPaused) {
+	if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrSandboxPaused) {
 		t.Errorf("Exec while paused: %v, want paused", err)
 	}
 	if err := sb.Resume(t.Context()); err != nil {
@@ -555,7 +557,7 @@ func TestMemoryThrash(t *testing.T) {
 	var stdout, stderr strings.Builder
 	res, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", program}, Stdout: &stdout, Stderr: &stderr})
 	t.Logf("exit code %d, signal %q, out of memory %v, err %v, stdout %q, stderr %q", res.ExitCode, res.Signal, res.OOMKilled, err, stdout.String(), stderr.String())
-	if !errors.Is(err, provider.ErrOutOfMemory) || !res.OOMKilled {
+	if !errors.Is(err, errdefs.ErrOutOfMemory) || !res.OOMKilled {
 		t.Errorf("a command holding the sandbox's memory less 8 MiB in socket buffers and reading 16 MiB of mapped file: %v, want it killed as out of memory", err)
 	}
 	if out := sh(t, sb, "echo ok"); strings.TrimSpace(out) != "ok" {

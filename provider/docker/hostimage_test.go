@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/moby/moby/client"
 
 	"github.com/berth-dev/berth/internal/testkit"
@@ -127,9 +129,9 @@ func TestDefaultImageFails(t *testing.T) {
 	var log testkit.SyncBuffer
 	p := hostImageProvider(t, Config{Pool: -1, hostBounds: rootBounds{Bytes: 1 << 20, Entries: 20000}, hostWait: 3 * time.Minute}, &log)
 	_, err := p.Create(t.Context(), provider.Spec{ID: "no-image"})
-	if err == nil || provider.KindOf(err) != provider.KindInternal || !strings.Contains(err.Error(), p.cfg.HostImage) ||
+	if err == nil || errdefs.KindOf(err) != errdefs.Internal || !strings.Contains(err.Error(), p.cfg.HostImage) ||
 		!strings.Contains(err.Error(), "more than 1 MiB") || strings.Contains(err.Error(), "\n") {
-		t.Fatalf("creation without the image: %v (%s); want one retryable line naming the image and why", err, provider.KindOf(err))
+		t.Fatalf("creation without the image: %v (%s); want one retryable line naming the image and why", err, errdefs.KindOf(err))
 	}
 	if r := p.Report(); !strings.Contains(r, p.cfg.HostImage) || !strings.Contains(r, "more than 1 MiB") || strings.Contains(r, "\n") {
 		t.Errorf("the provider reports %q; want one line on the image not made", r)
@@ -141,7 +143,7 @@ func TestDefaultImageFails(t *testing.T) {
 	// by the next creation, which does not wait for it.
 	p.host.bounds, p.host.wait = defaultRootBounds, time.Millisecond
 	_, err = p.Create(t.Context(), provider.Spec{ID: "no-image"})
-	if err == nil || provider.KindOf(err) != provider.KindInternal || !strings.Contains(err.Error(), "still being made") {
+	if err == nil || errdefs.KindOf(err) != errdefs.Internal || !strings.Contains(err.Error(), "still being made") {
 		t.Fatalf("creation while the image is made: %v; want a retryable error saying so", err)
 	}
 	if r := p.Report(); !strings.Contains(r, "being made") {

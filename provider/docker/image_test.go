@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -114,7 +116,7 @@ func TestImageVolumeOverBerth(t *testing.T) {
 				sb.Destroy(context.Background())
 				t.Fatal("created")
 			}
-			if !errors.Is(err, provider.ErrBadInput) || !strings.Contains(err.Error(), tc.volume) || strings.Contains(err.Error(), "\n") {
+			if !errors.Is(err, errdefs.ErrBadInput) || !strings.Contains(err.Error(), tc.volume) || strings.Contains(err.Error(), "\n") {
 				t.Errorf("got %v, want one line of bad input naming %s", err, tc.volume)
 			}
 		})

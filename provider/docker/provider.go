@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -73,7 +75,7 @@ var (
 // the state directory.
 func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("%w: the docker provider must run as root (it mounts each sandbox's workspace)", provider.ErrUnsupported)
+		return nil, fmt.Errorf("%w: the docker provider must run as root (it mounts each sandbox's workspace)", errdefs.ErrUnsupported)
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("docker provider: %w", err)
@@ -84,13 +86,13 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	}
 	cli, err := client.New(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: docker provider: %v", provider.ErrBadInput, err)
+		return nil, fmt.Errorf("%w: docker provider: %v", errdefs.ErrBadInput, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("%w: docker provider: the Docker engine does not answer: %v", provider.ErrUnsupported, oneLine(err))
+		return nil, fmt.Errorf("%w: docker provider: the Docker engine does not answer: %v", errdefs.ErrUnsupported, oneLine(err))
 	}
 	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, sandboxesDir), filepath.Join(cfg.StateDir, slotsDir)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -162,7 +164,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 	if err == nil {
 		return sb, nil // it exists: creation is idempotent
 	}
-	if !errors.Is(err, provider.ErrNotFound) {
+	if !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, err
 	}
 	rec, err := p.create(ctx, spec)
@@ -326,7 +328,7 @@ func (p *Provider) ensureImage(ctx context.Context, ref string) error {
 		return nil
 	}
 	if cerrdefs.IsInvalidArgument(err) {
-		return fmt.Errorf("%w: image %.200q is not a valid image reference", provider.ErrBadInput, ref)
+		return fmt.Errorf("%w: image %.200q is not a valid image reference", errdefs.ErrBadInput, ref)
 	}
 	if !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("inspect image %.200q: %v", ref, oneLine(err))
@@ -341,7 +343,7 @@ func (p *Provider) ensureImage(ctx context.Context, ref string) error {
 	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		return fmt.Errorf("pull image %.200q: not done after %v", ref, p.cfg.PullTimeout)
 	}
-	return fmt.Errorf("%w: image %.200q is not on this host and cannot be pulled (%s): docker pull it where a registry is reachable, or bring it with docker load or docker import", provider.ErrBadInput, ref, oneLine(err))
+	return fmt.Errorf("%w: image %.200q is not on this host and cannot be pulled (%s): docker pull it where a registry is reachable, or bring it with docker load or docker import", errdefs.ErrBadInput, ref, oneLine(err))
 }
 
 // oneLine keeps the first line of an error from Docker: errors berth

@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
@@ -82,7 +84,7 @@ func (s *sandbox) ready() error {
 		return s.lost()
 	}
 	if fz || s.paused() {
-		return fmt.Errorf("%w: %s; resume it first", provider.ErrPaused, s.rec.ID)
+		return fmt.Errorf("%w: %s; resume it first", errdefs.ErrSandboxPaused, s.rec.ID)
 	}
 	return nil
 }
@@ -97,7 +99,7 @@ func (s *sandbox) exists() error {
 }
 
 func (s *sandbox) lost() error {
-	return fmt.Errorf("%w: %s: its container is gone", provider.ErrLost, s.rec.ID)
+	return fmt.Errorf("%w: %s: its container is gone", errdefs.ErrSandboxLost, s.rec.ID)
 }
 
 // check turns a failure to reach the daemon into ErrLost when the
@@ -178,7 +180,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	}
 	defer unlock()
 	rec, err := s.p.readRecord(s.rec.ID)
-	if errors.Is(err, provider.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
 	}
 	if err != nil {

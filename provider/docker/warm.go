@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
@@ -225,7 +227,7 @@ func checkVolumes(image string, volumes []string) error {
 		v = path.Clean("/" + v)
 		for _, m := range mounted {
 			if (v == m && m != provider.Workspace && m != "/tmp") || strings.HasPrefix(v, m+"/") {
-				return fmt.Errorf("%w: image %.200q declares VOLUME %.200q, over %s, which berth mounts: remove it from the image", provider.ErrBadInput, image, v, m)
+				return fmt.Errorf("%w: image %.200q declares VOLUME %.200q, over %s, which berth mounts: remove it from the image", errdefs.ErrBadInput, image, v, m)
 			}
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/berth-dev/berth/provider"
@@ -107,7 +109,7 @@ func writeBundle(b bundleSpec) error {
 		src = b.rootfs
 		entries, err := os.ReadDir(b.rootfs)
 		if err != nil {
-			return fmt.Errorf("%w: read root filesystem: %v", provider.ErrBadInput, err)
+			return fmt.Errorf("%w: read root filesystem: %v", errdefs.ErrBadInput, err)
 		}
 		names = nil
 		for _, e := range entries {

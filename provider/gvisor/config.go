@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/internal/wsimage"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/settings"
@@ -72,7 +74,7 @@ func (c *Config) setDefaults() error {
 		c.Runsc = "runsc"
 	}
 	if c.Runsc, err = exec.LookPath(c.Runsc); err != nil {
-		return fmt.Errorf("%w: runsc not found (%v): install gVisor's runsc or set runsc=PATH", provider.ErrUnsupported, err)
+		return fmt.Errorf("%w: runsc not found (%v): install gVisor's runsc or set runsc=PATH", errdefs.ErrUnsupported, err)
 	}
 	if c.Platform == "" {
 		c.Platform = "systrap"
@@ -86,7 +88,7 @@ func (c *Config) setDefaults() error {
 		return err
 	}
 	if !settings.IsFile(c.DaemonPath) {
-		return fmt.Errorf("%w: daemon binary %s is not a file", provider.ErrBadInput, c.DaemonPath)
+		return fmt.Errorf("%w: daemon binary %s is not a file", errdefs.ErrBadInput, c.DaemonPath)
 	}
 	if err := settings.Defaults(&c.Defaults, DefaultDisk, MinDisk); err != nil {
 		return err

@@ -65,7 +65,7 @@
 // and runsc's own state, so any process on the host that opens the
 // provider on the same directory finds a sandbox by id, pauses, resumes
 // or destroys it. A sandbox whose runsc sandbox process died is lost
-// ([provider.ErrLost]). Destroy kills runsc's sandbox process, which
+// ([errdefs.ErrSandboxLost]). Destroy kills runsc's sandbox process, which
 // runs everything in the sandbox, and removes the record; runsc's own
 // cleanup, the workspace's mount and loop device and the files follow in
 // the background (Close waits for them; a provider opened after a crash

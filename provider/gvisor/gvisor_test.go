@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/provider"
@@ -67,10 +69,10 @@ func TestLost(t *testing.T) {
 	waitFor(t, "sandbox process gone", 5*time.Second, func() bool { return !sb.rec.alive() })
 
 	start := time.Now()
-	if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, provider.ErrLost) {
+	if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrSandboxLost) {
 		t.Errorf("exec on a lost sandbox: %v, want ErrLost", err)
 	}
-	if _, err := sb.ReadFile(t.Context(), "f"); !errors.Is(err, provider.ErrLost) {
+	if _, err := sb.ReadFile(t.Context(), "f"); !errors.Is(err, errdefs.ErrSandboxLost) {
 		t.Errorf("read on a lost sandbox: %v, want ErrLost", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -116,7 +118,7 @@ func TestDestroyLeavesNothing(t *testing.T) {
 		if err := sb.Destroy(t.Context()); err != nil {
 			t.Errorf("second Destroy: %v", err)
 		}
-		if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, provider.ErrNotFound) {
+		if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("exec after Destroy: %v, want ErrNotFound", err)
 		}
 	}
@@ -211,7 +213,7 @@ func TestOtherProcess(t *testing.T) {
 	if info, err := sb.Info(t.Context()); err != nil || info.State != provider.StatePaused {
 		t.Errorf("Info after another process paused it = %+v, %v; want paused", info, err)
 	}
-	if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, provider.ErrPaused) {
+	if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrSandboxPaused) {
 		t.Errorf("exec on a sandbox another process paused: %v, want ErrPaused", err)
 	}
 	if err := sb.Resume(t.Context()); err != nil {
@@ -281,7 +283,7 @@ func TestConfig(t *testing.T) {
 		{"memory": "lots"},
 		{"pool": "2.5"},
 	} {
-		if _, err := fromProviderConfig(pc); !errors.Is(err, provider.ErrBadInput) {
+		if _, err := fromProviderConfig(pc); !errors.Is(err, errdefs.ErrBadInput) {
 			t.Errorf("%v: %v, want ErrBadInput", pc, err)
 		}
 	}
@@ -289,7 +291,7 @@ func TestConfig(t *testing.T) {
 	if err != nil || c.StateDir != "/s" || c.Runsc != "/r" || c.Platform != "kvm" || c.Pool != -1 || c.Defaults.Memory != 1024 || c.Defaults.Disk != 16<<20 {
 		t.Errorf("decoded %+v, %v", c, err)
 	}
-	if _, err := provider.Open(t.Context(), Name, provider.Config{"runsc": "/nonexistent/runsc"}); !errors.Is(err, provider.ErrUnsupported) {
+	if _, err := provider.Open(t.Context(), Name, provider.Config{"runsc": "/nonexistent/runsc"}); !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Errorf("a missing runsc: %v, want ErrUnsupported", err)
 	}
 }

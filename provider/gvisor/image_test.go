@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/image/imagetest"
 )
@@ -24,10 +26,10 @@ func TestImage(t *testing.T) {
 	if want := imagetest.MarkerData + "0\nread-only\n"; out != want {
 		t.Errorf("in a sandbox of the image: %q, want %q", out, want)
 	}
-	if _, err := p.Create(t.Context(), provider.Spec{Image: "oci:" + layout + ":v1", RootFS: "/"}); !errors.Is(err, provider.ErrBadInput) {
+	if _, err := p.Create(t.Context(), provider.Spec{Image: "oci:" + layout + ":v1", RootFS: "/"}); !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("an image and a root filesystem: %v, want bad input", err)
 	}
-	if _, err := p.Create(t.Context(), provider.Spec{Image: "oci:" + t.TempDir() + ":nope"}); !errors.Is(err, provider.ErrBadInput) || !strings.Contains(err.Error(), "index.json") {
+	if _, err := p.Create(t.Context(), provider.Spec{Image: "oci:" + t.TempDir() + ":nope"}); !errors.Is(err, errdefs.ErrBadInput) || !strings.Contains(err.Error(), "index.json") {
 		t.Errorf("a missing image: %v", err)
 	}
 }

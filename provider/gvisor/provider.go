@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/image"
 	"github.com/berth-dev/berth/provider/internal/clients"
@@ -55,7 +57,7 @@ var _ provider.Provider = (*Provider)(nil)
 // New opens the provider on cfg.StateDir, creating it if needed.
 func New(cfg Config) (*Provider, error) {
 	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("%w: the gvisor provider must run as root (it mounts workspace images and makes cgroups)", provider.ErrUnsupported)
+		return nil, fmt.Errorf("%w: the gvisor provider must run as root (it mounts workspace images and makes cgroups)", errdefs.ErrUnsupported)
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("gvisor provider: %w", err)
@@ -112,7 +114,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 	defer unlock()
 	if sb, err := p.get(spec.ID); err == nil {
 		return sb, nil // it exists: creation is idempotent
-	} else if !errors.Is(err, provider.ErrNotFound) {
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, err
 	}
 	if spec.Image != "" {

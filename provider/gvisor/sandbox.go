@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/daemonpause"
 	"github.com/berth-dev/berth/provider/internal/lost"
@@ -73,13 +75,13 @@ func (s *sandbox) ready() error {
 		return err
 	}
 	if s.paused() {
-		return fmt.Errorf("%w: %s; resume it first", provider.ErrPaused, s.rec.ID)
+		return fmt.Errorf("%w: %s; resume it first", errdefs.ErrSandboxPaused, s.rec.ID)
 	}
 	return nil
 }
 
 func (s *sandbox) lost() error {
-	return fmt.Errorf("%w: %s: its gVisor sandbox process is gone", provider.ErrLost, s.rec.ID)
+	return fmt.Errorf("%w: %s: its gVisor sandbox process is gone", errdefs.ErrSandboxLost, s.rec.ID)
 }
 
 // check turns a failure to reach the daemon into ErrLost when the
@@ -134,7 +136,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	}
 	defer unlock()
 	rec, err := s.p.readRecord(s.rec.ID)
-	if errors.Is(err, provider.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		// Gone already, or its destruction was cut short after the
 		// record went: finish the container's.
 		return s.p.teardown(ctx, s.rec.Container)

@@ -44,12 +44,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/moby/moby/client"
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/internal/untar"
-	"github.com/berth-dev/berth/provider"
 )
 
 // Default bounds of one image, unpacked: larger than the images agents
@@ -150,7 +151,7 @@ func Open(dir string, opts ...Option) (*Cache, error) {
 		c.opts.log = slog.New(slog.DiscardHandler)
 	}
 	if c.opts.idShift < 0 {
-		return nil, fmt.Errorf("%w: image cache: negative id shift %d", provider.ErrBadInput, c.opts.idShift)
+		return nil, fmt.Errorf("%w: image cache: negative id shift %d", errdefs.ErrBadInput, c.opts.idShift)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -215,7 +216,7 @@ func (c *Cache) checkShift() error {
 		return fmt.Errorf("image cache: %w", err)
 	}
 	if got := strings.TrimSpace(string(b)); got != want {
-		return fmt.Errorf("%w: image cache %s holds images owned from host id %s, not %s: give each id mapping a cache directory of its own", provider.ErrBadInput, c.dir, got, want)
+		return fmt.Errorf("%w: image cache %s holds images owned from host id %s, not %s: give each id mapping a cache directory of its own", errdefs.ErrBadInput, c.dir, got, want)
 	}
 	return nil
 }
@@ -226,7 +227,7 @@ func (c *Cache) checkShift() error {
 // "oci:PATH:TAG", or a path starting with "/" or "." (PATH:TAG too).
 //
 // An image that cannot be found is an error wrapping
-// provider.ErrBadInput that says what to do; so is an image whose layers
+// errdefs.ErrBadInput that says what to do; so is an image whose layers
 // break the rules of the package doc, or its bounds, and then nothing of
 // it is left in the cache.
 func (c *Cache) RootFS(ctx context.Context, ref string) (string, error) {
@@ -273,7 +274,7 @@ type layerOpener func() (io.ReadCloser, error)
 // resolve finds what ref names.
 func (c *Cache) resolve(ctx context.Context, ref string) (*source, error) {
 	if ref == "" || len(ref) > 4096 || strings.ContainsAny(ref, "\x00\n") {
-		return nil, fmt.Errorf("%w: image reference %.200q is not valid", provider.ErrBadInput, ref)
+		return nil, fmt.Errorf("%w: image reference %.200q is not valid", errdefs.ErrBadInput, ref)
 	}
 	if path, tag, ok := ociRef(ref); ok {
 		return c.resolveOCI(path, tag)
@@ -364,11 +365,11 @@ func (c *Cache) applyLayer(ref string, i int, open layerOpener, root string, use
 	case r.err != nil:
 		// What the layer's stream is made of (compression, digest) is
 		// the image's fault, whoever noticed it.
-		return fmt.Errorf("%w: image %.200q: layer %d: %v", provider.ErrBadInput, ref, i+1, unwrapBadInput(r.err))
+		return fmt.Errorf("%w: image %.200q: layer %d: %v", errdefs.ErrBadInput, ref, i+1, unwrapBadInput(r.err))
 	case errors.Is(err, untar.ErrLimit):
-		return fmt.Errorf("%w: image %.200q: layer %d: %v (image cache bounds: %d bytes, %d files)", provider.ErrBadInput, ref, i+1, err, c.opts.maxSize, c.opts.maxFiles)
-	case errors.Is(err, untar.ErrBadArchive), errors.Is(err, provider.ErrBadInput):
-		return fmt.Errorf("%w: image %.200q: layer %d: %v", provider.ErrBadInput, ref, i+1, unwrapBadInput(err))
+		return fmt.Errorf("%w: image %.200q: layer %d: %v (image cache bounds: %d bytes, %d files)", errdefs.ErrBadInput, ref, i+1, err, c.opts.maxSize, c.opts.maxFiles)
+	case errors.Is(err, untar.ErrBadArchive), errors.Is(err, errdefs.ErrBadInput):
+		return fmt.Errorf("%w: image %.200q: layer %d: %v", errdefs.ErrBadInput, ref, i+1, unwrapBadInput(err))
 	}
 	return fmt.Errorf("image %.200q: layer %d: %w", ref, i+1, err)
 }
@@ -390,7 +391,7 @@ func (l *layerReader) Read(p []byte) (int, error) {
 // unwrapBadInput drops a leading "bad input: " that a wrapped error
 // would repeat.
 func unwrapBadInput(err error) string {
-	return strings.TrimPrefix(err.Error(), provider.ErrBadInput.Error()+": ")
+	return strings.TrimPrefix(err.Error(), errdefs.ErrBadInput.Error()+": ")
 }
 
 // shift maps an image's uid or gid to the host's.

@@ -12,12 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/berth-dev/berth/internal/untar"
-	"github.com/berth-dev/berth/provider"
 )
 
 // engine returns the client of the host's Docker engine, connecting on
@@ -34,13 +35,13 @@ func (c *Cache) engine(ctx context.Context) (*client.Client, error) {
 	}
 	cli, err := client.New(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: image cache: docker client: %v", provider.ErrBadInput, oneLine(err))
+		return nil, fmt.Errorf("%w: image cache: docker client: %v", errdefs.ErrBadInput, oneLine(err))
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("%w: images are read from the Docker engine, which does not answer (%s): start it, or give an OCI image layout as oci:PATH", provider.ErrUnsupported, oneLine(err))
+		return nil, fmt.Errorf("%w: images are read from the Docker engine, which does not answer (%s): start it, or give an OCI image layout as oci:PATH", errdefs.ErrUnsupported, oneLine(err))
 	}
 	c.docker = cli
 	return cli, nil
@@ -62,9 +63,9 @@ func (c *Cache) resolveDocker(ctx context.Context, ref string) (*source, error) 
 	switch {
 	case err == nil:
 	case cerrdefs.IsInvalidArgument(err):
-		return nil, fmt.Errorf("%w: image %.200q is not a valid image reference", provider.ErrBadInput, ref)
+		return nil, fmt.Errorf("%w: image %.200q is not a valid image reference", errdefs.ErrBadInput, ref)
 	case errors.As(err, new(*notPulledError)):
-		return nil, fmt.Errorf("%w: image %.200q is not on this host and cannot be pulled (%s): docker pull it where a registry is reachable, or bring it with docker load or docker import", provider.ErrBadInput, ref, oneLine(err))
+		return nil, fmt.Errorf("%w: image %.200q is not on this host and cannot be pulled (%s): docker pull it where a registry is reachable, or bring it with docker load or docker import", errdefs.ErrBadInput, ref, oneLine(err))
 	default:
 		return nil, fmt.Errorf("inspect image %.200q: %s", ref, oneLine(err))
 	}
@@ -117,7 +118,7 @@ func (c *Cache) saveDocker(ctx context.Context, cli *client.Client, ref string, 
 	saved := filepath.Join(work, "save")
 	err = untar.Extract(rc, saved, untar.Options{Root: true, MaxBytes: c.opts.maxSize + 64<<20})
 	if errors.Is(err, untar.ErrLimit) {
-		return nil, fmt.Errorf("%w: image %.200q: %v (image cache bound: %d bytes)", provider.ErrBadInput, ref, err, c.opts.maxSize)
+		return nil, fmt.Errorf("%w: image %.200q: %v (image cache bound: %d bytes)", errdefs.ErrBadInput, ref, err, c.opts.maxSize)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("docker save %.200q: %v", ref, err)
@@ -165,7 +166,7 @@ func readAllLimit(root *os.Root, name string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", provider.ErrBadInput, name, limit)
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", errdefs.ErrBadInput, name, limit)
 	}
 	return b, nil
 }

@@ -18,10 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/klauspost/compress/zstd"
 	"github.com/moby/moby/client"
 
-	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/image/imagetest"
 )
 
@@ -150,7 +151,7 @@ func TestDockerHostile(t *testing.T) {
 		imagetest.Entry{Name: "dev/sda", Type: tar.TypeBlock, Mode: 0o666}, imagetest.File("f", "x")))
 	c, _ := open(t, t.TempDir())
 	_, err := c.RootFS(t.Context(), ref)
-	if !errors.Is(err, provider.ErrBadInput) || !strings.Contains(err.Error(), "device") {
+	if !errors.Is(err, errdefs.ErrBadInput) || !strings.Contains(err.Error(), "device") {
 		t.Errorf("RootFS: %v, want bad input", err)
 	}
 	checkEmpty(t, c)
@@ -162,17 +163,17 @@ func TestMissingImage(t *testing.T) {
 	c, _ := open(t, t.TempDir(), WithPullTimeout(time.Minute))
 	_, err := c.RootFS(t.Context(), "berth-no-such-image:1")
 	t.Log(err)
-	if !errors.Is(err, provider.ErrBadInput) || !strings.Contains(err.Error(), "docker load") || strings.Contains(err.Error(), "\n") {
+	if !errors.Is(err, errdefs.ErrBadInput) || !strings.Contains(err.Error(), "docker load") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("missing docker image: %v", err)
 	}
 	_, err = c.RootFS(t.Context(), "Not A Reference")
-	if !errors.Is(err, provider.ErrBadInput) {
+	if !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("invalid reference: %v", err)
 	}
 	layout := t.TempDir()
 	imagetest.WriteLayout(t, layout, "v1", imagetest.Layer(t, imagetest.File("f", "x")))
 	for _, ref := range []string{"oci:/nonexistent/layout", layout + ":v2", "oci:" + t.TempDir(), ""} {
-		if _, err := c.RootFS(t.Context(), ref); !errors.Is(err, provider.ErrBadInput) || strings.Contains(err.Error(), "\n") {
+		if _, err := c.RootFS(t.Context(), ref); !errors.Is(err, errdefs.ErrBadInput) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%q: %v", ref, err)
 		}
 	}
@@ -218,7 +219,7 @@ func TestOCILayout(t *testing.T) {
 		}
 	}
 	c2, _ := open(t, t.TempDir())
-	if _, err := c2.RootFS(t.Context(), layout); !errors.Is(err, provider.ErrBadInput) {
+	if _, err := c2.RootFS(t.Context(), layout); !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("a corrupt layer: %v", err)
 	}
 	checkEmpty(t, c2)
@@ -314,7 +315,7 @@ func TestHostileLayers(t *testing.T) {
 			imagetest.WriteLayout(t, layout, "v1", base, tc.layer)
 			c, _ := open(t, t.TempDir(), tc.opts...)
 			_, err := c.RootFS(t.Context(), layout)
-			if !errors.Is(err, provider.ErrBadInput) || strings.Contains(err.Error(), "\n") {
+			if !errors.Is(err, errdefs.ErrBadInput) || strings.Contains(err.Error(), "\n") {
 				t.Errorf("RootFS: %v, want one line of bad input", err)
 			}
 			t.Log(err)
@@ -441,7 +442,7 @@ func TestRemove(t *testing.T) {
 func TestIDShift(t *testing.T) {
 	dir := t.TempDir()
 	open(t, dir)
-	if _, err := Open(dir, WithIDShift(200000)); !errors.Is(err, provider.ErrBadInput) {
+	if _, err := Open(dir, WithIDShift(200000)); !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("another shift: %v", err)
 	}
 }

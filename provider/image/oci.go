@@ -12,12 +12,12 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-
-	"github.com/berth-dev/berth/provider"
 )
 
 // Docker's media types, which OCI layouts written by docker save use.
@@ -58,16 +58,16 @@ func (c *Cache) resolveOCI(path, tag string) (*source, error) {
 	}
 	root, err := os.OpenRoot(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: OCI image layout %.200q: %v", provider.ErrBadInput, path, unwrapPath(err))
+		return nil, fmt.Errorf("%w: OCI image layout %.200q: %v", errdefs.ErrBadInput, path, unwrapPath(err))
 	}
 	defer root.Close()
 	var index ocispec.Index
 	if err := readJSON(root, "index.json", &index); err != nil {
-		return nil, fmt.Errorf("%w: OCI image layout %.200q: %v", provider.ErrBadInput, path, err)
+		return nil, fmt.Errorf("%w: OCI image layout %.200q: %v", errdefs.ErrBadInput, path, err)
 	}
 	desc, err := pickManifest(root, index, tag)
 	if err != nil {
-		return nil, fmt.Errorf("%w: OCI image layout %.200q: %v", provider.ErrBadInput, ref, err)
+		return nil, fmt.Errorf("%w: OCI image layout %.200q: %v", errdefs.ErrBadInput, ref, err)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -135,7 +135,7 @@ func ociLayers(path, ref string, desc ocispec.Descriptor) ([]layerOpener, error)
 	defer root.Close()
 	var m ocispec.Manifest
 	if err := readBlobJSON(root, desc, &m); err != nil {
-		return nil, fmt.Errorf("%w: OCI image layout %.200q: %v", provider.ErrBadInput, ref, err)
+		return nil, fmt.Errorf("%w: OCI image layout %.200q: %v", errdefs.ErrBadInput, ref, err)
 	}
 	var layers []layerOpener
 	for _, l := range m.Layers {
@@ -143,11 +143,11 @@ func ociLayers(path, ref string, desc ocispec.Descriptor) ([]layerOpener, error)
 		case ocispec.MediaTypeImageLayer, ocispec.MediaTypeImageLayerGzip, ocispec.MediaTypeImageLayerZstd, dockerLayer,
 			"application/vnd.docker.image.rootfs.diff.tar":
 		default:
-			return nil, fmt.Errorf("%w: OCI image layout %.200q: layer of media type %.100q, not a tar", provider.ErrBadInput, ref, l.MediaType)
+			return nil, fmt.Errorf("%w: OCI image layout %.200q: layer of media type %.100q, not a tar", errdefs.ErrBadInput, ref, l.MediaType)
 		}
 		p, err := blobPath(l.Digest)
 		if err != nil {
-			return nil, fmt.Errorf("%w: OCI image layout %.200q: %v", provider.ErrBadInput, ref, err)
+			return nil, fmt.Errorf("%w: OCI image layout %.200q: %v", errdefs.ErrBadInput, ref, err)
 		}
 		layers = append(layers, func() (io.ReadCloser, error) {
 			root, err := os.OpenRoot(path)
@@ -157,7 +157,7 @@ func ociLayers(path, ref string, desc ocispec.Descriptor) ([]layerOpener, error)
 			defer root.Close()
 			f, err := root.Open(p)
 			if err != nil {
-				return nil, fmt.Errorf("%w: %v", provider.ErrBadInput, unwrapPath(err))
+				return nil, fmt.Errorf("%w: %v", errdefs.ErrBadInput, unwrapPath(err))
 			}
 			v := &verified{r: f, v: l.Digest.Verifier(), want: l.Digest, size: l.Size}
 			return decompress(v, f)
@@ -181,10 +181,10 @@ func (v *verified) Read(p []byte) (int, error) {
 	v.v.Write(p[:n])
 	if err == io.EOF {
 		if v.size > 0 && v.n != v.size {
-			return n, fmt.Errorf("%w: blob %s is %d bytes, its descriptor says %d", provider.ErrBadInput, v.want, v.n, v.size)
+			return n, fmt.Errorf("%w: blob %s is %d bytes, its descriptor says %d", errdefs.ErrBadInput, v.want, v.n, v.size)
 		}
 		if !v.v.Verified() {
-			return n, fmt.Errorf("%w: blob %s does not match its digest", provider.ErrBadInput, v.want)
+			return n, fmt.Errorf("%w: blob %s does not match its digest", errdefs.ErrBadInput, v.want)
 		}
 	}
 	return n, err
@@ -237,14 +237,14 @@ func decompress(r io.Reader, c io.Closer) (io.ReadCloser, error) {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			c.Close()
-			return nil, fmt.Errorf("%w: gzip: %v", provider.ErrBadInput, err)
+			return nil, fmt.Errorf("%w: gzip: %v", errdefs.ErrBadInput, err)
 		}
 		return readCloser{zr, func() error { zr.Close(); return c.Close() }}, nil
 	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
 		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err != nil {
 			c.Close()
-			return nil, fmt.Errorf("%w: zstd: %v", provider.ErrBadInput, err)
+			return nil, fmt.Errorf("%w: zstd: %v", errdefs.ErrBadInput, err)
 		}
 		return readCloser{zr, func() error { zr.Close(); return c.Close() }}, nil
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/image/imagetest"
 )
@@ -79,10 +81,10 @@ func TestImage(t *testing.T) {
 			}
 		})
 	}
-	if _, err := p.Create(t.Context(), provider.Spec{Image: refs["oci"], RootFS: layout}); !errors.Is(err, provider.ErrBadInput) {
+	if _, err := p.Create(t.Context(), provider.Spec{Image: refs["oci"], RootFS: layout}); !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("image and root filesystem: %v, want bad input", err)
 	}
-	if _, err := p.Create(t.Context(), provider.Spec{Image: "oci:/nonexistent"}); !errors.Is(err, provider.ErrBadInput) {
+	if _, err := p.Create(t.Context(), provider.Spec{Image: "oci:/nonexistent"}); !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("missing image: %v, want bad input", err)
 	}
 }

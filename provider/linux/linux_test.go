@@ -13,6 +13,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/internal/testkit"
@@ -41,10 +43,10 @@ func TestLost(t *testing.T) {
 	testkit.Eventually(t, "daemon gone", 5*time.Second, func() bool { return !sb.rec.alive() })
 
 	_, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}})
-	if !errors.Is(err, provider.ErrLost) {
+	if !errors.Is(err, errdefs.ErrSandboxLost) {
 		t.Errorf("exec on a lost sandbox: %v, want ErrLost", err)
 	}
-	if _, err := sb.ReadFile(t.Context(), "f"); !errors.Is(err, provider.ErrLost) {
+	if _, err := sb.ReadFile(t.Context(), "f"); !errors.Is(err, errdefs.ErrSandboxLost) {
 		t.Errorf("read on a lost sandbox: %v, want ErrLost", err)
 	}
 	info, err := sb.Info(t.Context())
@@ -70,7 +72,7 @@ func checkDestroyLeavesNothing(t *testing.T, p *Provider, sb *sandbox) {
 	if err := sb.Destroy(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Get(t.Context(), sb.ID()); !errors.Is(err, provider.ErrNotFound) {
+	if _, err := p.Get(t.Context(), sb.ID()); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Get right after destroy: %v, want ErrNotFound", err)
 	}
 	p.cleanups.Wait() // cgroups and files go in the background
@@ -99,7 +101,7 @@ func checkDestroyLeavesNothing(t *testing.T, p *Provider, sb *sandbox) {
 			}
 		}
 	}
-	if _, err := p.Get(t.Context(), sb.ID()); !errors.Is(err, provider.ErrNotFound) {
+	if _, err := p.Get(t.Context(), sb.ID()); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Get after destroy: %v, want ErrNotFound", err)
 	}
 }
@@ -166,7 +168,7 @@ func TestLifetime(t *testing.T) {
 		t.Fatalf("Info = %+v, %v", info, err)
 	}
 	_, err = sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"sleep", "30"}})
-	if !errors.Is(err, provider.ErrLost) {
+	if !errors.Is(err, errdefs.ErrSandboxLost) {
 		t.Errorf("a command outliving the sandbox: %v, want ErrLost", err)
 	}
 	testkit.Eventually(t, "sandbox stopped", 5*time.Second, func() bool {
@@ -286,7 +288,7 @@ func TestRootFS(t *testing.T) {
 	if err != nil || res.ExitCode != 0 || stdout.String() != "mine\nok\n" {
 		t.Errorf("in its own root: %q, exit %d, %v; want the marker and no host /usr", stdout.String(), res.ExitCode, err)
 	}
-	if _, err := p.Create(t.Context(), provider.Spec{RootFS: "relative/dir"}); !errors.Is(err, provider.ErrBadInput) {
+	if _, err := p.Create(t.Context(), provider.Spec{RootFS: "relative/dir"}); !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("relative root filesystem: %v, want bad input", err)
 	}
 }
@@ -567,7 +569,7 @@ for i in range(0, len(b), 4096):
 		t.Errorf("80 MiB: exit code %d, %v; want it to run", res.ExitCode, err)
 	}
 	res, err := alloc(100)
-	if !errors.Is(err, provider.ErrOutOfMemory) || !res.OOMKilled {
+	if !errors.Is(err, errdefs.ErrOutOfMemory) || !res.OOMKilled {
 		t.Errorf("100 MiB: exit code %d, signal %q, OOMKilled %v, %v; want ErrOutOfMemory", res.ExitCode, res.Signal, res.OOMKilled, err)
 	}
 	if out := sh(t, sb, "echo ok"); out != "ok\n" {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/image"
 	"github.com/berth-dev/berth/provider/internal/clients"
@@ -56,7 +58,7 @@ var _ provider.Provider = (*Provider)(nil)
 // New opens the provider on cfg.StateDir, creating it if needed.
 func New(cfg Config) (*Provider, error) {
 	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("%w: the linux provider must run as root", provider.ErrUnsupported)
+		return nil, fmt.Errorf("%w: the linux provider must run as root", errdefs.ErrUnsupported)
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("linux provider: %w", err)
@@ -134,7 +136,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		return nil, fmt.Errorf("create %s: %w", spec.ID, err)
 	}
 	defer unlock()
-	if sb, err := p.get(spec.ID); err == nil || !errors.Is(err, provider.ErrNotFound) {
+	if sb, err := p.get(spec.ID); err == nil || !errors.Is(err, errdefs.ErrNotFound) {
 		return sb, err // it exists: creation is idempotent
 	}
 	// A directory without a record is what a creator that crashed left.

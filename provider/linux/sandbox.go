@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/daemonpause"
 	"github.com/berth-dev/berth/provider/internal/lost"
@@ -74,7 +76,7 @@ func (s *sandbox) ready() error {
 		return s.lost()
 	}
 	if frozen || s.paused() {
-		return fmt.Errorf("%w: %s; resume it first", provider.ErrPaused, s.rec.ID)
+		return fmt.Errorf("%w: %s; resume it first", errdefs.ErrSandboxPaused, s.rec.ID)
 	}
 	return nil
 }
@@ -86,7 +88,7 @@ func (s *sandbox) exists() error {
 }
 
 func (s *sandbox) lost() error {
-	return fmt.Errorf("%w: %s: its daemon is gone", provider.ErrLost, s.rec.ID)
+	return fmt.Errorf("%w: %s: its daemon is gone", errdefs.ErrSandboxLost, s.rec.ID)
 }
 
 // check turns a failure to reach the daemon into ErrLost when the daemon
@@ -148,7 +150,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	}
 	defer unlock()
 	rec, err := readRecord(filepath.Join(s.p.cfg.StateDir, s.rec.ID), s.rec.ID)
-	if errors.Is(err, provider.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		rec = s.rec
 	} else if err != nil {
 		return err

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/internal/testkit"
@@ -143,7 +145,7 @@ func TestWorkspaceSize(t *testing.T) {
 		t.Errorf("Info = %+v, %v; want a disk of 32 MiB", info.Resources, err)
 	}
 	_, err := p.Create(t.Context(), provider.Spec{Resources: provider.Resources{Disk: MinDisk - 1}})
-	if !errors.Is(err, provider.ErrBadInput) {
+	if !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("Create with a disk under the minimum: %v, want ErrBadInput", err)
 	}
 
@@ -160,7 +162,7 @@ func TestWorkspaceSize(t *testing.T) {
 	if info, err := sb.Info(t.Context()); err != nil || info.Resources.Disk != 64<<20 {
 		t.Errorf("Info = %+v, %v; want the configured disk of 64 MiB", info.Resources, err)
 	}
-	if _, err := New(Config{StateDir: shortTempDir(t), Defaults: provider.Resources{Disk: 1 << 20}}); !errors.Is(err, provider.ErrBadInput) {
+	if _, err := New(Config{StateDir: shortTempDir(t), Defaults: provider.Resources{Disk: 1 << 20}}); !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("New with a default disk of 1 MiB: %v, want ErrBadInput", err)
 	}
 }

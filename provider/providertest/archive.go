@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -155,7 +157,7 @@ func testExportPath(t *testing.T, sb provider.Sandbox) {
 	_, err := export("proj/missing")
 	checkErrIs(t, err, fs.ErrNotExist, "ExportPath of a missing path")
 	_, err = export("../etc")
-	checkErrIs(t, err, provider.ErrBadInput, "ExportPath of a path leaving the workspace")
+	checkErrIs(t, err, errdefs.ErrBadInput, "ExportPath of a path leaving the workspace")
 	// A link out of the workspace is not followed out of it.
 	mustSh(t, sb, "ln -sfn / out")
 	defer mustSh(t, sb, "rm out")
@@ -189,7 +191,7 @@ func testArchiveHostile(t *testing.T, s *suite) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := sb.Import(timeout(t, opTimeout), bytes.NewReader(buildTar(t, tt.entries...)))
-			checkErrIs(t, err, provider.ErrBadInput, "Import of a hostile archive")
+			checkErrIs(t, err, errdefs.ErrBadInput, "Import of a hostile archive")
 			checkAbsentInSandbox(t, sb, "/"+victim, "/tmp/"+victim, "/etc/"+victim)
 			checkAbsentOnHost(t, "/"+victim, "/tmp/"+victim, filepath.Join(host, victim))
 			for _, name := range tt.inWorkspace {

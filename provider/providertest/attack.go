@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/provider"
@@ -473,7 +475,7 @@ func testFillTmp(t *testing.T, s *suite) {
 	for _, dir := range []string{"/tmp", "/dev/shm"} {
 		r, err := execute(t, sb, provider.ExecRequest{Shell: "head -c 1000000000 /dev/zero > " + dir + "/fill"})
 		t.Logf("filling %s: exit code %d, signal %q, err %v, stderr %s", dir, r.ExitCode, r.Signal, err, tail(r.stderr))
-		if err != nil && !errors.Is(err, provider.ErrOutOfMemory) {
+		if err != nil && !errors.Is(err, errdefs.ErrOutOfMemory) {
 			t.Errorf("filling %s: %v; want a failing command or ErrOutOfMemory", dir, err)
 		}
 		if err == nil && r.ExitCode == 0 {
@@ -608,7 +610,7 @@ while True:
     print(len(b), flush=True)
 `}})
 	lines := strings.Fields(r.stdout)
-	if !errors.Is(err, provider.ErrOutOfMemory) || len(lines) == 0 {
+	if !errors.Is(err, errdefs.ErrOutOfMemory) || len(lines) == 0 {
 		t.Fatalf("a command taking all the memory it can: exit code %d, signal %q, %d MiB, err %v; want ErrOutOfMemory", r.ExitCode, r.Signal, len(lines), err)
 	}
 	most := len(lines)
@@ -665,7 +667,7 @@ sys.stdin.read()
 		// The daemon's own reads count against a limit enforced by
 		// watching: they may end the command that holds the memory.
 		out, line, r, err := holdRun(t, sb, program, daemonWork)
-		killed := errors.Is(err, provider.ErrOutOfMemory) || err == nil && r.Signal != ""
+		killed := errors.Is(err, errdefs.ErrOutOfMemory) || err == nil && r.Signal != ""
 		if !strings.HasPrefix(line, "held") || err != nil && !killed || !killed && r.ExitCode != 0 {
 			t.Fatalf("the program failed: exit code %d, signal %q, %v, stdout %q, stderr %s", r.ExitCode, r.Signal, err, out, tail(r.stderr))
 		}
@@ -720,7 +722,7 @@ func testSocketSwapped(t *testing.T, s *suite) {
 	}
 	typed := func(op string, err error) {
 		t.Helper()
-		if err != nil && provider.KindOf(err) == provider.KindInternal {
+		if err != nil && errdefs.KindOf(err) == errdefs.Internal {
 			t.Errorf("%s on the sandbox whose socket is a link: %v, want success or a typed error", op, err)
 		}
 	}

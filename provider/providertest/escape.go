@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -78,7 +80,7 @@ func checkBadInput(t *testing.T, sb provider.Sandbox, op pathOp, path string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
 	defer cancel()
-	checkErrIs(t, op.do(ctx, sb, path), provider.ErrBadInput, fmt.Sprintf("%s(%q)", op.name, path))
+	checkErrIs(t, op.do(ctx, sb, path), errdefs.ErrBadInput, fmt.Sprintf("%s(%q)", op.name, path))
 }
 
 func testEscapeLexical(t *testing.T, s *suite) {
@@ -191,7 +193,7 @@ ln -s "$1/victim" hostfile
 		// may replace the link; it must not write through it.
 		ctx := timeout(t, opTimeout)
 		err := sb.WriteFile(ctx, "hostfile", strings.NewReader("pwned"), 0o644)
-		if err != nil && !errors.Is(err, provider.ErrBadInput) {
+		if err != nil && !errors.Is(err, errdefs.ErrBadInput) {
 			t.Errorf("WriteFile over a link out of the workspace: %v; want nil (link replaced) or ErrBadInput", err)
 		}
 		if got, _ := os.ReadFile(hostVictim); string(got) != "canary" {
@@ -259,7 +261,7 @@ loop:
 		switch {
 		case err == nil:
 			wrote++
-		case errors.Is(err, provider.ErrBadInput):
+		case errors.Is(err, errdefs.ErrBadInput):
 			refused++
 		default:
 			// d vanishing between two steps of the write is a fair

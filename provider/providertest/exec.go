@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -326,8 +328,8 @@ func testCommandNotFound(t *testing.T, s *suite) {
 	} {
 		_, err := execute(t, sb, provider.ExecRequest{Argv: argv})
 		what := fmt.Sprintf("Exec %q", argv)
-		checkErrIs(t, err, provider.ErrCommandNotFound, what)
-		checkErrIs(t, err, provider.ErrBadInput, what)
+		checkErrIs(t, err, errdefs.ErrCommandNotFound, what)
+		checkErrIs(t, err, errdefs.ErrBadInput, what)
 	}
 	checkServing(t, sb)
 }
@@ -360,7 +362,7 @@ func testBadRequest(t *testing.T, s *suite) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := execute(t, sb, tt.req)
-			checkErrIs(t, err, provider.ErrBadInput, "Exec of a malformed request")
+			checkErrIs(t, err, errdefs.ErrBadInput, "Exec of a malformed request")
 		})
 	}
 	if out := mustSh(t, sb, "ls -A /workspace | grep '^ran-' || true"); out != "" {
@@ -651,7 +653,7 @@ time.sleep(30)' ` + orphanMarker + ` & sleep 30`},
 			start := time.Now()
 			r, err := execute(t, sb, provider.ExecRequest{Shell: tt.shell, Timeout: 500 * time.Millisecond})
 			elapsed := time.Since(start)
-			checkErrIs(t, err, provider.ErrTimeout, "Exec past its Timeout")
+			checkErrIs(t, err, errdefs.ErrTimeout, "Exec past its Timeout")
 			if !r.TimedOut {
 				t.Errorf("ExecResult.TimedOut = false for a command ended by its Timeout")
 			}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -326,7 +328,7 @@ func testFileMissing(t *testing.T, s *suite) {
 	_, listErr := sb.ListDir(ctx, "no/such/dir")
 	for op, err := range map[string]error{"ReadFile": readErr, "ListDir": listErr} {
 		checkErrIs(t, err, fs.ErrNotExist, op+" of a missing path")
-		if errors.Is(err, provider.ErrNotFound) || errors.Is(err, provider.ErrLost) {
+		if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrSandboxLost) {
 			t.Errorf("%s of a missing path wraps %v, which says the sandbox is gone", op, err)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -47,12 +49,12 @@ func testFifoRead(t *testing.T, s *suite) {
 			rc.Close()
 		}
 		cancel()
-		checkErrIs(t, err, provider.ErrBadInput, "ReadFile of a fifo "+p)
+		checkErrIs(t, err, errdefs.ErrBadInput, "ReadFile of a fifo "+p)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), specialTimeout)
 	_, err := sb.ListDir(ctx, "fifo")
 	cancel()
-	checkErrIs(t, err, provider.ErrBadInput, "ListDir of a fifo")
+	checkErrIs(t, err, errdefs.ErrBadInput, "ListDir of a fifo")
 	checkServing(t, sb)
 }
 
@@ -88,7 +90,7 @@ func testFifoExport(t *testing.T, s *suite) {
 	}
 	if pe, ok := sb.(provider.PathExporter); ok {
 		hdrs, err := read(pe.ExportPath(ctx, "d/fifo"))
-		if err != nil && !errors.Is(err, provider.ErrBadInput) {
+		if err != nil && !errors.Is(err, errdefs.ErrBadInput) {
 			t.Errorf("ExportPath of a fifo: %v, want success or ErrBadInput", err)
 		}
 		for name, h := range hdrs {

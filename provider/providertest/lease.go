@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -199,7 +201,7 @@ func testLeaseEnds(t *testing.T, s *suite, pause bool) {
 		defer cancel()
 		info, err := sb.Info(ctx)
 		switch {
-		case errors.Is(err, provider.ErrNotFound):
+		case errors.Is(err, errdefs.ErrNotFound):
 			return true, "gone"
 		case err != nil:
 			return false, "Info: " + err.Error()
@@ -223,7 +225,7 @@ func testLeaseDestroyAfter(t *testing.T, s *suite) {
 		t.Errorf("Destroy of a sandbox its lease stopped took %v", took)
 	}
 	_, err := p.Get(ctx, sb.ID())
-	checkErrIs(t, err, provider.ErrNotFound, "Get after Destroy")
+	checkErrIs(t, err, errdefs.ErrNotFound, "Get after Destroy")
 }
 
 // hostCPU sums the CPU time (user and system) that the processes pids

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -175,13 +177,13 @@ func testGetUnknown(t *testing.T, s *suite) {
 	ctx := timeout(t, opTimeout)
 	p := s.open(t)
 	_, err := p.Get(ctx, "pt-no-such-sandbox-"+randomHex(6))
-	checkErrIs(t, err, provider.ErrNotFound, "Get of an unknown id")
+	checkErrIs(t, err, errdefs.ErrNotFound, "Get of an unknown id")
 
 	// An id that could never exist may be reported either way, but never
 	// as found, and never by touching the path it spells.
 	for _, id := range []string{"../x", "a/b", ""} {
 		_, err := p.Get(ctx, id)
-		if !errors.Is(err, provider.ErrNotFound) && !errors.Is(err, provider.ErrBadInput) {
+		if !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrBadInput) {
 			t.Errorf("Get(%q): got %v, want an error wrapping ErrNotFound or ErrBadInput", id, err)
 		}
 	}
@@ -261,7 +263,7 @@ func testDestroy(t *testing.T, s *suite) {
 		t.Fatalf("Destroy: %v", err)
 	}
 	_, err := p.Get(ctx, spec.ID)
-	checkErrIs(t, err, provider.ErrNotFound, "Get after Destroy")
+	checkErrIs(t, err, errdefs.ErrNotFound, "Get after Destroy")
 	infos, err := p.List(ctx, map[string]string{"case": spec.Labels["case"]})
 	if err != nil {
 		t.Fatalf("List: %v", err)
@@ -270,9 +272,9 @@ func testDestroy(t *testing.T, s *suite) {
 		t.Errorf("List still finds the destroyed sandbox: %v", ids(infos))
 	}
 	_, err = sb.Info(ctx)
-	checkErrIs(t, err, provider.ErrNotFound, "Info on a handle whose sandbox was destroyed")
+	checkErrIs(t, err, errdefs.ErrNotFound, "Info on a handle whose sandbox was destroyed")
 	_, err = sb.Exec(ctx, provider.ExecRequest{Argv: []string{"true"}})
-	checkErrIs(t, err, provider.ErrNotFound, "Exec on a handle whose sandbox was destroyed")
+	checkErrIs(t, err, errdefs.ErrNotFound, "Exec on a handle whose sandbox was destroyed")
 	if err := sb.Destroy(ctx); err != nil {
 		t.Errorf("second Destroy: got %v, want nil: Destroy is idempotent", err)
 	}
@@ -326,7 +328,7 @@ func testBadSpec(t *testing.T, s *suite) {
 			if err == nil {
 				destroyOnCleanup(t, sb)
 			}
-			checkErrIs(t, err, provider.ErrBadInput, "Create with a bad spec")
+			checkErrIs(t, err, errdefs.ErrBadInput, "Create with a bad spec")
 		})
 	}
 }
@@ -413,7 +415,7 @@ func testLifetime(t *testing.T, s *suite) {
 		defer cancel()
 		info, err := sb.Info(ctx)
 		switch {
-		case errors.Is(err, provider.ErrNotFound):
+		case errors.Is(err, errdefs.ErrNotFound):
 			return true, "gone"
 		case err != nil:
 			return false, "Info: " + err.Error()
@@ -421,7 +423,7 @@ func testLifetime(t *testing.T, s *suite) {
 			return true, "lost"
 		}
 		_, err = sb.Exec(ctx, provider.ExecRequest{Argv: []string{"true"}})
-		if errors.Is(err, provider.ErrNotFound) || errors.Is(err, provider.ErrLost) {
+		if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrSandboxLost) {
 			return true, err.Error()
 		}
 		return false, "state " + string(info.State) + ", and it still runs commands"

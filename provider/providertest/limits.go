@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -48,7 +50,7 @@ for i in range(0, len(b), 4096):
     b[i] = 1
 print("allocated")
 `}})
-	checkErrIs(t, err, provider.ErrOutOfMemory, "Exec of a command allocating 512 MiB in a 64 MiB sandbox")
+	checkErrIs(t, err, errdefs.ErrOutOfMemory, "Exec of a command allocating 512 MiB in a 64 MiB sandbox")
 	if !r.OOMKilled {
 		t.Errorf("ExecResult.OOMKilled = false (exit code %d, signal %q, stderr %q)", r.ExitCode, r.Signal, tail(r.stderr))
 	}
@@ -81,7 +83,7 @@ while True:
 	})
 	t.Logf("the fork bomb ended after %v: exit code %d, signal %q, timed out %v, err %v", time.Since(start), r.ExitCode, r.Signal, r.TimedOut, err)
 	switch {
-	case errors.Is(err, provider.ErrTimeout), errors.Is(err, provider.ErrOutOfMemory):
+	case errors.Is(err, errdefs.ErrTimeout), errors.Is(err, errdefs.ErrOutOfMemory):
 	case err != nil:
 		t.Errorf("Exec of a fork bomb: %v; want a timeout or a non-zero exit", err)
 	case r.ExitCode == 0:

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -53,7 +55,7 @@ func underPressure(t *testing.T, s *suite, rounds int, argv []string, check func
 		r, err := execute(t, sb, provider.ExecRequest{Argv: argv})
 		t.Logf("under memory pressure: exit code %d, signal %q, out of memory %v, err %v, stdout %s, stderr %s",
 			r.ExitCode, r.Signal, r.OOMKilled, err, tail(r.stdout), tail(r.stderr))
-		if errors.Is(err, provider.ErrLost) {
+		if errors.Is(err, errdefs.ErrSandboxLost) {
 			t.Fatalf("the sandbox was lost under memory pressure (%v): the limit must end the command, not the sandbox", err)
 		}
 		check(r, err)
@@ -77,7 +79,7 @@ func underPressure(t *testing.T, s *suite, rounds int, argv []string, check func
 func checkEnded(t *testing.T, r result, err error, what string) {
 	t.Helper()
 	switch {
-	case errors.Is(err, provider.ErrOutOfMemory):
+	case errors.Is(err, errdefs.ErrOutOfMemory):
 		if !r.OOMKilled {
 			t.Errorf("%s: ErrOutOfMemory but ExecResult.OOMKilled is false", what)
 		}
@@ -219,7 +221,7 @@ for i in range(0, len(b), 4096):
 print("allocated")
 `, 4*pressureLimit)
 	underPressure(t, s, 1, []string{python, "-c", program}, func(r result, err error) {
-		checkErrIs(t, err, provider.ErrOutOfMemory, "a command allocating four times the memory limit")
+		checkErrIs(t, err, errdefs.ErrOutOfMemory, "a command allocating four times the memory limit")
 		if !r.OOMKilled {
 			t.Errorf("ExecResult.OOMKilled = false (exit code %d, signal %q)", r.ExitCode, r.Signal)
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -125,7 +127,7 @@ func testPauseResume(t *testing.T, s *suite) {
 				t.Errorf("%s on a paused sandbox blocked for %v instead of failing with ErrPaused", op.name, pausedOpTimeout)
 				continue
 			}
-			checkErrIs(t, err, provider.ErrPaused, op.name+" on a paused sandbox")
+			checkErrIs(t, err, errdefs.ErrSandboxPaused, op.name+" on a paused sandbox")
 		}
 	})
 
@@ -159,5 +161,5 @@ func testDestroyPaused(t *testing.T, s *suite) {
 		t.Fatalf("Destroy of a paused sandbox: %v", err)
 	}
 	_, err := p.Get(ctx, sb.ID())
-	checkErrIs(t, err, provider.ErrNotFound, "Get after destroying a paused sandbox")
+	checkErrIs(t, err, errdefs.ErrNotFound, "Get after destroying a paused sandbox")
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -129,7 +131,7 @@ func testLinkSwapRace(t *testing.T, s *suite) {
 				Stdout:  started,
 				Stderr:  &stderr,
 			})
-			if errors.Is(err, provider.ErrTimeout) {
+			if errors.Is(err, errdefs.ErrTimeout) {
 				break
 			}
 			ends = append(ends, fmt.Sprintf("exit code %d, signal %q, stderr %q, %v", res.ExitCode, res.Signal, tail(stderr.String()), err))

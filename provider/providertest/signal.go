@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 )
@@ -97,7 +99,7 @@ func testSignalCommand(t *testing.T, s *suite) {
 			{"BadID", "../x", "INT"},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				checkErrIs(t, sg.Signal(ctx, tt.id, tt.sig), provider.ErrBadInput, "Signal "+tt.sig+" to "+tt.id)
+				checkErrIs(t, sg.Signal(ctx, tt.id, tt.sig), errdefs.ErrBadInput, "Signal "+tt.sig+" to "+tt.id)
 			})
 		}
 	})

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 )
@@ -283,7 +285,7 @@ func checkServing(t *testing.T, sb provider.Sandbox) {
 	r, err := execute(t, sb, provider.ExecRequest{Argv: []string{"echo", "ok"}})
 	// Out of memory is the daemon's answer: it serves, and the processes
 	// of the command before, killed, are still giving their memory back.
-	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, provider.ErrOutOfMemory) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); errors.Is(err, errdefs.ErrOutOfMemory) && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
 		r, err = execute(t, sb, provider.ExecRequest{Argv: []string{"echo", "ok"}})
 	}
@@ -390,7 +392,7 @@ func checkAbsentOnHost(t *testing.T, paths ...string) {
 func checkErrIs(t *testing.T, err, target error, what string) {
 	t.Helper()
 	if !errors.Is(err, target) {
-		t.Errorf("%s: got error %v (kind %s), want one wrapping %q", what, err, provider.KindOf(err), target)
+		t.Errorf("%s: got error %v (kind %s), want one wrapping %q", what, err, errdefs.KindOf(err), target)
 	}
 }
 

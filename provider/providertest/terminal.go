@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -70,7 +72,7 @@ func testTerminal(t *testing.T, s *suite) {
 	case <-time.After(settleTimeout):
 		t.Fatalf("the shell did not end; output %q", scr.String()[at:])
 	}
-	if err := term.TerminalInput(ctx, "pt-shell", []byte("x")); !errors.Is(err, provider.ErrNotFound) {
+	if err := term.TerminalInput(ctx, "pt-shell", []byte("x")); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("TerminalInput after the end: %v, want ErrNotFound", err)
 	}
 

@@ -1,11 +1,13 @@
 package ops
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
-	"go.temporal.io/sdk/temporal"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/provider"
@@ -53,8 +55,8 @@ type EndedCommand struct {
 	Output  RunOutput `json:"output"`
 	// Kind and Message: the berth.exec Update failed (bad input, a
 	// sandbox lost) with this error rather than returning Output.
-	Kind    provider.Kind `json:"kind,omitempty"`
-	Message string        `json:"message,omitempty"`
+	Kind    errdefs.Kind `json:"kind,omitempty"`
+	Message string       `json:"message,omitempty"`
 }
 
 // Ended are the last commands that ended, for the workflow's next run
@@ -77,10 +79,9 @@ func (o *Ops) end(update string, out RunOutput, err error) {
 	delete(o.running, update)
 	e := EndedCommand{Command: update, Output: out}
 	if err != nil {
-		e.Kind, e.Message = provider.KindOf(err), err.Error()
-		var appErr *temporal.ApplicationError
-		if e.Kind == provider.KindInternal && errors.As(err, &appErr) && provider.Kind(appErr.Type()).Known() {
-			e.Kind = provider.Kind(appErr.Type()) // as updateError typed it
+		e.Kind, e.Message = errdefs.KindOf(err), err.Error()
+		if e.Kind == errdefs.Internal {
+			e.Kind = temporalerr.KindOf(err) // as updateError typed it
 		}
 		if len(e.Message) > maxEndedMessage {
 			e.Message = e.Message[:maxEndedMessage] + "..."
@@ -127,7 +128,7 @@ func (o *Ops) findEnded(id string) (EndedCommand, bool) {
 // unknown is the error for a command id the sandbox does not know.
 func unknown(id string) error {
 	return fmt.Errorf("%w: no command %q in this sandbox (it remembers its running commands and the last %d that ended)",
-		provider.ErrBadInput, id, MaxEndedCommands)
+		errdefs.ErrBadInput, id, MaxEndedCommands)
 }
 
 func (o *Ops) validateSignal(ctx workflow.Context, req SignalRequest) error {
@@ -142,7 +143,7 @@ func (o *Ops) validateSignal(ctx workflow.Context, req SignalRequest) error {
 	}
 	if _, ok := o.running[req.Command]; !ok {
 		if e, ok := o.findEnded(req.Command); ok {
-			return sandbox.Failure(fmt.Errorf("%w: command %s has ended (%s)", provider.ErrBadInput, req.Command, e.describe()))
+			return sandbox.Failure(fmt.Errorf("%w: command %s has ended (%s)", errdefs.ErrBadInput, req.Command, e.describe()))
 		}
 		return sandbox.Failure(unknown(req.Command))
 	}
@@ -191,7 +192,7 @@ func (o *Ops) attach(ctx workflow.Context, req AttachRequest) (RunOutput, error)
 		return RunOutput{}, sandbox.Failure(unknown(req.Command))
 	}
 	if e.Kind != "" {
-		return RunOutput{}, sandbox.Failure(provider.Errorf(e.Kind, "%s", e.Message))
+		return RunOutput{}, sandbox.Failure(errdefs.Errorf(e.Kind, "%s", e.Message))
 	}
 	return e.Output, nil
 }

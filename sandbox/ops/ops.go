@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/provider"
@@ -73,12 +75,12 @@ type ExecRequest struct {
 }
 
 // RunOutput is what became of a command. Kind names why the command did
-// not run to its own end, when it did not (a provider.Kind: Timeout,
+// not run to its own end, when it did not (a errdefs.Kind: Timeout,
 // OutOfMemory, CommandNotFound...).
 type RunOutput struct {
 	ExitCode int             `json:"exit_code"`
 	Signal   string          `json:"signal,omitempty"`
-	Kind     provider.Kind   `json:"kind,omitempty"`
+	Kind     errdefs.Kind    `json:"kind,omitempty"`
 	Message  string          `json:"message,omitempty"`
 	Stdout   transfer.Output `json:"stdout"`
 	Stderr   transfer.Output `json:"stderr"`
@@ -210,12 +212,12 @@ func (o *Ops) validateImport(ctx workflow.Context, req ImportRequest) error {
 		return err
 	}
 	if err := transfer.CheckUpload(req.Blob); err != nil {
-		return sandbox.Failure(fmt.Errorf("%w: %v", provider.ErrBadInput, err))
+		return sandbox.Failure(fmt.Errorf("%w: %v", errdefs.ErrBadInput, err))
 	}
 	// Only what was uploaded for this workflow: not another's.
 	own, err := transfer.UploadPrefix(workflow.GetInfo(ctx).WorkflowExecution.ID)
 	if err != nil || !strings.HasPrefix(req.Blob, own) {
-		return sandbox.Failure(fmt.Errorf("%w: %s is not an upload of this sandbox's", provider.ErrBadInput, req.Blob))
+		return sandbox.Failure(fmt.Errorf("%w: %s is not an upload of this sandbox's", errdefs.ErrBadInput, req.Blob))
 	}
 	return nil
 }
@@ -241,7 +243,7 @@ func ValidateFiles(files []provider.File) error {
 		total += len(f.Data)
 	}
 	if total > transfer.MaxInlineFiles {
-		return fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", provider.ErrBadInput, total, transfer.MaxInlineFiles)
+		return fmt.Errorf("%w: %d bytes of files through workflow history; at most %d", errdefs.ErrBadInput, total, transfer.MaxInlineFiles)
 	}
 	return nil
 }
@@ -277,7 +279,7 @@ func (o *Ops) exec(ctx workflow.Context, req ExecRequest) (out RunOutput, err er
 		sandbox.OnStart(func(id string) { o.started(update, sbx.ID(), id) }),
 	}
 	if req.Timeout > 0 {
-		opts = append(opts, sandbox.WithTimeout(req.Timeout))
+		opts = append(opts, sandbox.WithExecTimeout(req.Timeout))
 	}
 	opts = append(opts, sandbox.WithMaxOutput(req.MaxOutput))
 	if req.TTY != nil {
@@ -347,10 +349,10 @@ func (o *Ops) remove(ctx workflow.Context, req PathRequest) error {
 // resultKinds are the ends of a command that are its result, not a
 // failure to run it: RunOutput.Kind names them. Anything else (bad
 // input, a sandbox not found or lost) fails the operation.
-var resultKinds = map[provider.Kind]bool{
-	provider.KindTimeout:         true,
-	provider.KindOutOfMemory:     true,
-	provider.KindCommandNotFound: true,
+var resultKinds = map[errdefs.Kind]bool{
+	errdefs.Timeout:         true,
+	errdefs.OutOfMemory:     true,
+	errdefs.CommandNotFound: true,
 }
 
 // Output turns what a command's Exec returned into a RunOutput, or the
@@ -359,7 +361,7 @@ func Output(res sandbox.Result, sbx string, err error) (RunOutput, error) {
 	out := RunOutput{ExitCode: res.ExitCode, Signal: res.Signal, Stdout: res.Output[0],
 		Stderr: res.Output[1], Duration: res.Duration, Sandbox: sbx}
 	if err != nil {
-		kind := provider.KindOf(err)
+		kind := errdefs.KindOf(err)
 		if !resultKinds[kind] {
 			return RunOutput{}, err
 		}

@@ -3,6 +3,8 @@ package ops
 import (
 	"fmt"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/provider"
@@ -20,7 +22,7 @@ import (
 // validateTerminal refuses what a command on a terminal cannot have.
 func validateTerminal(req ExecRequest) error {
 	if req.TTY != nil && len(req.Stdin) > 0 {
-		return fmt.Errorf("%w: a command on a terminal takes its input through the terminal, not stdin", provider.ErrBadInput)
+		return fmt.Errorf("%w: a command on a terminal takes its input through the terminal, not stdin", errdefs.ErrBadInput)
 	}
 	return nil
 }

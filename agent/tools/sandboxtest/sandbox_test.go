@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 // toolsWorkflow runs tool calls, one after the other, in a new linux
 // sandbox, and returns their results and the instructions it read.
 func toolsWorkflow(ctx workflow.Context, calls []chat.ToolCall) ([]string, error) {
-	sbx, err := sandbox.New(ctx, sandbox.Provider{Type: "linux"})
+	sbx, err := sandbox.New(ctx, sandbox.Provider{Name: "linux"})
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func toolCall(t *testing.T, name string, args map[string]any) chat.ToolCall {
 func TestToolsInSandbox(t *testing.T) {
 	c := testserver.Client(t)
 	p := berthtest.Provider(t)
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": p}, Outputs: berthtest.Bucket(t),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue, Workflows: []any{toolsWorkflow},
 	})
@@ -112,7 +112,7 @@ func TestToolsInSandbox(t *testing.T) {
 func TestTTYInSandbox(t *testing.T) {
 	c := testserver.Client(t)
 	p := berthtest.Provider(t)
-	w, err := hostworker.Start(c, hostworker.Options{
+	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": p}, Outputs: berthtest.Bucket(t),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue, Workflows: []any{toolsWorkflow},
 	})

@@ -21,15 +21,15 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/berth-dev/berth/errdefs"
 
-	"github.com/berth-dev/berth/provider"
+	"golang.org/x/sys/unix"
 )
 
 // Dial connects to the unix socket at path, which must be a socket
 // owned by uid and not reached through a link in its last two
 // components (the socket and its directory). Anything else there is
-// the sandbox's doing: the error wraps provider.ErrLost, since the
+// the sandbox's doing: the error wraps errdefs.ErrSandboxLost, since the
 // daemon can no longer be reached safely.
 func Dial(ctx context.Context, path string, uid int) (net.Conn, error) {
 	fd, err := open(path, uid)
@@ -71,7 +71,7 @@ func open(path string, uid int) (int, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || int(st.Uid) != uid {
 		unix.Close(fd)
-		return -1, fmt.Errorf("%w: %s is not the daemon's socket (a %s owned by uid %d, want a socket of uid %d): the sandbox replaced it", provider.ErrLost, path, kind(st.Mode), st.Uid, uid)
+		return -1, fmt.Errorf("%w: %s is not the daemon's socket (a %s owned by uid %d, want a socket of uid %d): the sandbox replaced it", errdefs.ErrSandboxLost, path, kind(st.Mode), st.Uid, uid)
 	}
 	return fd, nil
 }

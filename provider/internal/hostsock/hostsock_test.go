@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/errdefs"
 )
 
 // listen serves a socket at path that writes name to each connection.
@@ -73,18 +73,18 @@ func TestDial(t *testing.T) {
 	dir := filepath.Join(root, "c", "run")
 	os.MkdirAll(dir, 0o700)
 	sock := filepath.Join(dir, "d.sock")
-	if _, err := reach(t, sock); err == nil || errors.Is(err, provider.ErrLost) {
+	if _, err := reach(t, sock); err == nil || errors.Is(err, errdefs.ErrSandboxLost) {
 		t.Errorf("a socket not there yet: %v, want a failure to connect that is not ErrLost", err)
 	}
 	if err := os.Symlink(filepath.Join(other, "d.sock"), sock); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := reach(t, sock); !errors.Is(err, provider.ErrLost) {
+	if got, err := reach(t, sock); !errors.Is(err, errdefs.ErrSandboxLost) {
 		t.Errorf("a link to another socket: reached %q, err %v; want ErrLost", got, err)
 	}
 	os.Remove(sock)
 	os.WriteFile(sock, nil, 0o600)
-	if _, err := reach(t, sock); !errors.Is(err, provider.ErrLost) {
+	if _, err := reach(t, sock); !errors.Is(err, errdefs.ErrSandboxLost) {
 		t.Errorf("a regular file: %v; want ErrLost", err)
 	}
 	os.Remove(sock)
@@ -97,7 +97,7 @@ func TestDial(t *testing.T) {
 	}
 
 	// A socket of another owner.
-	if c, err := Dial(t.Context(), filepath.Join(other, "d.sock"), os.Geteuid()+1); !errors.Is(err, provider.ErrLost) {
+	if c, err := Dial(t.Context(), filepath.Join(other, "d.sock"), os.Geteuid()+1); !errors.Is(err, errdefs.ErrSandboxLost) {
 		if c != nil {
 			c.Close()
 		}

@@ -8,17 +8,17 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/errdefs"
 )
 
 // Check turns err, from talking to a sandbox's daemon, into lost (a
-// provider.ErrLost naming the sandbox) when gone reports the sandbox
+// errdefs.ErrSandboxLost naming the sandbox) when gone reports the sandbox
 // gone. Errors the daemon reported, of a kind other than internal, and
 // the caller's cancellation pass through as they are. gone may take a
 // moment: a daemon going down closes its connections before it is seen
 // gone.
 func Check(err error, lost error, gone func() bool) error {
-	if err == nil || provider.KindOf(err) != provider.KindInternal {
+	if err == nil || errdefs.KindOf(err) != errdefs.Internal {
 		return err
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -61,11 +63,11 @@ func Write(path string, v any) error {
 }
 
 // Read reads the record of sandbox id at path into v. It reports
-// provider.ErrNotFound when there is none.
+// errdefs.ErrNotFound when there is none.
 func Read(path, id string, v any) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", provider.ErrNotFound, id)
+		return fmt.Errorf("%w: %s", errdefs.ErrNotFound, id)
 	}
 	if err != nil {
 		return err
@@ -84,12 +86,12 @@ func Read(path, id string, v any) error {
 	return nil
 }
 
-// Exists reports provider.ErrNotFound once the record at path of sandbox
+// Exists reports errdefs.ErrNotFound once the record at path of sandbox
 // id is gone: the sandbox has been destroyed, through any handle.
 func Exists(path, id string) error {
 	_, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s", provider.ErrNotFound, id)
+		return fmt.Errorf("%w: %s", errdefs.ErrNotFound, id)
 	}
 	return err
 }
@@ -133,7 +135,7 @@ func List[H Handle](ctx context.Context, ids []string, get func(id string) (H, e
 			continue
 		}
 		info, err := h.Info(ctx)
-		if errors.Is(err, provider.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			continue
 		}
 		if err != nil {

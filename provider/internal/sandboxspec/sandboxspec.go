@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -26,21 +28,21 @@ func (o Offer) Check(spec provider.Spec) error {
 		return err
 	}
 	if spec.RootFS != "" && !o.RootFS {
-		return fmt.Errorf("%w: the %s provider takes images, not root filesystem directories: set Image", provider.ErrUnsupported, o.Name)
+		return fmt.Errorf("%w: the %s provider takes images, not root filesystem directories: set Image", errdefs.ErrUnsupported, o.Name)
 	}
 	if spec.Image != "" && spec.RootFS != "" {
-		return fmt.Errorf("%w: a sandbox has an image or a root filesystem, not both", provider.ErrBadInput)
+		return fmt.Errorf("%w: a sandbox has an image or a root filesystem, not both", errdefs.ErrBadInput)
 	}
 	if spec.Network != provider.NetworkNone && !o.Network {
-		return fmt.Errorf("%w: the %s provider offers no network beyond loopback", provider.ErrUnsupported, o.Name)
+		return fmt.Errorf("%w: the %s provider offers no network beyond loopback", errdefs.ErrUnsupported, o.Name)
 	}
 	if d := spec.Resources.Disk; d != 0 && d < o.MinDisk {
-		return fmt.Errorf("%w: a workspace of %d bytes is below the minimum of %d (16 MiB)", provider.ErrBadInput, d, o.MinDisk)
+		return fmt.Errorf("%w: a workspace of %d bytes is below the minimum of %d (16 MiB)", errdefs.ErrBadInput, d, o.MinDisk)
 	}
 	if spec.RootFS != "" {
 		fi, err := os.Stat(spec.RootFS)
 		if err != nil || !fi.IsDir() || !filepath.IsAbs(spec.RootFS) {
-			return fmt.Errorf("%w: root filesystem %q must be an absolute path to a directory", provider.ErrBadInput, spec.RootFS)
+			return fmt.Errorf("%w: root filesystem %q must be an absolute path to a directory", errdefs.ErrBadInput, spec.RootFS)
 		}
 	}
 	return nil

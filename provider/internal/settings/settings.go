@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/berth-dev/berth/errdefs"
+
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -52,7 +54,7 @@ func Resources(r *provider.Resources) map[string]Setting {
 
 // Decode decodes the settings pc of provider name through known, by
 // setting name. An unknown setting, or a value that does not decode, is
-// provider.ErrBadInput.
+// errdefs.ErrBadInput.
 func Decode(name string, pc provider.Config, known ...map[string]Setting) error {
 	for k, v := range pc {
 		var set Setting
@@ -62,10 +64,10 @@ func Decode(name string, pc provider.Config, known ...map[string]Setting) error 
 			}
 		}
 		if set == nil {
-			return fmt.Errorf("%w: %s provider: unknown setting %q", provider.ErrBadInput, name, k)
+			return fmt.Errorf("%w: %s provider: unknown setting %q", errdefs.ErrBadInput, name, k)
 		}
 		if err := set(v); err != nil {
-			return fmt.Errorf("%w: %s provider: setting %q: %v", provider.ErrBadInput, name, k, err)
+			return fmt.Errorf("%w: %s provider: setting %q: %v", errdefs.ErrBadInput, name, k, err)
 		}
 	}
 	return nil
@@ -119,7 +121,7 @@ func Defaults(r *provider.Resources, disk, minDisk int64) error {
 		r.Disk = disk
 	}
 	if r.Disk < minDisk {
-		return fmt.Errorf("%w: default disk of %d bytes is below the minimum of %d", provider.ErrBadInput, r.Disk, minDisk)
+		return fmt.Errorf("%w: default disk of %d bytes is below the minimum of %d", errdefs.ErrBadInput, r.Disk, minDisk)
 	}
 	return nil
 }
