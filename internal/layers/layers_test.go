@@ -49,8 +49,12 @@ func goList(t *testing.T, args ...string) map[string]pkg {
 	return pkgs
 }
 
-// within says whether path is the berth package rel or one below it.
+// within says whether path is the berth package rel or one below it;
+// rel "" is every berth package.
 func within(path, rel string) bool {
+	if rel == "" {
+		return strings.HasPrefix(path, module+"/")
+	}
 	full := module + "/" + rel
 	return path == full || strings.HasPrefix(path, full+"/")
 }
@@ -98,6 +102,8 @@ var rules = []rule{
 		"layers 1 to 4 know nothing of the front ends and hosts built on them"},
 	{under("transfer"), func(path string) bool { return within(path, "") && !under("internal")(path) }, true,
 		"transfer is the output and transfer format: it stands below every layer that moves bytes"},
+	{under("refs"), func(path string) bool { return prefix("go.temporal.io/")(path) || within(path, "") }, true,
+		"refs is plain data that the handle and its activities both hold: no Temporal, no berth package"},
 	{under("activities"), under("sandbox", "workflows"), true,
 		"activities (layer 2) know nothing of the handle or the workflows above them"},
 	{under("sandbox"), under("workflows"), true,
