@@ -91,7 +91,7 @@ type CreateInput struct {
 // Create makes a sandbox, or finds the one a previous attempt made: the
 // spec's id makes it idempotent.
 func (a *Activities) Create(ctx context.Context, in CreateInput) (refs.Sandbox, error) {
-	defer heartbeat(ctx)()
+	defer Heartbeat(ctx)()
 	return returned(a.create(ctx, in))
 }
 
@@ -129,7 +129,7 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (refs.Sandbox, 
 
 // Destroy destroys a sandbox; one that is already gone is not an error.
 func (a *Activities) Destroy(ctx context.Context, ref refs.Sandbox) error {
-	defer heartbeat(ctx)()
+	defer Heartbeat(ctx)()
 	return toTemporal(a.destroy(ctx, ref))
 }
 
@@ -357,4 +357,29 @@ func copyBeating(ctx context.Context, dst io.Writer, src io.Reader) (int64, erro
 			return total, ctx.Err()
 		}
 	}
+}
+
+// Heartbeat heartbeats the activity of ctx every few seconds until stop
+// is called: for activities, here and in other packages, whose work
+// reports no progress of its own. Outside an activity it does nothing.
+func Heartbeat(ctx context.Context) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(heartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done) }
 }

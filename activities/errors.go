@@ -45,6 +45,10 @@ func toTemporal(err error) error {
 	return temporal.NewNonRetryableApplicationError(err.Error(), ErrorType(kind), nil)
 }
 
+// ToTemporal is the activity boundary's conversion, for the activities
+// of other packages (session/calls): errors are converted here alone.
+func ToTemporal(err error) error { return toTemporal(err) }
+
 // FromTemporal turns an activity error back into a provider error, so
 // that workflow code tests it with errors.Is(err, provider.ErrX) too.
 func FromTemporal(err error) error {

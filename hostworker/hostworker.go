@@ -34,6 +34,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
+	"github.com/berth-dev/berth/session/calls"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/transfer"
 	"github.com/berth-dev/berth/workflows"
@@ -130,6 +131,7 @@ func Start(c client.Client, opts Options) (*Worker, error) {
 		Interceptors: []interceptor.WorkerInterceptor{transfer.Interceptor(opts.Outputs, opts.Relay)},
 	})
 	w.generic.RegisterActivity(acts)
+	w.generic.RegisterActivity(&calls.Activities{Client: c, Outputs: opts.Outputs})
 	registerWorkflows(w.generic, opts.Workflows)
 	if err := w.startModel(c, opts); err != nil {
 		return nil, err

@@ -138,6 +138,8 @@ var rules = []rule{
 		"the agent's packages and its session manager know nothing of the front ends and hosts built on them"},
 	{under("agent"), under("session"), true,
 		"the agent knows nothing of the session manager built on it (their signals are held equal by session's tests)"},
+	{exactly("session"), under("activities"), false,
+		"the session manager reaches sandboxes through the agent's workflow and other workflows through its own activities (session/calls), never berth's sandbox activities"},
 	{exactly("session"), providerImpl, true,
 		"the session manager reaches providers only through the agent's workflow and the sandbox handle"},
 	{exactly("agent"), under("activities", "workflows"), false,

@@ -1,4 +1,4 @@
-package activities
+package calls
 
 import (
 	"context"
@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -36,14 +35,14 @@ type UpdateWorkflowInput struct {
 // reached is retried.
 func (a *Activities) UpdateWorkflow(ctx context.Context, in UpdateWorkflowInput) (json.RawMessage, error) {
 	if a.Client == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
+		return nil, activities.ToTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
 	}
 	if in.WorkflowID == "" || in.Update == "" || in.UpdateID == "" {
-		return nil, toTemporal(fmt.Errorf("%w: an update needs a workflow id, a name and an id", provider.ErrBadInput))
+		return nil, activities.ToTemporal(fmt.Errorf("%w: an update needs a workflow id, a name and an id", provider.ErrBadInput))
 	}
 	// An Update may take long (a workspace snapshot, a switch): the
 	// heartbeat says the worker lives.
-	stop := heartbeat(ctx)
+	stop := activities.Heartbeat(ctx)
 	defer stop()
 	opts := client.UpdateWorkflowOptions{WorkflowID: in.WorkflowID, UpdateName: in.Update, UpdateID: in.UpdateID,
 		WaitForStage: client.WorkflowUpdateStageCompleted}
@@ -82,29 +81,6 @@ func updateError(in UpdateWorkflowInput, err error) error {
 	return err // the server could not be reached: retried
 }
 
-// heartbeat heartbeats until stop is called.
-func heartbeat(ctx context.Context) (stop func()) {
-	if !activity.IsActivity(ctx) {
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(heartbeatEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	}()
-	return func() { close(done) }
-}
-
 // Workflow statuses, as WorkflowStatuses says them.
 const (
 	WorkflowRunning = "Running"
@@ -116,7 +92,7 @@ const (
 // Terminated, TimedOut), or WorkflowUnknown.
 func (a *Activities) WorkflowStatuses(ctx context.Context, ids []string) ([]string, error) {
 	if a.Client == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
+		return nil, activities.ToTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
 	}
 	statuses := make([]string, len(ids))
 	for i, id := range ids {
@@ -149,7 +125,7 @@ type QueryWorkflowInput struct {
 // its answer, as JSON; a workflow the server does not know is NotFound.
 func (a *Activities) QueryWorkflow(ctx context.Context, in QueryWorkflowInput) (json.RawMessage, error) {
 	if a.Client == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
+		return nil, activities.ToTemporal(fmt.Errorf("%w: this worker has no Temporal client", provider.ErrUnsupported))
 	}
 	v, err := a.Client.QueryWorkflow(ctx, in.WorkflowID, "", in.Query)
 	var res json.RawMessage

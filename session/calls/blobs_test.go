@@ -1,10 +1,11 @@
-package activities
+package calls
 
 import (
 	"testing"
 
 	"gocloud.dev/blob/fileblob"
 
+	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -25,17 +26,17 @@ func TestOwnedBlobs(t *testing.T) {
 	}
 	for _, bad := range []string{"conversations/", "conversations", "outputs/", "outputs/sb/", "snapshots/x/",
 		"conversations/../outputs/", "conversations//", "outputs/agent/./", "conversations/a"} {
-		if err := a.DeleteBlobs(ctx, bad); provider.KindOf(FromTemporal(err)) != provider.KindBadInput {
+		if err := a.DeleteBlobs(ctx, bad); provider.KindOf(activities.FromTemporal(err)) != provider.KindBadInput {
 			t.Errorf("DeleteBlobs(%q): %v, want BadInput", bad, err)
 		}
 	}
-	if err := a.CopyBlobs(ctx, []BlobCopy{{From: "outputs/sb/stdout", To: "conversations/b/1"}}); provider.KindOf(FromTemporal(err)) != provider.KindBadInput {
+	if err := a.CopyBlobs(ctx, []BlobCopy{{From: "outputs/sb/stdout", To: "conversations/b/1"}}); provider.KindOf(activities.FromTemporal(err)) != provider.KindBadInput {
 		t.Errorf("copying a command's output: %v, want BadInput", err)
 	}
 	if err := a.CopyBlobs(ctx, []BlobCopy{{From: "conversations/a/1", To: "conversations/b/1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.CopyBlobs(ctx, []BlobCopy{{From: "conversations/a/none", To: "conversations/b/2"}}); provider.KindOf(FromTemporal(err)) != provider.KindNotFound {
+	if err := a.CopyBlobs(ctx, []BlobCopy{{From: "conversations/a/none", To: "conversations/b/2"}}); provider.KindOf(activities.FromTemporal(err)) != provider.KindNotFound {
 		t.Errorf("copying a missing blob: %v, want NotFound", err)
 	}
 	for _, prefix := range []string{"conversations/a/", "outputs/agent/a/"} {

@@ -1,4 +1,4 @@
-package activities
+package calls
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"gocloud.dev/gcerrors"
 
+	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/transfer"
 )
@@ -46,16 +47,16 @@ type BlobCopy struct {
 func (a *Activities) CopyBlobs(ctx context.Context, copies []BlobCopy) error {
 	for _, c := range copies {
 		if err := checkOwned(c.From); err != nil {
-			return toTemporal(err)
+			return activities.ToTemporal(err)
 		}
 		if err := checkOwned(c.To); err != nil {
-			return toTemporal(err)
+			return activities.ToTemporal(err)
 		}
 	}
 	for _, c := range copies {
 		err := a.Outputs.Copy(ctx, c.To, c.From, nil)
 		if gcerrors.Code(err) == gcerrors.NotFound {
-			return toTemporal(fmt.Errorf("%w: copy blob %s: it does not exist", provider.ErrNotFound, c.From))
+			return activities.ToTemporal(fmt.Errorf("%w: copy blob %s: it does not exist", provider.ErrNotFound, c.From))
 		}
 		if err != nil {
 			return fmt.Errorf("copy blob %s to %s: %w", c.From, c.To, err) // retried
@@ -69,10 +70,10 @@ func (a *Activities) CopyBlobs(ctx context.Context, copies []BlobCopy) error {
 // there is not an error.
 func (a *Activities) DeleteBlobs(ctx context.Context, prefix string) error {
 	if !strings.HasSuffix(prefix, "/") {
-		return toTemporal(fmt.Errorf("%w: blob prefix %q does not end with /", provider.ErrBadInput, prefix))
+		return activities.ToTemporal(fmt.Errorf("%w: blob prefix %q does not end with /", provider.ErrBadInput, prefix))
 	}
 	if err := checkOwned(prefix); err != nil {
-		return toTemporal(err)
+		return activities.ToTemporal(err)
 	}
-	return deletePrefix(ctx, a.Outputs, prefix)
+	return activities.DeletePrefix(ctx, a.Outputs, prefix)
 }
