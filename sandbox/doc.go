@@ -30,7 +30,7 @@
 // files read, exports) they read through the relay of the workflow that
 // holds the handle, and of no other: a workflow says so with
 //
-//	transfer.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: sbx.Served()} })
+//	relay.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: sbx.Served()} })
 //
 // # Routing
 //

@@ -242,7 +242,7 @@ func (s *Sandbox) ID() string { return s.st.Ref.ID }
 
 // Served are the blob store prefixes of what the sandbox stored, in all
 // its incarnations (Base, Base-2, ...): its commands' outputs, files
-// read, exports. A workflow hands them to transfer.Serve, so that front
+// read, exports. A workflow hands them to relay.Serve (package transfer/relay), so that front
 // ends read them through it, and through no other workflow.
 func (s *Sandbox) Served() []string {
 	if s == nil || s.st.Base == "" {
