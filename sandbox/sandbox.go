@@ -1,7 +1,8 @@
 package sandbox
 
 import (
-	"crypto/rand"
+	"github.com/berth-dev/berth/internal/randid"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -230,11 +231,7 @@ func (s *Sandbox) fill(ctx workflow.Context, c creation) (refs.Sandbox, error) {
 	return ref, nil
 }
 
-func newID() string {
-	var b [10]byte
-	_, _ = rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
-}
+func newID() string { return "sb-" + randid.Hex(10) }
 
 // ID is the id of the sandbox at its provider. It changes when the
 // sandbox is re-created: after a hibernation, a recovery or a switch.

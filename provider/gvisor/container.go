@@ -1,6 +1,8 @@
 package gvisor
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"context"
 	"errors"
 	"fmt"
@@ -69,7 +71,7 @@ func (c *container) release() {
 func (p *Provider) startContainer(ctx context.Context, rootfs string, res provider.Resources) (c *container, err error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	cid := "g-" + randomHex(8)
+	cid := "g-" + randid.Hex(8)
 	dir := p.containerDir(cid)
 	defer func() {
 		if err != nil {
