@@ -16,19 +16,10 @@ import (
 	"gocloud.dev/blob"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/refs"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/transfer"
 )
-
-// Ref names a sandbox in workflow state: its provider, its id, and the
-// task queue of the workers that can reach it.
-type Ref struct {
-	Provider string `json:"provider"`
-	ID       string `json:"id"`
-	// Queue is where the sandbox's operations go: for a host-bound
-	// provider, the queue of the worker on its host.
-	Queue string `json:"queue"`
-}
 
 // Activities are the sandbox activities of one worker. Register a value
 // with a worker; its exported methods are the activities.
@@ -74,7 +65,7 @@ func (a *Activities) provider(name string) (provider.Provider, error) {
 
 // sandbox finds the sandbox ref names, resuming it first if its host
 // paused it as it stopped: its workflow believes it running.
-func (a *Activities) sandbox(ctx context.Context, ref Ref) (provider.Sandbox, error) {
+func (a *Activities) sandbox(ctx context.Context, ref refs.Sandbox) (provider.Sandbox, error) {
 	sb, err := a.get(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -85,7 +76,7 @@ func (a *Activities) sandbox(ctx context.Context, ref Ref) (provider.Sandbox, er
 	return sb, nil
 }
 
-func (a *Activities) get(ctx context.Context, ref Ref) (provider.Sandbox, error) {
+func (a *Activities) get(ctx context.Context, ref refs.Sandbox) (provider.Sandbox, error) {
 	p, err := a.provider(ref.Provider)
 	if err != nil {
 		return nil, err
@@ -101,29 +92,29 @@ type CreateInput struct {
 
 // Create makes a sandbox, or finds the one a previous attempt made: the
 // spec's id makes it idempotent.
-func (a *Activities) Create(ctx context.Context, in CreateInput) (Ref, error) {
-	defer heartbeat(ctx)()
+func (a *Activities) Create(ctx context.Context, in CreateInput) (refs.Sandbox, error) {
+	defer Heartbeat(ctx)()
 	return returned(a.create(ctx, in))
 }
 
-func (a *Activities) create(ctx context.Context, in CreateInput) (Ref, error) {
+func (a *Activities) create(ctx context.Context, in CreateInput) (refs.Sandbox, error) {
 	// Checked before the provider sees it: a limit a sandbox cannot start
 	// under fails there in ways that look transient.
 	if err := provider.ValidateSpec(in.Spec); err != nil {
-		return Ref{}, err
+		return refs.Sandbox{}, err
 	}
 	p, err := a.provider(in.Provider)
 	if err != nil {
-		return Ref{}, err
+		return refs.Sandbox{}, err
 	}
 	// Who owns what the sandbox stores (its outputs), for the reaper: it
 	// goes some time after its owner (OutputRetention).
 	if err := a.recordOwner(ctx, in.Spec.ID, in.Spec.Labels); err != nil {
-		return Ref{}, err
+		return refs.Sandbox{}, err
 	}
 	sb, err := p.Create(ctx, in.Spec)
 	if err != nil {
-		return Ref{}, err
+		return refs.Sandbox{}, err
 	}
 	// A host-bound sandbox's operations go to its host; the others' to
 	// the queue this creation came from, whose workers serve its
@@ -135,16 +126,16 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (Ref, error) {
 	if p.Capabilities().HostBound {
 		queue = a.HostQueue
 	}
-	return Ref{Provider: in.Provider, ID: sb.ID(), Queue: queue}, nil
+	return refs.Sandbox{Provider: in.Provider, ID: sb.ID(), Queue: queue}, nil
 }
 
 // Destroy destroys a sandbox; one that is already gone is not an error.
-func (a *Activities) Destroy(ctx context.Context, ref Ref) error {
-	defer heartbeat(ctx)()
+func (a *Activities) Destroy(ctx context.Context, ref refs.Sandbox) error {
+	defer Heartbeat(ctx)()
 	return toTemporal(a.destroy(ctx, ref))
 }
 
-func (a *Activities) destroy(ctx context.Context, ref Ref) error {
+func (a *Activities) destroy(ctx context.Context, ref refs.Sandbox) error {
 	sb, err := a.sandbox(ctx, ref)
 	if errdefs.KindOf(err) == errdefs.NotFound {
 		return nil
@@ -156,11 +147,11 @@ func (a *Activities) destroy(ctx context.Context, ref Ref) error {
 }
 
 // Info describes a sandbox.
-func (a *Activities) Info(ctx context.Context, ref Ref) (provider.Info, error) {
+func (a *Activities) Info(ctx context.Context, ref refs.Sandbox) (provider.Info, error) {
 	return returned(a.info(ctx, ref))
 }
 
-func (a *Activities) info(ctx context.Context, ref Ref) (provider.Info, error) {
+func (a *Activities) info(ctx context.Context, ref refs.Sandbox) (provider.Info, error) {
 	sb, err := a.sandbox(ctx, ref)
 	if err != nil {
 		return provider.Info{}, err
@@ -171,7 +162,7 @@ func (a *Activities) info(ctx context.Context, ref Ref) (provider.Info, error) {
 
 // WriteFilesInput carries small files, inline.
 type WriteFilesInput struct {
-	Sandbox Ref             `json:"sandbox"`
+	Sandbox refs.Sandbox    `json:"sandbox"`
 	Files   []provider.File `json:"files"`
 }
 
@@ -197,16 +188,16 @@ func (a *Activities) writeFiles(ctx context.Context, in WriteFilesInput) error {
 
 // PathInput names a path in a sandbox.
 type PathInput struct {
-	Sandbox Ref    `json:"sandbox"`
-	Path    string `json:"path"`
+	Sandbox refs.Sandbox `json:"sandbox"`
+	Path    string       `json:"path"`
 }
 
 // ReadFileInput asks for a file; files larger than MaxInline bytes come
 // back as their head and a reference to the whole.
 type ReadFileInput struct {
-	Sandbox   Ref    `json:"sandbox"`
-	Path      string `json:"path"`
-	MaxInline int    `json:"max_inline,omitempty"` // zero means transfer.DefaultInlineCap
+	Sandbox   refs.Sandbox `json:"sandbox"`
+	Path      string       `json:"path"`
+	MaxInline int          `json:"max_inline,omitempty"` // zero means transfer.DefaultInlineCap
 }
 
 // ReadFile reads a file; a large one is stored whole in the blob store.
@@ -368,4 +359,29 @@ func copyBeating(ctx context.Context, dst io.Writer, src io.Reader) (int64, erro
 			return total, ctx.Err()
 		}
 	}
+}
+
+// Heartbeat heartbeats the activity of ctx every few seconds until stop
+// is called: for activities, here and in other packages, whose work
+// reports no progress of its own. Outside an activity it does nothing.
+func Heartbeat(ctx context.Context) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(heartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done) }
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/linux"
+	"github.com/berth-dev/berth/refs"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 type fixture struct {
 	acts *Activities
 	env  *testsuite.TestActivityEnvironment
-	ref  Ref
+	ref  refs.Sandbox
 }
 
 // newFixture makes activities over a real linux provider and a file blob
@@ -171,7 +172,7 @@ func TestErrorsAreTyped(t *testing.T) {
 	if back := temporalerr.From(err); !errors.Is(back, errdefs.ErrBadInput) {
 		t.Errorf("temporalerr.From(%v) does not wrap ErrBadInput", err)
 	}
-	_, err = f.env.ExecuteActivity(f.acts.Exec, ExecInput{Sandbox: Ref{Provider: "linux", ID: "nope"}, ID: "x", Argv: []string{"true"}})
+	_, err = f.env.ExecuteActivity(f.acts.Exec, ExecInput{Sandbox: refs.Sandbox{Provider: "linux", ID: "nope"}, ID: "x", Argv: []string{"true"}})
 	if !errors.Is(temporalerr.From(err), errdefs.ErrNotFound) {
 		t.Errorf("unknown sandbox: %v, want ErrNotFound", err)
 	}
@@ -292,8 +293,8 @@ func TestExecLocal(t *testing.T) {
 	}
 
 	for name, in := range map[string]ExecInput{
-		"another host's sandbox": {Sandbox: Ref{Provider: "linux", ID: f.ref.ID, Queue: "berth@elsewhere"}, ID: "x"},
-		"a provider not served":  {Sandbox: Ref{Provider: "docker", ID: f.ref.ID, Queue: "berth-host"}, ID: "y"},
+		"another host's sandbox": {Sandbox: refs.Sandbox{Provider: "linux", ID: f.ref.ID, Queue: "berth@elsewhere"}, ID: "x"},
+		"a provider not served":  {Sandbox: refs.Sandbox{Provider: "docker", ID: f.ref.ID, Queue: "berth-host"}, ID: "y"},
 	} {
 		if out := f.execLocal(t, in); !out.Elsewhere {
 			t.Errorf("%s: %+v, want Elsewhere", name, out)

@@ -4,26 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/berth-dev/berth/errdefs"
-
+	"github.com/berth-dev/berth/refs"
 	"github.com/berth-dev/berth/snapshot"
 )
 
-// SnapshotListing describes a snapshot in the store, for front ends.
-type SnapshotListing struct {
-	ID      string            `json:"id"`
-	Kind    string            `json:"kind"`
-	Created time.Time         `json:"created"`
-	Labels  map[string]string `json:"labels,omitempty"`
-	Files   int               `json:"files"`
-	Size    int64             `json:"size"`
-	Stored  int64             `json:"stored"`
-}
-
 // ListSnapshots lists the snapshots in the store.
-func (a *Activities) ListSnapshots(ctx context.Context) ([]SnapshotListing, error) {
+func (a *Activities) ListSnapshots(ctx context.Context) ([]refs.Snapshot, error) {
 	if a.Snapshots == nil {
 		return nil, toTemporal(fmt.Errorf("%w: this worker keeps no snapshots", errdefs.ErrUnsupported))
 	}
@@ -31,9 +19,9 @@ func (a *Activities) ListSnapshots(ctx context.Context) ([]SnapshotListing, erro
 	if err != nil {
 		return nil, toTemporal(err)
 	}
-	out := make([]SnapshotListing, len(infos))
+	out := make([]refs.Snapshot, len(infos))
 	for i, in := range infos {
-		out[i] = SnapshotListing{ID: in.ID, Kind: string(in.Kind), Created: in.Created, Labels: in.Labels,
+		out[i] = refs.Snapshot{ID: in.ID, Kind: string(in.Kind), Created: in.Created, Labels: in.Labels,
 			Files: in.Files, Size: in.Size, Stored: in.Stored}
 	}
 	return out, nil

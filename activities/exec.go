@@ -14,12 +14,13 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/refs"
 	"github.com/berth-dev/berth/transfer"
 )
 
 // ExecInput is a command to run in a sandbox.
 type ExecInput struct {
-	Sandbox Ref `json:"sandbox"`
+	Sandbox refs.Sandbox `json:"sandbox"`
 	// ID is the command's id in the sandbox's journal. The workflow
 	// chooses it, and it stays the same across retries: that is what
 	// makes the command run once.
@@ -337,9 +338,9 @@ func (h *handoffs) take(in ExecInput) *execRun {
 
 // SignalInput names a running command and the signal it is to get.
 type SignalInput struct {
-	Sandbox Ref    `json:"sandbox"`
-	ID      string `json:"id"`     // the command's id, ExecInput.ID
-	Signal  string `json:"signal"` // a name of provider.Signals
+	Sandbox refs.Sandbox `json:"sandbox"`
+	ID      string       `json:"id"`     // the command's id, ExecInput.ID
+	Signal  string       `json:"signal"` // a name of provider.Signals
 }
 
 // Signal signals a running command (provider.Signaler). It is retried

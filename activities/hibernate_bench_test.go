@@ -13,6 +13,7 @@ import (
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/refs"
 	"github.com/berth-dev/berth/snapshot"
 )
 
@@ -68,7 +69,7 @@ func BenchmarkHibernateResume(b *testing.B) {
 					}
 				}
 			}
-			var ref activities.Ref
+			var ref refs.Sandbox
 			run(acts.Create, activities.CreateInput{Provider: "linux", Spec: provider.Spec{ID: "hib-0"}}, &ref)
 			var res activities.ExecOutput
 			run(acts.Exec, activities.ExecInput{Sandbox: ref, ID: "make", Shell: makeWorkspace, Timeout: time.Minute}, &res)

@@ -7,15 +7,16 @@ import (
 	"github.com/berth-dev/berth/errdefs"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/refs"
 )
 
 // Pause freezes a sandbox. A provider that cannot pause natively fails
 // with errdefs.ErrUnsupported, and the workflow hibernates it instead.
-func (a *Activities) Pause(ctx context.Context, ref Ref) error {
+func (a *Activities) Pause(ctx context.Context, ref refs.Sandbox) error {
 	return toTemporal(a.pause(ctx, ref))
 }
 
-func (a *Activities) pause(ctx context.Context, ref Ref) error {
+func (a *Activities) pause(ctx context.Context, ref refs.Sandbox) error {
 	// A sandbox its host parked stays paused, now by its workflow's
 	// wish: no resume first.
 	sb, err := a.get(ctx, ref)
@@ -33,11 +34,11 @@ func (a *Activities) pause(ctx context.Context, ref Ref) error {
 }
 
 // Resume thaws a paused sandbox.
-func (a *Activities) Resume(ctx context.Context, ref Ref) error {
+func (a *Activities) Resume(ctx context.Context, ref refs.Sandbox) error {
 	return toTemporal(a.resume(ctx, ref))
 }
 
-func (a *Activities) resume(ctx context.Context, ref Ref) error {
+func (a *Activities) resume(ctx context.Context, ref refs.Sandbox) error {
 	p, err := a.pauser(ctx, ref)
 	if err != nil {
 		return err
@@ -45,7 +46,7 @@ func (a *Activities) resume(ctx context.Context, ref Ref) error {
 	return p.Resume(ctx)
 }
 
-func (a *Activities) pauser(ctx context.Context, ref Ref) (provider.Pauser, error) {
+func (a *Activities) pauser(ctx context.Context, ref refs.Sandbox) (provider.Pauser, error) {
 	sb, err := a.sandbox(ctx, ref)
 	if err != nil {
 		return nil, err

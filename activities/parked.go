@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/refs"
 )
 
 // Parked is the set of sandboxes a host paused as it stopped, kept in a
@@ -132,7 +133,7 @@ func (p *Parked) save() error {
 }
 
 // unpark resumes sb if its host parked it, and forgets it.
-func (a *Activities) unpark(ctx context.Context, ref Ref, sb provider.Sandbox) error {
+func (a *Activities) unpark(ctx context.Context, ref refs.Sandbox, sb provider.Sandbox) error {
 	r := ParkedRef{Provider: ref.Provider, ID: ref.ID}
 	if !a.Parked.Has(r) {
 		return nil

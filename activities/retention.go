@@ -89,7 +89,7 @@ func (a *Activities) sweepOutputs(ctx context.Context, in SweepOutputsInput) (in
 			continue
 		}
 		for _, prefix := range transfer.SandboxPrefixes(sandboxID) {
-			if err := deletePrefix(ctx, a.Outputs, prefix); err != nil {
+			if err := DeletePrefix(ctx, a.Outputs, prefix); err != nil {
 				return swept, err
 			}
 		}
@@ -125,7 +125,7 @@ func (a *Activities) ownerClosedAt(ctx context.Context, workflowID, runID string
 }
 
 // deletePrefix deletes every object under prefix.
-func deletePrefix(ctx context.Context, bucket *blob.Bucket, prefix string) error {
+func DeletePrefix(ctx context.Context, bucket *blob.Bucket, prefix string) error {
 	it := bucket.List(&blob.ListOptions{Prefix: prefix})
 	for {
 		obj, err := it.Next(ctx)

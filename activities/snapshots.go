@@ -7,10 +7,10 @@ import (
 	"io"
 	"time"
 
-	"github.com/berth-dev/berth/errdefs"
-
 	"go.temporal.io/sdk/activity"
 
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/refs"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/transfer"
 )
@@ -24,7 +24,7 @@ const (
 
 // SnapshotInput asks for a snapshot of a sandbox's workspace.
 type SnapshotInput struct {
-	Sandbox Ref `json:"sandbox"`
+	Sandbox refs.Sandbox `json:"sandbox"`
 	// ID names the snapshot: a retried activity finds the snapshot its
 	// first attempt saved.
 	ID   string `json:"id"`
@@ -54,8 +54,8 @@ type SnapshotInfo struct {
 // RestoreInput asks for a snapshot to be unpacked into a sandbox's
 // workspace.
 type RestoreInput struct {
-	Sandbox  Ref    `json:"sandbox"`
-	Snapshot string `json:"snapshot"`
+	Sandbox  refs.Sandbox `json:"sandbox"`
+	Snapshot string       `json:"snapshot"`
 }
 
 // Snapshot saves a sandbox's workspace in the snapshot store,
@@ -168,9 +168,9 @@ func snapshotError(err error) error {
 // stream stored in parts (transfer's relay writes uploads so) gives
 // their number; zero means one object.
 type ImportInput struct {
-	Sandbox Ref    `json:"sandbox"`
-	Blob    string `json:"blob"`
-	Parts   int    `json:"parts,omitempty"`
+	Sandbox refs.Sandbox `json:"sandbox"`
+	Blob    string       `json:"blob"`
+	Parts   int          `json:"parts,omitempty"`
 }
 
 // Import unpacks a tar stream from the blob store into a sandbox's

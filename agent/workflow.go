@@ -18,6 +18,7 @@ import (
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/sandbox/ops"
 	"github.com/berth-dev/berth/transfer"
+	"github.com/berth-dev/berth/transfer/relay"
 )
 
 // session is a Session workflow's state.
@@ -102,7 +103,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 	// The relay serves the model's streams and the sandbox's outputs,
 	// and takes uploads for the sandbox's Updates to import.
 	stream := StreamPrefix(workflow.GetInfo(ctx).WorkflowExecution.ID)
-	err = transfer.Serve(ctx, func() transfer.Served {
+	err = relay.Serve(ctx, func() transfer.Served {
 		return transfer.Served{Prefixes: append(s.sbx.Served(), stream), Uploads: true}
 	})
 	if err != nil {

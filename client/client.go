@@ -1,9 +1,9 @@
 package client
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -211,8 +211,4 @@ func (c *Client) Retry(ctx context.Context, call func(ctx context.Context) error
 }
 
 // NewID returns a fresh id with a prefix, for Updates and workflows.
-func NewID(prefix string) string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return prefix + hex.EncodeToString(b)
-}
+func NewID(prefix string) string { return prefix + randid.Hex(8) }

@@ -124,7 +124,7 @@ func (c *Client) WriteOutput(ctx context.Context, workflowID string, o transfer.
 // stream to import), and says where: the key and the number of parts.
 // The parts go to the blob store with PUT URLs the relay of its workflow
 // signs where it can, else through the relay. A sandbox's uploads are
-// bounded (transfer.DefaultUploadBytes): past the bound, Upload fails at
+// bounded (relay.DefaultUploadBytes, package transfer/relay): past the bound, Upload fails at
 // once with a BadInput error.
 func (c *Client) Upload(ctx context.Context, sandboxID string, r io.Reader) (key string, parts int, err error) {
 	ctx, cancel := context.WithCancel(ctx)

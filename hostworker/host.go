@@ -19,7 +19,7 @@ import (
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/snapshot"
-	"github.com/berth-dev/berth/transfer"
+	"github.com/berth-dev/berth/transfer/relay"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -158,7 +158,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		Model:     mcfg,
 		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
-		Relay:  transfer.Limits{Sign: SharedStore(cfg.Blob)},
+		Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
 		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout),
 	})
 	if err != nil {

@@ -36,8 +36,9 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
+	"github.com/berth-dev/berth/session/calls"
 	"github.com/berth-dev/berth/snapshot"
-	"github.com/berth-dev/berth/transfer"
+	"github.com/berth-dev/berth/transfer/relay"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -82,7 +83,7 @@ type Options struct {
 	ModelQueue string
 	// Relay bounds what the relay stores for front ends (uploads); zero
 	// fields mean transfer's defaults.
-	Relay transfer.Limits
+	Relay relay.Limits
 	// Parked are the sandboxes this host paused as it last stopped
 	// (Host.Shutdown); nil means none.
 	Parked *activities.Parked
@@ -130,9 +131,10 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 	identity := activities.Identity(opts.HostQueue)
 	w.generic = worker.New(c, opts.Queue, worker.Options{
 		Identity: identity, WorkerStopTimeout: opts.StopTimeout,
-		Interceptors: []interceptor.WorkerInterceptor{transfer.Interceptor(opts.Outputs, opts.Relay)},
+		Interceptors: []interceptor.WorkerInterceptor{relay.Interceptor(opts.Outputs, opts.Relay)},
 	})
 	w.generic.RegisterActivity(acts)
+	w.generic.RegisterActivity(&calls.Activities{Client: c, Outputs: opts.Outputs})
 	registerWorkflows(w.generic, opts.Workflows)
 	if err := w.startModel(c, opts); err != nil {
 		return nil, err

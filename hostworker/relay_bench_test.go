@@ -14,13 +14,14 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/transfer"
+	"github.com/berth-dev/berth/transfer/relay"
 	"github.com/berth-dev/berth/workflows"
 )
 
 // BenchmarkRelay moves 64 MiB through the relay, client to worker's blob
 // store ("write") and back ("read"), on the embedded server: the path of
 // berth sandbox cp and of outputs too large to travel inline.
-func BenchmarkRelay(b *testing.B) { benchTransfer(b, berthtest.Bucket(b), transfer.Limits{}) }
+func BenchmarkRelay(b *testing.B) { benchTransfer(b, berthtest.Bucket(b), relay.Limits{}) }
 
 // BenchmarkRelayS3 moves the same on an S3 store (versitygw, on
 // loopback): through the relay ("relay"), and with signed URLs, the
@@ -28,11 +29,11 @@ func BenchmarkRelay(b *testing.B) { benchTransfer(b, berthtest.Bucket(b), transf
 func BenchmarkRelayS3(b *testing.B) {
 	for _, sign := range []bool{false, true} {
 		name := map[bool]string{false: "relay", true: "direct"}[sign]
-		b.Run(name, func(b *testing.B) { benchTransfer(b, s3Store(b), transfer.Limits{Sign: sign}) })
+		b.Run(name, func(b *testing.B) { benchTransfer(b, s3Store(b), relay.Limits{Sign: sign}) })
 	}
 }
 
-func benchTransfer(b *testing.B, bucket *blob.Bucket, limits transfer.Limits) {
+func benchTransfer(b *testing.B, bucket *blob.Bucket, limits relay.Limits) {
 	ctx := b.Context()
 	c := server(b)
 	w, err := hostworker.StartWorker(c, hostworker.Options{

@@ -29,6 +29,7 @@ import (
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/transfer"
+	"github.com/berth-dev/berth/transfer/relay"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -123,7 +124,7 @@ func TestRelay(t *testing.T) {
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
 		Outputs:   bucket, Snapshots: snapshot.New(berthtest.Bucket(t)),
 		Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
-		Relay: transfer.Limits{UploadBytes: bound},
+		Relay: relay.Limits{UploadBytes: bound},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,7 @@ import (
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/transfer"
+	"github.com/berth-dev/berth/transfer/relay"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -133,7 +134,7 @@ func tarOf(t testing.TB, name string, data []byte) *bytes.Buffer {
 
 // signedHost starts a host worker over bucket, with signing on, and a
 // sandbox workflow for each id.
-func signedHost(t *testing.T, c tclient.Client, bucket *blob.Bucket, limits transfer.Limits, ids ...string) {
+func signedHost(t *testing.T, c tclient.Client, bucket *blob.Bucket, limits relay.Limits, ids ...string) {
 	t.Helper()
 	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
@@ -194,7 +195,7 @@ func TestRelaySigned(t *testing.T) {
 	c := server(t)
 	bucket := s3Store(t)
 	const bound = 16 * transfer.MaxChunk
-	signedHost(t, c, bucket, transfer.Limits{UploadBytes: bound, Sign: true}, "signed-a", "signed-b")
+	signedHost(t, c, bucket, relay.Limits{UploadBytes: bound, Sign: true}, "signed-a", "signed-b")
 	cl, rec, rc := recordingClient(t, c)
 
 	// Direct: the parts go to the store, the relay only signs.
@@ -224,7 +225,7 @@ func TestRelaySigned(t *testing.T) {
 
 	// Past the upload bounds: refused, by the relay (bytes, part
 	// numbers) and by the store (a PUT longer than signed).
-	err = signPut(ctx, rc, "signed-b", transfer.SignRequest{Key: "uploads/signed-b/x", First: transfer.DefaultUploadParts, Sizes: []int64{1}})
+	err = signPut(ctx, rc, "signed-b", transfer.SignRequest{Key: "uploads/signed-b/x", First: relay.DefaultUploadParts, Sizes: []int64{1}})
 	wantType(t, "sign a PUT past the last part", err, transfer.BadInput)
 	err = signPut(ctx, rc, "signed-b", transfer.SignRequest{Key: "uploads/signed-b/x", Sizes: []int64{transfer.MaxChunk + 1}})
 	wantType(t, "sign a PUT of a part too large", err, transfer.BadInput)
@@ -270,7 +271,7 @@ func TestRelaySigned(t *testing.T) {
 // asked to: the relay answers NotSignable, once, and carries the cp.
 func TestRelayNotSignable(t *testing.T) {
 	c := server(t)
-	signedHost(t, c, berthtest.Bucket(t), transfer.Limits{Sign: true}, "unsigned")
+	signedHost(t, c, berthtest.Bucket(t), relay.Limits{Sign: true}, "unsigned")
 	cl, rec, rc := recordingClient(t, c)
 	data := make([]byte, 3*transfer.MaxChunk)
 	rand.Read(data)

@@ -30,7 +30,7 @@
 // files read, exports) they read through the relay of the workflow that
 // holds the handle, and of no other: a workflow says so with
 //
-//	transfer.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: sbx.Served()} })
+//	relay.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: sbx.Served()} })
 //
 // # Routing
 //
@@ -43,10 +43,11 @@
 //
 // # Determinism
 //
-// Everything here is workflow code: no I/O, only activities. Sandbox and
-// command ids derive from the workflow's id and the order of calls, so a
-// replay or a retried activity names the same sandbox and the same
-// command, and a command never runs twice.
+// Everything here is workflow code: no I/O, only activities. A
+// sandbox's id is random, drawn once in a side effect and so kept in
+// history; a command's id is the sandbox's id and the command's number
+// in it. A replay or a retried activity therefore names the same
+// sandbox and the same command, and a command never runs twice.
 //
 // # Errors
 //

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/refs"
 )
 
 // The lifecycle is a state machine kept in workflow state:
@@ -29,12 +30,12 @@ import (
 // do runs one operation on the sandbox. what describes a mutating
 // operation (for the list of what a recovery loses); it is empty for
 // reads.
-func (s *Sandbox) do(ctx workflow.Context, what string, op func(activities.Ref) error) error {
+func (s *Sandbox) do(ctx workflow.Context, what string, op func(refs.Sandbox) error) error {
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
 	ref := s.st.Ref
-	err := op(activities.Ref(ref))
+	err := op(ref)
 	s.st.inflight--
 	s.st.LastActive = workflow.Now(ctx)
 	s.st.epoch++
@@ -164,7 +165,7 @@ func (s *Sandbox) Hibernate(ctx workflow.Context) error {
 }
 
 func (s *Sandbox) pause(ctx workflow.Context) error {
-	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Pause, activities.Ref(s.st.Ref))
+	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Pause, s.st.Ref)
 	if errors.Is(err, errdefs.ErrUnsupported) {
 		return s.hibernate(ctx)
 	}
@@ -179,7 +180,7 @@ func (s *Sandbox) resume(ctx workflow.Context) error {
 	if s.st.State == StateHibernated {
 		return s.wake(ctx)
 	}
-	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Resume, activities.Ref(s.st.Ref))
+	_, err := call[struct{}](ctx, s.opts(s.st.Ref.Queue, 0), acts.Resume, s.st.Ref)
 	if err != nil {
 		return s.markLost(ctx, err)
 	}
@@ -262,7 +263,7 @@ func (s *Sandbox) nextID() string {
 // checkpoint snapshots the workspace as the handle's new checkpoint and
 // drops the one it replaces.
 func (s *Sandbox) checkpoint(ctx workflow.Context) error {
-	info, err := s.snapshot(ctx, activities.SnapshotCheckpoint)
+	info, err := s.snapshot(ctx, SnapshotCheckpoint)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -296,7 +297,7 @@ func (s *Sandbox) snapshotFor(ctx workflow.Context, kind, owner string) (activit
 	s.st.Snapshots++
 	id := fmt.Sprintf("%s-s%d", s.st.Base, s.st.Snapshots)
 	return call[activities.SnapshotInfo](ctx, s.transfer(s.st.Ref.Queue), acts.Snapshot,
-		activities.SnapshotInput{Sandbox: activities.Ref(s.st.Ref), ID: id, Kind: kind, Parent: parent, Labels: labels, RestoredAt: restoredAt})
+		activities.SnapshotInput{Sandbox: s.st.Ref, ID: id, Kind: kind, Parent: parent, Labels: labels, RestoredAt: restoredAt})
 }
 
 // dropCheckpoint deletes the handle's own checkpoint, if it has one; a
@@ -314,8 +315,8 @@ func (s *Sandbox) dropCheckpoint(ctx workflow.Context) {
 
 // destroy destroys a sandbox the handle is done with; a failure leaves it
 // to the reaper.
-func (s *Sandbox) destroy(ctx workflow.Context, ref Ref) {
-	_, err := call[struct{}](ctx, s.lifecycle(ref.Queue), acts.Destroy, activities.Ref(ref))
+func (s *Sandbox) destroy(ctx workflow.Context, ref refs.Sandbox) {
+	_, err := call[struct{}](ctx, s.lifecycle(ref.Queue), acts.Destroy, ref)
 	if err != nil && !errors.Is(err, errdefs.ErrSandboxLost) {
 		workflow.GetLogger(ctx).Warn("destroy sandbox", "sandbox", ref.ID, "error", err)
 	}

@@ -128,10 +128,6 @@ func WithLabels(labels map[string]string) Option { return func(c *config) { c.Sp
 // provider.DefaultLifetime.
 func WithMaxLifetime(d time.Duration) Option { return func(c *config) { c.Spec.Lifetime = d } }
 
-// WithQueue sends sandbox creation to the workers of another task queue
-// than DefaultQueue (to its providers' queues).
-func WithQueue(q string) Option { return func(c *config) { c.Queue = q } }
-
 // WithIdleTimeout pauses the sandbox when no operation has come for d
 // (natively where the provider can; elsewhere it hibernates). Zero means
 // DefaultIdleTimeout; NoIdleTimeout never pauses it.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/refs"
 )
 
 // ReapReport says what a reaping destroyed.
@@ -58,7 +59,7 @@ func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (Re
 		if !doomed[i] && (info.ExpiresAt.IsZero() || now.Before(info.ExpiresAt)) {
 			continue
 		}
-		ref := activities.Ref{Provider: info.Provider, ID: info.ID, Queue: queue}
+		ref := refs.Sandbox{Provider: info.Provider, ID: info.ID, Queue: queue}
 		if _, err := call[struct{}](ctx, lifecycleOptions(queue), acts.Destroy, ref); err != nil {
 			workflow.GetLogger(ctx).Warn("reap sandbox", "sandbox", info.ID, "error", err)
 			continue

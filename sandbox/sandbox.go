@@ -1,7 +1,8 @@
 package sandbox
 
 import (
-	"crypto/rand"
+	"github.com/berth-dev/berth/internal/randid"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/refs"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -46,8 +48,8 @@ type Sandbox struct {
 // state is everything a handle knows, kept so that it can be carried
 // across continue-as-new.
 type state struct {
-	Config config `json:"config"`
-	Ref    Ref    `json:"ref"`
+	Config config       `json:"config"`
+	Ref    refs.Sandbox `json:"ref"`
 	// Base is the id of the first sandbox; its successors (after a
 	// hibernation, a recovery, a switch) are Base-2, Base-3...
 	Base       string `json:"base"`
@@ -173,7 +175,7 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 // provision creates a sandbox with the given id, on a worker that
 // serves its provider, and fills its workspace from the checkpoint, if
 // there is one.
-func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (Ref, error) {
+func (s *Sandbox) provision(ctx workflow.Context, prov, id string) (refs.Sandbox, error) {
 	return s.fill(ctx, s.create(ctx, prov, id))
 }
 
@@ -206,13 +208,13 @@ func (s *Sandbox) create(ctx workflow.Context, prov, id string) creation {
 // fill waits for the sandbox create started and restores the
 // checkpoint, if there is one, into its workspace. A sandbox that cannot
 // be filled, or that was made after ctx was canceled, is destroyed.
-func (s *Sandbox) fill(ctx workflow.Context, c creation) (Ref, error) {
+func (s *Sandbox) fill(ctx workflow.Context, c creation) (refs.Sandbox, error) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	if c.queue == "" {
-		return Ref{}, c.made.Get(dctx, nil)
+		return refs.Sandbox{}, c.made.Get(dctx, nil)
 	}
-	made, err := result[activities.Ref](dctx, c.made, c.queue)
-	ref := Ref(made)
+	made, err := result[refs.Sandbox](dctx, c.made, c.queue)
+	ref := made
 	if err != nil {
 		return ref, err
 	}
@@ -232,11 +234,7 @@ func (s *Sandbox) fill(ctx workflow.Context, c creation) (Ref, error) {
 	return ref, nil
 }
 
-func newID() string {
-	var b [10]byte
-	_, _ = rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
-}
+func newID() string { return "sb-" + randid.Hex(10) }
 
 // ID is the id of the sandbox at its provider. It changes when the
 // sandbox is re-created: after a hibernation, a recovery or a switch.
@@ -244,7 +242,7 @@ func (s *Sandbox) ID() string { return s.st.Ref.ID }
 
 // Served are the blob store prefixes of what the sandbox stored, in all
 // its incarnations (Base, Base-2, ...): its commands' outputs, files
-// read, exports. A workflow hands them to transfer.Serve, so that front
+// read, exports. A workflow hands them to relay.Serve (package transfer/relay), so that front
 // ends read them through it, and through no other workflow.
 func (s *Sandbox) Served() []string {
 	if s == nil || s.st.Base == "" {
@@ -269,16 +267,8 @@ func incarnation(base string, g int) string {
 	return fmt.Sprintf("%s-%d", base, g)
 }
 
-// Ref names a sandbox outside its handle: its provider, its id, and the
-// task queue of the workers that can reach it.
-type Ref struct {
-	Provider string `json:"provider"`
-	ID       string `json:"id"`
-	Queue    string `json:"queue"`
-}
-
 // Ref is the sandbox's reference, to hand to another workflow.
-func (s *Sandbox) Ref() Ref { return s.st.Ref }
+func (s *Sandbox) Ref() refs.Sandbox { return s.st.Ref }
 
 // State is where the sandbox is in its lifecycle.
 func (s *Sandbox) State() State { return s.st.State }
@@ -353,7 +343,7 @@ func (s *Sandbox) exec(ctx workflow.Context, in activities.ExecInput, line strin
 	in.Env, in.Dir, in.Timeout, in.Stdin, in.MaxOutput = cfg.env, cfg.dir, cfg.timeout, cfg.stdin, s.outputCap(cfg.maxOut)
 	in.TTY, in.Input = cfg.tty, cfg.input
 	var res Result
-	err := s.do(ctx, "exec "+shorten(line), func(ref activities.Ref) error {
+	err := s.do(ctx, "exec "+shorten(line), func(ref refs.Sandbox) error {
 		s.st.Commands++
 		in.Sandbox, in.ID = ref, fmt.Sprintf("%s-c%d", ref.ID, s.st.Commands)
 		if cfg.key != "" {
@@ -400,7 +390,7 @@ func (s *Sandbox) Signal(ctx workflow.Context, id, sig string) error {
 	if err != nil {
 		return err
 	}
-	return s.do(ctx, "", func(ref activities.Ref) error {
+	return s.do(ctx, "", func(ref refs.Sandbox) error {
 		_, err := call[struct{}](ctx, s.opts(ref.Queue, 0), acts.Signal,
 			activities.SignalInput{Sandbox: ref, ID: id, Signal: name})
 		return err
@@ -467,7 +457,7 @@ func (s *Sandbox) WriteFiles(ctx workflow.Context, files ...provider.File) error
 	for i, f := range files {
 		names[i] = f.Path
 	}
-	return s.do(ctx, "write "+shorten(strings.Join(names, ", ")), func(ref activities.Ref) error {
+	return s.do(ctx, "write "+shorten(strings.Join(names, ", ")), func(ref refs.Sandbox) error {
 		_, err := call[struct{}](ctx, s.opts(ref.Queue, 0), acts.WriteFiles,
 			activities.WriteFilesInput{Sandbox: ref, Files: files})
 		return err
@@ -478,7 +468,7 @@ func (s *Sandbox) WriteFiles(ctx workflow.Context, files ...provider.File) error
 // store (under transfer.Uploads), in parts (zero: one object),
 // into the workspace: how files too large for history get in.
 func (s *Sandbox) Import(ctx workflow.Context, blob string, parts int) error {
-	return s.do(ctx, "import "+shorten(blob), func(ref activities.Ref) error {
+	return s.do(ctx, "import "+shorten(blob), func(ref refs.Sandbox) error {
 		_, err := call[struct{}](ctx, s.transfer(ref.Queue), acts.Import,
 			activities.ImportInput{Sandbox: ref, Blob: blob, Parts: parts})
 		return err
@@ -507,7 +497,7 @@ func (s *Sandbox) ReadFile(ctx workflow.Context, path string) ([]byte, error) {
 // front end to fetch (transfer.Open).
 func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (transfer.Output, error) {
 	var out transfer.Output
-	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
+	err := s.do(ctx, "", func(ref refs.Sandbox) (err error) {
 		out, err = call[transfer.Output](ctx, s.opts(ref.Queue, 0), acts.ReadFile,
 			activities.ReadFileInput{Sandbox: ref, Path: path})
 		return err
@@ -521,7 +511,7 @@ func (s *Sandbox) ReadFileOutput(ctx workflow.Context, path string) (transfer.Ou
 // it.
 func (s *Sandbox) Export(ctx workflow.Context, path string) (transfer.Output, error) {
 	var out transfer.Output
-	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
+	err := s.do(ctx, "", func(ref refs.Sandbox) (err error) {
 		out, err = call[transfer.Output](ctx, s.transfer(ref.Queue), acts.ExportPath,
 			activities.PathInput{Sandbox: ref, Path: path})
 		return err
@@ -532,7 +522,7 @@ func (s *Sandbox) Export(ctx workflow.Context, path string) (transfer.Output, er
 // ListFiles lists a directory of the workspace.
 func (s *Sandbox) ListFiles(ctx workflow.Context, path string) ([]provider.FileInfo, error) {
 	var infos []provider.FileInfo
-	err := s.do(ctx, "", func(ref activities.Ref) (err error) {
+	err := s.do(ctx, "", func(ref refs.Sandbox) (err error) {
 		infos, err = call[[]provider.FileInfo](ctx, s.opts(ref.Queue, 0), acts.ListDir,
 			activities.PathInput{Sandbox: ref, Path: path})
 		return err
@@ -542,7 +532,7 @@ func (s *Sandbox) ListFiles(ctx workflow.Context, path string) ([]provider.FileI
 
 // Remove removes a file or a directory tree of the workspace.
 func (s *Sandbox) Remove(ctx workflow.Context, path string) error {
-	return s.do(ctx, "remove "+shorten(path), func(ref activities.Ref) error {
+	return s.do(ctx, "remove "+shorten(path), func(ref refs.Sandbox) error {
 		_, err := call[struct{}](ctx, s.opts(ref.Queue, 0), acts.Remove,
 			activities.PathInput{Sandbox: ref, Path: path})
 		return err
@@ -564,7 +554,7 @@ func (s *Sandbox) Stop(ctx workflow.Context) error {
 		return nil
 	}
 	if s.st.State != StateHibernated {
-		_, err := call[struct{}](ctx, s.lifecycle(s.st.Ref.Queue), acts.Destroy, activities.Ref(s.st.Ref))
+		_, err := call[struct{}](ctx, s.lifecycle(s.st.Ref.Queue), acts.Destroy, s.st.Ref)
 		if err != nil && !errors.Is(err, errdefs.ErrSandboxLost) {
 			return fmt.Errorf("stop sandbox %s: %w", s.st.Ref.ID, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/refs"
 )
 
 // Snapshot saves the workspace as a user snapshot, kept until deleted,
@@ -14,8 +15,8 @@ import (
 // only the id enters history.
 func (s *Sandbox) Snapshot(ctx workflow.Context) (string, error) {
 	var info activities.SnapshotInfo
-	err := s.do(ctx, "", func(activities.Ref) (err error) {
-		info, err = s.snapshot(ctx, activities.SnapshotUser)
+	err := s.do(ctx, "", func(refs.Sandbox) (err error) {
+		info, err = s.snapshot(ctx, SnapshotUser)
 		return err
 	})
 	return info.ID, err
@@ -26,8 +27,8 @@ func (s *Sandbox) Snapshot(ctx workflow.Context) (string, error) {
 // owner's, so that it is garbage-collected when owner is done with it.
 func (s *Sandbox) ForkSnapshot(ctx workflow.Context, owner string) (string, error) {
 	var info activities.SnapshotInfo
-	err := s.do(ctx, "", func(activities.Ref) (err error) {
-		info, err = s.snapshotFor(ctx, activities.SnapshotCheckpoint, owner)
+	err := s.do(ctx, "", func(refs.Sandbox) (err error) {
+		info, err = s.snapshotFor(ctx, SnapshotCheckpoint, owner)
 		return err
 	})
 	return info.ID, err
@@ -64,8 +65,8 @@ func (s *Sandbox) ForkWith(ctx workflow.Context, p Provider, opts ...Option) (*S
 		return nil, fmt.Errorf("fork sandbox %s: %w", s.st.Ref.ID, err)
 	}
 	var info activities.SnapshotInfo
-	err := s.do(ctx, "", func(activities.Ref) (err error) {
-		info, err = s.snapshot(ctx, activities.SnapshotCheckpoint)
+	err := s.do(ctx, "", func(refs.Sandbox) (err error) {
+		info, err = s.snapshot(ctx, SnapshotCheckpoint)
 		return err
 	})
 	if err != nil {
@@ -159,7 +160,7 @@ const switchDefaultImageVersion = "switch-default-image"
 // making the caller wait for it: a container's removal can take longer
 // than the rest of a switch. Stop waits for it, and the handle is Busy
 // (not to be carried across continue-as-new) until it is done.
-func (s *Sandbox) leaveBehind(ctx workflow.Context, ref Ref) {
+func (s *Sandbox) leaveBehind(ctx workflow.Context, ref refs.Sandbox) {
 	s.st.behind++
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	workflow.Go(dctx, func(ctx workflow.Context) {
@@ -175,8 +176,8 @@ func (s *Sandbox) discard(ctx workflow.Context, c creation) {
 		return
 	}
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	if made, err := result[activities.Ref](dctx, c.made, c.queue); err == nil {
-		s.destroy(dctx, Ref(made))
+	if made, err := result[refs.Sandbox](dctx, c.made, c.queue); err == nil {
+		s.destroy(dctx, made)
 	}
 }
 

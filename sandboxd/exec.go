@@ -1,12 +1,12 @@
 package sandboxd
 
 import (
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/berth-dev/berth/internal/randid"
+
+	"errors"
 	"io"
 	"maps"
 	"net/http"
@@ -447,11 +447,7 @@ func (s *Server) environ(extra map[string]string) []string {
 	return env
 }
 
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "x" + hex.EncodeToString(b[:])
-}
+func newID() string { return "x" + randid.Hex(12) }
 
 func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 	var req signalRequest

@@ -13,12 +13,12 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
+	"github.com/berth-dev/berth/session/calls"
 )
 
 // snapshotsOf counts the snapshots a workflow owns.
@@ -53,12 +53,12 @@ func (m *manager) historyLength(id string) int {
 func TestForkOnceAcrossContinueAsNew(t *testing.T) {
 	m := newManager(t, session.ManagerInput{Session: agent.SessionInput{ContinueAfter: 40}})
 	m.h.Model.Script(fakemodel.Reply{Text: "one"}, fakemodel.Reply{Text: "two"})
-	acts := &activities.Activities{Client: m.h.C}
+	acts := &calls.Activities{Client: m.h.C}
 	for i, prompt := range []string{"", strings.Repeat("Be brief. ", 1000)} {
 		s := m.create(session.CreateRequest{SystemPrompt: prompt})
 		owner := session.WorkflowID(m.id, "s9"+s.ID)
 		arg, _ := json.Marshal(agent.ForkRequest{Owner: owner})
-		in := activities.UpdateWorkflowInput{WorkflowID: s.WorkflowID, Update: agent.UpdateFork, UpdateID: m.id + "#fork-" + s.ID, Arg: arg}
+		in := calls.UpdateWorkflowInput{WorkflowID: s.WorkflowID, Update: agent.UpdateFork, UpdateID: m.id + "#fork-" + s.ID, Arg: arg}
 		first, err := acts.UpdateWorkflow(t.Context(), in)
 		if err != nil {
 			t.Fatalf("fork %s: %v", s.ID, err)

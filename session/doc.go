@@ -6,5 +6,8 @@
 // on its own.
 //
 // It sits at the layer of package workflows and agent: built from the
-// sandbox handle and the agent's workflow, never from providers.
+// sandbox handle and the agent's workflow, never from providers or
+// berth's sandbox activities. What its workflow cannot do itself (send
+// its sessions Updates and Queries, copy their conversations) it does
+// through its own activities, in package session/calls.
 package session

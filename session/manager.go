@@ -18,12 +18,12 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/chat"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/session/calls"
 )
 
 // MaxTitle is the longest title a session may have, in bytes.
@@ -96,7 +96,7 @@ type manager struct {
 }
 
 // acts names the activities the manager calls.
-var acts *activities.Activities
+var acts *calls.Activities
 
 // Manager is the session manager's workflow: see the package doc.
 func Manager(ctx workflow.Context, in ManagerInput) error {
@@ -464,11 +464,11 @@ func (m *manager) fork(ctx workflow.Context, req ForkRequest) (Info, error) {
 	// own when it is destroyed.
 	to := agent.ConversationPrefix(e.WorkflowID)
 	segs := make([]chat.Segment, len(res.Fork.Conversation))
-	copies := make([]activities.BlobCopy, len(segs))
+	copies := make([]calls.BlobCopy, len(segs))
 	for i, seg := range res.Fork.Conversation {
 		segs[i] = seg
 		segs[i].Key = to + seg.SHA256
-		copies[i] = activities.BlobCopy{From: seg.Key, To: segs[i].Key}
+		copies[i] = calls.BlobCopy{From: seg.Key, To: segs[i].Key}
 	}
 	res.Fork.Conversation = segs
 	fail := func(err error) (Info, error) {
@@ -608,7 +608,7 @@ func (m *manager) list(ctx workflow.Context, req ListRequest) ([]Info, error) {
 			return nil, failIn("ask the server of the sessions", err)
 		}
 		for i, e := range asked {
-			if statuses[i] != activities.WorkflowRunning && e.Status != StatusEnded && !e.destroying {
+			if statuses[i] != calls.WorkflowRunning && e.Status != StatusEnded && !e.destroying {
 				e.Status = StatusEnded
 				e.Error = fmt.Sprintf("%s: its workflow ended without a word to its manager", statuses[i])
 			}
@@ -621,7 +621,7 @@ func (m *manager) list(ctx workflow.Context, req ListRequest) ([]Info, error) {
 		}
 		var st agent.State
 		err := workflow.ExecuteActivity(m.activity(ctx), acts.QueryWorkflow,
-			activities.QueryWorkflowInput{WorkflowID: e.WorkflowID, Query: agent.QueryState}).Get(ctx, &st)
+			calls.QueryWorkflowInput{WorkflowID: e.WorkflowID, Query: agent.QueryState}).Get(ctx, &st)
 		if err == nil && e.Status == StatusPaused && (st.Sandbox.State == sandbox.StateRunning || accepted(st) > e.pausedAt) {
 			e.Status = StatusActive
 		}
@@ -635,7 +635,7 @@ func (m *manager) list(ctx workflow.Context, req ListRequest) ([]Info, error) {
 // ended, and the error is NotFound.
 func (m *manager) tell(ctx workflow.Context, e *entry, update string, arg, result any) error {
 	m.ops++
-	in := activities.UpdateWorkflowInput{WorkflowID: e.WorkflowID, Update: update,
+	in := calls.UpdateWorkflowInput{WorkflowID: e.WorkflowID, Update: update,
 		UpdateID: fmt.Sprintf("%s#%d", m.id, m.ops)}
 	if arg != nil {
 		b, err := json.Marshal(arg)

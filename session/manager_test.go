@@ -18,7 +18,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob"
 
-	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/tools"
 	"github.com/berth-dev/berth/internal/agenttest"
@@ -28,6 +27,7 @@ import (
 	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
+	"github.com/berth-dev/berth/session/calls"
 )
 
 func TestMain(m *testing.M) {
@@ -546,9 +546,9 @@ func TestUpdateWorkflowOnce(t *testing.T) {
 	m := newManager(t, session.ManagerInput{})
 	m.h.Model.Script(fakemodel.Reply{Text: "once"}, fakemodel.Reply{Text: "twice"})
 	s1 := m.create(session.CreateRequest{})
-	acts := &activities.Activities{Client: m.h.C}
+	acts := &calls.Activities{Client: m.h.C}
 	arg, _ := json.Marshal(agent.SendRequest{Message: "hello"})
-	in := activities.UpdateWorkflowInput{WorkflowID: s1.WorkflowID, Update: agent.UpdateSend, UpdateID: "op-1", Arg: arg}
+	in := calls.UpdateWorkflowInput{WorkflowID: s1.WorkflowID, Update: agent.UpdateSend, UpdateID: "op-1", Arg: arg}
 	for range 2 {
 		res, err := acts.UpdateWorkflow(t.Context(), in)
 		if err != nil || string(res) != `{"turn":1}` {

@@ -1,13 +1,13 @@
 package snapshot
 
 import (
+	"errors"
+	"github.com/berth-dev/berth/internal/randid"
+	"time"
+
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"time"
 
 	"gocloud.dev/blob"
 
@@ -191,8 +191,4 @@ func (opts *SaveOptions) check() (Kind, error) {
 // the contents: two saves of the same tree with different labels or kinds
 // are two snapshots, each deleted on its own, and the id is known before
 // the tree is read.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails
-	return hex.EncodeToString(b[:])
-}
+func newID() string { return randid.Hex(16) }

@@ -111,9 +111,9 @@ func SandboxPrefixes(sandboxID string) []string {
 	return ps
 }
 
-// validKey refuses keys that could name something else than a stream
+// ValidKey refuses keys that could name something else than a stream
 // under one of prefixes.
-func validKey(key string, prefixes ...string) error {
+func ValidKey(key string, prefixes ...string) error {
 	if strings.Contains(key, "..") || strings.Contains(key, "//") || strings.HasSuffix(key, "/") || strings.ContainsAny(key, "\\\x00") {
 		return fmt.Errorf("transfer: bad key %q", key)
 	}
@@ -127,7 +127,7 @@ func validKey(key string, prefixes ...string) error {
 
 // CheckUpload refuses a key that does not name an upload: an import must
 // not read outputs or snapshots into a sandbox.
-func CheckUpload(key string) error { return validKey(key, Uploads) }
+func CheckUpload(key string) error { return ValidKey(key, Uploads) }
 
 // partReader reads the parts of a stored stream one after another.
 type partReader struct {

@@ -55,7 +55,7 @@ func (w *PartWriter) flush() error {
 	if len(w.buf) == 0 {
 		return nil
 	}
-	if err := writeObject(w.ctx, w.bucket, PartKey(w.key, w.parts), w.buf); err != nil {
+	if err := WriteObject(w.ctx, w.bucket, PartKey(w.key, w.parts), w.buf); err != nil {
 		return fmt.Errorf("store part %d of %s: %w", w.parts, w.key, err)
 	}
 	if w.partial > 0 {
@@ -73,7 +73,7 @@ func (w *PartWriter) FlushPartial() error {
 	if len(w.buf) == w.partial {
 		return nil
 	}
-	if err := writeObject(w.ctx, w.bucket, PartialKey(w.key, w.parts), w.buf); err != nil {
+	if err := WriteObject(w.ctx, w.bucket, PartialKey(w.key, w.parts), w.buf); err != nil {
 		return err
 	}
 	w.partial = len(w.buf)
@@ -137,11 +137,11 @@ func readPart(ctx context.Context, bucket *blob.Bucket, key string, i int, withi
 	return nil, false, nil
 }
 
-// writeObject stores p under key. Bucket.WriteAll would hash p with MD5
+// WriteObject stores p under key, as a part is stored. Bucket.WriteAll would hash p with MD5
 // twice on the way, a sixth of the relay's CPU: parts are checked by
 // their readers (sizes, and tar or the snapshot's own hashes), not by
 // the store.
-func writeObject(ctx context.Context, bucket *blob.Bucket, key string, p []byte) error {
+func WriteObject(ctx context.Context, bucket *blob.Bucket, key string, p []byte) error {
 	w, err := bucket.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/octet-stream"})
 	if err != nil {
 		return err
@@ -151,4 +151,17 @@ func writeObject(ctx context.Context, bucket *blob.Bucket, key string, p []byte)
 		return err
 	}
 	return w.Close()
+}
+
+// DeleteParts removes the parts of a stream, and their partial objects.
+// Parts already gone are no error.
+func DeleteParts(ctx context.Context, bucket *blob.Bucket, key string, parts int) error {
+	for i := 0; i <= parts; i++ {
+		for _, k := range []string{PartKey(key, i), PartialKey(key, i)} {
+			if err := bucket.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+				return fmt.Errorf("transfer: delete %s: %w", k, err)
+			}
+		}
+	}
+	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/sandbox/ops"
 	"github.com/berth-dev/berth/transfer"
+	"github.com/berth-dev/berth/transfer/relay"
 )
 
 // RunInput is a one-shot job: files in, one command, output out, and the
@@ -116,7 +117,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	// The relay serves the sandbox's outputs, which follow the run once
 	// it has ended, and nothing else.
 	var sbx *sandbox.Sandbox
-	if err := transfer.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: sbx.Served()} }); err != nil {
+	if err := relay.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: sbx.Served()} }); err != nil {
 		return RunOutput{}, err
 	}
 	var (

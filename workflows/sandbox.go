@@ -14,6 +14,7 @@ import (
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/sandbox/ops"
 	"github.com/berth-dev/berth/transfer"
+	"github.com/berth-dev/berth/transfer/relay"
 )
 
 // SandboxInput configures a standalone sandbox.
@@ -342,7 +343,7 @@ type standalone struct {
 func (s *standalone) register(ctx workflow.Context) error {
 	// The relay serves the sandbox's outputs, files and exports, and
 	// takes uploads for it, to import.
-	err := transfer.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: s.sbx.Served(), Uploads: true} })
+	err := relay.Serve(ctx, func() transfer.Served { return transfer.Served{Prefixes: s.sbx.Served(), Uploads: true} })
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/refs"
 	"github.com/berth-dev/berth/sandbox"
 )
 
@@ -17,9 +18,9 @@ type SnapshotsInput struct {
 // SnapshotsOutput is the list, or the ids deleted and those that could
 // not be.
 type SnapshotsOutput struct {
-	Snapshots []sandbox.SnapshotListing `json:"snapshots,omitempty"`
-	Deleted   []string                  `json:"deleted,omitempty"`
-	Failed    []SnapshotFailure         `json:"failed,omitempty"`
+	Snapshots []refs.Snapshot   `json:"snapshots,omitempty"`
+	Deleted   []string          `json:"deleted,omitempty"`
+	Failed    []SnapshotFailure `json:"failed,omitempty"`
 }
 
 // SnapshotFailure says why a snapshot could not be deleted.

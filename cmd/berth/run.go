@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -290,10 +288,4 @@ func exitCode(e workflows.RunExit) int {
 		return 128 + int(unix.SignalNum(e.Signal))
 	}
 	return e.ExitCode
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

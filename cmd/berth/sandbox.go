@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"context"
 	"errors"
 	"fmt"
@@ -128,7 +130,7 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 				return usageError{err}
 			}
 			if name == "" {
-				name = "sbx-" + randomHex(6)
+				name = "sbx-" + randid.Hex(6)
 			}
 			if err := validateName(name); err != nil {
 				return err
@@ -552,7 +554,7 @@ func newSandboxFork(cf *connFlags) *cobra.Command {
 			}
 			defer c.Temporal().Close()
 			if req.ID == "" {
-				req.ID = "sbx-" + randomHex(6)
+				req.ID = "sbx-" + randid.Hex(6)
 			}
 			if err := validateName(req.ID); err != nil {
 				return err

@@ -1,6 +1,8 @@
 package docker
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"archive/tar"
 	"bytes"
 	"context"
@@ -30,7 +32,7 @@ func hostImageProvider(t *testing.T, cfg Config, log *testkit.SyncBuffer) *Provi
 	t.Helper()
 	needDocker(t)
 	if cfg.HostImage == "" {
-		cfg.HostImage = "berth-host-test-" + randomHex(4) + ":1"
+		cfg.HostImage = "berth-host-test-" + randid.Hex(4) + ":1"
 		// Registered first, so that it runs last: after the provider
 		// and its sandboxes are gone.
 		t.Cleanup(func() { removeImage(t, cfg.HostImage) })

@@ -2,8 +2,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -351,12 +349,6 @@ func (p *Provider) ensureImage(ctx context.Context, ref string) error {
 func oneLine(err error) string {
 	s, _, _ := strings.Cut(err.Error(), "\n")
 	return s
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // env is the base environment of commands, over the image's.

@@ -1,6 +1,8 @@
 package docker
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -134,7 +136,7 @@ func (p *Provider) startWarm(ctx context.Context, image string, res provider.Res
 		}
 	}
 	created, err := p.docker.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name:       "berth-" + strconv.Itoa(uid) + "-" + randomHex(3),
+		Name:       "berth-" + strconv.Itoa(uid) + "-" + randid.Hex(3),
 		Config:     p.containerConfig(image, uid),
 		HostConfig: hc,
 	})

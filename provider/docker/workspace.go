@@ -3,7 +3,7 @@ package docker
 import (
 	"path/filepath"
 
-	"github.com/berth-dev/berth/internal/wsimage"
+	"github.com/berth-dev/berth/provider/internal/wsimage"
 )
 
 // A sandbox's workspace is an ext4 file system of its own, as in the

@@ -8,9 +8,9 @@ import (
 
 	"github.com/berth-dev/berth/errdefs"
 
-	"github.com/berth-dev/berth/internal/wsimage"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/settings"
+	"github.com/berth-dev/berth/provider/internal/wsimage"
 )
 
 // Config sets up the provider. The zero value is usable on a host with

@@ -1,6 +1,8 @@
 package gvisor
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"context"
 	"errors"
 	"fmt"
@@ -13,13 +15,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-dev/berth/internal/wsimage"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/gvisor/gvisorinit"
 	"github.com/berth-dev/berth/provider/internal/hostproc"
 	"github.com/berth-dev/berth/provider/internal/hostsock"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/provider/internal/warmclaim"
+	"github.com/berth-dev/berth/provider/internal/wsimage"
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -70,7 +72,7 @@ func (c *container) release() {
 func (p *Provider) startContainer(ctx context.Context, rootfs string, res provider.Resources) (c *container, err error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	cid := "g-" + randomHex(8)
+	cid := "g-" + randid.Hex(8)
 	dir := p.containerDir(cid)
 	defer func() {
 		if err != nil {

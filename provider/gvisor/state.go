@@ -1,8 +1,6 @@
 package gvisor
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"path/filepath"
 	"time"
 
@@ -77,10 +75,4 @@ func (r *record) alive() bool { return hostproc.Alive(r.PID, r.PIDStart) }
 // within d.
 func (r *record) exitsWithin(d time.Duration) bool {
 	return hostproc.ExitsWithin(r.PID, r.PIDStart, d)
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

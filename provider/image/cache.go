@@ -79,7 +79,6 @@ type options struct {
 	maxSize     int64
 	maxFiles    int
 	idShift     int
-	dockerHost  string
 	pullTimeout time.Duration
 	log         *slog.Logger
 }
@@ -97,10 +96,6 @@ func WithMaxFiles(n int) Option { return func(o *options) { o.maxFiles = n } }
 // directory keeps the shift it was first opened with; opening it with
 // another is an error. Zero (the default) stores the image's own ids.
 func WithIDShift(shift int) Option { return func(o *options) { o.idShift = shift } }
-
-// WithDockerHost names the Docker engine's address ("unix:///var/run/docker.sock").
-// Empty means the environment's (DOCKER_HOST), or docker's default.
-func WithDockerHost(host string) Option { return func(o *options) { o.dockerHost = host } }
 
 // WithPullTimeout bounds the pull of a Docker image that is not on the
 // host. Zero means 10 minutes; a negative duration never pulls.

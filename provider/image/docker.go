@@ -29,11 +29,7 @@ func (c *Cache) engine(ctx context.Context) (*client.Client, error) {
 	if c.docker != nil {
 		return c.docker, nil
 	}
-	opts := []client.Opt{client.FromEnv}
-	if c.opts.dockerHost != "" {
-		opts = append(opts, client.WithHost(c.opts.dockerHost))
-	}
-	cli, err := client.New(opts...)
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		return nil, fmt.Errorf("%w: image cache: docker client: %v", errdefs.ErrBadInput, oneLine(err))
 	}

@@ -1,6 +1,8 @@
 package linux
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -427,7 +429,7 @@ func TestStaleCgroupsSwept(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := sb.(*sandbox).rec.Cgroup
-	stale, err := pathsFor("stale-" + randomHex(4))
+	stale, err := pathsFor("stale-" + randid.Hex(4))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package linux
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"context"
 	"errors"
 	"fmt"
@@ -219,7 +221,7 @@ func (p *Provider) remove(ctx context.Context, id string, rec *record) error {
 		}
 	}
 	dir := filepath.Join(p.cfg.StateDir, id)
-	trash := filepath.Join(p.cfg.StateDir, trashDir, id+"-"+randomHex(4))
+	trash := filepath.Join(p.cfg.StateDir, trashDir, id+"-"+randid.Hex(4))
 	if err := os.Rename(dir, trash); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			trash = ""

@@ -1,9 +1,9 @@
 package linux
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -68,7 +68,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 			undo.run()
 		}
 	}()
-	name := "warm-" + randomHex(8)
+	name := "warm-" + randid.Hex(8)
 	paths, err := pathsFor(name)
 	if err != nil {
 		return nil, err
@@ -391,9 +391,3 @@ func (c *cleanup) run() {
 // of the sandbox's PID namespace, every process in the sandbox; it
 // returns when the daemon is gone.
 func killDaemon(ctx context.Context, pid int) error { return hostproc.Kill(ctx, pid, "daemon") }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-dev/berth/internal/wsimage"
+	"github.com/berth-dev/berth/provider/internal/wsimage"
 )
 
 // Each sandbox's workspace is a file system of its own, so that filling

@@ -1,6 +1,8 @@
 package providertest
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -246,7 +248,7 @@ func sandboxEnv(t *testing.T, sb provider.Sandbox, env map[string]string) map[st
 // credentials live, reaches a sandbox unless passed explicitly.
 func testCleanEnv(t *testing.T, s *suite) {
 	const name = "BERTH_PROVIDERTEST_SECRET"
-	secret := "secret-" + randomHex(8)
+	secret := "secret-" + randid.Hex(8)
 	if !setenv(t, name, secret) {
 		t.Skip("skipped: cannot set an environment variable in the test process, because Run was called from a parallel test")
 	}

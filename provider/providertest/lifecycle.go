@@ -1,6 +1,8 @@
 package providertest
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"context"
 	"errors"
 	"fmt"
@@ -67,7 +69,7 @@ func testInfo(t *testing.T, s *suite) {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := s.newSpec(t)
 			spec.Labels["purpose"] = "info test"
-			spec.Labels["berth.dev/owner"] = "workflow-" + randomHex(4)
+			spec.Labels["berth.dev/owner"] = "workflow-" + randid.Hex(4)
 			spec.Lifetime = tt.lifetime
 			before := time.Now()
 			sb := s.mustCreate(t, p, spec)
@@ -107,7 +109,7 @@ func testIdempotent(t *testing.T, s *suite) {
 	ctx := timeout(t, opTimeout)
 	p := s.open(t)
 	spec := s.newSpec(t)
-	spec.Labels["case"] = randomHex(6)
+	spec.Labels["case"] = randid.Hex(6)
 	first := s.mustCreate(t, p, spec)
 	writeFile(t, first, "marker", []byte("first"), 0o644)
 
@@ -133,7 +135,7 @@ func testConcurrentCreate(t *testing.T, s *suite) {
 	ctx := timeout(t, opTimeout)
 	p := s.open(t)
 	spec := s.adjust(s.newSpec(t))
-	spec.Labels["case"] = randomHex(6)
+	spec.Labels["case"] = randid.Hex(6)
 	const n = 3
 	var (
 		wg    sync.WaitGroup
@@ -176,7 +178,7 @@ func testConcurrentCreate(t *testing.T, s *suite) {
 func testGetUnknown(t *testing.T, s *suite) {
 	ctx := timeout(t, opTimeout)
 	p := s.open(t)
-	_, err := p.Get(ctx, "pt-no-such-sandbox-"+randomHex(6))
+	_, err := p.Get(ctx, "pt-no-such-sandbox-"+randid.Hex(6))
 	checkErrIs(t, err, errdefs.ErrNotFound, "Get of an unknown id")
 
 	// An id that could never exist may be reported either way, but never
@@ -192,7 +194,7 @@ func testGetUnknown(t *testing.T, s *suite) {
 func testList(t *testing.T, s *suite) {
 	ctx := timeout(t, opTimeout)
 	p := s.open(t)
-	team := "team-" + randomHex(6)
+	team := "team-" + randid.Hex(6)
 	mk := func(labels map[string]string) string {
 		spec := s.newSpec(t)
 		maps.Copy(spec.Labels, labels)
@@ -255,7 +257,7 @@ func testDestroy(t *testing.T, s *suite) {
 	ctx := timeout(t, opTimeout)
 	p := s.open(t)
 	spec := s.newSpec(t)
-	spec.Labels["case"] = randomHex(6)
+	spec.Labels["case"] = randid.Hex(6)
 	sb := s.mustCreate(t, p, spec)
 	writeFile(t, sb, "old", []byte("from before Destroy"), 0o644)
 
@@ -339,7 +341,7 @@ func testReconnect(t *testing.T, s *suite) {
 	ctx := timeout(t, opTimeout)
 	a := s.open(t)
 	spec := s.newSpec(t)
-	spec.Labels["case"] = randomHex(6)
+	spec.Labels["case"] = randid.Hex(6)
 	sbA := s.mustCreate(t, a, spec)
 	writeFile(t, sbA, "from-api", []byte("written through A"), 0o644)
 	mustSh(t, sbA, "echo made by a command through A > from-cmd")

@@ -1,6 +1,8 @@
 package providertest
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"context"
 	"errors"
 	"strconv"
@@ -64,7 +66,7 @@ func testPauseResume(t *testing.T, s *suite) {
 	p := s.open(t)
 	skipUnlessPause(t, p)
 	spec := s.newSpec(t)
-	spec.Labels["case"] = randomHex(6)
+	spec.Labels["case"] = randid.Hex(6)
 	sb := s.mustCreate(t, p, spec)
 	pz := asPauser(t, sb)
 	writeFile(t, sb, "before", []byte("intact"), 0o644)

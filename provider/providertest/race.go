@@ -1,6 +1,8 @@
 package providertest
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"archive/tar"
 	"bytes"
 	"context"
@@ -90,7 +92,7 @@ while True:
 func testLinkSwapRace(t *testing.T, s *suite) {
 	// A canary only root may read, in the host's /etc, which the linux
 	// and gvisor providers bind into their sandboxes read-only.
-	secret := "berth-canary-" + randomHex(16)
+	secret := "berth-canary-" + randid.Hex(16)
 	canary := "/etc/" + randomName()
 	if err := os.WriteFile(canary, []byte(secret), 0o600); err != nil {
 		t.Fatalf("write a canary in the host's /etc (the suite runs as root): %v", err)

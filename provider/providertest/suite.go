@@ -1,10 +1,10 @@
 package providertest
 
 import (
+	"github.com/berth-dev/berth/internal/randid"
+
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -66,7 +66,7 @@ func Run(t *testing.T, h Harness) {
 	if h.Open == nil {
 		t.Fatal("providertest: Harness.Open is nil")
 	}
-	s := &suite{h: h, run: randomHex(4)}
+	s := &suite{h: h, run: randid.Hex(4)}
 	t.Logf("providertest: this run's sandboxes carry the label %s=%s", runLabel, s.run)
 	// Groups run one after another: t.Run returns only when a group's
 	// parallel tests are done, so the serial heavy tests of the last group
@@ -168,7 +168,7 @@ func (s *suite) newID(t *testing.T) string {
 		}
 		return '-'
 	}, name)
-	id := "pt-" + s.run + "-" + randomHex(3) + "-" + slug
+	id := "pt-" + s.run + "-" + randid.Hex(3) + "-" + slug
 	if len(id) > provider.MaxIDLen {
 		id = id[:provider.MaxIDLen]
 	}
@@ -419,16 +419,10 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() (done bo
 	}
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b) // never fails
-	return hex.EncodeToString(b)
-}
-
 // randomName is a file name nothing else uses, for targets of escape
 // attempts: a provider that lets one through creates a harmless new file
 // instead of damaging a real one.
-func randomName() string { return randomPrefix + randomHex(6) }
+func randomName() string { return randomPrefix + randid.Hex(6) }
 
 const randomPrefix = "berth-providertest-"
 

@@ -11,7 +11,7 @@
 //	o, err := ops.Register(ctx, ops.Owner{Sandbox: func() *sandbox.Sandbox { return sbx }})
 //
 // A workflow that registers them must also serve the sandbox's blobs and
-// take uploads through the relay (transfer.Serve with Uploads), and say
+// take uploads through the relay (relay.Serve, package transfer/relay, with Uploads), and say
 // which commands run (Ops.Running) to front ends that follow their
 // output live.
 package ops

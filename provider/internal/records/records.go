@@ -6,12 +6,12 @@
 package records
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/berth-dev/berth/internal/randid"
+
+	"context"
+	"errors"
 	"io"
 	"io/fs"
 	"os"
@@ -51,7 +51,7 @@ func Write(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp-" + randomHex(4)
+	tmp := path + ".tmp-" + randid.Hex(4)
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
@@ -171,13 +171,7 @@ func Stale(dir string, age time.Duration) []fs.DirEntry {
 }
 
 // NewID makes a sandbox id for a spec that names none.
-func NewID() string { return "sb-" + randomHex(8) }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+func NewID() string { return "sb-" + randid.Hex(8) }
 
 // NewBase is the record of a sandbox made now of spec, with limits res.
 func NewBase(spec provider.Spec, res provider.Resources) Base {

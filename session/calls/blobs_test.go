@@ -1,13 +1,12 @@
-package activities
+package calls
 
 import (
 	"testing"
 
-	"github.com/berth-dev/berth/errdefs/temporalerr"
+	"gocloud.dev/blob/fileblob"
 
 	"github.com/berth-dev/berth/errdefs"
-
-	"gocloud.dev/blob/fileblob"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
 )
 
 // CopyBlobs and DeleteBlobs touch only the prefixes workflows own, and

@@ -1,4 +1,4 @@
-package activities
+package calls
 
 import (
 	"context"
@@ -6,17 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
-
-	"github.com/berth-dev/berth/errdefs/temporalerr"
-
-	"github.com/berth-dev/berth/errdefs"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
 )
 
 // UpdateWorkflowInput is an Update one workflow sends another through
@@ -38,14 +36,14 @@ type UpdateWorkflowInput struct {
 // reached is retried.
 func (a *Activities) UpdateWorkflow(ctx context.Context, in UpdateWorkflowInput) (json.RawMessage, error) {
 	if a.Client == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", errdefs.ErrUnsupported))
+		return nil, temporalerr.To(fmt.Errorf("%w: this worker has no Temporal client", errdefs.ErrUnsupported))
 	}
 	if in.WorkflowID == "" || in.Update == "" || in.UpdateID == "" {
-		return nil, toTemporal(fmt.Errorf("%w: an update needs a workflow id, a name and an id", errdefs.ErrBadInput))
+		return nil, temporalerr.To(fmt.Errorf("%w: an update needs a workflow id, a name and an id", errdefs.ErrBadInput))
 	}
 	// An Update may take long (a workspace snapshot, a switch): the
 	// heartbeat says the worker lives.
-	stop := heartbeat(ctx)
+	stop := activities.Heartbeat(ctx)
 	defer stop()
 	opts := client.UpdateWorkflowOptions{WorkflowID: in.WorkflowID, UpdateName: in.Update, UpdateID: in.UpdateID,
 		WaitForStage: client.WorkflowUpdateStageCompleted}
@@ -80,29 +78,6 @@ func updateError(in UpdateWorkflowInput, err error) error {
 	return err // the server could not be reached: retried
 }
 
-// heartbeat heartbeats until stop is called.
-func heartbeat(ctx context.Context) (stop func()) {
-	if !activity.IsActivity(ctx) {
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(heartbeatEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	}()
-	return func() { close(done) }
-}
-
 // Workflow statuses, as WorkflowStatuses says them.
 const (
 	WorkflowRunning = "Running"
@@ -114,7 +89,7 @@ const (
 // Terminated, TimedOut), or WorkflowUnknown.
 func (a *Activities) WorkflowStatuses(ctx context.Context, ids []string) ([]string, error) {
 	if a.Client == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", errdefs.ErrUnsupported))
+		return nil, temporalerr.To(fmt.Errorf("%w: this worker has no Temporal client", errdefs.ErrUnsupported))
 	}
 	statuses := make([]string, len(ids))
 	for i, id := range ids {
@@ -147,7 +122,7 @@ type QueryWorkflowInput struct {
 // its answer, as JSON; a workflow the server does not know is NotFound.
 func (a *Activities) QueryWorkflow(ctx context.Context, in QueryWorkflowInput) (json.RawMessage, error) {
 	if a.Client == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", errdefs.ErrUnsupported))
+		return nil, temporalerr.To(fmt.Errorf("%w: this worker has no Temporal client", errdefs.ErrUnsupported))
 	}
 	v, err := a.Client.QueryWorkflow(ctx, in.WorkflowID, "", in.Query)
 	var res json.RawMessage

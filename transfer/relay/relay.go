@@ -1,4 +1,4 @@
-package transfer
+package relay
 
 import (
 	"context"
@@ -15,112 +15,18 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
+
+	"github.com/berth-dev/berth/transfer"
 )
 
-// The relay's operations. Reads are a Query; writes and deletes are
-// Updates, which Temporal's authorizer counts as writes, and which the
-// relay always rejects, with Stored when it did the work: a rejected
-// Update writes nothing to history, so the data never enters it.
-const (
-	QueryRead    = "berth.blob.read"   // ReadRequest -> []byte
-	UpdateWrite  = "berth.blob.write"  // WriteRequest, data []byte -> rejected with Stored
-	UpdateDelete = "berth.blob.delete" // DeleteRequest -> rejected with Stored
-	// QueryServed is the Query a workflow answers, through Serve, with
-	// what it owns: the relay asks it before it serves anything.
-	QueryServed = "berth.blob.served" // -> Served
-)
-
-// Error types of the relay's answers (temporal.ApplicationError types).
-const (
-	// Stored is the rejection that means success: the part was stored,
-	// or the stream deleted.
-	Stored = "berth.blob.stored"
-	// BadInput: a key the workflow does not own, a malformed request, an
-	// upload over its owner's bound. Never worth retrying. It is the
-	// same string as errdefs.BadInput.
-	BadInput = "BadInput"
-	// StoreFailed: the blob store failed; the call may be sent again.
-	StoreFailed = "BlobStoreFailed"
-)
-
-// ReadRequest asks for at most Max bytes (MaxChunk when zero or more) of
-// the stream Key from Offset.
-type ReadRequest struct {
-	Key    string `json:"key"`
-	Offset int64  `json:"offset"`
-	Max    int    `json:"max,omitempty"`
-}
-
-// The answer to a read is what is stored of the stream from the offset
-// asked, as raw bytes (no JSON, no base64): possibly nothing yet, while
-// its writer has not got there.
-
-// WriteRequest stores one part of an upload, whose key is under the
-// workflow's UploadPrefix. The data is the Update's second argument, so
-// that it travels raw. Parts are MaxChunk bytes but the last; writing a
-// part again replaces it.
-type WriteRequest struct {
-	Key  string `json:"key"`
-	Part int    `json:"part"`
-}
-
-// DeleteRequest removes an export or an upload of the workflow's, every
-// part of it there is.
-type DeleteRequest struct {
-	Key string `json:"key"`
-}
-
-// Served is what a workflow serves through the relay.
-type Served struct {
-	// Prefixes name what is the workflow's own: streams under them (each
-	// under Outputs, Files or Exports, and ending with a slash) are read,
-	// and its exports deleted.
-	Prefixes []string `json:"prefixes"`
-	// Uploads says the workflow takes uploads, under UploadPrefix of its
-	// workflow id.
-	Uploads bool `json:"uploads,omitempty"`
-}
-
-// Serve tells the relay what the calling workflow owns: served is asked
-// each time a front end reads, writes or deletes through the workflow,
-// and reads the workflow's state as it is then (it must not block). A
-// workflow that does not call Serve serves nothing. Serve registers the
-// Query QueryServed, which changes no history: call it first thing, in
+// Query transfer.QueryServed, which changes no history: call it first thing, in
 // every run (a run continued as new calls it again).
-func Serve(ctx workflow.Context, served func() Served) error {
-	return workflow.SetQueryHandler(ctx, QueryServed, func() (Served, error) { return served(), nil })
+func Serve(ctx workflow.Context, served func() transfer.Served) error {
+	return workflow.SetQueryHandler(ctx, transfer.QueryServed, func() (transfer.Served, error) { return served(), nil })
 }
 
-// UploadPrefix is where the uploads of the workflow workflowID are
+// transfer.UploadPrefix is where the uploads of the workflow workflowID are
 // stored: under its id made one path element (escapeID), so that a
-// session's id (manager/s1) takes uploads too, and no two ids share one.
-func UploadPrefix(workflowID string) (string, error) {
-	if workflowID == "" {
-		return "", fmt.Errorf("transfer: an empty workflow id takes no uploads")
-	}
-	return Uploads + escapeID(workflowID) + "/", nil
-}
-
-// escapeID writes an id as one clean path element: every byte but
-// letters, digits, '-', '_' and '.' as %XX, and the dots too when they
-// would make a path element of their own or a "..". An id of only safe
-// bytes is itself, as it always was; the escaping is undone by
-// percent-decoding, so it never maps two ids to one element.
-func escapeID(id string) string {
-	dots := id == "." || strings.Contains(id, "..")
-	var b strings.Builder
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.' && !dots:
-			b.WriteByte(c)
-		default:
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
-}
-
 // Bounds of the relay, per workflow that takes uploads.
 const (
 	// DefaultUploadBytes bounds the bytes of the uploads stored for one
@@ -129,7 +35,7 @@ const (
 	// more than it could unpack.
 	DefaultUploadBytes = 10 << 30
 	// DefaultUploadParts bounds the objects those uploads are stored in
-	// (a full part is MaxChunk bytes).
+	// (a full part is transfer.MaxChunk bytes).
 	DefaultUploadParts = 32768
 	// relayTimeout bounds one operation's work on the blob store: it
 	// runs in a workflow task, whose own timeout is 10 s by default.
@@ -139,17 +45,17 @@ const (
 // Limits bounds what the relay stores; zero fields mean the defaults.
 type Limits struct {
 	// PartSize is the size of the parts of the streams the worker
-	// stores (DefaultPartSize).
+	// stores (transfer.DefaultPartSize).
 	PartSize int
 	// UploadBytes and UploadParts bound each workflow's uploads
 	// (DefaultUploadBytes, DefaultUploadParts).
 	UploadBytes int64
 	UploadParts int
-	// Sign lets front ends have signed URLs of parts (QuerySign,
-	// UpdateSign): set it for a store front ends can reach themselves. A
-	// store that cannot sign answers NotSignable all the same. GET URLs
-	// are good for SignExpiry (DefaultSignExpiry), PUT URLs for
-	// PutExpiry (DefaultPutExpiry).
+	// Sign lets front ends have signed URLs of parts (transfer.QuerySign,
+	// transfer.UpdateSign): set it for a store front ends can reach themselves. A
+	// store that cannot sign answers transfer.NotSignable all the same. GET URLs
+	// are good for SignExpiry (transfer.DefaultSignExpiry), PUT URLs for
+	// PutExpiry (transfer.DefaultPutExpiry).
 	Sign       bool
 	SignExpiry time.Duration
 	PutExpiry  time.Duration
@@ -160,7 +66,7 @@ type Limits struct {
 // nothing else.
 func Interceptor(bucket *blob.Bucket, limits Limits) interceptor.WorkerInterceptor {
 	if limits.PartSize <= 0 {
-		limits.PartSize = DefaultPartSize
+		limits.PartSize = transfer.DefaultPartSize
 	}
 	if limits.UploadBytes <= 0 {
 		limits.UploadBytes = DefaultUploadBytes
@@ -169,10 +75,10 @@ func Interceptor(bucket *blob.Bucket, limits Limits) interceptor.WorkerIntercept
 		limits.UploadParts = DefaultUploadParts
 	}
 	if limits.SignExpiry <= 0 {
-		limits.SignExpiry = DefaultSignExpiry
+		limits.SignExpiry = transfer.DefaultSignExpiry
 	}
 	if limits.PutExpiry <= 0 {
-		limits.PutExpiry = DefaultPutExpiry
+		limits.PutExpiry = transfer.DefaultPutExpiry
 	}
 	return &relay{bucket: bucket, limits: limits}
 }
@@ -204,20 +110,20 @@ type relayInbound struct {
 // not, nor does an Update rejected by its validator, and validators do
 // not run on replay.
 func (i *relayInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
-	if err := workflow.SetQueryHandler(ctx, QueryRead, func(ReadRequest) ([]byte, error) {
+	if err := workflow.SetQueryHandler(ctx, transfer.QueryRead, func(transfer.ReadRequest) ([]byte, error) {
 		return nil, errors.New("transfer: the relay's interceptor answers reads")
 	}); err != nil {
 		return nil, err
 	}
-	if err := workflow.SetQueryHandler(ctx, QuerySign, func(SignRequest) (SignedURLs, error) {
-		return SignedURLs{}, errors.New("transfer: the relay's interceptor answers signings")
+	if err := workflow.SetQueryHandler(ctx, transfer.QuerySign, func(transfer.SignRequest) (transfer.SignedURLs, error) {
+		return transfer.SignedURLs{}, errors.New("transfer: the relay's interceptor answers signings")
 	}); err != nil {
 		return nil, err
 	}
 	for name, handler := range map[string]any{
-		UpdateWrite:  func(workflow.Context, WriteRequest, []byte) error { return errNeverAccepted },
-		UpdateDelete: func(workflow.Context, DeleteRequest) error { return errNeverAccepted },
-		UpdateSign:   func(workflow.Context, SignRequest) error { return errNeverAccepted },
+		transfer.UpdateWrite:  func(workflow.Context, transfer.WriteRequest, []byte) error { return errNeverAccepted },
+		transfer.UpdateDelete: func(workflow.Context, transfer.DeleteRequest) error { return errNeverAccepted },
+		transfer.UpdateSign:   func(workflow.Context, transfer.SignRequest) error { return errNeverAccepted },
 	} {
 		if err := workflow.SetUpdateHandler(ctx, name, handler); err != nil {
 			return nil, err
@@ -229,55 +135,55 @@ func (i *relayInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.Exe
 var errNeverAccepted = errors.New("transfer: the relay's updates are never accepted")
 
 func (i *relayInbound) HandleQuery(ctx workflow.Context, in *interceptor.HandleQueryInput) (any, error) {
-	if in.QueryType == QuerySign {
+	if in.QueryType == transfer.QuerySign {
 		return i.signQuery(ctx, in)
 	}
-	if in.QueryType != QueryRead {
+	if in.QueryType != transfer.QueryRead {
 		return i.Next.HandleQuery(ctx, in)
 	}
-	req, ok := arg[ReadRequest](in.Args, 0)
+	req, ok := arg[transfer.ReadRequest](in.Args, 0)
 	if !ok {
-		return nil, badInput("transfer: a read takes a ReadRequest")
+		return nil, badInput("transfer: a read takes a transfer.ReadRequest")
 	}
 	served, err := i.served(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := served.reads(req.Key, workflow.GetInfo(ctx).WorkflowExecution.ID); err != nil {
+	if err := reads(served, req.Key, workflow.GetInfo(ctx).WorkflowExecution.ID); err != nil {
 		return nil, err
 	}
 	return i.relay.read(req)
 }
 
 func (i *relayInbound) ValidateUpdate(ctx workflow.Context, in *interceptor.UpdateInput) error {
-	var op func(context.Context, Served, string) error
+	var op func(context.Context, transfer.Served, string) error
 	switch in.Name {
-	case UpdateWrite:
-		req, ok1 := arg[WriteRequest](in.Args, 0)
+	case transfer.UpdateWrite:
+		req, ok1 := arg[transfer.WriteRequest](in.Args, 0)
 		data, ok2 := arg[[]byte](in.Args, 1)
 		if !ok1 || !ok2 {
-			return badInput("transfer: a write takes a WriteRequest and the data")
+			return badInput("transfer: a write takes a transfer.WriteRequest and the data")
 		}
-		op = func(ctx context.Context, s Served, id string) error { return i.write(ctx, s, id, req, data) }
-	case UpdateDelete:
-		req, ok := arg[DeleteRequest](in.Args, 0)
+		op = func(ctx context.Context, s transfer.Served, id string) error { return i.write(ctx, s, id, req, data) }
+	case transfer.UpdateDelete:
+		req, ok := arg[transfer.DeleteRequest](in.Args, 0)
 		if !ok {
-			return badInput("transfer: a delete takes a DeleteRequest")
+			return badInput("transfer: a delete takes a transfer.DeleteRequest")
 		}
-		op = func(ctx context.Context, s Served, id string) error { return i.delete(ctx, s, id, req.Key) }
-	case UpdateSign:
-		req, ok := arg[SignRequest](in.Args, 0)
+		op = func(ctx context.Context, s transfer.Served, id string) error { return i.delete(ctx, s, id, req.Key) }
+	case transfer.UpdateSign:
+		req, ok := arg[transfer.SignRequest](in.Args, 0)
 		if !ok {
-			return badInput("transfer: a signing takes a SignRequest")
+			return badInput("transfer: a signing takes a transfer.SignRequest")
 		}
 		// Rejected with the URLs: an accepted Update would put them in
 		// history, a grant to write for anyone who reads it.
-		op = func(ctx context.Context, s Served, id string) error {
+		op = func(ctx context.Context, s transfer.Served, id string) error {
 			urls, err := i.signPut(ctx, s, id, req)
 			if err != nil {
 				return err
 			}
-			return temporal.NewNonRetryableApplicationError("signed", Signed, nil, urls)
+			return temporal.NewNonRetryableApplicationError("signed", transfer.Signed, nil, urls)
 		}
 	default:
 		return i.Next.ValidateUpdate(ctx, in)
@@ -295,34 +201,34 @@ func (i *relayInbound) ValidateUpdate(ctx workflow.Context, in *interceptor.Upda
 	if err != nil {
 		return err
 	}
-	return temporal.NewNonRetryableApplicationError("stored", Stored, nil)
+	return temporal.NewNonRetryableApplicationError("stored", transfer.Stored, nil)
 }
 
 // served asks the workflow what it owns.
-func (i *relayInbound) served(ctx workflow.Context) (Served, error) {
-	v, err := i.Next.HandleQuery(ctx, &interceptor.HandleQueryInput{QueryType: QueryServed})
+func (i *relayInbound) served(ctx workflow.Context) (transfer.Served, error) {
+	v, err := i.Next.HandleQuery(ctx, &interceptor.HandleQueryInput{QueryType: transfer.QueryServed})
 	if err != nil {
-		return Served{}, badInput(fmt.Sprintf("transfer: workflow %s serves no blobs", workflow.GetInfo(ctx).WorkflowExecution.ID))
+		return transfer.Served{}, badInput(fmt.Sprintf("transfer: workflow %s serves no blobs", workflow.GetInfo(ctx).WorkflowExecution.ID))
 	}
-	s, ok := v.(Served)
+	s, ok := v.(transfer.Served)
 	if !ok {
-		return Served{}, fmt.Errorf("transfer: %s answered %T", QueryServed, v)
+		return transfer.Served{}, fmt.Errorf("transfer: %s answered %T", transfer.QueryServed, v)
 	}
 	return s, nil
 }
 
 // reads refuses a key that is not a stream under one of s's prefixes.
-func (s Served) reads(key, workflowID string) error {
-	if err := validKey(key, Outputs, Files, Exports); err != nil {
+func reads(s transfer.Served, key, workflowID string) error {
+	if err := transfer.ValidKey(key, transfer.Outputs, transfer.Files, transfer.Exports); err != nil {
 		return badInput(err.Error())
 	}
-	if !s.owns(key) {
+	if !owns(s, key) {
 		return notOwned(key, workflowID)
 	}
 	return nil
 }
 
-func (s Served) owns(key string) bool {
+func owns(s transfer.Served, key string) bool {
 	for _, p := range s.Prefixes {
 		if strings.HasSuffix(p, "/") && strings.HasPrefix(key, p) && len(key) > len(p) {
 			return true
@@ -333,12 +239,12 @@ func (s Served) owns(key string) bool {
 
 // upload returns the workflow's upload prefix, and refuses a key that is
 // not one upload there: one path element under it.
-func (s Served) upload(key, workflowID string) (string, error) {
-	prefix, err := UploadPrefix(workflowID)
+func upload(s transfer.Served, key, workflowID string) (string, error) {
+	prefix, err := transfer.UploadPrefix(workflowID)
 	if !s.Uploads || err != nil {
 		return "", badInput(fmt.Sprintf("transfer: workflow %s takes no uploads", workflowID))
 	}
-	if err := validKey(key, Uploads); err != nil {
+	if err := transfer.ValidKey(key, transfer.Uploads); err != nil {
 		return "", badInput(err.Error())
 	}
 	name, ok := strings.CutPrefix(key, prefix)
@@ -352,19 +258,21 @@ func notOwned(key, workflowID string) error {
 	return badInput(fmt.Sprintf("transfer: %q is not workflow %s's: a workflow serves only its own sandbox's, run's or session's blobs", key, workflowID))
 }
 
-func badInput(msg string) error { return temporal.NewNonRetryableApplicationError(msg, BadInput, nil) }
+func badInput(msg string) error {
+	return temporal.NewNonRetryableApplicationError(msg, transfer.BadInput, nil)
+}
 
-func (r *relay) read(req ReadRequest) ([]byte, error) {
+func (r *relay) read(req transfer.ReadRequest) ([]byte, error) {
 	if req.Offset < 0 {
 		return nil, badInput("transfer: negative offset")
 	}
 	max := req.Max
-	if max <= 0 || max > MaxChunk {
-		max = MaxChunk
+	if max <= 0 || max > transfer.MaxChunk {
+		max = transfer.MaxChunk
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), relayTimeout)
 	defer cancel()
-	b, err := ReadAt(ctx, r.bucket, req.Key, r.limits.PartSize, req.Offset, max)
+	b, err := transfer.ReadAt(ctx, r.bucket, req.Key, r.limits.PartSize, req.Offset, max)
 	if err != nil {
 		return nil, fmt.Errorf("transfer: read %s at %d: %w", req.Key, req.Offset, err)
 	}
@@ -374,21 +282,21 @@ func (r *relay) read(req ReadRequest) ([]byte, error) {
 	return b, nil
 }
 
-func (i *relayInbound) write(ctx context.Context, s Served, workflowID string, req WriteRequest, data []byte) error {
-	prefix, err := s.upload(req.Key, workflowID)
+func (i *relayInbound) write(ctx context.Context, s transfer.Served, workflowID string, req transfer.WriteRequest, data []byte) error {
+	prefix, err := upload(s, req.Key, workflowID)
 	if err != nil {
 		return err
 	}
 	lim := i.relay.limits
-	if req.Part < 0 || req.Part >= lim.UploadParts || len(data) > MaxChunk {
+	if req.Part < 0 || req.Part >= lim.UploadParts || len(data) > transfer.MaxChunk {
 		return badInput(fmt.Sprintf("transfer: part %d of %d bytes: parts are numbered from 0 to %d and hold at most %d bytes",
-			req.Part, len(data), lim.UploadParts-1, MaxChunk))
+			req.Part, len(data), lim.UploadParts-1, transfer.MaxChunk))
 	}
-	key := PartKey(req.Key, req.Part)
+	key := transfer.PartKey(req.Key, req.Part)
 	if err := i.reserve(ctx, prefix, []string{key}, []int64{int64(len(data))}); err != nil {
 		return err
 	}
-	if err := writeObject(ctx, i.relay.bucket, key, data); err != nil {
+	if err := transfer.WriteObject(ctx, i.relay.bucket, key, data); err != nil {
 		i.uploads = nil // count again: the part may be there, or not
 		return storeFailed(fmt.Errorf("transfer: write part %d of %s: %w", req.Part, req.Key, err))
 	}
@@ -423,16 +331,16 @@ func (i *relayInbound) reserve(ctx context.Context, prefix string, keys []string
 	}
 }
 
-func (i *relayInbound) delete(ctx context.Context, s Served, workflowID, key string) error {
-	if strings.HasPrefix(key, Uploads) {
-		if _, err := s.upload(key, workflowID); err != nil {
+func (i *relayInbound) delete(ctx context.Context, s transfer.Served, workflowID, key string) error {
+	if strings.HasPrefix(key, transfer.Uploads) {
+		if _, err := upload(s, key, workflowID); err != nil {
 			return err
 		}
 	} else {
-		if err := validKey(key, Exports); err != nil {
+		if err := transfer.ValidKey(key, transfer.Exports); err != nil {
 			return badInput(fmt.Sprintf("transfer: only exports and uploads are deleted: %v", err))
 		}
-		if !s.owns(key) {
+		if !owns(s, key) {
 			return notOwned(key, workflowID)
 		}
 	}
@@ -447,7 +355,7 @@ func (i *relayInbound) delete(ctx context.Context, s Served, workflowID, key str
 }
 
 func storeFailed(err error) error {
-	return temporal.NewApplicationError(err.Error(), StoreFailed)
+	return temporal.NewApplicationError(err.Error(), transfer.StoreFailed)
 }
 
 // usage is what is stored of a workflow's uploads: each object's size,
@@ -559,19 +467,6 @@ func deleteStream(ctx context.Context, bucket *blob.Bucket, key string) (gone []
 		}
 		gone = append(gone, obj.Key)
 	}
-}
-
-// DeleteParts removes the parts of a stream, and their partial objects.
-// Parts already gone are no error.
-func DeleteParts(ctx context.Context, bucket *blob.Bucket, key string, parts int) error {
-	for i := 0; i <= parts; i++ {
-		for _, k := range []string{PartKey(key, i), PartialKey(key, i)} {
-			if err := bucket.Delete(ctx, k); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-				return fmt.Errorf("transfer: delete %s: %w", k, err)
-			}
-		}
-	}
-	return nil
 }
 
 // arg is the i-th decoded argument of a handler, as its type.

@@ -1,14 +1,15 @@
-package activities
+package calls
 
 import (
 	"context"
 	"fmt"
 	"strings"
 
-	"github.com/berth-dev/berth/errdefs"
-
 	"gocloud.dev/gcerrors"
 
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -47,16 +48,16 @@ type BlobCopy struct {
 func (a *Activities) CopyBlobs(ctx context.Context, copies []BlobCopy) error {
 	for _, c := range copies {
 		if err := checkOwned(c.From); err != nil {
-			return toTemporal(err)
+			return temporalerr.To(err)
 		}
 		if err := checkOwned(c.To); err != nil {
-			return toTemporal(err)
+			return temporalerr.To(err)
 		}
 	}
 	for _, c := range copies {
 		err := a.Outputs.Copy(ctx, c.To, c.From, nil)
 		if gcerrors.Code(err) == gcerrors.NotFound {
-			return toTemporal(fmt.Errorf("%w: copy blob %s: it does not exist", errdefs.ErrNotFound, c.From))
+			return temporalerr.To(fmt.Errorf("%w: copy blob %s: it does not exist", errdefs.ErrNotFound, c.From))
 		}
 		if err != nil {
 			return fmt.Errorf("copy blob %s to %s: %w", c.From, c.To, err) // retried
@@ -70,10 +71,10 @@ func (a *Activities) CopyBlobs(ctx context.Context, copies []BlobCopy) error {
 // there is not an error.
 func (a *Activities) DeleteBlobs(ctx context.Context, prefix string) error {
 	if !strings.HasSuffix(prefix, "/") {
-		return toTemporal(fmt.Errorf("%w: blob prefix %q does not end with /", errdefs.ErrBadInput, prefix))
+		return temporalerr.To(fmt.Errorf("%w: blob prefix %q does not end with /", errdefs.ErrBadInput, prefix))
 	}
 	if err := checkOwned(prefix); err != nil {
-		return toTemporal(err)
+		return temporalerr.To(err)
 	}
-	return deletePrefix(ctx, a.Outputs, prefix)
+	return activities.DeletePrefix(ctx, a.Outputs, prefix)
 }
