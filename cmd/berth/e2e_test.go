@@ -186,16 +186,7 @@ func TestDevAndRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := bufio.NewReader(stdout)
-		firstc := make(chan string, 1)
-		go func() { first, _ := r.ReadString('\n'); firstc <- first }()
-		select {
-		case first := <-firstc:
-			if first != "first\n" {
-				t.Fatalf("the first line printed is %q, want first", first)
-			}
-		case <-time.After(time.Minute):
-			t.Fatal("the first line was not printed within a minute while the command ran: not live")
-		}
+		wantLiveFirstLine(t, r)
 		touchRunningSandboxes(t, data, "go")
 		rest, _ := io.ReadAll(r)
 		if err := cmd.Wait(); err != nil {
@@ -310,5 +301,22 @@ func destroyLeftovers(t testing.TB, data string) {
 		if sb, err := p.Get(context.Background(), info.ID); err == nil {
 			sb.Destroy(context.Background())
 		}
+	}
+}
+
+// wantLiveFirstLine reads the line "first" from r while the command that
+// prints it still runs (it prints more only once the test has read it):
+// output that is not live never comes, and the test fails after a minute.
+func wantLiveFirstLine(t *testing.T, r *bufio.Reader) {
+	t.Helper()
+	firstc := make(chan string, 1)
+	go func() { first, _ := r.ReadString('\n'); firstc <- first }()
+	select {
+	case first := <-firstc:
+		if first != "first\n" {
+			t.Fatalf("the first line printed is %q, want first", first)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the first line was not printed within a minute while the command ran: not live")
 	}
 }

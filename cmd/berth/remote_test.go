@@ -82,16 +82,7 @@ func TestRemoteClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := bufio.NewReader(stdout)
-		firstc := make(chan string, 1)
-		go func() { first, _ := r.ReadString('\n'); firstc <- first }()
-		select {
-		case first := <-firstc:
-			if first != "first\n" {
-				t.Fatalf("the first line printed is %q, want first", first)
-			}
-		case <-time.After(time.Minute):
-			t.Fatal("the first line was not printed within a minute while the command ran: not live")
-		}
+		wantLiveFirstLine(t, r)
 		touchRunningSandboxes(t, data, "go")
 		rest, _ := io.ReadAll(r)
 		if err := cmd.Wait(); err != nil {
