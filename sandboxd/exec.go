@@ -384,7 +384,13 @@ func (s *Server) pump(rec *record, stream int, f *os.File) {
 			rec.append(stream, buf[:n])
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The grace is over, but what the pipe holds now was written
+			// before it ended: the command's own last output may be
+			// there still, when the pump was slow to get to it (a loaded
+			// machine, a reader holding the journal back). A Read past
+			// its deadline reads nothing, even what is there.
 			_ = f.SetReadDeadline(time.Time{})
+			readBuffered(f, buf, func(b []byte) { rec.append(stream, b) })
 			go func() {
 				_, _ = io.Copy(io.Discard, f)
 				f.Close()
@@ -395,6 +401,32 @@ func (s *Server) pump(rec *record, stream int, f *os.File) {
 			f.Close()
 			return
 		}
+	}
+}
+
+// readBuffered passes what f holds now to add, without waiting for
+// more: a background process may go on writing, and what it writes from
+// now on is no longer the command's output.
+func readBuffered(f *os.File, buf []byte, add func([]byte)) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	var left int // TIOCINQ is FIONREAD: the bytes a pipe or a terminal holds
+	if cerr := rc.Control(func(fd uintptr) { left, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); cerr != nil || err != nil {
+		return
+	}
+	for left > 0 {
+		var n int
+		rerr := rc.Read(func(fd uintptr) bool {
+			n, err = unix.Read(int(fd), buf[:min(left, len(buf))])
+			return true // never wait: only what is there
+		})
+		if rerr != nil || err != nil || n <= 0 {
+			return
+		}
+		add(buf[:n])
+		left -= n
 	}
 }
 

@@ -58,7 +58,8 @@ type Config struct {
 	Deferred bool
 	// ExitGrace is how long output is still collected after a command
 	// exits, from background processes that kept its pipes open (zero
-	// means 100ms).
+	// means 100ms). What the pipes hold when it ends is kept, however
+	// late the daemon gets to it.
 	ExitGrace time.Duration
 	Logger    *slog.Logger
 }
