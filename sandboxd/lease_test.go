@@ -3,9 +3,7 @@ package sandboxd
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,19 +22,7 @@ import (
 // Resume.
 func TestLease(t *testing.T) {
 	const length = time.Second
-	ws := t.TempDir()
-	s, err := New(Config{Workspace: ws, UID: os.Geteuid(), GID: os.Getegid(),
-		Env: map[string]string{"PATH": "/usr/bin:/bin"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "d.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	s, sock := serveConfig(t, Config{})
 	c := NewClient(UnixDialer(sock))
 	t.Cleanup(c.Close)
 	s.SetLease(length)

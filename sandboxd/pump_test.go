@@ -3,9 +3,7 @@ package sandboxd
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -55,19 +53,7 @@ func TestPumpKeepsOutputBufferedAtGraceEnd(t *testing.T) {
 // sees it: each command's output is whole all the same. Dropping what
 // the pipe held failed a few of them in most runs.
 func TestExecOutputWholeWithoutGrace(t *testing.T) {
-	ws := t.TempDir()
-	s, err := New(Config{Workspace: ws, UID: os.Geteuid(), GID: os.Getegid(), ExitGrace: time.Nanosecond,
-		Env: map[string]string{"PATH": "/usr/bin:/bin"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "d.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Shutdown(t.Context()) })
+	_, sock := serveConfig(t, Config{ExitGrace: time.Nanosecond})
 	c := NewClient(UnixDialer(sock))
 	t.Cleanup(c.Close)
 	var wg sync.WaitGroup

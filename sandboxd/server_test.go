@@ -33,9 +33,19 @@ func serve(t *testing.T) (*Client, string) {
 // workspace directory.
 func serveOn(t *testing.T) (socket, workspace string) {
 	t.Helper()
-	ws := t.TempDir()
-	s, err := New(Config{Workspace: ws, UID: os.Geteuid(), GID: os.Getegid(),
-		Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	s, sock := serveConfig(t, Config{})
+	return sock, s.cfg.Workspace
+}
+
+// serveConfig runs a daemon of cfg on a socket of its own, in a new
+// workspace as the test's user, until the test ends.
+func serveConfig(t *testing.T, cfg Config) (*Server, string) {
+	t.Helper()
+	cfg.Workspace, cfg.UID, cfg.GID = t.TempDir(), os.Geteuid(), os.Getegid()
+	if cfg.Env == nil {
+		cfg.Env = map[string]string{"PATH": "/usr/bin:/bin"}
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +56,7 @@ func serveOn(t *testing.T) (socket, workspace string) {
 	}
 	go s.Serve(ln)
 	t.Cleanup(func() { s.Shutdown(t.Context()) })
-	return sock, ws
+	return s, sock
 }
 
 func TestExecOnce(t *testing.T) {
