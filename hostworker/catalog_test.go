@@ -10,9 +10,9 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
@@ -23,14 +23,14 @@ import (
 // one catalog runs throughout.
 func TestCatalogContinuesAsNew(t *testing.T) {
 	ctx := t.Context()
-	c := berth(t)
+	c := startBerth(t)
 	id := workflows.CatalogID(sandbox.DefaultQueue)
 	// Started as the first question would, but continuing every 3.
-	if _, err := c.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
+	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue},
 		workflows.CatalogWorkflowName, workflows.CatalogInput{ContinueAfter: 3}); err != nil {
 		t.Fatal(err)
 	}
-	cat := client.New(c, client.WithRetryFor(-1)).Catalog()
+	cat := berth.New(c, berth.WithRetryFor(-1)).Catalog()
 	const rounds, asks = 4, 3
 	errs := make(chan error, rounds*asks)
 	for range rounds {

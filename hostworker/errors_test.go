@@ -24,9 +24,9 @@ import (
 	"github.com/berth-dev/berth/workflows"
 )
 
-// berth starts a server and one worker serving berth's workflows over a
+// startBerth starts a server and one worker serving berth's workflows over a
 // linux provider, as berth dev does.
-func berth(t *testing.T) client.Client {
+func startBerth(t *testing.T) client.Client {
 	t.Helper()
 	c := server(t)
 	w, err := hostworker.StartWorker(c, hostworker.Options{
@@ -120,7 +120,7 @@ func checkOneLine(t *testing.T, err error, kind errdefs.Kind, want string) {
 // in one line: through a real server, as a front end gets them.
 func TestBadInputOneLine(t *testing.T) {
 	ctx := t.Context()
-	c := berth(t)
+	c := startBerth(t)
 
 	t.Run("run", func(t *testing.T) {
 		tests := []struct {
@@ -225,7 +225,7 @@ func waitRunning(t *testing.T, c client.Client, id string) workflows.RunStatus {
 // fails, final, with SandboxLost saying so, and makes no second sandbox.
 func TestRunLostIsFinal(t *testing.T) {
 	ctx := t.Context()
-	c := berth(t)
+	c := startBerth(t)
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, workflows.Run,
 		workflows.RunInput{Provider: "linux", Argv: []string{"sleep", "60"}})
 	if err != nil {

@@ -48,7 +48,7 @@ func execIn(t testing.TB, c client.Client, id string, req workflows.ExecRequest)
 // changes what the request overrides.
 func TestForkInherits(t *testing.T) {
 	ctx := t.Context()
-	c := berth(t)
+	c := startBerth(t)
 	const limit = 256 << 20
 	parent := workflows.SandboxInput{Provider: "linux", Resources: provider.Resources{Memory: limit},
 		Env: map[string]string{"FROM": "parent"}, Labels: map[string]string{"team": "a"},
@@ -95,7 +95,7 @@ func TestForkInherits(t *testing.T) {
 // with the same settings, and AlreadyExists with others.
 func TestCreateExisting(t *testing.T) {
 	ctx := t.Context()
-	c := berth(t)
+	c := startBerth(t)
 	in := workflows.SandboxInput{Provider: "linux", Resources: provider.Resources{Memory: 256 << 20}}
 	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "named", TaskQueue: sandbox.DefaultQueue}, workflows.Sandbox, in); err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 // end as they did.
 func TestOldNamesCarryOn(t *testing.T) {
 	ctx := t.Context()
-	c := berth(t)
+	c := startBerth(t)
 	start := func(name string, in any) client.WorkflowRun {
 		t.Helper()
 		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, name, in)

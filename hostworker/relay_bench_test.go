@@ -5,10 +5,10 @@ import (
 	"io"
 	"testing"
 
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 	"gocloud.dev/blob"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/provider"
@@ -45,13 +45,13 @@ func benchTransfer(b *testing.B, bucket *blob.Bucket, limits relay.Limits) {
 		b.Fatal(err)
 	}
 	defer w.Stop()
-	run, err := c.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: "relay-bench", TaskQueue: sandbox.DefaultQueue},
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "relay-bench", TaskQueue: sandbox.DefaultQueue},
 		workflows.Sandbox, workflows.SandboxInput{Provider: "linux"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.TerminateWorkflow(ctx, run.GetID(), "", "benchmark over")
-	cl := client.New(c)
+	cl := berth.New(c)
 	const size = 64 << 20
 	data := bytes.Repeat([]byte("0123456789abcdef"), size/16)
 	var key string

@@ -15,14 +15,14 @@ import (
 	"github.com/berth-dev/berth/errdefs"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/server/common/api"
 	"gocloud.dev/blob"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/provider"
@@ -68,13 +68,13 @@ func (o *relayCallsOut) QueryWorkflow(ctx context.Context, in *interceptor.Clien
 	return o.Next.QueryWorkflow(ctx, in)
 }
 
-func (o *relayCallsOut) UpdateWorkflow(ctx context.Context, in *interceptor.ClientUpdateWorkflowInput) (tclient.WorkflowUpdateHandle, error) {
+func (o *relayCallsOut) UpdateWorkflow(ctx context.Context, in *interceptor.ClientUpdateWorkflowInput) (client.WorkflowUpdateHandle, error) {
 	o.r.add("UpdateWorkflowExecution")
 	return o.Next.UpdateWorkflow(ctx, in)
 }
 
 // historyLength is the number of events in a workflow's history.
-func historyLength(t *testing.T, c tclient.Client, id string) int64 {
+func historyLength(t *testing.T, c client.Client, id string) int64 {
 	t.Helper()
 	d, err := c.DescribeWorkflowExecution(t.Context(), id, "")
 	if err != nil {
@@ -131,7 +131,7 @@ func TestRelay(t *testing.T) {
 	}
 	t.Cleanup(w.Stop)
 	for _, id := range []string{"relay-a", "relay-b"} {
-		_, err := c.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue}, workflows.Sandbox,
+		_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue}, workflows.Sandbox,
 			workflows.SandboxInput{Provider: "linux", IdleTimeout: sandbox.NoIdleTimeout, HibernateAfter: sandbox.NoIdleTimeout})
 		if err != nil {
 			t.Fatal(err)
@@ -139,12 +139,12 @@ func TestRelay(t *testing.T) {
 		defer c.CancelWorkflow(context.WithoutCancel(ctx), id, "")
 	}
 	rec := &relayCalls{calls: map[string]int{}}
-	rc, err := tclient.NewClientFromExisting(c, tclient.Options{Interceptors: []interceptor.ClientInterceptor{rec}})
+	rc, err := client.NewClientFromExisting(c, client.Options{Interceptors: []interceptor.ClientInterceptor{rec}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	cl := client.New(rc, client.WithRetryFor(-1))
+	cl := berth.New(rc, berth.WithRetryFor(-1))
 
 	// A secret printed in sandbox a, in two incarnations of it.
 	var secrets []string
@@ -283,11 +283,11 @@ func TestRelay(t *testing.T) {
 }
 
 // relayWrite sends one write Update, as a client of the relay would.
-func relayWrite(ctx context.Context, c tclient.Client, id, key string) error {
+func relayWrite(ctx context.Context, c client.Client, id, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	h, err := c.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{WorkflowID: id, UpdateName: transfer.UpdateWrite,
-		Args: []any{transfer.WriteRequest{Key: key}, []byte("x")}, WaitForStage: tclient.WorkflowUpdateStageAccepted})
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: transfer.UpdateWrite,
+		Args: []any{transfer.WriteRequest{Key: key}, []byte("x")}, WaitForStage: client.WorkflowUpdateStageAccepted})
 	if err != nil {
 		return err
 	}

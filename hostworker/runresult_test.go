@@ -17,7 +17,7 @@ import (
 // take the run's own result.
 func TestRunResultBeforeDestroy(t *testing.T) {
 	ctx := t.Context()
-	c := berth(t)
+	c := startBerth(t)
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, workflows.Run,
 		workflows.RunInput{Provider: "linux", Argv: []string{"sh", "-c", "echo early; exit 7"}})
 	if err != nil {

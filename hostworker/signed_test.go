@@ -18,14 +18,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"go.temporal.io/api/serviceerror"
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/s3blob"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/berthtest"
 	"github.com/berth-dev/berth/provider"
@@ -113,7 +113,7 @@ func (o *namedCallsOut) QueryWorkflow(ctx context.Context, in *interceptor.Clien
 	return o.Next.QueryWorkflow(ctx, in)
 }
 
-func (o *namedCallsOut) UpdateWorkflow(ctx context.Context, in *interceptor.ClientUpdateWorkflowInput) (tclient.WorkflowUpdateHandle, error) {
+func (o *namedCallsOut) UpdateWorkflow(ctx context.Context, in *interceptor.ClientUpdateWorkflowInput) (client.WorkflowUpdateHandle, error) {
 	o.r.add(in.UpdateName)
 	return o.Next.UpdateWorkflow(ctx, in)
 }
@@ -134,7 +134,7 @@ func tarOf(t testing.TB, name string, data []byte) *bytes.Buffer {
 
 // signedHost starts a host worker over bucket, with signing on, and a
 // sandbox workflow for each id.
-func signedHost(t *testing.T, c tclient.Client, bucket *blob.Bucket, limits relay.Limits, ids ...string) {
+func signedHost(t *testing.T, c client.Client, bucket *blob.Bucket, limits relay.Limits, ids ...string) {
 	t.Helper()
 	w, err := hostworker.StartWorker(c, hostworker.Options{
 		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)},
@@ -147,7 +147,7 @@ func signedHost(t *testing.T, c tclient.Client, bucket *blob.Bucket, limits rela
 	}
 	t.Cleanup(w.Stop)
 	for _, id := range ids {
-		_, err := c.ExecuteWorkflow(t.Context(), tclient.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue}, workflows.Sandbox,
+		_, err := c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: id, TaskQueue: sandbox.DefaultQueue}, workflows.Sandbox,
 			workflows.SandboxInput{Provider: "linux", IdleTimeout: sandbox.NoIdleTimeout, HibernateAfter: sandbox.NoIdleTimeout})
 		if err != nil {
 			t.Fatal(err)
@@ -158,20 +158,20 @@ func signedHost(t *testing.T, c tclient.Client, bucket *blob.Bucket, limits rela
 }
 
 // recordingClient is a berth client whose relay operations rec counts.
-func recordingClient(t *testing.T, c tclient.Client, opts ...client.Option) (*client.Client, *relayCalls, tclient.Client) {
+func recordingClient(t *testing.T, c client.Client, opts ...berth.Option) (*berth.Client, *relayCalls, client.Client) {
 	t.Helper()
 	rec := &relayCalls{calls: map[string]int{}}
-	rc, err := tclient.NewClientFromExisting(c, tclient.Options{Interceptors: []interceptor.ClientInterceptor{&namedCalls{calls: rec}}})
+	rc, err := client.NewClientFromExisting(c, client.Options{Interceptors: []interceptor.ClientInterceptor{&namedCalls{calls: rec}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rc.Close)
-	return client.New(rc, append([]client.Option{client.WithRetryFor(-1)}, opts...)...), rec, rc
+	return berth.New(rc, append([]berth.Option{berth.WithRetryFor(-1)}, opts...)...), rec, rc
 }
 
 // copyInOut copies data into sandbox id as a file and reads it back,
 // byte for byte.
-func copyInOut(t *testing.T, cl *client.Client, id, name string, data []byte) {
+func copyInOut(t *testing.T, cl *berth.Client, id, name string, data []byte) {
 	t.Helper()
 	if err := cl.Import(t.Context(), id, tarOf(t, name, data)); err != nil {
 		t.Fatalf("copy %s in: %v", name, err)
@@ -260,7 +260,7 @@ func TestRelaySigned(t *testing.T) {
 	away := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, network, unreachable)
 	}}}
-	cl2, rec2, _ := recordingClient(t, c, client.WithHTTPClient(away))
+	cl2, rec2, _ := recordingClient(t, c, berth.WithHTTPClient(away))
 	copyInOut(t, cl2, "signed-a", "again.bin", data)
 	if calls := rec2.take(); calls[transfer.UpdateWrite] == 0 || calls[transfer.QueryRead] == 0 {
 		t.Errorf("a cp with the store out of reach did not use the relay: %v", calls)
@@ -291,17 +291,17 @@ func TestRelayNotSignable(t *testing.T) {
 }
 
 // signPut sends one UpdateSign.
-func signPut(ctx context.Context, c tclient.Client, id string, req transfer.SignRequest) error {
+func signPut(ctx context.Context, c client.Client, id string, req transfer.SignRequest) error {
 	_, err := signedURLs(ctx, c, id, req)
 	return err
 }
 
 // signedURLs sends one UpdateSign and returns what it signed.
-func signedURLs(ctx context.Context, c tclient.Client, id string, req transfer.SignRequest) (transfer.SignedURLs, error) {
+func signedURLs(ctx context.Context, c client.Client, id string, req transfer.SignRequest) (transfer.SignedURLs, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	h, err := c.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{WorkflowID: id, UpdateName: transfer.UpdateSign,
-		Args: []any{req}, WaitForStage: tclient.WorkflowUpdateStageAccepted})
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: transfer.UpdateSign,
+		Args: []any{req}, WaitForStage: client.WorkflowUpdateStageAccepted})
 	if err == nil {
 		err = h.Get(ctx, nil)
 	}

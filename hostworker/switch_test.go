@@ -26,7 +26,7 @@ import (
 // serves is refused and the sandbox keeps its workspace where it was.
 func TestSwitch(t *testing.T) {
 	ctx := t.Context()
-	c := berth(t)
+	c := startBerth(t)
 	in := workflows.SandboxInput{Provider: "linux", IdleTimeout: sandbox.NoIdleTimeout, HibernateAfter: time.Hour}
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "switched", TaskQueue: sandbox.DefaultQueue}, workflows.Sandbox, in)
 	if err != nil {
@@ -69,7 +69,7 @@ func TestSwitch(t *testing.T) {
 // which image runs.
 func TestSwitchImage(t *testing.T) {
 	ctx := t.Context()
-	c := berth(t)
+	c := startBerth(t)
 	layout := t.TempDir()
 	imagetest.WriteLayout(t, layout, "v1", imagetest.Layer(t, imagetest.RootFS(t)...))
 	image := "oci:" + layout + ":v1"

@@ -9,7 +9,7 @@ import (
 	"github.com/berth-dev/berth/session"
 )
 
-// Backend is what the UI needs from berth; client.Sessions implements
+// Backend is what the UI needs from berth; berth.Sessions implements
 // it. id names a session: its Info.ID, or its title when exactly one
 // session has that title.
 type Backend interface {

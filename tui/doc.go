@@ -2,7 +2,7 @@
 // person's agent sessions, and a conversation view that follows one
 // session live, built with bubbletea.
 //
-// It talks to berth only through Backend (client.Sessions implements
+// It talks to berth only through Backend (berth.Sessions implements
 // it), never to Temporal directly, so that a test drives it with a fake
 // of a few dozen lines.
 //

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/connflags"
 	"github.com/berth-dev/berth/provider"
@@ -86,7 +86,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 	providers.register(cmd)
 	// berth's connection flags: the berth command hands them over after
 	// the command's name, wherever they were.
-	cf.Register(cmd.Flags(), client.DefaultRetryFor)
+	cf.Register(cmd.Flags(), berth.DefaultRetryFor)
 	return cmd
 }
 

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/connflags"
 )
 
@@ -21,12 +21,12 @@ type connFlags struct{ connflags.Flags }
 
 // register declares the flags on the root, for every command.
 func (f *connFlags) register(cmd *cobra.Command) {
-	f.Register(cmd.PersistentFlags(), client.DefaultRetryFor)
+	f.Register(cmd.PersistentFlags(), berth.DefaultRetryFor)
 }
 
 // options makes the Temporal client options the flags, the environment
 // and the config file say.
-func (f *connFlags) options() (tclient.Options, error) {
+func (f *connFlags) options() (client.Options, error) {
 	opts, err := f.Options()
 	if err != nil {
 		return opts, err
@@ -37,7 +37,7 @@ func (f *connFlags) options() (tclient.Options, error) {
 
 // dial connects to the Temporal server, saying at once, in one line,
 // when it is not there.
-func (f *connFlags) dial(ctx context.Context) (*client.Client, error) {
+func (f *connFlags) dial(ctx context.Context) (*berth.Client, error) {
 	opts, err := f.options()
 	if err != nil {
 		return nil, err
@@ -47,7 +47,7 @@ func (f *connFlags) dial(ctx context.Context) (*client.Client, error) {
 		return nil, err
 	}
 	var told outageNotice
-	return client.New(c, client.WithRetryFor(f.RetryFor), client.OnWait(func(err error) {
+	return berth.New(c, berth.WithRetryFor(f.RetryFor), berth.OnWait(func(err error) {
 		told.tell(f.RetryFor, func() {
 			fmt.Fprintf(os.Stderr, "berth: the Temporal server at %s is unavailable; retrying for up to %v\n", opts.HostPort, f.RetryFor)
 		})

@@ -8,7 +8,7 @@ import (
 	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/errdefs/temporalerr"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 )
@@ -32,7 +32,7 @@ func (e usageError) Error() string { return e.err.Error() }
 // Temporal server or a workflow, its kind and reason (temporalerr.OneLine),
 // not the chain; for berth's own, its message.
 func oneLine(err error) string {
-	var gone *client.UnavailableError
+	var gone *berth.UnavailableError
 	if errors.As(err, &gone) {
 		return flatten(err.Error()) // says whether it may have run
 	}

@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -23,7 +23,7 @@ type listing[R any] struct {
 	short   string // the command's short help
 	allHelp string // -a's help
 	// list lists the rows; all is -a.
-	list func(ctx context.Context, c *client.Client, all bool) ([]R, error)
+	list func(ctx context.Context, c *berth.Client, all bool) ([]R, error)
 	id   func(R) string
 	// header is the table's header, and line a row's line, each
 	// tab-separated.
@@ -92,7 +92,7 @@ func (l listing[R]) print(rows []R, quiet bool, outFmt format) error {
 // listWorkflows lists the workflows of type kind (a workflows.*WorkflowName,
 // or a legacy name of it), running ones unless all, as rows made by
 // row, through every page of the answer.
-func listWorkflows[R any](ctx context.Context, c tclient.Client, kind string, all bool, row func(*workflowpb.WorkflowExecutionInfo) R) ([]R, error) {
+func listWorkflows[R any](ctx context.Context, c client.Client, kind string, all bool, row func(*workflowpb.WorkflowExecutionInfo) R) ([]R, error) {
 	query := "WorkflowType IN (" + strings.Join(typeNames(kind), ", ") + ")"
 	if !all {
 		query += " AND ExecutionStatus = 'Running'"

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent/model"
-	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
@@ -152,7 +152,7 @@ const modelStatusWait = 30 * time.Second
 
 // modelStatus asks the session manager: a worker serving the sessions'
 // model checks it now. Its failure is the model's reason.
-func modelStatus(ctx context.Context, c *client.Client) model.Status {
+func modelStatus(ctx context.Context, c *berth.Client) model.Status {
 	// A worker that does not know the question (an older berth) must
 	// not hold the providers' answer.
 	ctx, cancel := context.WithTimeout(ctx, modelStatusWait)
@@ -165,7 +165,7 @@ func modelStatus(ctx context.Context, c *client.Client) model.Status {
 }
 
 // providerStatuses asks the catalog: only workers know.
-func providerStatuses(ctx context.Context, c *client.Client) ([]sandbox.HostProviders, error) {
+func providerStatuses(ctx context.Context, c *berth.Client) ([]sandbox.HostProviders, error) {
 	return c.Catalog().Providers(ctx)
 }
 

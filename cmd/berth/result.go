@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/workflows"
 )
@@ -102,7 +102,7 @@ func (s *sink) result(what, id string, out workflows.RunOutput, err error) error
 	for _, w := range s.clean {
 		_ = w.Close() // a carriage return held at the end; nothing to do if the terminal is gone
 	}
-	if s.f == formatText || err != nil && !errors.Is(err, client.ErrIncomplete) {
+	if s.f == formatText || err != nil && !errors.Is(err, berth.ErrIncomplete) {
 		return runResult(what, out, err)
 	}
 	r := commandResult{

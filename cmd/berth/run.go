@@ -13,10 +13,10 @@ import (
 
 	"github.com/berth-dev/berth/errdefs"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sys/unix"
 
@@ -82,12 +82,12 @@ always follows "--", and "berth run -- ls" runs ls.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			id := client.NewID("run-")
+			id := berth.NewID("run-")
 			// Not abandoned on an interrupt: followOrCancel cancels it.
 			// The same id on every try: a server restart under the start
 			// starts it once.
 			err = c.Retry(context.WithoutCancel(ctx), func(ctx context.Context) error {
-				_, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{
+				_, err := c.Temporal().ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 					ID: id, TaskQueue: sandbox.DefaultQueue,
 					WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 					Memo:                     map[string]any{workflows.MemoCommand: shorten(strings.Join(args, " "), maxMemoCommand)},
@@ -128,7 +128,7 @@ const cancelWait = 30 * time.Second
 // an interrupt (ctx done) cancels the run: the workflow destroys its
 // sandbox on the way out, and berth follows it until it is closed, at
 // most cancelWait, printing what is left of the output.
-func followOrCancel(ctx context.Context, c *client.Client, id string, sink *sink) error {
+func followOrCancel(ctx context.Context, c *berth.Client, id string, sink *sink) error {
 	followCtx, stopFollowing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFollowing()
 	var (
@@ -250,7 +250,7 @@ func parseBytes(s string) (int64, error) {
 // it, into berth's exit: the command's own (runExit) when its output
 // arrived whole; exitBerth, with a line on stderr, when it did not.
 func runResult(what string, out workflows.RunOutput, err error) error {
-	if errors.Is(err, client.ErrIncomplete) {
+	if errors.Is(err, berth.ErrIncomplete) {
 		fmt.Fprintf(os.Stderr, "berth: %s: %v\n", what, err)
 		return exitError{exitBerth}
 	}

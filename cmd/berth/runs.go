@@ -20,7 +20,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -72,7 +72,7 @@ func newRunLs(cf *connFlags) *cobra.Command {
 }
 
 // listRuns lists the Run workflows, running ones unless all.
-func listRuns(ctx context.Context, c *client.Client, all bool) ([]runRow, error) {
+func listRuns(ctx context.Context, c *berth.Client, all bool) ([]runRow, error) {
 	rows, err := listWorkflows(ctx, c.Temporal(), workflows.RunWorkflowName, all, runRowOf)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %s", oneLine(err))
@@ -146,7 +146,7 @@ or has already ended is an error (exit 125).`,
 }
 
 // cancelRun cancels the run id and waits for it to end.
-func cancelRun(ctx context.Context, c *client.Client, id string) error {
+func cancelRun(ctx context.Context, c *berth.Client, id string) error {
 	var desc *workflowservice.DescribeWorkflowExecutionResponse
 	err := c.Retry(ctx, func(ctx context.Context) error {
 		var err error

@@ -19,11 +19,11 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
@@ -180,10 +180,10 @@ func validateName(name string) error {
 
 // createSandbox starts a sandbox's workflow. Sent again after a server
 // restart, the start finds the workflow its first try started.
-func createSandbox(ctx context.Context, c *client.Client, name string, in workflows.SandboxInput) error {
+func createSandbox(ctx context.Context, c *berth.Client, name string, in workflows.SandboxInput) error {
 	started := false
 	err := c.Retry(ctx, func(ctx context.Context) error {
-		_, err := c.Temporal().ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{
+		_, err := c.Temporal().ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: name, TaskQueue: sandbox.DefaultQueue,
 			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 			WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
@@ -211,7 +211,7 @@ func createSandbox(ctx context.Context, c *client.Client, name string, in workfl
 
 // waitReady waits until a sandbox's workflow has created its sandbox, or
 // ended trying.
-func waitReady(ctx context.Context, cl *client.Client, id string) error {
+func waitReady(ctx context.Context, cl *berth.Client, id string) error {
 	c := cl.Temporal()
 	for {
 		st, err := status(ctx, c, id)
@@ -232,7 +232,7 @@ func waitReady(ctx context.Context, cl *client.Client, id string) error {
 	}
 }
 
-func status(ctx context.Context, c tclient.Client, id string) (workflows.SandboxStatus, error) {
+func status(ctx context.Context, c client.Client, id string) (workflows.SandboxStatus, error) {
 	var st workflows.SandboxStatus
 	v, err := c.QueryWorkflow(ctx, id, "", workflows.QuerySandbox)
 	if err == nil {
@@ -259,7 +259,7 @@ func cause(err error) error {
 
 // update runs one update on a sandbox and waits for its result, showing
 // the progress of the snapshots and restores it waits for.
-func update(ctx context.Context, c *client.Client, id, name string, out any, args ...any) error {
+func update(ctx context.Context, c *berth.Client, id, name string, out any, args ...any) error {
 	if err := notForSession(id, name); err != nil {
 		return err
 	}
@@ -320,7 +320,7 @@ func updateErr(id string, err error) error {
 // showProgress reports on stderr, once a second after the first, how far
 // the snapshots and restores of a sandbox's workflow have gone, until
 // the function it returns is called.
-func showProgress(ctx context.Context, c tclient.Client, id string) (stop func()) {
+func showProgress(ctx context.Context, c client.Client, id string) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -406,7 +406,7 @@ func newSandboxLs(cf *connFlags) *cobra.Command {
 }
 
 // listSandboxes lists the Sandbox workflows, running ones unless all.
-func listSandboxes(ctx context.Context, c *client.Client, all bool) ([]sandboxRow, error) {
+func listSandboxes(ctx context.Context, c *berth.Client, all bool) ([]sandboxRow, error) {
 	dc := converter.GetDefaultDataConverter()
 	rows, err := listWorkflows(ctx, c.Temporal(), workflows.SandboxWorkflowName, all, func(e *workflowpb.WorkflowExecutionInfo) sandboxRow {
 		r := sandboxRow{ID: e.Execution.GetWorkflowId(), Created: e.GetStartTime().AsTime()}
@@ -440,7 +440,7 @@ func listSandboxes(ctx context.Context, c *client.Client, all bool) ([]sandboxRo
 
 // markNoWorker marks the held sandboxes whose host's queue no worker
 // has polled for noWorkerAfter.
-func markNoWorker(ctx context.Context, c tclient.Client, rows []sandboxRow) error {
+func markNoWorker(ctx context.Context, c client.Client, rows []sandboxRow) error {
 	unpolled := map[string]*time.Duration{} // by queue; nil: no poll known
 	for i := range rows {
 		r := &rows[i]

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/workflows"
 )
@@ -22,7 +22,7 @@ import (
 // which goes on, and its output with it; a second detaches: the command
 // goes on in the sandbox, and berth says how to attach to it again and
 // exits 130.
-func followCommand(ctx context.Context, cmd *client.Command, sink *sink) error {
+func followCommand(ctx context.Context, cmd *berth.Command, sink *sink) error {
 	followCtx, stopFollowing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFollowing()
 	var detached atomic.Bool

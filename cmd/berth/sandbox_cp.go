@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/tartree"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/transfer"
@@ -107,7 +107,7 @@ func workspaceRel(p string) string {
 // copyOut copies a file or directory of a sandbox out to dst: the
 // sandbox's workflow exports it as a tar stream, which comes through the
 // server and is unpacked here as it arrives.
-func copyOut(ctx context.Context, c *client.Client, id, src, dst string) error {
+func copyOut(ctx context.Context, c *berth.Client, id, src, dst string) error {
 	clean := path.Clean(src)
 	root := src == "" || clean == "."
 	target := dst
@@ -142,7 +142,7 @@ func copyOut(ctx context.Context, c *client.Client, id, src, dst string) error {
 // tar stream written through the server to the sandbox's worker, which
 // the sandbox's workflow then imports. Symbolic links are copied as
 // links; other special files are left out.
-func copyIn(ctx context.Context, c *client.Client, id, src, dst string) error {
+func copyIn(ctx context.Context, c *berth.Client, id, src, dst string) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTar(pw, src, dst)) }()
 	err := c.Import(ctx, sandboxWorkflow(id), pr)
@@ -157,7 +157,7 @@ func copyIn(ctx context.Context, c *client.Client, id, src, dst string) error {
 // sandbox's workspace: its entries, renamed below dir, are imported as
 // copyIn's are, all or none. The stream is the user's, but the sandbox
 // checks every entry as it checks any import.
-func copyTarIn(ctx context.Context, c *client.Client, id string, r io.Reader, dir string) error {
+func copyTarIn(ctx context.Context, c *berth.Client, id string, r io.Reader, dir string) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(renameTar(pw, r, dir)) }()
 	err := c.Import(ctx, sandboxWorkflow(id), pr)

@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
-	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/session"
 )
@@ -27,7 +27,7 @@ type sessionFlags struct {
 }
 
 // runE makes a command's RunE from what it does with the sessions.
-func (f *sessionFlags) runE(do func(cmd *cobra.Command, args []string, s *client.Sessions) error) func(*cobra.Command, []string) error {
+func (f *sessionFlags) runE(do func(cmd *cobra.Command, args []string, s *berth.Sessions) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		s, done, err := f.dial(cmd.Context())
 		if err != nil {
@@ -39,7 +39,7 @@ func (f *sessionFlags) runE(do func(cmd *cobra.Command, args []string, s *client
 }
 
 // dial connects, and returns the sessions and a function to close.
-func (f *sessionFlags) dial(ctx context.Context) (*client.Sessions, func(), error) {
+func (f *sessionFlags) dial(ctx context.Context) (*berth.Sessions, func(), error) {
 	c, err := f.cf.dial(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -74,7 +74,7 @@ func newSessionLs(sf *sessionFlags) *cobra.Command {
 	l := listing[session.Info]{
 		short:   "List the sessions",
 		allHelp: "list ended sessions too",
-		list: func(ctx context.Context, c *client.Client, all bool) ([]session.Info, error) {
+		list: func(ctx context.Context, c *berth.Client, all bool) ([]session.Info, error) {
 			if all {
 				return c.Sessions(sf.manager).ListAll(ctx)
 			}
@@ -110,7 +110,7 @@ func newSessionNew(sf *sessionFlags) *cobra.Command {
 		Use:   "new",
 		Short: "Start a session and print its id",
 		Args:  usageArgs(cobra.NoArgs),
-		RunE: sf.runE(func(cmd *cobra.Command, _ []string, s *client.Sessions) error {
+		RunE: sf.runE(func(cmd *cobra.Command, _ []string, s *berth.Sessions) error {
 			info, err := s.Create(cmd.Context(), req)
 			if err != nil {
 				return err
@@ -186,7 +186,7 @@ one event a line: {"type": "turn"|"text"|"call"|"stdout"|"stderr"|"approval"|"ou
 				return nil
 			}
 			t, err := s.Follow(ctx, args[0], turn, p.see)
-			if gone := (*client.UnavailableError)(nil); errors.As(err, &gone) {
+			if gone := (*berth.UnavailableError)(nil); errors.As(err, &gone) {
 				// What may have run is the turn, whatever call waited
 				// for it; the session shows its end.
 				gone.Op = fmt.Sprintf("session %s turn %d", args[0], turn)
@@ -209,7 +209,7 @@ func newSessionShow(sf *sessionFlags) *cobra.Command {
 		Use:   "show SESSION",
 		Short: "Show a session's turns, status and token usage",
 		Args:  usageArgs(cobra.ExactArgs(1)),
-		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *berth.Sessions) error {
 			st, err := s.State(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -261,7 +261,7 @@ func newSessionFork(sf *sessionFlags) *cobra.Command {
 		Use:   "fork SESSION",
 		Short: "Start a session with another's conversation and a copy of its workspace; print its id",
 		Args:  usageArgs(cobra.ExactArgs(1)),
-		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *berth.Sessions) error {
 			req.Session = args[0]
 			info, err := s.Fork(cmd.Context(), req)
 			if err != nil {
@@ -282,7 +282,7 @@ func newSessionSwitch(sf *sessionFlags) *cobra.Command {
 		Use:   "switch SESSION PROVIDER",
 		Short: "Move a session's workspace to another provider",
 		Args:  usageArgs(cobra.ExactArgs(2)),
-		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *berth.Sessions) error {
 			req.Session, req.Provider = args[0], args[1]
 			_, err := s.Switch(cmd.Context(), req)
 			return err
@@ -297,7 +297,7 @@ func newSessionRename(sf *sessionFlags) *cobra.Command {
 		Use:   "rename SESSION TITLE",
 		Short: "Give a session a new title",
 		Args:  usageArgs(cobra.ExactArgs(2)),
-		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *berth.Sessions) error {
 			_, err := s.Rename(cmd.Context(), session.RenameRequest{Session: args[0], Title: args[1]})
 			return err
 		}),
@@ -313,7 +313,7 @@ func newSessionRm(sf *sessionFlags) *cobra.Command {
 workspace and its conversation are deleted, unless --keep, which keeps
 the workspace as a snapshot and prints the snapshot's id instead.`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
-		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *berth.Sessions) error {
 			for _, ref := range args {
 				res, err := s.Destroy(cmd.Context(), session.DestroyRequest{Session: ref, Keep: keep})
 				if err != nil {
@@ -345,7 +345,7 @@ func newSessionApprove(sf *sessionFlags, use string, approve bool) *cobra.Comman
 		Short: short,
 		Long:  short + ": the one named, or the only one awaiting.",
 		Args:  usageArgs(cobra.RangeArgs(1, 2)),
-		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *berth.Sessions) error {
 			ctx := cmd.Context()
 			var id string
 			if len(args) == 2 {
@@ -390,7 +390,7 @@ func newSessionPause(sf *sessionFlags, use string) *cobra.Command {
 		Use:   use + " SESSION",
 		Short: short,
 		Args:  usageArgs(cobra.ExactArgs(1)),
-		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *client.Sessions) error {
+		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *berth.Sessions) error {
 			op := s.Pause
 			if use == "resume" {
 				op = s.Resume

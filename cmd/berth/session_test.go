@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/internal/fakemodel"
@@ -305,7 +305,7 @@ func TestAgentWorkerKilled(t *testing.T) {
 	// The manager, started ahead of the CLI, gives sessions a short model
 	// heartbeat, so that a model call cut off is retried in seconds.
 	in := session.ManagerInput{Session: agent.SessionInput{ModelHeartbeatTimeout: 3 * time.Second}}
-	if _, err := c.ExecuteWorkflow(t.Context(), tclient.StartWorkflowOptions{ID: session.DefaultManagerID, TaskQueue: sandbox.DefaultQueue},
+	if _, err := c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{ID: session.DefaultManagerID, TaskQueue: sandbox.DefaultQueue},
 		session.WorkflowName, in); err != nil {
 		t.Fatal(err)
 	}

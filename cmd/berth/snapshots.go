@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
@@ -26,7 +26,7 @@ berth's own checkpoints are deleted with their sandbox.`,
 }
 
 // snapshots asks the catalog: only workers reach the store.
-func snapshots(ctx context.Context, c *client.Client, in workflows.SnapshotsInput) (workflows.SnapshotsOutput, error) {
+func snapshots(ctx context.Context, c *berth.Client, in workflows.SnapshotsInput) (workflows.SnapshotsOutput, error) {
 	return c.Catalog().Snapshots(ctx, in)
 }
 
@@ -58,7 +58,7 @@ func newSnapshotLs(cf *connFlags) *cobra.Command {
 
 // listSnapshots lists users' snapshots, and berth's checkpoints too when
 // all.
-func listSnapshots(ctx context.Context, c *client.Client, all bool) ([]snapshotRow, error) {
+func listSnapshots(ctx context.Context, c *berth.Client, all bool) ([]snapshotRow, error) {
 	out, err := snapshots(ctx, c, workflows.SnapshotsInput{})
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %s", oneLine(err))

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/transfer"
 	"github.com/berth-dev/berth/workflows"
@@ -60,7 +60,7 @@ func isTerminal(fd int) bool {
 // interactive), berth's window size is the terminal's, and berth exits
 // with the command's exit code. The local terminal is put back on every
 // way out: the command's end, an error, a panic, SIGTERM or SIGHUP.
-func runOnTerminal(ctx context.Context, c *client.Client, id string, req workflows.ExecRequest, interactive bool) (err error) {
+func runOnTerminal(ctx context.Context, c *berth.Client, id string, req workflows.ExecRequest, interactive bool) (err error) {
 	in, out := int(os.Stdin.Fd()), int(os.Stdout.Fd())
 	size, ok := terminalSize(out)
 	if !ok {

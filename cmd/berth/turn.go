@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/tools"
-	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/termtext"
 )
 
@@ -161,7 +161,7 @@ func (p *turnPrinter) follow(id string, keys [2]string) {
 			p.poll(ctx, l)
 			select {
 			case <-ctx.Done():
-			case <-time.After(client.LiveEvery):
+			case <-time.After(berth.LiveEvery):
 			}
 		}
 	}()

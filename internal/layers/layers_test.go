@@ -71,10 +71,12 @@ func exactly(rel string) func(string) bool {
 	return func(path string) bool { return path == module+"/"+rel }
 }
 
+// under matches the packages at or below each rel; "." is the module's
+// root package alone (the SDK), not the whole module.
 func under(rels ...string) func(string) bool {
 	return func(path string) bool {
 		for _, rel := range rels {
-			if within(path, rel) {
+			if rel == "." && path == module || rel != "." && within(path, rel) {
 				return true
 			}
 		}
@@ -130,7 +132,7 @@ var rules = []rule{
 	{exactly("cmd/berth-sandboxd"), hostSide, true,
 		"berth-sandboxd runs in every sandbox (and is uploaded into remote ones): it links the providers' in-sandbox packages, no host code"},
 	{under("provider", "sandboxd", "snapshot", "transfer", "activities", "sandbox", "workflows"),
-		under("client", "cmd", "hostworker", "devserver"), true,
+		under(".", "cmd", "hostworker", "devserver"), true,
 		"layers 1 to 4 know nothing of the front ends and hosts built on them"},
 	{under("transfer"), func(path string) bool { return berth(path) && !under("internal", "transfer")(path) }, true,
 		"transfer is the output and transfer format, and its relay: they stand below every layer that moves bytes"},
@@ -146,14 +148,14 @@ var rules = []rule{
 		"the Updates a sandbox's owner serves (layer 3, beside the handle) drive the sandbox through the handle alone"},
 	{under("workflows"), under("activities"), false,
 		"workflows (layer 4) are built from the sandbox handle alone"},
-	{under("cmd/berth", "client"), under("activities"), false,
+	{under("cmd/berth", "."), under("activities"), false,
 		"front ends reach sandboxes through workflows, never through activities"},
 	{under("cmd/berth"), func(path string) bool {
 		return prefix("go.temporal.io/server")(path) || under("devserver", "hostworker")(path) || providerImpl(path)
 	}, true,
 		"the berth command links neither the Temporal server, nor a host, nor a provider: it starts in milliseconds, and hands dev and worker to berth-host"},
-	{under("client"), providerImpl, true,
-		"a front end's library links no provider: providers live in workers"},
+	{under("."), providerImpl, true,
+		"the SDK (the module's root package, every front end's library) links no provider: providers live in workers"},
 	{under("sandbox", "workflows", "activities"), providerImpl, true,
 		"layers 2 to 4 reach providers only through the provider interface and the registry"},
 	{under("agent/chat"), func(path string) bool {
@@ -168,7 +170,7 @@ var rules = []rule{
 		return prefix("github.com/openai/")(path) || under("agent/model")(path) || providerImpl(path)
 	}, true,
 		"the agent's tools know nothing of the model or of any provider"},
-	{under("agent", "session"), under("client", "cmd", "hostworker", "devserver"), true,
+	{under("agent", "session"), under(".", "cmd", "hostworker", "devserver"), true,
 		"the agent's packages and its session manager know nothing of the front ends and hosts built on them"},
 	{under("agent"), under("session"), true,
 		"the agent knows nothing of the session manager built on it (their signals are held equal by session's tests)"},
@@ -185,7 +187,7 @@ var rules = []rule{
 	{under("provider", "sandboxd", "snapshot", "transfer", "activities", "sandbox", "workflows"), under("agent", "session"), true,
 		"berth's sandbox layers know nothing of the coding agent built on them"},
 	{under("tui"), func(path string) bool {
-		return prefix("go.temporal.io/")(path) || under("client", "cmd", "activities", "workflows", "sandbox", "provider", "hostworker")(path)
+		return prefix("go.temporal.io/")(path) || under(".", "cmd", "activities", "workflows", "sandbox", "provider", "hostworker")(path)
 	}, false,
 		"berth chat's terminal UI reaches berth through its Backend interface alone, never Temporal or berth's layers"},
 	{func(path string) bool { return prefix(module+"/")(path) && !under("cmd", "tui")(path) }, under("tui"), true,

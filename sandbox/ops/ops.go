@@ -96,7 +96,7 @@ type WriteFilesRequest struct {
 
 // ImportRequest names a tar stream a front end stored in the output blob
 // store, under the workflow's transfer.UploadPrefix (through the relay:
-// see package client), to unpack into the workspace. Parts is the
+// see the SDK, package berth), to unpack into the workspace. Parts is the
 // number of parts it is stored in; zero means one object.
 type ImportRequest struct {
 	Blob  string `json:"blob"`

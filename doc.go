@@ -27,4 +27,4 @@
 // An output that cannot be had whole is an error (ErrIncomplete), never
 // a silent truncation: what could be had is written, and the error says
 // how much is missing.
-package client
+package berth

@@ -1,11 +1,11 @@
-package client
+package berth
 
 import (
 	"context"
 
 	"github.com/berth-dev/berth/errdefs/temporalerr"
 
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 )
 
 // Update runs the Update name on workflow workflowID and waits for its
@@ -28,14 +28,14 @@ func (c *Client) Update(ctx context.Context, workflowID, updateID, name string, 
 // then follows it (see Exec) and waits for its result with WaitUpdate.
 // Until it is accepted, a restart of the server can lose it: it is sent
 // again, with its id.
-func (c *Client) StartUpdate(ctx context.Context, workflowID, updateID, name string, args ...any) (tclient.WorkflowUpdateHandle, error) {
-	var h tclient.WorkflowUpdateHandle
+func (c *Client) StartUpdate(ctx context.Context, workflowID, updateID, name string, args ...any) (client.WorkflowUpdateHandle, error) {
+	var h client.WorkflowUpdateHandle
 	sent := false
 	err := c.retry(ctx, func(ctx context.Context) error {
 		var err error
-		h, err = c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
+		h, err = c.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID: workflowID, UpdateID: updateID, UpdateName: name, Args: args,
-			WaitForStage: tclient.WorkflowUpdateStageAccepted,
+			WaitForStage: client.WorkflowUpdateStageAccepted,
 		})
 		sent = sent || err == nil || temporalerr.ServerUnavailable(err)
 		return err
@@ -47,7 +47,7 @@ func (c *Client) StartUpdate(ctx context.Context, workflowID, updateID, name str
 // out server restarts: an accepted Update is in the history of the run
 // that accepted it, and asking that run, not the workflow's latest,
 // finds its result even after the workflow continued as new.
-func (c *Client) WaitUpdate(ctx context.Context, h tclient.WorkflowUpdateHandle, name string, out any) error {
+func (c *Client) WaitUpdate(ctx context.Context, h client.WorkflowUpdateHandle, name string, out any) error {
 	// Its result, or its rejection; while the server is away, the same
 	// update's, asked again by id.
 	first := true
@@ -56,7 +56,7 @@ func (c *Client) WaitUpdate(ctx context.Context, h tclient.WorkflowUpdateHandle,
 			first = false
 			return h.Get(ctx, out)
 		}
-		return c.temporal.GetWorkflowUpdateHandle(tclient.GetWorkflowUpdateHandleOptions{
+		return c.temporal.GetWorkflowUpdateHandle(client.GetWorkflowUpdateHandleOptions{
 			WorkflowID: h.WorkflowID(), RunID: h.RunID(), UpdateID: h.UpdateID(),
 		}).Get(ctx, out)
 	})

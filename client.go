@@ -1,4 +1,4 @@
-package client
+package berth
 
 import (
 	"github.com/berth-dev/berth/internal/randid"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/berth-dev/berth/errdefs/temporalerr"
 
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -24,7 +24,7 @@ const DefaultRetryFor = 2 * time.Minute
 
 // Client drives berth's workflows through a Temporal client.
 type Client struct {
-	temporal tclient.Client
+	temporal client.Client
 	retryFor time.Duration
 	onWait   func(error)
 	http     *http.Client
@@ -49,7 +49,7 @@ func WithRetryFor(d time.Duration) Option { return func(c *Client) { c.retryFor 
 func OnWait(f func(err error)) Option { return func(c *Client) { c.onWait = f } }
 
 // New makes a Client over a Temporal client, which the caller closes.
-func New(c tclient.Client, opts ...Option) *Client {
+func New(c client.Client, opts ...Option) *Client {
 	cl := &Client{temporal: c, retryFor: DefaultRetryFor, http: &http.Client{Timeout: directTimeout}}
 	for _, o := range opts {
 		o(cl)
@@ -61,7 +61,7 @@ func New(c tclient.Client, opts ...Option) *Client {
 }
 
 // Temporal is the Temporal client underneath.
-func (c *Client) Temporal() tclient.Client { return c.temporal }
+func (c *Client) Temporal() client.Client { return c.temporal }
 
 // UnavailableError is an operation given up on because the server was
 // unavailable for longer than the client's RetryFor.
@@ -181,7 +181,7 @@ func (c *Client) watchServer(ctx context.Context, waiting func(error)) (context.
 			case <-tick.C:
 			}
 			hctx, hcancel := context.WithTimeout(wctx, healthTimeout)
-			_, err := c.temporal.CheckHealth(hctx, &tclient.CheckHealthRequest{})
+			_, err := c.temporal.CheckHealth(hctx, &client.CheckHealthRequest{})
 			hcancel()
 			switch {
 			case err == nil:

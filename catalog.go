@@ -1,4 +1,4 @@
-package client
+package berth
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"github.com/berth-dev/berth/errdefs/temporalerr"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
@@ -42,7 +42,7 @@ func (k *Catalog) Snapshots(ctx context.Context, in workflows.SnapshotsInput) (w
 }
 
 func (k *Catalog) ask(ctx context.Context, update string, out any, args ...any) error {
-	start := tclient.StartWorkflowOptions{
+	start := client.StartWorkflowOptions{
 		ID: workflows.CatalogID(k.Queue), TaskQueue: k.Queue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		StaticSummary:            workflows.CatalogSummary(k.Queue),
@@ -53,18 +53,18 @@ func (k *Catalog) ask(ctx context.Context, update string, out any, args ...any) 
 // updateWithStart runs an Update on the workflow start names, starting
 // it with input if it is not running, and waits for its result. Sent
 // again after a server restart, the Update runs once.
-func (c *Client) updateWithStart(ctx context.Context, start tclient.StartWorkflowOptions, workflow string, input any, update string, out any, args ...any) error {
+func (c *Client) updateWithStart(ctx context.Context, start client.StartWorkflowOptions, workflow string, input any, update string, out any, args ...any) error {
 	updateID := NewID(update + "-")
-	var h tclient.WorkflowUpdateHandle
+	var h client.WorkflowUpdateHandle
 	sent := false
 	err := c.retry(ctx, func(ctx context.Context) error {
 		op := c.temporal.NewWithStartWorkflowOperation(start, workflow, input)
 		var err error
-		h, err = c.temporal.UpdateWithStartWorkflow(ctx, tclient.UpdateWithStartWorkflowOptions{
+		h, err = c.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 			StartWorkflowOperation: op,
-			UpdateOptions: tclient.UpdateWorkflowOptions{
+			UpdateOptions: client.UpdateWorkflowOptions{
 				UpdateID: updateID, UpdateName: update, Args: args,
-				WaitForStage: tclient.WorkflowUpdateStageAccepted,
+				WaitForStage: client.WorkflowUpdateStageAccepted,
 			},
 		})
 		sent = sent || err == nil || temporalerr.ServerUnavailable(err)

@@ -1,4 +1,4 @@
-package client
+package berth
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/berth-dev/berth/errdefs/temporalerr"
 
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/transfer"
 	"github.com/berth-dev/berth/workflows"
@@ -136,7 +136,7 @@ type Command struct {
 	ID      string
 	// h waits for the command's result: its berth.exec Update, or a
 	// berth.attach.
-	h    tclient.WorkflowUpdateHandle
+	h    client.WorkflowUpdateHandle
 	name string
 }
 
@@ -205,13 +205,13 @@ func (c *Client) commandKeys(sandboxID, updateID string) func(ctx context.Contex
 }
 
 // execResult waits for the result of the exec Update updateID.
-func (c *Client) execResult(sandboxID, updateID string, h tclient.WorkflowUpdateHandle) func(ctx context.Context) (workflows.RunOutput, error) {
+func (c *Client) execResult(sandboxID, updateID string, h client.WorkflowUpdateHandle) func(ctx context.Context) (workflows.RunOutput, error) {
 	return c.updateResult(sandboxID, updateID, h, workflows.UpdateExec)
 }
 
 // updateResult waits for the result of the command commandID: the
 // Update h, named name (berth.exec, or berth.attach).
-func (c *Client) updateResult(sandboxID, commandID string, h tclient.WorkflowUpdateHandle, name string) func(ctx context.Context) (workflows.RunOutput, error) {
+func (c *Client) updateResult(sandboxID, commandID string, h client.WorkflowUpdateHandle, name string) func(ctx context.Context) (workflows.RunOutput, error) {
 	return func(ctx context.Context) (workflows.RunOutput, error) {
 		var out workflows.RunOutput
 		err := c.WaitUpdate(ctx, h, name, &out)
@@ -257,9 +257,9 @@ func (c *Client) FollowRun(ctx context.Context, runID string, stdout, stderr io.
 func (c *Client) commandResult(ctx context.Context, runID string) (workflows.RunOutput, error) {
 	var out workflows.RunOutput
 	err := c.retry(ctx, func(ctx context.Context) error {
-		h, err := c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
+		h, err := c.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID: runID, UpdateName: workflows.UpdateRunResult,
-			WaitForStage: tclient.WorkflowUpdateStageCompleted,
+			WaitForStage: client.WorkflowUpdateStageCompleted,
 		})
 		if err != nil {
 			return err

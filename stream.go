@@ -1,4 +1,4 @@
-package client
+package berth
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 
 	"go.temporal.io/api/serviceerror"
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/berth-dev/berth/transfer"
@@ -236,9 +236,9 @@ func (c *Client) DeleteStream(ctx context.Context, workflowID, key string) error
 // arguments.
 func (c *Client) relayUpdate(ctx context.Context, workflowID, name, op string, args ...any) error {
 	err := c.retry(ctx, func(ctx context.Context) error {
-		h, err := c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
+		h, err := c.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID: workflowID, UpdateName: name, Args: args,
-			WaitForStage: tclient.WorkflowUpdateStageAccepted,
+			WaitForStage: client.WorkflowUpdateStageAccepted,
 		})
 		if err == nil {
 			err = h.Get(ctx, nil)

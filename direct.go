@@ -1,4 +1,4 @@
-package client
+package berth
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/berth-dev/berth/transfer"
@@ -210,10 +210,10 @@ func (c *Client) put(ctx context.Context, url string, data []byte) error {
 // of upload key, of the sizes given. An error of type BadInput is the
 // upload's bound; any other means the relay.
 func (c *Client) signPut(ctx context.Context, workflowID, key string, first int, sizes []int64) ([]string, error) {
-	h, err := c.temporal.UpdateWorkflow(ctx, tclient.UpdateWorkflowOptions{
+	h, err := c.temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: workflowID, UpdateName: transfer.UpdateSign,
 		Args:         []any{transfer.SignRequest{Key: key, First: first, Sizes: sizes}},
-		WaitForStage: tclient.WorkflowUpdateStageAccepted,
+		WaitForStage: client.WorkflowUpdateStageAccepted,
 	})
 	if err == nil {
 		err = h.Get(ctx, nil)

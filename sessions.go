@@ -1,4 +1,4 @@
-package client
+package berth
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/berth-dev/berth/errdefs"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	tclient "go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/agent/chat"
@@ -43,7 +43,7 @@ func (c *Client) Sessions(manager string) *Sessions {
 // manage runs one of the manager's Updates, starting the manager if it
 // is not running. Sent again after a server restart, it runs once.
 func (s *Sessions) manage(ctx context.Context, name string, out any, args ...any) error {
-	start := tclient.StartWorkflowOptions{
+	start := client.StartWorkflowOptions{
 		ID: s.Manager, TaskQueue: s.Queue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		StaticSummary:            session.ManagerSummary,
