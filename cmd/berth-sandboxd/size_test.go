@@ -11,7 +11,7 @@ import (
 // sandbox, and is uploaded into every remote one.
 const maxSize = 8 << 20
 
-// TestSize builds berth-sandboxd as docs/providers.md installs it and
+// TestSize builds berth-sandboxd as docs/providers/README.md installs it and
 // fails if it has grown past maxSize: a dependency of the host's (a
 // client, a telemetry or protobuf runtime) linked by mistake shows here
 // as megabytes, as internal/layers shows it as a package.

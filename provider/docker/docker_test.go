@@ -263,7 +263,7 @@ func TestContainer(t *testing.T) {
 	}
 	// A pause is the daemon's own stop of every other process, not
 	// Docker's freezer, so that the daemon can still end the sandbox at
-	// its lifetime (docs/providers.md): Docker sees it running.
+	// its lifetime (docs/providers/README.md): Docker sees it running.
 	insp, err = p.docker.ContainerInspect(t.Context(), sb.rec.Container, client.ContainerInspectOptions{})
 	if err != nil || insp.Container.State.Paused || !insp.Container.State.Running {
 		t.Errorf("after Pause, Docker says paused=%v running=%v (%v)", insp.Container.State.Paused, insp.Container.State.Running, err)

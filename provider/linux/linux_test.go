@@ -407,7 +407,7 @@ func checkNoInherited(t *testing.T, p *Provider) {
 	}
 }
 
-// buildDaemon builds berth-sandboxd for a test, as docs/providers.md
+// buildDaemon builds berth-sandboxd for a test, as docs/providers/README.md
 // installs it.
 func buildDaemon(t *testing.T) string {
 	t.Helper()
