@@ -58,8 +58,9 @@ type Carried struct {
 // The operations of a standalone sandbox are Workflow Updates with these
 // names, and its state the answer to QuerySandbox: a CLI, another
 // workflow or a Temporal SDK in any language can drive it. Arguments and
-// results are JSON; see docs/workflows.md. The commands and files are
-// package ops' Updates, which a coding agent's session serves too.
+// results are JSON; see docs/protocol.md, "berth.Sandbox". The commands
+// and files are package ops' Updates, which a coding agent's session
+// serves too.
 const (
 	UpdateExec       = ops.UpdateExec       // ExecRequest -> RunOutput
 	UpdateWriteFiles = ops.UpdateWriteFiles // WriteFilesRequest -> nothing

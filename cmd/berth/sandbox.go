@@ -39,7 +39,7 @@ func newSandbox(cf *connFlags) *cobra.Command {
 		Long: `A standalone sandbox lives in a workflow of its own until it is removed or
 its lifetime ends. It pauses when idle and wakes on the next command. Its
 operations are Workflow Updates, so other programs can drive it too (see
-docs/workflows.md).`,
+docs/protocol.md).`,
 	}
 	cmd.AddCommand(newSandboxCreate(cf), newSandboxExec(cf), newSandboxAttach(cf), newSandboxKill(cf), newSandboxShell(cf), newSandboxCp(cf), newSandboxLs(cf), newSandboxRm(cf),
 		newSandboxInspect(cf),

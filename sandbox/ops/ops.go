@@ -32,7 +32,7 @@ import (
 )
 
 // The Updates' names. Arguments and results are JSON; see
-// docs/workflows.md.
+// docs/protocol.md, "Commands and files".
 const (
 	UpdateExec       = "berth.exec"        // ExecRequest -> RunOutput
 	UpdateWriteFiles = "berth.write_files" // WriteFilesRequest -> nothing
