@@ -53,6 +53,7 @@ type Activities struct {
 	Parked *Parked
 
 	handoffs handoffs // commands ExecLocal handed to Exec
+	handles  handles  // sandboxes commands ran in, for the next
 }
 
 func (a *Activities) provider(name string) (provider.Provider, error) {
@@ -136,6 +137,7 @@ func (a *Activities) Destroy(ctx context.Context, ref refs.Sandbox) error {
 }
 
 func (a *Activities) destroy(ctx context.Context, ref refs.Sandbox) error {
+	a.handles.forget(ref)
 	sb, err := a.sandbox(ctx, ref)
 	if errdefs.KindOf(err) == errdefs.NotFound {
 		return nil

@@ -186,7 +186,7 @@ type execRun struct {
 // startExec starts running (or attaching to) a command, resuming its
 // stored output after prog.
 func (a *Activities) startExec(ctx context.Context, in ExecInput, prog execProgress) (*execRun, error) {
-	sb, err := a.sandbox(ctx, in.Sandbox)
+	sb, err := a.execSandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +242,68 @@ func (r *execRun) run(ctx context.Context, a *Activities, sb provider.Sandbox, i
 	}
 	res, err := sb.Exec(ctx, req)
 	close(stop)
+	if err != nil {
+		// A handle that failed is fetched afresh for the next command.
+		a.handles.forget(in.Sandbox)
+	}
 	r.out, r.err = r.result(res, err)
+}
+
+// execSandbox is a.sandbox for a command: the handle the last command
+// in the same sandbox used, when there is one. A provider's Get reads
+// the sandbox's record, file-system calls that cost more than a short
+// command's round trip to its daemon; a sandbox id names one sandbox
+// for its whole life (one re-created gets a new id), so the handle
+// stays good until a command through it fails, when it is dropped.
+func (a *Activities) execSandbox(ctx context.Context, ref refs.Sandbox) (provider.Sandbox, error) {
+	sb := a.handles.get(ref)
+	if sb == nil {
+		sb, err := a.sandbox(ctx, ref)
+		if err == nil {
+			a.handles.put(ref, sb)
+		}
+		return sb, err
+	}
+	if err := a.unpark(ctx, ref, sb); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// maxHandles bounds the sandbox handles kept for commands: past it,
+// they are all dropped, and fetched again as commands come.
+const maxHandles = 256
+
+// handles are the sandbox handles commands ran through, by provider and
+// sandbox id. The zero value is ready.
+type handles struct {
+	mu sync.Mutex
+	m  map[refs.Sandbox]provider.Sandbox
+}
+
+func handleKey(ref refs.Sandbox) refs.Sandbox {
+	return refs.Sandbox{Provider: ref.Provider, ID: ref.ID}
+}
+
+func (h *handles) get(ref refs.Sandbox) provider.Sandbox {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[handleKey(ref)]
+}
+
+func (h *handles) put(ref refs.Sandbox, sb provider.Sandbox) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m) >= maxHandles {
+		h.m = make(map[refs.Sandbox]provider.Sandbox)
+	}
+	h.m[handleKey(ref)] = sb
+}
+
+func (h *handles) forget(ref refs.Sandbox) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, handleKey(ref))
 }
 
 // result turns what the provider returned into the activity's result.
