@@ -30,8 +30,9 @@ type procs struct {
 }
 
 // newProcs starts the reaper and the thread that forks commands, into
-// cgroup (a cgroup v1 tasks file) if it is not nil.
-func newProcs(cmdAdj int, cgroup *os.File) (*procs, error) {
+// cgroup (a cgroup v1 tasks file) if it is not nil, and in a cgroup
+// namespace of its own if cgroupNS is set.
+func newProcs(cmdAdj int, cgroup *os.File, cgroupNS bool) (*procs, error) {
 	p := &procs{
 		waiting: map[int]chan unix.WaitStatus{},
 		sigs:    make(chan os.Signal, 1),
@@ -42,7 +43,7 @@ func newProcs(cmdAdj int, cgroup *os.File) (*procs, error) {
 		p.cmdAdj = []byte(strconv.Itoa(cmdAdj))
 	}
 	errc := make(chan error, 1)
-	go p.forkLoop(cgroup, errc)
+	go p.forkLoop(cgroup, cgroupNS, errc)
 	if err := <-errc; err != nil {
 		return nil, err
 	}
@@ -64,14 +65,18 @@ func newProcs(cmdAdj int, cgroup *os.File) (*procs, error) {
 // moved once, not around each fork: moving a thread takes a lock that
 // waits for every CPU. It never leaves the cgroup, and ends with the
 // goroutine, which never unlocks it.
-func (p *procs) forkLoop(cgroup *os.File, errc chan<- error) {
+//
+// With cgroupNS the thread then enters a new cgroup namespace, rooted at
+// the cgroups it is in: namespaces belong to threads, and commands are
+// born in those of the thread that forks them.
+func (p *procs) forkLoop(cgroup *os.File, cgroupNS bool, errc chan<- error) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
 		// Never the main thread: cgroup v1 charges the memory of the
 		// whole daemon to the memory cgroup of its main thread. Held
 		// here, it cannot be the thread another goroutine locks.
 		other := make(chan error, 1)
-		go p.forkLoop(cgroup, other)
+		go p.forkLoop(cgroup, cgroupNS, other)
 		err := <-other
 		runtime.UnlockOSThread()
 		errc <- err
@@ -81,6 +86,12 @@ func (p *procs) forkLoop(cgroup *os.File, errc chan<- error) {
 	if cgroup != nil {
 		if _, err := cgroup.Write([]byte("0")); err != nil {
 			errc <- fmt.Errorf("sandboxd: move the forking thread into the commands' cgroup: %w", err)
+			return
+		}
+	}
+	if cgroupNS {
+		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			errc <- fmt.Errorf("sandboxd: cgroup namespace of the commands: %w", err)
 			return
 		}
 	}
@@ -128,7 +139,7 @@ func (p *procs) start(path string, argv, env []string, dir string, files []uintp
 	// not even while it forks: an out-of-memory kill in that window
 	// would pick the daemon, the largest process of the lot.
 	if err == nil && p.cmdAdj != nil {
-		if werr := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", p.cmdAdj, 0); werr != nil {
+		if werr := writeProcFile(pid, "oom_score_adj", p.cmdAdj); werr != nil {
 			fmt.Fprintf(os.Stderr, "sandboxd: oom_score_adj of command %d: %v\n", pid, werr)
 		}
 	}
@@ -138,6 +149,21 @@ func (p *procs) start(path string, argv, env []string, dir string, files []uintp
 	ch := make(chan unix.WaitStatus, 1)
 	p.waiting[pid] = ch
 	return pid, ch, nil
+}
+
+// writeProcFile writes b to /proc/PID/name in three system calls: an
+// os.File would also try the poller and set the descriptor's flags, on
+// every command.
+func writeProcFile(pid int, name string, b []byte) error {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/"+name, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = unix.Write(fd, b)
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // running reports whether pid is a command the daemon started and has
