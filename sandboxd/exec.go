@@ -270,7 +270,7 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed, term *te
 		})
 		defer timer.Stop()
 	}
-	ws := <-cmd.wait
+	ws := cmd.wait()
 	res.Duration = time.Since(res.StartedAt)
 
 	// Background processes may hold the pipes open: collect what they
@@ -302,7 +302,7 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed, term *te
 // command is a started process and the daemon's ends of its pipes.
 type command struct {
 	pid   int
-	wait  <-chan unix.WaitStatus
+	wait  func() unix.WaitStatus
 	stdin *os.File
 	out   [2]*os.File
 }

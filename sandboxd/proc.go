@@ -20,7 +20,7 @@ import (
 // status to whoever started that pid.
 type procs struct {
 	mu      sync.Mutex
-	waiting map[int]chan unix.WaitStatus
+	waiting map[int]*waiter
 	sigs    chan os.Signal
 	done    chan struct{}
 	// cmdAdj, when set, is the oom_score_adj commands get.
@@ -34,7 +34,7 @@ type procs struct {
 // namespace of its own if cgroupNS is set.
 func newProcs(cmdAdj int, cgroup *os.File, cgroupNS bool) (*procs, error) {
 	p := &procs{
-		waiting: map[int]chan unix.WaitStatus{},
+		waiting: map[int]*waiter{},
 		sigs:    make(chan os.Signal, 1),
 		done:    make(chan struct{}),
 		forks:   make(chan func()),
@@ -126,10 +126,11 @@ func (p *procs) close() {
 	close(p.done)
 }
 
-// start forks and execs a command. The returned channel receives its
-// wait status. Holding mu across the fork makes the reaper, which takes mu
-// to look up the pid, wait until the pid is registered.
-func (p *procs) start(path string, argv, env []string, dir string, files []uintptr, sys *syscall.SysProcAttr) (int, <-chan unix.WaitStatus, error) {
+// start forks and execs a command, and returns a function that waits for
+// its end and returns its wait status. Holding mu across the fork makes
+// the reaper, which takes mu to look up the pid, wait until the pid is
+// registered.
+func (p *procs) start(path string, argv, env []string, dir string, files []uintptr, sys *syscall.SysProcAttr) (int, func() unix.WaitStatus, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pid, err := p.forkExec(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: files, Sys: sys})
@@ -146,9 +147,57 @@ func (p *procs) start(path string, argv, env []string, dir string, files []uintp
 	if err != nil {
 		return 0, nil, err
 	}
-	ch := make(chan unix.WaitStatus, 1)
-	p.waiting[pid] = ch
-	return pid, ch, nil
+	w := &waiter{ch: make(chan unix.WaitStatus, 1)}
+	p.waiting[pid] = w
+	// A pidfd, where the kernel has them, is polled by the runtime's
+	// poller: the command's end wakes its waiter directly, rather than
+	// through SIGCHLD, the signal goroutine and the reaper. The reaper
+	// may still reap the command first: it then closes the pidfd, which
+	// wakes the waiter, and hands the status over on ch. Without a
+	// pidfd (the command already reaped, or a kernel without them) ch
+	// alone is waited on.
+	if fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
+		w.pidfd = os.NewFile(uintptr(fd), "pidfd")
+	}
+	return pid, func() unix.WaitStatus { return p.wait(pid, w) }, nil
+}
+
+// waiter is how the end of a command reaches the one waiting for it.
+type waiter struct {
+	ch    chan unix.WaitStatus // the status, from the reaper
+	pidfd *os.File             // nil without one
+}
+
+// wait waits for the end of command pid, reaps it unless the reaper did,
+// and returns its status.
+func (p *procs) wait(pid int, w *waiter) unix.WaitStatus {
+	if w.pidfd == nil {
+		return <-w.ch
+	}
+	defer w.pidfd.Close()
+	rc, err := w.pidfd.SyscallConn()
+	if err != nil {
+		return <-w.ch
+	}
+	// Readable once the command has exited; waitid with WNOWAIT says so
+	// without reaping it (ECHILD: the reaper has). It fails once the
+	// reaper has closed the pidfd.
+	_ = rc.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		return err != nil || info.Signo != 0
+	})
+	p.mu.Lock()
+	if p.waiting[pid] == w {
+		var ws unix.WaitStatus
+		if got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); got == pid && err == nil {
+			delete(p.waiting, pid)
+			p.mu.Unlock()
+			return ws
+		}
+	}
+	p.mu.Unlock()
+	return <-w.ch // the reaper reaped it, and hands its status over
 }
 
 // writeProcFile writes b to /proc/PID/name in three system calls: an
@@ -192,11 +241,14 @@ func (p *procs) reapLoop() {
 				continue
 			}
 			p.mu.Lock()
-			ch := p.waiting[pid]
+			w := p.waiting[pid]
 			delete(p.waiting, pid)
 			p.mu.Unlock()
-			if ch != nil {
-				ch <- ws
+			if w != nil {
+				w.ch <- ws
+				if w.pidfd != nil {
+					w.pidfd.Close() // wakes the waiter, if it polls it
+				}
 			}
 		}
 	}
