@@ -133,9 +133,23 @@ func (c *Client) Exec(ctx context.Context, req provider.ExecRequest) (provider.E
 	if err != nil {
 		return provider.ExecResult{}, err
 	}
-	defer resp.Body.Close()
-	return readExecStream(resp.Body, req.Stdout, req.Stderr)
+	res, err := readExecStream(resp.Body, req.Stdout, req.Stderr)
+	if req.Stdin == nil {
+		// The response ends right after its last frame: reading that end
+		// lets the transport keep the connection for the next request,
+		// where closing the body first would drop it, and the next
+		// command would pay for a new connection. A command's stdin
+		// may keep its response open for a while longer (see the
+		// server's stdinFeed): that connection is not waited for.
+		_, _ = io.CopyN(io.Discard, resp.Body, maxTrailing)
+	}
+	resp.Body.Close()
+	return res, err
 }
+
+// maxTrailing bounds what a client reads past the last frame of a
+// response to reach its end.
+const maxTrailing = 4 << 10
 
 func readExecStream(r io.Reader, stdoutW, stderrW io.Writer) (provider.ExecResult, error) {
 	out := [2]io.Writer{stdoutW, stderrW}

@@ -270,7 +270,7 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed, term *te
 		})
 		defer timer.Stop()
 	}
-	ws := <-cmd.wait
+	ws := cmd.wait()
 	res.Duration = time.Since(res.StartedAt)
 
 	// Background processes may hold the pipes open: collect what they
@@ -302,7 +302,7 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed, term *te
 // command is a started process and the daemon's ends of its pipes.
 type command struct {
 	pid   int
-	wait  <-chan unix.WaitStatus
+	wait  func() unix.WaitStatus
 	stdin *os.File
 	out   [2]*os.File
 }
@@ -326,7 +326,7 @@ func (s *Server) startCommand(path string, argv, env []string, dir string, withS
 		files[0] = stdinR.Fd()
 	}
 	for i := range cmd.out {
-		r, w, err := os.Pipe()
+		r, w, err := outputPipe()
 		if err != nil {
 			cmd.close()
 			return nil, err
@@ -336,9 +336,6 @@ func (s *Server) startCommand(path string, argv, env []string, dir string, withS
 		files[i+1] = w.Fd()
 	}
 	sys := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	if s.cfg.CgroupNamespace {
-		sys.Unshareflags = syscall.CLONE_NEWCGROUP
-	}
 	if s.switchUser {
 		sys.Credential = &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID)}
 	}
@@ -348,6 +345,23 @@ func (s *Server) startCommand(path string, argv, env []string, dir string, withS
 		return nil, startError(argv[0], err)
 	}
 	return &cmd, nil
+}
+
+// outputPipe makes a pipe for a command's output: the daemon's end, r,
+// non-blocking and read through the poller, the command's, w, blocking
+// and never polled. (os.Pipe makes both ends pollable, and handing w to
+// the child would then cost more system calls to undo that.)
+func outputPipe() (r, w *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
 }
 
 func (c *command) close() {

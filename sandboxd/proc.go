@@ -20,7 +20,7 @@ import (
 // status to whoever started that pid.
 type procs struct {
 	mu      sync.Mutex
-	waiting map[int]chan unix.WaitStatus
+	waiting map[int]*waiter
 	sigs    chan os.Signal
 	done    chan struct{}
 	// cmdAdj, when set, is the oom_score_adj commands get.
@@ -30,10 +30,11 @@ type procs struct {
 }
 
 // newProcs starts the reaper and the thread that forks commands, into
-// cgroup (a cgroup v1 tasks file) if it is not nil.
-func newProcs(cmdAdj int, cgroup *os.File) (*procs, error) {
+// cgroup (a cgroup v1 tasks file) if it is not nil, and in a cgroup
+// namespace of its own if cgroupNS is set.
+func newProcs(cmdAdj int, cgroup *os.File, cgroupNS bool) (*procs, error) {
 	p := &procs{
-		waiting: map[int]chan unix.WaitStatus{},
+		waiting: map[int]*waiter{},
 		sigs:    make(chan os.Signal, 1),
 		done:    make(chan struct{}),
 		forks:   make(chan func()),
@@ -42,7 +43,7 @@ func newProcs(cmdAdj int, cgroup *os.File) (*procs, error) {
 		p.cmdAdj = []byte(strconv.Itoa(cmdAdj))
 	}
 	errc := make(chan error, 1)
-	go p.forkLoop(cgroup, errc)
+	go p.forkLoop(cgroup, cgroupNS, errc)
 	if err := <-errc; err != nil {
 		return nil, err
 	}
@@ -64,14 +65,18 @@ func newProcs(cmdAdj int, cgroup *os.File) (*procs, error) {
 // moved once, not around each fork: moving a thread takes a lock that
 // waits for every CPU. It never leaves the cgroup, and ends with the
 // goroutine, which never unlocks it.
-func (p *procs) forkLoop(cgroup *os.File, errc chan<- error) {
+//
+// With cgroupNS the thread then enters a new cgroup namespace, rooted at
+// the cgroups it is in: namespaces belong to threads, and commands are
+// born in those of the thread that forks them.
+func (p *procs) forkLoop(cgroup *os.File, cgroupNS bool, errc chan<- error) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
 		// Never the main thread: cgroup v1 charges the memory of the
 		// whole daemon to the memory cgroup of its main thread. Held
 		// here, it cannot be the thread another goroutine locks.
 		other := make(chan error, 1)
-		go p.forkLoop(cgroup, other)
+		go p.forkLoop(cgroup, cgroupNS, other)
 		err := <-other
 		runtime.UnlockOSThread()
 		errc <- err
@@ -81,6 +86,12 @@ func (p *procs) forkLoop(cgroup *os.File, errc chan<- error) {
 	if cgroup != nil {
 		if _, err := cgroup.Write([]byte("0")); err != nil {
 			errc <- fmt.Errorf("sandboxd: move the forking thread into the commands' cgroup: %w", err)
+			return
+		}
+	}
+	if cgroupNS {
+		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			errc <- fmt.Errorf("sandboxd: cgroup namespace of the commands: %w", err)
 			return
 		}
 	}
@@ -115,10 +126,11 @@ func (p *procs) close() {
 	close(p.done)
 }
 
-// start forks and execs a command. The returned channel receives its
-// wait status. Holding mu across the fork makes the reaper, which takes mu
-// to look up the pid, wait until the pid is registered.
-func (p *procs) start(path string, argv, env []string, dir string, files []uintptr, sys *syscall.SysProcAttr) (int, <-chan unix.WaitStatus, error) {
+// start forks and execs a command, and returns a function that waits for
+// its end and returns its wait status. Holding mu across the fork makes
+// the reaper, which takes mu to look up the pid, wait until the pid is
+// registered.
+func (p *procs) start(path string, argv, env []string, dir string, files []uintptr, sys *syscall.SysProcAttr) (int, func() unix.WaitStatus, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pid, err := p.forkExec(path, argv, &syscall.ProcAttr{Dir: dir, Env: env, Files: files, Sys: sys})
@@ -128,16 +140,79 @@ func (p *procs) start(path string, argv, env []string, dir string, files []uintp
 	// not even while it forks: an out-of-memory kill in that window
 	// would pick the daemon, the largest process of the lot.
 	if err == nil && p.cmdAdj != nil {
-		if werr := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", p.cmdAdj, 0); werr != nil {
+		if werr := writeProcFile(pid, "oom_score_adj", p.cmdAdj); werr != nil {
 			fmt.Fprintf(os.Stderr, "sandboxd: oom_score_adj of command %d: %v\n", pid, werr)
 		}
 	}
 	if err != nil {
 		return 0, nil, err
 	}
-	ch := make(chan unix.WaitStatus, 1)
-	p.waiting[pid] = ch
-	return pid, ch, nil
+	w := &waiter{ch: make(chan unix.WaitStatus, 1)}
+	p.waiting[pid] = w
+	// A pidfd, where the kernel has them, is polled by the runtime's
+	// poller: the command's end wakes its waiter directly, rather than
+	// through SIGCHLD, the signal goroutine and the reaper. The reaper
+	// may still reap the command first: it then closes the pidfd, which
+	// wakes the waiter, and hands the status over on ch. Without a
+	// pidfd (the command already reaped, or a kernel without them) ch
+	// alone is waited on.
+	if fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
+		w.pidfd = os.NewFile(uintptr(fd), "pidfd")
+	}
+	return pid, func() unix.WaitStatus { return p.wait(pid, w) }, nil
+}
+
+// waiter is how the end of a command reaches the one waiting for it.
+type waiter struct {
+	ch    chan unix.WaitStatus // the status, from the reaper
+	pidfd *os.File             // nil without one
+}
+
+// wait waits for the end of command pid, reaps it unless the reaper did,
+// and returns its status.
+func (p *procs) wait(pid int, w *waiter) unix.WaitStatus {
+	if w.pidfd == nil {
+		return <-w.ch
+	}
+	defer w.pidfd.Close()
+	rc, err := w.pidfd.SyscallConn()
+	if err != nil {
+		return <-w.ch
+	}
+	// Readable once the command has exited; waitid with WNOWAIT says so
+	// without reaping it (ECHILD: the reaper has). It fails once the
+	// reaper has closed the pidfd.
+	_ = rc.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		return err != nil || info.Signo != 0
+	})
+	p.mu.Lock()
+	if p.waiting[pid] == w {
+		var ws unix.WaitStatus
+		if got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); got == pid && err == nil {
+			delete(p.waiting, pid)
+			p.mu.Unlock()
+			return ws
+		}
+	}
+	p.mu.Unlock()
+	return <-w.ch // the reaper reaped it, and hands its status over
+}
+
+// writeProcFile writes b to /proc/PID/name in three system calls: an
+// os.File would also try the poller and set the descriptor's flags, on
+// every command.
+func writeProcFile(pid int, name string, b []byte) error {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/"+name, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = unix.Write(fd, b)
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // running reports whether pid is a command the daemon started and has
@@ -166,11 +241,14 @@ func (p *procs) reapLoop() {
 				continue
 			}
 			p.mu.Lock()
-			ch := p.waiting[pid]
+			w := p.waiting[pid]
 			delete(p.waiting, pid)
 			p.mu.Unlock()
-			if ch != nil {
-				ch <- ws
+			if w != nil {
+				w.ch <- ws
+				if w.pidfd != nil {
+					w.pidfd.Close() // wakes the waiter, if it polls it
+				}
 			}
 		}
 	}

@@ -115,3 +115,35 @@ func TestCommandCgroupRefused(t *testing.T) {
 		t.Errorf("New with a read-only tasks file: %v; want an error about the commands' cgroup", err)
 	}
 }
+
+// TestCommandCgroupNamespace: with CgroupNamespace, commands see the
+// commands' cgroup as the root of their cgroups, and each command still
+// starts in it.
+func TestCommandCgroupNamespace(t *testing.T) {
+	dir, _ := memoryCgroup(t)
+	tasks, err := os.OpenFile(filepath.Join(dir, "tasks"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tasks.Close()
+	_, sock := serveConfig(t, Config{CommandCgroup: tasks, CgroupNamespace: true})
+	c := NewClient(UnixDialer(sock))
+	defer c.Close()
+	for range 2 {
+		var out bytes.Buffer
+		res, err := c.Exec(t.Context(), provider.ExecRequest{Argv: []string{"/bin/cat", "/proc/self/cgroup"}, Stdout: &out})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec: %+v, %v", res, err)
+		}
+		if !strings.Contains(out.String(), ":memory:/\n") {
+			t.Errorf("a command's cgroups:\n%s\nwant its memory cgroup seen as /", out.String())
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "tasks"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(strings.Fields(string(b))); n != 1 {
+			t.Errorf("%d threads in the commands' cgroup; want the forking thread alone", n)
+		}
+	}
+}

@@ -41,9 +41,12 @@ type Config struct {
 	// The file must have been opened by a process allowed to move the
 	// daemon's threads.
 	CommandCgroup *os.File
-	// CgroupNamespace gives each command a cgroup namespace of its own,
-	// rooted at the daemon's cgroups, so that it does not see their
-	// path. The daemon needs CAP_SYS_ADMIN in its user namespace.
+	// CgroupNamespace gives commands a cgroup namespace rooted at their
+	// cgroups (the commands' cgroup, or the daemon's), so that they do
+	// not see their path. The thread that forks them makes it once and
+	// they are born in it: a namespace per command would cost every
+	// command an unshare. The daemon needs CAP_SYS_ADMIN in its user
+	// namespace.
 	CgroupNamespace bool
 	// OOMKills, if set, counts the kernel's out-of-memory kills in the
 	// sandbox so far; a command during which it grows ran out of memory.
@@ -138,7 +141,7 @@ func New(cfg Config) (*Server, error) {
 	if s.devNull, err = os.Open(os.DevNull); err != nil {
 		return nil, fmt.Errorf("sandboxd: %w", err)
 	}
-	if s.procs, err = newProcs(cfg.CommandOOMScoreAdj, cfg.CommandCgroup); err != nil {
+	if s.procs, err = newProcs(cfg.CommandOOMScoreAdj, cfg.CommandCgroup, cfg.CgroupNamespace); err != nil {
 		return nil, err
 	}
 

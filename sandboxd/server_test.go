@@ -2,6 +2,7 @@ package sandboxd
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -253,5 +255,27 @@ func TestExecRetriedOnClosedConnection(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(ws, "log")); string(b) != "first\nsecond\nthird\n" {
 		t.Errorf("log %q: each command once, in order", b)
+	}
+}
+
+// TestExecKeepsConnection checks that commands one after another share
+// one connection: a new one per command costs a dial and an accept.
+func TestExecKeepsConnection(t *testing.T) {
+	_, sock := serveConfig(t, Config{})
+	var dials atomic.Int32
+	c := NewClient(func(ctx context.Context) (net.Conn, error) {
+		dials.Add(1)
+		return UnixDialer(sock)(ctx)
+	})
+	defer c.Close()
+	for i := range 10 {
+		var out bytes.Buffer
+		res, err := c.Exec(t.Context(), provider.ExecRequest{Shell: "echo hi", Stdout: &out})
+		if err != nil || res.ExitCode != 0 || out.String() != "hi\n" {
+			t.Fatalf("exec %d: %+v, %q, %v", i, res, out.String(), err)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("10 commands dialled %d connections, want 1", n)
 	}
 }

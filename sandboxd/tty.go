@@ -179,9 +179,6 @@ func (s *Server) startOnTerminal(path string, argv, env []string, dir string, si
 	defer slave.Close()
 	// Setctty's Ctty is a descriptor in the child: its stdin.
 	sys := &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Pdeathsig: syscall.SIGKILL}
-	if s.cfg.CgroupNamespace {
-		sys.Unshareflags = syscall.CLONE_NEWCGROUP
-	}
 	if s.switchUser {
 		sys.Credential = &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID)}
 	}

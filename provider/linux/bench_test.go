@@ -57,11 +57,16 @@ func BenchmarkCreateExec(b *testing.B) {
 	})
 }
 
-// BenchmarkExec measures one command in a running sandbox.
+// BenchmarkExec measures one command in a running sandbox, and, as the
+// baseline, the host's own fork and exec of the same program from Go
+// (os/exec, output collected as Exec collects it).
 func BenchmarkExec(b *testing.B) {
 	b.Run("berth", func(b *testing.B) {
 		sb := sandboxtest.Create(b, newTestProvider(b), provider.Spec{})
 		sandboxtest.Exec(b, sb, []string{"/bin/true"})
+	})
+	b.Run("host", func(b *testing.B) {
+		sandboxtest.Baseline(b, func() *exec.Cmd { return exec.Command("/bin/true") })
 	})
 	b.Run("health", func(b *testing.B) {
 		p := newTestProvider(b)

@@ -599,3 +599,30 @@ func daemonUID(t *testing.T, pid int) int {
 	t.Fatalf("no Uid line in /proc/%d/status", pid)
 	return -1
 }
+
+// TestClaimBeforeFirstCommand: Create does not wait for the daemon to
+// apply its claim, so the first command, sent at once, must still find
+// the sandbox's environment and process limit in place.
+func TestClaimBeforeFirstCommand(t *testing.T) {
+	p := newTestProvider(t)
+	ctx := t.Context()
+	for i := range 3 {
+		spec := provider.Spec{Env: map[string]string{"CLAIMED": strconv.Itoa(i)}, Resources: provider.Resources{Pids: 300}}
+		sb, err := p.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		res, err := sb.Exec(ctx, provider.ExecRequest{Shell: `echo "$CLAIMED $(sed -n 's/^Max processes *\([0-9]*\).*/\1/p' /proc/self/limits)"`, Stdout: &out})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("exec: %+v, %v", res, err)
+		}
+		want := fmt.Sprintf("%d %d\n", i, p.cfg.Limits.userProcesses(300))
+		if out.String() != want {
+			t.Errorf("first command saw %q, want %q", out.String(), want)
+		}
+		if err := sb.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

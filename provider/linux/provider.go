@@ -204,15 +204,13 @@ func (p *Provider) remove(ctx context.Context, id string, rec *record) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	p.clients.Forget(id)
-	var cg *cgroup
 	if rec != nil {
-		var err error
-		cg, err = loadCgroup(rec.Cgroup)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("destroy %s: cgroups: %w", id, err)
-		}
-		if cg != nil {
-			_ = cg.thaw() // a frozen daemon cannot die
+		// A frozen daemon cannot die. Reading the freezer's state costs
+		// less than loading the cgroups, which the cleanup does.
+		if frozen, err := rec.Cgroup.frozen(); err == nil && frozen {
+			if cg, err := loadCgroup(rec.Cgroup); err == nil {
+				_ = cg.thaw()
+			}
 		}
 		if rec.alive() {
 			if err := killDaemon(ctx, rec.PID); err != nil {
@@ -232,8 +230,12 @@ func (p *Provider) remove(ctx context.Context, id string, rec *record) error {
 	held := p.releaseWorkspace(id)
 	p.cleanups.Go(func() {
 		held.Close() // the workspace's file system and loop device go now
-		if cg != nil {
-			if err := cg.destroy(context.Background()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if rec != nil {
+			cg, err := loadCgroup(rec.Cgroup)
+			if err == nil {
+				err = cg.destroy(context.Background())
+			}
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				p.log.Warn("remove cgroups of a destroyed sandbox", "id", id, "err", err)
 				return // left in the trash, with its record, for the next sweep
 			}

@@ -31,11 +31,15 @@ const startTimeout = 30 * time.Second
 // warm is a daemon that has built its namespaces, cgroups and root, and
 // waits to be claimed by a sandbox.
 type warm struct {
-	cmd      *exec.Cmd
-	ctl      *os.File
-	cg       *cgroup
+	cmd *exec.Cmd
+	ctl *os.File
+	cg  *cgroup
+	// res is the limits its cgroups hold.
+	res      provider.Resources
 	pidStart uint64
 	dir      string // its state directory, to be renamed after its sandbox
+	// record is the empty record file in dir, which the claim writes.
+	record *os.File
 	// workspace is a reference to the workspace's mount; see holdWorkspace.
 	workspace *os.File
 	// client has a connection to the daemon open already; it dials the
@@ -50,6 +54,7 @@ func (w *warm) kill() {
 		w.client.Close()
 	}
 	w.ctl.Close() // the daemon exits when its control socket closes
+	w.record.Close()
 	_ = w.cmd.Process.Kill()
 	_ = w.cmd.Wait()
 	_ = w.cg.destroy(context.Background())
@@ -175,7 +180,12 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 	if err != nil {
 		return nil, fmt.Errorf("daemon exited: %w", err)
 	}
-	w = &warm{cmd: cmd, ctl: ctl, cg: cg, pidStart: start, dir: dir, workspace: mnt}
+	rf, err := createRecord(dir)
+	if err != nil {
+		return nil, err
+	}
+	undo.add(func() { rf.Close() })
+	w = &warm{cmd: cmd, ctl: ctl, cg: cg, res: p.cfg.Defaults, pidStart: start, dir: dir, workspace: mnt, record: rf}
 	sock := filepath.Join(dir, socketFile)
 	w.socket.Store(&sock)
 	w.client = sandboxd.NewClient(func(ctx context.Context) (net.Conn, error) {
@@ -310,13 +320,17 @@ func daemonError(err error, logPath string) error {
 func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*record, error) {
 	rec := &record{Base: records.NewBase(spec, p.resources(spec.Resources)),
 		PID: w.cmd.Process.Pid, PIDStart: w.pidStart, Cgroup: w.cg.paths}
-	if err := w.cg.update(rec.Resources, p.cfg.Limits.commandMemory(rec.Resources.Memory)); err != nil {
-		return nil, fmt.Errorf("set limits: %w", err)
+	// A sandbox of the default limits finds them set already.
+	if rec.Resources != w.res {
+		if err := w.cg.update(rec.Resources, p.cfg.Limits.commandMemory(rec.Resources.Memory)); err != nil {
+			return nil, fmt.Errorf("set limits: %w", err)
+		}
+		w.res = rec.Resources
 	}
 	// The record goes in first, and one rename publishes the directory
 	// with it: Get sees the whole sandbox or none of it, and from here on
 	// Destroy finds everything, whatever happens to this process.
-	if err := writeRecord(w.dir, rec); err != nil {
+	if err := writeRecord(w.record, rec); err != nil {
 		return nil, err
 	}
 	dir := filepath.Join(p.cfg.StateDir, spec.ID)
@@ -331,13 +345,18 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 	if err := sendJSON(w.ctl, msg, nil); err != nil {
 		return nil, fmt.Errorf("claim daemon: %w", err)
 	}
-	if err := recvReply(w.ctl, linuxinit.ReplyReady, deadline(ctx)); err != nil {
-		return nil, daemonError(err, filepath.Join(dir, logFile))
-	}
-	// The daemon now belongs to the sandbox. Reap it if it exits while
-	// this process lives; it is not killed when this process exits.
-	w.ctl.Close()
-	go w.cmd.Wait()
+	// The daemon now belongs to the sandbox. Its answer is not waited
+	// for: it applies the claim before it runs any command (commands
+	// wait for it), and a daemon that fails to apply it exits, which
+	// makes the sandbox lost. Reap it if it exits while this process
+	// lives; it is not killed when this process exits.
+	go func() {
+		if err := recvReply(w.ctl, linuxinit.ReplyReady, time.Now().Add(startTimeout)); err != nil {
+			p.log.Warn("claim of a sandbox's daemon", "id", spec.ID, "err", daemonError(err, filepath.Join(dir, logFile)))
+		}
+		w.ctl.Close()
+		_ = w.cmd.Wait()
+	}()
 	p.clients.Adopt(spec.ID, w.client)
 	p.holdWorkspace(spec.ID, w.workspace)
 	return rec, nil

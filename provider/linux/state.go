@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -71,11 +72,26 @@ type record struct {
 
 func (r *record) info() provider.Info { return r.Info(Name) }
 
-// writeRecord writes a record into a directory that is not published
-// yet: renaming the directory publishes it.
-func writeRecord(dir string, r *record) error {
+// createRecord makes the empty record file of a directory that is not
+// published yet, ahead of the claim that writes it (see writeRecord):
+// making a file costs more than writing one.
+func createRecord(dir string) (*os.File, error) {
+	return os.OpenFile(filepath.Join(dir, recordFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_TRUNC, 0o600)
+}
+
+// writeRecord writes a record into f, the record file createRecord made
+// in a directory that is not published yet, and closes f: renaming the
+// directory publishes it, so no reader sees the file before it is whole.
+func writeRecord(f *os.File, r *record) error {
 	r.Version = recordVersion
-	return records.Write(filepath.Join(dir, recordFile), r)
+	b, err := json.Marshal(r)
+	if err == nil {
+		_, err = f.Write(b)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // readRecord reads the record of sandbox id, in directory dir.

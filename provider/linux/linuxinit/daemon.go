@@ -185,14 +185,17 @@ func runDaemon(ctl *os.File, cmds *os.File) error {
 	if err := setUserProcesses(cm.UserProcesses); err != nil {
 		return fmt.Errorf("process limit: %w", err)
 	}
-	srv.Configure(cm.Env, cm.Dir)
 	srv.SetLease(cm.Lease)
 	// The hard lifetime: when it ends the daemon exits, and being the
 	// first process of the PID namespace, takes every process with it.
 	time.AfterFunc(time.Until(cm.ExpiresAt), func() { os.Exit(0) })
-	if err := Send(ctl, []byte(ReplyReady), nil); err != nil {
-		return err
-	}
+	// Last: commands wait for it, and the host sends them without
+	// waiting for the reply, so they must find every bound in place.
+	srv.Configure(cm.Env, cm.Dir)
+	// The host need not be there to hear it: one that created the
+	// sandbox and exited closed its end, and the sandbox lives on.
+	_ = Send(ctl, []byte(ReplyReady), nil)
+	ctl.Close()
 	return <-served
 }
 
