@@ -119,7 +119,7 @@ func BenchmarkCopy(b *testing.B) {
 }
 
 // copyArchive is a tar stream of one file, big, of copySize random bytes.
-func copyArchive(b *testing.B) []byte {
+func copyArchive(b testing.TB) []byte {
 	data := make([]byte, copySize)
 	rng := rand.NewChaCha8([32]byte{'b', 'e', 'r', 't', 'h'})
 	_, _ = rng.Read(data)
