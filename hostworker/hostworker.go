@@ -131,8 +131,7 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 	identity := activities.Identity(opts.HostQueue)
 	w.generic = worker.New(c, opts.Queue, worker.Options{
 		Identity: identity, WorkerStopTimeout: opts.StopTimeout,
-		Interceptors:                     []interceptor.WorkerInterceptor{relay.Interceptor(opts.Outputs, opts.Relay)},
-		MaxConcurrentWorkflowTaskPollers: relay.WorkflowTaskPollers,
+		Interceptors: []interceptor.WorkerInterceptor{relay.Interceptor(opts.Outputs, opts.Relay)},
 	})
 	w.generic.RegisterActivity(acts)
 	w.generic.RegisterActivity(&calls.Activities{Client: c, Outputs: opts.Outputs})

@@ -42,16 +42,6 @@ const (
 	relayTimeout = 5 * time.Second
 )
 
-// WorkflowTaskPollers is how many workflow-task pollers a worker that
-// serves the relay runs (worker.Options.MaxConcurrentWorkflowTaskPollers).
-// Every read is a Query, delivered to the worker that caches the workflow
-// through a poll of its sticky queue, and the SDK's default of 2 pollers
-// alternates between that queue and the shared one: one Query at a time
-// reaches the relay, and a stream read paid a full poll round trip per
-// chunk. With more pollers the next Query is already polled while the
-// relay answers one (each workflow's are still answered one at a time).
-const WorkflowTaskPollers = 8
-
 // Limits bounds what the relay stores; zero fields mean the defaults.
 type Limits struct {
 	// PartSize is the size of the parts of the streams the worker
