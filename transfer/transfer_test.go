@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"gocloud.dev/blob/fileblob"
 	"gocloud.dev/blob/memblob"
 )
 
@@ -141,5 +144,24 @@ func TestAsyncPartsFail(t *testing.T) {
 	_, werr := w.Write(make([]byte, 100))
 	if err := w.Close(); err == nil && werr == nil {
 		t.Fatal("the writer's store was gone, and Write and Close said nothing")
+	}
+
+	// The last full part fails, in the background: Close says so.
+	dir := t.TempDir()
+	fb, err := fileblob.OpenBucket(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	if err := os.MkdirAll(filepath.Join(dir, "exports", "sb", "z", "000003", "x"), 0o755); err != nil {
+		t.Fatal(err) // a directory where part 3 goes: it cannot be stored
+	}
+	w = NewPartWriter(t.Context(), fb, "exports/sb/z", 10, 0)
+	w.SetAsync(4)
+	if _, err := w.Write(make([]byte, 40)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err == nil {
+		t.Fatal("part 3 was not stored, and Close said nothing")
 	}
 }
