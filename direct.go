@@ -122,6 +122,13 @@ func (d *directReader) url(ctx context.Context, i int) (url string, partSize int
 	return d.urls[i], d.partSize, true
 }
 
+// on says whether the direct path is still tried.
+func (d *directReader) on() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.off
+}
+
 func (d *directReader) fail() {
 	d.mu.Lock()
 	d.off = true

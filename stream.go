@@ -40,6 +40,29 @@ func (c *Client) readChunk(ctx context.Context, workflowID, key string, off int6
 	return b, c.unavailable(err, "read "+key, false, "")
 }
 
+// directChunk is the most one read of ReadStream asks for on the direct
+// path: a stored part (transfer.DefaultPartSize). With inFlight reads
+// going, a stream read holds at most inFlight*directChunk bytes.
+const directChunk = transfer.DefaultPartSize
+
+// readRelay reads n bytes of a stream at off through the relay, in
+// pieces of at most transfer.MaxChunk, and fewer only where the stored
+// stream ends.
+func (c *Client) readRelay(ctx context.Context, workflowID, key string, off int64, n int) ([]byte, error) {
+	out := make([]byte, 0, n)
+	for len(out) < n {
+		b, err := c.readChunk(ctx, workflowID, key, off+int64(len(out)), min(n-len(out), transfer.MaxChunk))
+		if err != nil {
+			return out, err
+		}
+		if len(b) == 0 {
+			break
+		}
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
 // ReadStream writes bytes [from, size) of the stored stream key to w:
 // from the blob store with URLs the relay of workflow workflowID's
 // workers signs where it can, else through the relay.
@@ -57,14 +80,20 @@ func (c *Client) ReadStream(ctx context.Context, workflowID, key string, from, s
 	)
 	start := func() {
 		ch := make(chan result, 1)
-		o, n := off, int(min(int64(transfer.MaxChunk), size-off))
+		// A chunk is a part read directly (the store's round trip is
+		// per request, whatever its size), and MaxChunk through the relay.
+		chunk := int64(transfer.MaxChunk)
+		if direct.on() {
+			chunk = directChunk
+		}
+		o, n := off, int(min(chunk, size-off))
 		off += int64(n)
 		pending = append(pending, ch)
 		go func() {
 			b, ok := direct.read(ctx, o, n)
 			var err error
 			if !ok {
-				b, err = c.readChunk(ctx, workflowID, key, o, n)
+				b, err = c.readRelay(ctx, workflowID, key, o, n)
 			}
 			if err == nil && len(b) != n {
 				err = fmt.Errorf("%s: %d bytes at offset %d, want %d: the stored stream is short", key, len(b), o, n)

@@ -232,9 +232,12 @@ func (a *Activities) readFile(ctx context.Context, in ReadFileInput) (transfer.O
 	// The same key on every attempt: a retry overwrites, leaves nothing.
 	key := transfer.Files + in.Sandbox.ID + "/" + attemptKey(ctx)
 	w := transfer.NewPartWriter(ctx, a.Outputs, key, a.partSize(), 0)
+	w.SetAsync(transfer.DefaultAsyncParts)
 	size, err := copyBeating(ctx, w, io.MultiReader(bytes.NewReader(head[:n]), rc))
 	if err == nil {
 		err = w.Close()
+	} else {
+		w.Abort()
 	}
 	if err != nil {
 		return transfer.Output{}, err
@@ -316,9 +319,12 @@ func (a *Activities) exportPath(ctx context.Context, in PathInput) (transfer.Out
 	defer rc.Close()
 	key := transfer.Exports + in.Sandbox.ID + "/" + attemptKey(ctx)
 	w := transfer.NewPartWriter(ctx, a.Outputs, key, a.partSize(), 0)
+	w.SetAsync(transfer.DefaultAsyncParts)
 	size, err := copyBeating(ctx, w, rc)
 	if err == nil {
 		err = w.Close()
+	} else {
+		w.Abort()
 	}
 	if err != nil {
 		return transfer.Output{}, fmt.Errorf("export %q: %w", in.Path, err)

@@ -84,7 +84,8 @@ func Open(ctx context.Context, bucket *blob.Bucket, o Output) (io.ReadCloser, er
 	if o.Blob == "" {
 		return io.NopCloser(bytes.NewReader(o.Inline)), nil
 	}
-	return &partReader{ctx: ctx, bucket: bucket, key: o.Blob, parts: o.Parts}, nil
+	ctx, cancel := context.WithCancel(ctx)
+	return &partReader{ctx: ctx, cancel: cancel, bucket: bucket, key: o.Blob, parts: o.Parts}, nil
 }
 
 // PartKey names part i of a stored stream.
@@ -129,42 +130,125 @@ func ValidKey(key string, prefixes ...string) error {
 // not read outputs or snapshots into a sandbox.
 func CheckUpload(key string) error { return ValidKey(key, Uploads) }
 
-// partReader reads the parts of a stored stream one after another.
+// ReadAhead is how many parts a reader of a stored stream (Open) fetches
+// at once, ahead of what is read: a store's round trip per part (an S3
+// GET, tens of milliseconds) is mostly waiting, and one after another they
+// bound an import to a part per round trip. What is fetched ahead is
+// held in memory: at most ReadAhead parts of at most MaxReadAhead bytes
+// each; a larger part is read as a stream, in its turn.
+const (
+	ReadAhead    = 4
+	MaxReadAhead = 8 << 20
+)
+
+// partReader reads the parts of a stored stream in order, fetching up to
+// ReadAhead of them at once.
 type partReader struct {
 	ctx    context.Context
+	cancel context.CancelFunc
 	bucket *blob.Bucket
 	key    string
 	parts  int
-	next   int
-	cur    *blob.Reader
+	next   int // the next part to fetch
+	ahead  []chan fetched
+	buf    []byte       // what is left of the part being read, fetched whole
+	cur    *blob.Reader // or the part being read, as a stream
+	err    error
+}
+
+// fetched is a part fetched ahead: whole in b, or open in r when larger
+// than MaxReadAhead.
+type fetched struct {
+	b   []byte
+	r   *blob.Reader
+	err error
+}
+
+func (r *partReader) fetch(i int) chan fetched {
+	ch := make(chan fetched, 1) // the fetch never waits for its reader
+	go func() {
+		br, err := r.bucket.NewReader(r.ctx, PartKey(r.key, i), nil)
+		if err != nil {
+			ch <- fetched{err: err}
+			return
+		}
+		if br.Size() > MaxReadAhead {
+			ch <- fetched{r: br}
+			return
+		}
+		b := make([]byte, 0, max(br.Size(), 0))
+		b, err = readAll(io.LimitReader(br, br.Size()), b)
+		br.Close()
+		ch <- fetched{b: b, err: err}
+	}()
+	return ch
+}
+
+// readAll reads r to its end into b, whose capacity is r's size.
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 func (r *partReader) Read(p []byte) (int, error) {
 	for {
-		if r.cur == nil {
-			if r.next == r.parts {
-				return 0, io.EOF
-			}
-			cur, err := r.bucket.NewReader(r.ctx, PartKey(r.key, r.next), nil)
-			if err != nil {
-				return 0, err
-			}
-			r.cur, r.next = cur, r.next+1
+		if r.err != nil {
+			return 0, r.err
 		}
-		n, err := r.cur.Read(p)
-		if err == io.EOF {
-			r.cur.Close()
-			r.cur = nil
-			if n > 0 {
-				return n, nil
-			}
-			continue
+		if len(r.buf) > 0 {
+			n := copy(p, r.buf)
+			r.buf = r.buf[n:]
+			return n, nil
 		}
-		return n, err
+		if r.cur != nil {
+			n, err := r.cur.Read(p)
+			if err == io.EOF {
+				r.cur.Close()
+				r.cur = nil
+				if n > 0 {
+					return n, nil
+				}
+				continue
+			}
+			return n, err
+		}
+		for len(r.ahead) < ReadAhead && r.next < r.parts {
+			r.ahead = append(r.ahead, r.fetch(r.next))
+			r.next++
+		}
+		if len(r.ahead) == 0 {
+			return 0, io.EOF
+		}
+		f := <-r.ahead[0]
+		r.ahead = r.ahead[1:]
+		if f.err != nil {
+			r.err = f.err
+			return 0, f.err
+		}
+		r.buf, r.cur = f.b, f.r
 	}
 }
 
+// Close stops the fetches under way and waits for them.
 func (r *partReader) Close() error {
+	r.cancel()
+	for _, ch := range r.ahead {
+		if f := <-ch; f.r != nil {
+			f.r.Close()
+		}
+	}
+	r.ahead = nil
 	if r.cur != nil {
 		return r.cur.Close()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
@@ -17,9 +18,31 @@ type PartWriter struct {
 	key     string
 	size    int
 	buf     []byte
-	parts   int // stored so far
+	parts   int // stored so far, or being stored (async)
 	partial int // bytes of the current part in its partial object
+
+	// Async stores (SetAsync): up to cap(slots) parts at once.
+	slots chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	err   error // the first failed store of a part
 }
+
+// SetAsync lets w store up to n complete parts at once, each in the
+// background while the stream goes on: a store's round trip per part (an
+// S3 PUT) is mostly waiting. It holds up to n parts in memory besides the
+// one being filled. Parts, FlushPartial and Close wait for the parts
+// under way, so that what they report is stored; a failed part fails the
+// Write after it, or Close. n of 1 or less stores each part in Write.
+func (w *PartWriter) SetAsync(n int) {
+	if n > 1 {
+		w.slots = make(chan struct{}, n)
+	}
+}
+
+// DefaultAsyncParts is how many parts a writer of a large stream that no
+// reader follows live (an export) stores at once.
+const DefaultAsyncParts = 4
 
 // NewPartWriter writes the stream key in parts of size bytes, starting
 // at part parts (those before are stored already).
@@ -28,7 +51,18 @@ func NewPartWriter(ctx context.Context, bucket *blob.Bucket, key string, size, p
 }
 
 // Parts is the number of parts stored so far.
-func (w *PartWriter) Parts() int { return w.parts }
+func (w *PartWriter) Parts() int {
+	w.wait()
+	return w.parts
+}
+
+// wait waits for the parts being stored, and says whether one failed.
+func (w *PartWriter) wait() error {
+	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
 
 // PartSize is the size of the parts.
 func (w *PartWriter) PartSize() int { return w.size }
@@ -55,6 +89,9 @@ func (w *PartWriter) flush() error {
 	if len(w.buf) == 0 {
 		return nil
 	}
+	if w.slots != nil {
+		return w.flushAsync()
+	}
 	if err := WriteObject(w.ctx, w.bucket, PartKey(w.key, w.parts), w.buf); err != nil {
 		return fmt.Errorf("store part %d of %s: %w", w.parts, w.key, err)
 	}
@@ -67,11 +104,51 @@ func (w *PartWriter) flush() error {
 	return nil
 }
 
+// flushAsync stores the full part in the background, once a slot is
+// free; the writer goes on with a new buffer.
+func (w *PartWriter) flushAsync() error {
+	select {
+	case w.slots <- struct{}{}:
+	case <-w.ctx.Done():
+		return w.ctx.Err()
+	}
+	w.mu.Lock()
+	err := w.err
+	w.mu.Unlock()
+	if err != nil {
+		<-w.slots
+		return err
+	}
+	buf, part, partial := w.buf, w.parts, w.partial
+	w.buf, w.partial = nil, 0
+	w.parts++
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer func() { <-w.slots }()
+		err := WriteObject(w.ctx, w.bucket, PartKey(w.key, part), buf)
+		if err == nil && partial > 0 {
+			_ = w.bucket.Delete(w.ctx, PartialKey(w.key, part))
+		}
+		if err != nil {
+			w.mu.Lock()
+			if w.err == nil {
+				w.err = fmt.Errorf("store part %d of %s: %w", part, w.key, err)
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return nil
+}
+
 // FlushPartial stores what there is of the current part, for readers
 // that follow the stream live, when it grew since the last time.
 func (w *PartWriter) FlushPartial() error {
 	if len(w.buf) == w.partial {
 		return nil
+	}
+	if err := w.wait(); err != nil {
+		return err
 	}
 	if err := WriteObject(w.ctx, w.bucket, PartialKey(w.key, w.parts), w.buf); err != nil {
 		return err
@@ -88,8 +165,21 @@ func (w *PartWriter) DropPartial() {
 	}
 }
 
-// Close stores the last, partial part.
-func (w *PartWriter) Close() error { return w.flush() }
+// Abort waits for the parts under way, and stores nothing more: for a
+// stream given up on, whose writer's retry stores it again.
+func (w *PartWriter) Abort() {
+	_ = w.wait()
+	w.buf = nil
+}
+
+// Close stores the last, partial part, and waits for the parts under way.
+func (w *PartWriter) Close() error {
+	err := w.flush()
+	if werr := w.wait(); err == nil {
+		err = werr
+	}
+	return err
+}
 
 // ReadAt reads at most max bytes of the stream key from offset off:
 // from complete parts, and from the partial object of the part under
