@@ -120,10 +120,10 @@ func (c *Client) readChunkOnce(ctx context.Context, workflowID, key string, off 
 // Exec runs a command in the standalone sandbox sandboxID, writing its
 // output to stdout and stderr as it is produced, and returns what became
 // of it. Its output is whole, or the error wraps ErrIncomplete.
-func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecRequest, stdout, stderr io.Writer) (workflows.RunOutput, error) {
+func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecRequest, stdout, stderr io.Writer) (*Result, error) {
 	cmd, err := c.StartExec(ctx, sandboxID, req)
 	if err != nil {
-		return workflows.RunOutput{}, err
+		return &Result{}, err
 	}
 	return cmd.Follow(ctx, stdout, stderr)
 }
@@ -131,13 +131,17 @@ func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecR
 // Command is a command in a standalone sandbox, named by the id of the
 // Update that runs it.
 type Command struct {
-	c       *Client
+	c *Client
+	// Sandbox is the id of the sandbox it runs in; ID its own, which
+	// Attach takes.
 	Sandbox string
 	ID      string
 	// h waits for the command's result: its berth.exec Update, or a
 	// berth.attach.
 	h    client.WorkflowUpdateHandle
 	name string
+	// stdout and stderr are where Wait writes its output; nil keeps it.
+	stdout, stderr io.Writer
 }
 
 // StartExec starts a command in the standalone sandbox sandboxID and
@@ -177,11 +181,13 @@ func (c *Client) SignalCommand(ctx context.Context, sandboxID, commandID, sig st
 }
 
 // Follow writes the command's output to stdout and stderr, from its
-// start, as it is produced, and returns what became of it. Its output is
-// whole, or the error wraps ErrIncomplete.
-func (cmd *Command) Follow(ctx context.Context, stdout, stderr io.Writer) (workflows.RunOutput, error) {
+// start, as it is produced, and returns what became of it: a Result,
+// zero when nothing is known, even with an error. Its output is whole,
+// or the error wraps ErrIncomplete.
+func (cmd *Command) Follow(ctx context.Context, stdout, stderr io.Writer) (*Result, error) {
 	f := &follower{c: cmd.c, workflow: cmd.Sandbox, w: [2]io.Writer{stdout, stderr}, keys: cmd.c.commandKeys(cmd.Sandbox, cmd.ID)}
-	return f.follow(ctx, cmd.c.updateResult(cmd.Sandbox, cmd.ID, cmd.h, cmd.name))
+	out, err := f.follow(ctx, cmd.c.updateResult(cmd.Sandbox, cmd.ID, cmd.h, cmd.name))
+	return resultOf(out), err
 }
 
 // commandKeys finds where the output of the command that Update
