@@ -103,7 +103,7 @@ func (c *Client) RunHandle(id string) *Run { return &Run{c: c, id: id} }
 // or the error wraps ErrIncomplete. A run that could not run its command
 // at all fails with its kind (KindOf).
 func (r *Run) Follow(ctx context.Context, stdout, stderr io.Writer) (*Result, error) {
-	out, err := r.c.FollowRun(ctx, r.id, stdout, stderr)
+	out, err := r.c.followRun(ctx, r.id, stdout, stderr)
 	return resultOf(out), err
 }
 

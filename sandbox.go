@@ -267,7 +267,7 @@ func (s *Sandbox) Exec(ctx context.Context, argv []string, opts ExecOptions) (*R
 		if input == nil {
 			input = make(chan TerminalEvent)
 		}
-		o, err := s.c.ExecTerminal(ctx, s.id, opts.request(argv), out, input)
+		o, err := s.c.execTerminal(ctx, s.id, opts.request(argv), out, input)
 		res := resultOf(o)
 		if opts.Stdout == nil {
 			res.Stdout = buf.Bytes()
@@ -288,7 +288,7 @@ func (s *Sandbox) Start(ctx context.Context, argv []string, opts ExecOptions) (*
 	if opts.TTY != nil {
 		return nil, fmt.Errorf("%w: a command on a terminal runs with Exec", errdefs.ErrBadInput)
 	}
-	cmd, err := s.c.StartExec(ctx, s.id, opts.request(argv))
+	cmd, err := s.c.startExec(ctx, s.id, opts.request(argv))
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +300,14 @@ func (s *Sandbox) Start(ctx context.Context, argv []string, opts ExecOptions) (*
 // SandboxStatus.Running lists), running or among the last 64 that
 // ended, to follow.
 func (s *Sandbox) Attach(ctx context.Context, commandID string) (*Command, error) {
-	return s.c.Attach(ctx, s.id, commandID)
+	return s.c.attach(ctx, s.id, commandID)
+}
+
+// Signal sends sig (INT, TERM, KILL, HUP, QUIT, USR1, USR2, with or
+// without SIG) to the running command commandID, its process group and
+// session: Command.Signal without attaching to it first.
+func (s *Sandbox) Signal(ctx context.Context, commandID, sig string) error {
+	return s.c.signalCommand(ctx, s.id, commandID, sig)
 }
 
 // Wait waits for the command to end and returns what became of it, its

@@ -119,7 +119,7 @@ with or without SIG.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			return updateErr(id, c.SignalCommand(ctx, sandboxWorkflow(id), cmdID, sig))
+			return updateErr(id, c.Sandboxes().Handle(sandboxWorkflow(id)).Signal(ctx, cmdID, sig))
 		},
 	}
 	cmd.Flags().StringVarP(&sig, "signal", "s", "KILL", "the signal to send")
