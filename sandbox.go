@@ -61,7 +61,7 @@ func (s *Sandbox) WriteFiles(ctx context.Context, files ...File) error {
 		total += len(f.Data)
 		wire[i] = provider.File{Path: f.Path, Data: f.Data, Mode: f.Mode}
 	}
-	if total <= transfer.MaxInlineFiles/2 {
+	if total <= transfer.MaxInlineFiles {
 		return s.update(ctx, workflows.UpdateWriteFiles, nil, workflows.WriteFilesRequest{Files: wire})
 	}
 	pr, pw := io.Pipe()
