@@ -117,33 +117,26 @@ func (c *Client) readChunkOnce(ctx context.Context, workflowID, key string, off 
 	return b, err
 }
 
-// Exec runs a command in the standalone sandbox sandboxID, writing its
-// output to stdout and stderr as it is produced, and returns what became
-// of it. Its output is whole, or the error wraps ErrIncomplete.
-func (c *Client) Exec(ctx context.Context, sandboxID string, req workflows.ExecRequest, stdout, stderr io.Writer) (workflows.RunOutput, error) {
-	cmd, err := c.StartExec(ctx, sandboxID, req)
-	if err != nil {
-		return workflows.RunOutput{}, err
-	}
-	return cmd.Follow(ctx, stdout, stderr)
-}
-
 // Command is a command in a standalone sandbox, named by the id of the
 // Update that runs it.
 type Command struct {
-	c       *Client
+	c *Client
+	// Sandbox is the id of the sandbox it runs in; ID its own, which
+	// Attach takes.
 	Sandbox string
 	ID      string
 	// h waits for the command's result: its berth.exec Update, or a
 	// berth.attach.
 	h    client.WorkflowUpdateHandle
 	name string
+	// stdout and stderr are where Wait writes its output; nil keeps it.
+	stdout, stderr io.Writer
 }
 
-// StartExec starts a command in the standalone sandbox sandboxID and
+// startExec starts a command in the standalone sandbox sandboxID and
 // returns once the sandbox has accepted it. The command goes on whether
 // or not anyone follows it.
-func (c *Client) StartExec(ctx context.Context, sandboxID string, req workflows.ExecRequest) (*Command, error) {
+func (c *Client) startExec(ctx context.Context, sandboxID string, req workflows.ExecRequest) (*Command, error) {
 	id := NewID("exec-")
 	h, err := c.StartUpdate(ctx, sandboxID, id, workflows.UpdateExec, req)
 	if err != nil {
@@ -154,7 +147,7 @@ func (c *Client) StartExec(ctx context.Context, sandboxID string, req workflows.
 
 // Attach returns the command commandID of the standalone sandbox
 // sandboxID, running or among the last that ended, to follow.
-func (c *Client) Attach(ctx context.Context, sandboxID, commandID string) (*Command, error) {
+func (c *Client) attach(ctx context.Context, sandboxID, commandID string) (*Command, error) {
 	h, err := c.StartUpdate(ctx, sandboxID, NewID("attach-"), workflows.UpdateAttach,
 		workflows.AttachRequest{Command: commandID})
 	if err != nil {
@@ -166,22 +159,24 @@ func (c *Client) Attach(ctx context.Context, sandboxID, commandID string) (*Comm
 // Signal sends sig (INT, TERM, KILL...: provider.Signals) to a running
 // command.
 func (cmd *Command) Signal(ctx context.Context, sig string) error {
-	return cmd.c.SignalCommand(ctx, cmd.Sandbox, cmd.ID, sig)
+	return cmd.c.signalCommand(ctx, cmd.Sandbox, cmd.ID, sig)
 }
 
-// SignalCommand sends sig to the running command commandID of the
+// signalCommand sends sig to the running command commandID of the
 // standalone sandbox sandboxID.
-func (c *Client) SignalCommand(ctx context.Context, sandboxID, commandID, sig string) error {
+func (c *Client) signalCommand(ctx context.Context, sandboxID, commandID, sig string) error {
 	return c.Update(ctx, sandboxID, "", workflows.UpdateSignal, nil,
 		workflows.SignalRequest{Command: commandID, Signal: sig})
 }
 
 // Follow writes the command's output to stdout and stderr, from its
-// start, as it is produced, and returns what became of it. Its output is
-// whole, or the error wraps ErrIncomplete.
-func (cmd *Command) Follow(ctx context.Context, stdout, stderr io.Writer) (workflows.RunOutput, error) {
+// start, as it is produced, and returns what became of it: a Result,
+// zero when nothing is known, even with an error. Its output is whole,
+// or the error wraps ErrIncomplete.
+func (cmd *Command) Follow(ctx context.Context, stdout, stderr io.Writer) (*Result, error) {
 	f := &follower{c: cmd.c, workflow: cmd.Sandbox, w: [2]io.Writer{stdout, stderr}, keys: cmd.c.commandKeys(cmd.Sandbox, cmd.ID)}
-	return f.follow(ctx, cmd.c.updateResult(cmd.Sandbox, cmd.ID, cmd.h, cmd.name))
+	out, err := f.follow(ctx, cmd.c.updateResult(cmd.Sandbox, cmd.ID, cmd.h, cmd.name))
+	return resultOf(out), err
 }
 
 // commandKeys finds where the output of the command that Update
@@ -223,9 +218,9 @@ func (c *Client) updateResult(sandboxID, commandID string, h client.WorkflowUpda
 	}
 }
 
-// FollowRun follows the one-shot run runID (a Run workflow), writing its
+// followRun follows the one-shot run runID (a Run workflow), writing its
 // command's output as it is produced, and returns the run's result.
-func (c *Client) FollowRun(ctx context.Context, runID string, stdout, stderr io.Writer) (workflows.RunOutput, error) {
+func (c *Client) followRun(ctx context.Context, runID string, stdout, stderr io.Writer) (workflows.RunOutput, error) {
 	f := &follower{c: c, workflow: runID, w: [2]io.Writer{stdout, stderr}}
 	f.keys = func(ctx context.Context) (string, string, bool) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -10,14 +10,14 @@ import (
 	"github.com/berth-dev/berth/workflows"
 )
 
-// ExecTerminal runs a command on a terminal in the standalone sandbox
+// execTerminal runs a command on a terminal in the standalone sandbox
 // sandboxID, of req.TTY's size (the default when nil): what events
 // sends, keys and resizes, is its input, and its output is written to
 // out as it comes. It returns what became of the command once it ended;
 // events is read until then. Each event is one relay write, kept out of
 // the workflow's history, and keys typed while one is on its way go in
 // the next together.
-func (c *Client) ExecTerminal(ctx context.Context, sandboxID string, req workflows.ExecRequest, out io.Writer, events <-chan transfer.TerminalEvent) (workflows.RunOutput, error) {
+func (c *Client) execTerminal(ctx context.Context, sandboxID string, req workflows.ExecRequest, out io.Writer, events <-chan transfer.TerminalEvent) (workflows.RunOutput, error) {
 	if req.TTY == nil {
 		req.TTY = &provider.TerminalSize{}
 	}

@@ -78,6 +78,7 @@ const (
 	UpdateResume     = "berth.resume"       // nothing -> nothing
 	UpdateHibernate  = "berth.hibernate"    // nothing -> nothing
 	UpdateStop       = "berth.stop"         // nothing -> nothing
+	UpdateReady      = "berth.ready"        // nothing -> SandboxStatus, once the sandbox exists
 	QuerySandbox     = ops.QuerySandbox     // -> SandboxStatus
 )
 
@@ -261,6 +262,11 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 	if in.Carried != nil {
 		sbx = sandbox.Reattach(ctx, in.Carried.Sandbox)
 	} else if sbx, err = sandbox.New(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image}, opts...); err != nil {
+		// The berth.ready Updates waiting answer with the failure before
+		// the workflow ends with it. With none waiting this yields
+		// nothing: a history without one replays as it did.
+		s.createErr = err
+		_ = workflow.Await(ctx, func() bool { return s.readyWaiting == 0 })
 		return err
 	}
 	s.sbx = sbx
@@ -339,6 +345,10 @@ type standalone struct {
 	ops      *ops.Ops
 	ended    []ops.EndedCommand // carried from the run before, for ops
 	stopping bool
+	// createErr is why the sandbox could not be created, for the
+	// berth.ready Updates in flight (readyWaiting of them).
+	createErr    error
+	readyWaiting int
 }
 
 func (s *standalone) register(ctx workflow.Context) error {
@@ -380,6 +390,7 @@ func (s *standalone) register(ctx workflow.Context) error {
 		{UpdateResume, s.resume, s.validateOpen},
 		{UpdateHibernate, s.hibernate, s.validateOpen},
 		{UpdateStop, s.stop, nil},
+		{UpdateReady, s.readyStatus, nil},
 	}
 	for _, h := range handlers {
 		err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.handler,
@@ -504,6 +515,21 @@ func (s *standalone) hibernate(ctx workflow.Context) error {
 // being created.
 func (s *standalone) ready(ctx workflow.Context) error {
 	return workflow.Await(ctx, func() bool { return s.sbx != nil })
+}
+
+// readyStatus answers berth.ready: the sandbox's status once it exists,
+// or why it could not be created. A front end waits on it after the
+// start rather than polling QuerySandbox.
+func (s *standalone) readyStatus(ctx workflow.Context) (SandboxStatus, error) {
+	s.readyWaiting++
+	defer func() { s.readyWaiting-- }()
+	if err := workflow.Await(ctx, func() bool { return s.sbx != nil || s.createErr != nil }); err != nil {
+		return SandboxStatus{}, err
+	}
+	if s.sbx == nil {
+		return SandboxStatus{}, updateError(s.createErr)
+	}
+	return SandboxStatus{Status: s.sbx.Status(), Created: s.created, Config: s.config, Running: s.ops.Running()}, nil
 }
 
 func (s *standalone) stop(ctx workflow.Context) error {

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth"
 )
 
 // What a sandbox gets when its settings name none: the self-hosted
@@ -19,7 +19,7 @@ const (
 )
 
 // defaultTimeout is a command's timeout when it names none, as 10m.
-var defaultTimeout = strings.TrimSuffix(sandbox.DefaultExecTimeout.String(), "0s")
+var defaultTimeout = strings.TrimSuffix(berth.DefaultExecTimeout.String(), "0s")
 
 // asked shows a resource as asked for: its value, or, for 0, the
 // default it stands for.

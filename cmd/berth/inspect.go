@@ -12,9 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/sandbox"
-	"github.com/berth-dev/berth/workflows"
+	"github.com/berth-dev/berth"
 )
 
 // inspection is a sandbox's whole state as berth sandbox inspect prints
@@ -51,7 +49,7 @@ type inspection struct {
 }
 
 // inspect turns a sandbox's status into what inspect prints, at now.
-func inspect(id string, st workflows.SandboxStatus, now time.Time) inspection {
+func inspect(id string, st berth.SandboxStatus, now time.Time) inspection {
 	since := func(d time.Duration, t time.Time) float64 {
 		if !t.IsZero() && now.After(t) {
 			d += now.Sub(t)
@@ -68,32 +66,24 @@ func inspect(id string, st workflows.SandboxStatus, now time.Time) inspection {
 		s := d.Seconds()
 		return &s
 	}
-	cfg := st.Config
+	cfg := st.Options
 	in := inspection{
-		ID: id, Sandbox: st.ID, Provider: st.Provider, State: string(st.State),
+		ID: id, Sandbox: st.Instance, Provider: st.Provider, State: string(st.State),
 		Generation: st.Generation, Checkpoint: st.Checkpoint,
 		Created: st.Created, LastActive: st.LastActive,
 		Held: since(st.Held, st.HeldSince), Active: since(st.Active, st.ActiveSince),
 		Commands: st.Commands, Running: []string{}, Output: st.OutputStored,
-		CPU: cfg.Resources.CPU, Memory: cfg.Resources.Memory, Disk: cfg.Resources.Disk, Pids: cfg.Resources.Pids,
-		Idle:      timeout(cfg.IdleTimeout, sandbox.DefaultIdleTimeout),
-		Hibernate: timeout(cfg.HibernateAfter, sandbox.DefaultHibernateAfter),
-		Lifetime:  *timeout(max(cfg.MaxLifetime, 0), provider.DefaultLifetime),
+		CPU: cfg.CPU, Memory: cfg.Memory, Disk: cfg.Disk, Pids: cfg.Pids,
+		Idle:      timeout(cfg.IdleTimeout, berth.DefaultIdleTimeout),
+		Hibernate: timeout(cfg.HibernateAfter, berth.DefaultHibernateAfter),
+		Lifetime:  *timeout(max(cfg.Lifetime, 0), berth.DefaultLifetime),
 		EnvKeys:   []string{}, FromSnapshot: cfg.FromSnapshot, Image: cfg.Image,
-	}
-	if in.Provider == "" {
-		in.Provider, in.State = cfg.Provider, "creating"
-	}
-	if cfg.OwnSnapshot {
-		in.FromSnapshot = "" // a fork's copy of its parent, berth's own
 	}
 	for k := range cfg.Env {
 		in.EnvKeys = append(in.EnvKeys, k)
 	}
 	slices.Sort(in.EnvKeys)
-	for _, r := range st.Running {
-		in.Running = append(in.Running, r.Update)
-	}
+	in.Running = append(in.Running, st.Running...)
 	return in
 }
 
@@ -158,8 +148,8 @@ the text names (as create --help does).`,
 				return err
 			}
 			defer c.Temporal().Close()
-			var st workflows.SandboxStatus
-			if err := c.Query(ctx, sandboxWorkflow(id), "", workflows.QuerySandbox, &st); err != nil {
+			st, err := c.Sandboxes().Handle(sandboxWorkflow(id)).Status(ctx)
+			if err != nil {
 				return updateErr(id, err)
 			}
 			in := inspect(id, st, time.Now())

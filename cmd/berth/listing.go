@@ -4,17 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/workflows"
 )
 
 // listing is what berth's ls commands share: rows listed from the
@@ -87,46 +81,4 @@ func (l listing[R]) print(rows []R, quiet bool, outFmt format) error {
 		fmt.Fprintln(w, l.line(r))
 	}
 	return w.Flush()
-}
-
-// listWorkflows lists the workflows of type kind (a workflows.*WorkflowName,
-// or a legacy name of it), running ones unless all, as rows made by
-// row, through every page of the answer.
-func listWorkflows[R any](ctx context.Context, c client.Client, kind string, all bool, row func(*workflowpb.WorkflowExecutionInfo) R) ([]R, error) {
-	query := "WorkflowType IN (" + strings.Join(typeNames(kind), ", ") + ")"
-	if !all {
-		query += " AND ExecutionStatus = 'Running'"
-	}
-	var (
-		rows  []R
-		token []byte
-	)
-	for {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range resp.Executions {
-			rows = append(rows, row(e))
-		}
-		if token = resp.NextPageToken; len(token) == 0 {
-			return rows, nil
-		}
-	}
-}
-
-// typeNames are kind and its legacy names, quoted for a visibility
-// query: a sandbox started before berth.Sandbox is still a sandbox.
-func typeNames(kind string) []string {
-	names := []string{"'" + kind + "'"}
-	for _, old := range workflows.OldNames(kind) {
-		names = append(names, "'"+old+"'")
-	}
-	return names
-}
-
-// isType says whether a workflow type name is kind or a legacy name of
-// it.
-func isType(name, kind string) bool {
-	return name == kind || slices.Contains(workflows.OldNames(kind), name)
 }

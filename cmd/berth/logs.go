@@ -29,7 +29,7 @@ cancel RUN-ID, or interrupt the berth run that started it without
 			defer c.Temporal().Close()
 			sink := res.sink()
 			stdout, stderr := sink.writers()
-			out, err := c.FollowRun(ctx, args[0], stdout, stderr)
+			out, err := c.RunHandle(args[0]).Follow(ctx, stdout, stderr)
 			if err != nil && ctx.Err() != nil {
 				fmt.Fprintf(os.Stderr, "berth: stopped following run %s; it goes on (berth logs %s)\n", args[0], args[0])
 				return exitError{130}

@@ -15,7 +15,6 @@ import (
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/sandbox"
 )
 
 func newProviders(cf *connFlags) *cobra.Command {
@@ -84,7 +83,7 @@ func modelRow(st model.Status) providerRow {
 
 // providerRows flattens the hosts' answers into one row per provider
 // of each host, hosts in order, and one per host that did not answer.
-func providerRows(hosts []sandbox.HostProviders) []providerRow {
+func providerRows(hosts []berth.HostProviders) []providerRow {
 	rows := []providerRow{}
 	for _, h := range hosts {
 		if h.Unreachable {
@@ -165,8 +164,8 @@ func modelStatus(ctx context.Context, c *berth.Client) model.Status {
 }
 
 // providerStatuses asks the catalog: only workers know.
-func providerStatuses(ctx context.Context, c *berth.Client) ([]sandbox.HostProviders, error) {
-	return c.Catalog().Providers(ctx)
+func providerStatuses(ctx context.Context, c *berth.Client) ([]berth.HostProviders, error) {
+	return c.Providers(ctx)
 }
 
 // capabilities names what a provider does natively, for a table.

@@ -6,16 +6,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent/model"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/sandbox"
 )
 
 // berth providers shows every host's providers, one row each, and a
 // host that did not answer as one unreachable row; its JSON keeps the
 // fields of a provider's status.
 func TestProviderRows(t *testing.T) {
-	hosts := []sandbox.HostProviders{
+	hosts := []berth.HostProviders{
 		{Host: "berth@a", Providers: []provider.Availability{
 			{Name: "docker", Available: true, Capabilities: &provider.Capabilities{Pause: true, HostBound: true},
 				Note: "default image berth-host:1-v1: not made: too big\n\x1b[31m"},

@@ -12,7 +12,6 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/termtext"
-	"github.com/berth-dev/berth/workflows"
 )
 
 // commandResult is what became of a command (berth run, berth sandbox
@@ -98,7 +97,10 @@ func (s *sink) writers() (stdout, stderr io.Writer) {
 // result ends the command: it prints the result in the sink's format
 // and says how berth exits, as runResult does for text; what names the
 // command in error messages.
-func (s *sink) result(what, id string, out workflows.RunOutput, err error) error {
+func (s *sink) result(what, id string, out *berth.Result, err error) error {
+	if out == nil {
+		out = &berth.Result{}
+	}
 	for _, w := range s.clean {
 		_ = w.Close() // a carriage return held at the end; nothing to do if the terminal is gone
 	}
@@ -107,9 +109,9 @@ func (s *sink) result(what, id string, out workflows.RunOutput, err error) error
 	}
 	r := commandResult{
 		ID: id, ExitCode: out.ExitCode, Signal: out.Signal, Kind: string(out.Kind), Message: out.Message,
-		StdoutBytes: out.Stdout.Size, StderrBytes: out.Stderr.Size,
-		StdoutDropped: out.Stdout.Dropped, StderrDropped: out.Stderr.Dropped,
-		Truncated: err != nil, Duration: out.Duration.Seconds(), Sandbox: out.Sandbox,
+		StdoutBytes: out.StdoutSize, StderrBytes: out.StderrSize,
+		StdoutDropped: out.StdoutDropped, StderrDropped: out.StderrDropped,
+		Truncated: err != nil, Duration: out.Duration.Seconds(), Sandbox: out.Instance,
 	}
 	if err != nil {
 		r.Error = err.Error()

@@ -7,42 +7,32 @@ import (
 
 	"github.com/berth-dev/berth/errdefs"
 
-	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
-	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/sdk/converter"
 
-	"github.com/berth-dev/berth/workflows"
+	"github.com/berth-dev/berth"
 )
 
 // berth run ls shows how an ended run's command ended: the exit code
 // berth run exits with, in STATE and as exit_code.
 func TestRunRowExitCode(t *testing.T) {
-	dc := converter.GetDefaultDataConverter()
-	info := func(status enumspb.WorkflowExecutionStatus, exit *workflows.RunExit) *workflowpb.WorkflowExecutionInfo {
-		fields := map[string]*commonpb.Payload{}
-		cmd, _ := dc.ToPayload("sh -c exit 7")
-		fields[workflows.MemoCommand] = cmd
+	// The memo's decoding is the SDK's (TestRunInfoOf, package berth).
+	info := func(status enumspb.WorkflowExecutionStatus, exit *berth.RunExit) berth.RunInfo {
+		r := berth.RunInfo{ID: "run-1", Status: strings.ToLower(status.String()), Command: "sh -c exit 7"}
 		if exit != nil {
-			p, err := dc.ToPayload(*exit)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fields[workflows.MemoExit] = p
+			r.Ended, r.Exit = true, *exit
 		}
-		return &workflowpb.WorkflowExecutionInfo{Execution: &commonpb.WorkflowExecution{WorkflowId: "run-1"},
-			Status: status, Memo: &commonpb.Memo{Fields: fields}}
+		return r
 	}
 	for _, tt := range []struct {
 		name  string
-		info  *workflowpb.WorkflowExecutionInfo
+		info  berth.RunInfo
 		state string
 		code  string // exit_code in JSON; "" for none
 	}{
-		{"exited 7", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &workflows.RunExit{ExitCode: 7}), "exited 7", "7"},
-		{"exited 0", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &workflows.RunExit{}), "exited 0", "0"},
-		{"signal", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &workflows.RunExit{Signal: "SIGTERM"}), "exited 143 (SIGTERM)", "143"},
-		{"timeout", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &workflows.RunExit{ExitCode: -1, Kind: errdefs.Timeout}), "exited 124 (Timeout)", "124"},
+		{"exited 7", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &berth.RunExit{ExitCode: 7}), "exited 7", "7"},
+		{"exited 0", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &berth.RunExit{}), "exited 0", "0"},
+		{"signal", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &berth.RunExit{Signal: "SIGTERM"}), "exited 143 (SIGTERM)", "143"},
+		{"timeout", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, &berth.RunExit{ExitCode: -1, Kind: errdefs.Timeout}), "exited 124 (Timeout)", "124"},
 		{"running", info(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil), "running", ""},
 		{"canceled", info(enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED, nil), "canceled", ""},
 		{"ended before the memo", info(enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, nil), "completed", ""},

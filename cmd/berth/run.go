@@ -15,20 +15,15 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"golang.org/x/sys/unix"
 
-	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/transfer"
-	"github.com/berth-dev/berth/workflows"
 )
 
 func newRun(cf *connFlags) *cobra.Command {
 	var (
-		in         workflows.RunInput
+		in         berth.RunOptions
 		files, env []string
 		memory     string
 		maxOutput  string
@@ -63,7 +58,7 @@ always follows "--", and "berth run -- ls" runs ls.`,
 				return usageError{err}
 			}
 			if memory != "" {
-				if in.Resources.Memory, err = parseBytes(memory); err != nil {
+				if in.Memory, err = parseBytes(memory); err != nil {
 					return usageError{fmt.Errorf("--memory: %w", err)}
 				}
 			}
@@ -82,22 +77,12 @@ always follows "--", and "berth run -- ls" runs ls.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			id := berth.NewID("run-")
 			// Not abandoned on an interrupt: followOrCancel cancels it.
-			// The same id on every try: a server restart under the start
-			// starts it once.
-			err = c.Retry(context.WithoutCancel(ctx), func(ctx context.Context) error {
-				_, err := c.Temporal().ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-					ID: id, TaskQueue: sandbox.DefaultQueue,
-					WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-					Memo:                     map[string]any{workflows.MemoCommand: shorten(strings.Join(args, " "), maxMemoCommand)},
-					StaticSummary:            workflows.RunSummary(in),
-				}, workflows.RunWorkflowName, in)
-				return err
-			})
+			run, err := c.Run(context.WithoutCancel(ctx), in)
 			if err != nil {
 				return fmt.Errorf("start the run: %w", err)
 			}
+			id := run.ID()
 			if detach {
 				return printID(os.Stdout, *res.format, id)
 			}
@@ -105,12 +90,12 @@ always follows "--", and "berth run -- ls" runs ls.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&in.Provider, "provider", sandbox.DefaultProvider, "where the sandbox lives (berth providers lists them)")
+	f.StringVar(&in.Provider, "provider", berth.DefaultProvider, "where the sandbox lives (berth providers lists them)")
 	f.StringVar(&in.Image, "image", "", "the image its root filesystem comes from (default: the provider's)")
 	f.StringArrayVar(&files, "file", nil, "DEST=SRC: copy local file SRC to workspace path DEST (repeatable; 2 MiB in all: use berth sandbox cp beyond)")
 	f.StringArrayVar(&env, "env", nil, "K=V: set an environment variable (repeatable)")
 	f.DurationVar(&in.Timeout, "timeout", 0, "end the command after this long (e.g. 30s; default "+defaultTimeout+")")
-	f.Float64Var(&in.Resources.CPU, "cpu", 0, "CPU cores (default "+defaultCPU+")")
+	f.Float64Var(&in.CPU, "cpu", 0, "CPU cores (default "+defaultCPU+")")
 	f.StringVar(&memory, "memory", "", "memory limit (e.g. 512Mi; default "+defaultMemory+")")
 	f.BoolVar(&detach, "detach", false, "print the run's workflow id and return at once")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
@@ -168,7 +153,7 @@ func followOrCancel(ctx context.Context, c *berth.Client, id string, sink *sink)
 		stopFollowing()
 	}()
 	stdout, stderr := sink.writers()
-	out, err := c.FollowRun(followCtx, id, stdout, stderr)
+	out, err := c.RunHandle(id).Follow(followCtx, stdout, stderr)
 	stopFollowing()
 	<-watching
 	select {
@@ -193,8 +178,8 @@ func followOrCancel(ctx context.Context, c *berth.Client, id string, sink *sink)
 	return exitError{130}
 }
 
-func readFiles(specs []string) ([]provider.File, error) {
-	var files []provider.File
+func readFiles(specs []string) ([]berth.File, error) {
+	var files []berth.File
 	total := 0
 	for _, s := range specs {
 		dest, src, ok := strings.Cut(s, "=")
@@ -209,7 +194,7 @@ func readFiles(specs []string) ([]provider.File, error) {
 			return nil, fmt.Errorf("--file: more than %d bytes of files in all", transfer.MaxInlineFiles)
 		}
 		fi, _ := os.Stat(src)
-		files = append(files, provider.File{Path: dest, Data: data, Mode: fi.Mode().Perm()})
+		files = append(files, berth.File{Path: dest, Data: data, Mode: fi.Mode().Perm()})
 	}
 	return files, nil
 }
@@ -249,7 +234,7 @@ func parseBytes(s string) (int64, error) {
 // runResult turns what became of a command, and the error of following
 // it, into berth's exit: the command's own (runExit) when its output
 // arrived whole; exitBerth, with a line on stderr, when it did not.
-func runResult(what string, out workflows.RunOutput, err error) error {
+func runResult(what string, out *berth.Result, err error) error {
 	if errors.Is(err, berth.ErrIncomplete) {
 		fmt.Fprintf(os.Stderr, "berth: %s: %v\n", what, err)
 		return exitError{exitBerth}
@@ -263,18 +248,21 @@ func runResult(what string, out workflows.RunOutput, err error) error {
 // runExit turns a run's outcome into berth's exit: the command's own
 // code, 128+n for a signal, and the shell's conventions when berth ended
 // it (124 timeout, 127 not found), with one line saying so.
-func runExit(out workflows.RunOutput) error {
+func runExit(out *berth.Result) error {
+	if out == nil {
+		out = &berth.Result{}
+	}
 	if out.Kind != "" {
 		fmt.Fprintln(os.Stderr, "berth:", out.Message)
 	}
-	if code := exitCode(workflows.RunExit{ExitCode: out.ExitCode, Signal: out.Signal, Kind: out.Kind}); code != 0 {
+	if code := exitCode(berth.RunExit{ExitCode: out.ExitCode, Signal: out.Signal, Kind: out.Kind}); code != 0 {
 		return exitError{code}
 	}
 	return nil
 }
 
 // exitCode is the exit code berth gives a command that ended so.
-func exitCode(e workflows.RunExit) int {
+func exitCode(e berth.RunExit) int {
 	switch {
 	case e.Kind == errdefs.Timeout:
 		return 124

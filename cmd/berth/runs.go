@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/berth-dev/berth/errdefs/temporalerr"
 
@@ -15,29 +14,11 @@ import (
 
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
-	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/workflows"
 )
-
-// maxMemoCommand bounds the command line berth run keeps in its run's
-// memo for listings: the memo is stored with every visibility record.
-const maxMemoCommand = 256
-
-// shorten cuts s to at most n bytes, on a rune boundary, marking the cut.
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
-}
 
 // runRow is a line of berth run ls, and its JSON.
 type runRow struct {
@@ -73,12 +54,13 @@ func newRunLs(cf *connFlags) *cobra.Command {
 
 // listRuns lists the Run workflows, running ones unless all.
 func listRuns(ctx context.Context, c *berth.Client, all bool) ([]runRow, error) {
-	rows, err := listWorkflows(ctx, c.Temporal(), workflows.RunWorkflowName, all, runRowOf)
+	runs, err := c.Runs(ctx, berth.ListOptions{All: all})
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %s", oneLine(err))
 	}
-	if rows == nil {
-		rows = []runRow{}
+	rows := []runRow{}
+	for _, r := range runs {
+		rows = append(rows, runRowOf(r))
 	}
 	return rows, nil
 }
@@ -86,19 +68,13 @@ func listRuns(ctx context.Context, c *berth.Client, all bool) ([]runRow, error) 
 // runRowOf is a run's row: its state the workflow's, or, once its
 // command ended, "exited N" with the code berth run exits with (and
 // why berth ended it, or the signal).
-func runRowOf(e *workflowpb.WorkflowExecutionInfo) runRow {
-	dc := converter.GetDefaultDataConverter()
-	r := runRow{ID: e.Execution.GetWorkflowId(), State: strings.ToLower(e.Status.String()),
-		Created: e.GetStartTime().AsTime()}
+func runRowOf(info berth.RunInfo) runRow {
+	r := runRow{ID: info.ID, State: info.Status, Created: info.Created, Command: info.Command}
 	r.Age = time.Since(r.Created).Round(time.Second).Seconds()
-	if p := e.GetMemo().GetFields()[workflows.MemoCommand]; p != nil {
-		_ = dc.FromPayload(p, &r.Command)
-	}
-	var exit workflows.RunExit
-	if p := e.GetMemo().GetFields()[workflows.MemoExit]; p != nil && dc.FromPayload(p, &exit) == nil {
+	if exit := info.Exit; info.Ended {
 		code := exitCode(exit)
 		r.ExitCode = &code
-		if e.Status == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+		if info.Status == "completed" {
 			r.State = fmt.Sprintf("exited %d", code)
 			switch {
 			case exit.Kind != "":
@@ -160,7 +136,7 @@ func cancelRun(ctx context.Context, c *berth.Client, id string) error {
 		return fmt.Errorf("run %s: %s", id, oneLine(err))
 	}
 	info := desc.GetWorkflowExecutionInfo()
-	if t := info.GetType().GetName(); !isType(t, workflows.RunWorkflowName) {
+	if t := info.GetType().GetName(); !berth.IsRun(t) {
 		return fmt.Errorf("%s: %s is not a run but a %s workflow", errdefs.BadInput, id, t)
 	}
 	if st := info.GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {

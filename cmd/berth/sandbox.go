@@ -17,19 +17,14 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/berth-dev/berth"
 
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
 	"github.com/berth-dev/berth/snapshot"
-	"github.com/berth-dev/berth/workflows"
 )
 
 func newSandbox(cf *connFlags) *cobra.Command {
@@ -44,9 +39,9 @@ docs/protocol.md).`,
 	cmd.AddCommand(newSandboxCreate(cf), newSandboxExec(cf), newSandboxAttach(cf), newSandboxKill(cf), newSandboxShell(cf), newSandboxCp(cf), newSandboxLs(cf), newSandboxRm(cf),
 		newSandboxInspect(cf),
 		newSandboxSnapshot(cf), newSandboxFork(cf), newSandboxSwitch(cf),
-		newSandboxSimple(cf, "pause", workflows.UpdatePause, "Freeze a sandbox now (the next command resumes it)"),
-		newSandboxSimple(cf, "resume", workflows.UpdateResume, "Resume a paused or hibernated sandbox"),
-		newSandboxSimple(cf, "hibernate", workflows.UpdateHibernate, "Checkpoint a sandbox and free everything it holds"))
+		newSandboxSimple(cf, opPause, (*berth.Sandbox).Pause, "Freeze a sandbox now (the next command resumes it)"),
+		newSandboxSimple(cf, opResume, (*berth.Sandbox).Resume, "Resume a paused or hibernated sandbox"),
+		newSandboxSimple(cf, opHibernate, (*berth.Sandbox).Hibernate, "Checkpoint a sandbox and free everything it holds"))
 	return cmd
 }
 
@@ -81,37 +76,36 @@ func (s *settingsFlags) register(f *pflag.FlagSet, inherit bool) {
 	f.DurationVar(&s.life, "lifetime", 0, "destroy the sandbox after this long whatever it does"+dflt("24h"))
 }
 
-// parse reads the flags into what a sandbox's workflow takes.
-func (s *settingsFlags) parse() (env map[string]string, res provider.Resources, idle, hibernate, life time.Duration, err error) {
-	if env, err = parseEnv(s.env); err != nil {
-		return
+// parse reads the flags into a sandbox's options.
+func (s *settingsFlags) parse(o *berth.SandboxOptions) (err error) {
+	if o.Env, err = parseEnv(s.env); err != nil {
+		return err
 	}
-	res.CPU = s.cpu
+	o.CPU = s.cpu
 	for _, b := range []struct {
 		flag, v string
 		dst     *int64
-	}{{"--memory", s.memory, &res.Memory}, {"--disk", s.disk, &res.Disk}} {
+	}{{"--memory", s.memory, &o.Memory}, {"--disk", s.disk, &o.Disk}} {
 		if b.v == "" {
 			continue
 		}
 		if *b.dst, err = parseBytes(b.v); err != nil {
-			err = usageError{fmt.Errorf("%s: %w", b.flag, err)}
-			return
+			return usageError{fmt.Errorf("%s: %w", b.flag, err)}
 		}
 	}
-	idle, hibernate, life = s.idle, s.hibernate, s.life
+	o.IdleTimeout, o.HibernateAfter, o.Lifetime = s.idle, s.hibernate, s.life
 	if s.noIdle {
-		idle = sandbox.NoIdleTimeout
+		o.IdleTimeout = berth.Never
 	}
 	if s.noHibernate {
-		hibernate = sandbox.NoIdleTimeout
+		o.HibernateAfter = berth.Never
 	}
-	return
+	return nil
 }
 
 func newSandboxCreate(cf *connFlags) *cobra.Command {
 	var (
-		in       workflows.SandboxInput
+		in       berth.SandboxOptions
 		settings settingsFlags
 		name     string
 		out      *format
@@ -125,8 +119,7 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			var err error
-			if in.Env, in.Resources, in.IdleTimeout, in.HibernateAfter, in.MaxLifetime, err = settings.parse(); err != nil {
+			if err := settings.parse(&in); err != nil {
 				return usageError{err}
 			}
 			if name == "" {
@@ -140,13 +133,11 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			if err := createSandbox(ctx, c, name, in); err != nil {
-				return err
-			}
-			// Wait until it exists, so that a failure to create it (an
-			// unknown provider, a bad limit) is reported here.
+			// Create returns once it exists, so that a failure to create
+			// it (an unknown provider, a bad limit) is reported here.
+			in.ID = name
 			stop := showProgress(ctx, c.Temporal(), name)
-			err = waitReady(ctx, c, name)
+			_, err = c.Sandboxes().Create(ctx, in)
 			stop()
 			if err != nil {
 				return err
@@ -156,7 +147,7 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&name, "name", "", "the sandbox's id (default: a random sbx-...)")
-	f.StringVar(&in.Provider, "provider", sandbox.DefaultProvider, "where the sandbox lives (berth providers lists them)")
+	f.StringVar(&in.Provider, "provider", berth.DefaultProvider, "where the sandbox lives (berth providers lists them)")
 	f.StringVar(&in.Image, "image", "", "the image its root filesystem comes from (default: the provider's)")
 	settings.register(f, false)
 	f.StringVar(&in.FromSnapshot, "from-snapshot", "", "fill the workspace from this snapshot")
@@ -178,94 +169,28 @@ func validateName(name string) error {
 	return nil
 }
 
-// createSandbox starts a sandbox's workflow. Sent again after a server
-// restart, the start finds the workflow its first try started.
-func createSandbox(ctx context.Context, c *berth.Client, name string, in workflows.SandboxInput) error {
-	started := false
-	err := c.Retry(ctx, func(ctx context.Context) error {
-		_, err := c.Temporal().ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-			ID: name, TaskQueue: sandbox.DefaultQueue,
-			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-			WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-			// Else the SDK answers with the sandbox already there.
-			WorkflowExecutionErrorWhenAlreadyStarted: true,
-			StaticSummary:                            workflows.SandboxSummary(in),
-		}, workflows.SandboxWorkflowName, in)
-		var exists *serviceerror.WorkflowExecutionAlreadyStarted
-		if started && errors.As(err, &exists) {
-			return nil // our own first try
-		}
-		started = started || err == nil || temporalerr.ServerUnavailable(err)
-		return err
-	})
-	var exists *serviceerror.WorkflowExecutionAlreadyStarted
-	if errors.As(err, &exists) {
-		// The same settings again are a no-op; others an error.
-		err = workflows.CheckExisting(ctx, c.Temporal(), name, in)
-	}
-	if err != nil {
-		return fmt.Errorf("create sandbox %s: %w", name, err)
-	}
-	return nil
-}
+// The operations of berth sandbox commands that update a sandbox, by
+// name.
+const (
+	opWriteFiles = "write-files"
+	opSnapshot   = "snapshot"
+	opFork       = "fork"
+	opSwitch     = "switch"
+	opPause      = "pause"
+	opResume     = "resume"
+	opHibernate  = "hibernate"
+	opStop       = "stop"
+)
 
-// waitReady waits until a sandbox's workflow has created its sandbox, or
-// ended trying.
-func waitReady(ctx context.Context, cl *berth.Client, id string) error {
-	c := cl.Temporal()
-	for {
-		st, err := status(ctx, c, id)
-		if err == nil && st.ID != "" {
-			return nil
-		}
-		desc, derr := c.DescribeWorkflowExecution(ctx, id, "")
-		if derr == nil && desc.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			var ignored any
-			werr := c.GetWorkflow(ctx, id, "").Get(ctx, &ignored)
-			return fmt.Errorf("create sandbox %s: %w", id, cause(werr))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func status(ctx context.Context, c client.Client, id string) (workflows.SandboxStatus, error) {
-	var st workflows.SandboxStatus
-	v, err := c.QueryWorkflow(ctx, id, "", workflows.QuerySandbox)
-	if err == nil {
-		err = v.Get(&st)
-	}
-	return st, err
-}
-
-// cause strips the layers of workflow and activity failure off an error,
-// down to what went wrong.
-func cause(err error) error {
-	for {
-		var app *temporal.ApplicationError
-		if errors.As(err, &app) {
-			return app
-		}
-		next := errors.Unwrap(err)
-		if next == nil {
-			return err
-		}
-		err = next
-	}
-}
-
-// update runs one update on a sandbox and waits for its result, showing
-// the progress of the snapshots and restores it waits for.
-func update(ctx context.Context, c *berth.Client, id, name string, out any, args ...any) error {
-	if err := notForSession(id, name); err != nil {
+// update runs operation op on a sandbox and waits for its result,
+// showing the progress of the snapshots and restores it waits for.
+func update(ctx context.Context, c *berth.Client, id, op string, do func(*berth.Sandbox, context.Context) error) error {
+	if err := notForSession(id, op); err != nil {
 		return err
 	}
 	wid := sandboxWorkflow(id)
 	defer showProgress(ctx, c.Temporal(), wid)()
-	return updateErr(id, c.Update(ctx, wid, "", name, out, args...))
+	return updateErr(id, do(c.Sandboxes().Handle(wid), ctx))
 }
 
 // sandboxWorkflow is the workflow that holds the sandbox id names: a
@@ -282,20 +207,20 @@ func sandboxWorkflow(id string) string {
 // sessionInstead says which berth session command does, to a session's
 // sandbox, what a sandbox Update does to a standalone one.
 var sessionInstead = map[string]string{
-	workflows.UpdatePause:     "berth session pause %s",
-	workflows.UpdateResume:    "berth session resume %s",
-	workflows.UpdateHibernate: "berth session pause %s (an idle session hibernates by itself)",
-	workflows.UpdateSnapshot:  "berth session fork %s, or berth session rm --keep %s",
-	workflows.UpdateFork:      "berth session fork %s",
-	workflows.UpdateSwitch:    "berth session switch %s PROVIDER",
-	workflows.UpdateStop:      "berth session rm %s",
+	opPause:     "berth session pause %s",
+	opResume:    "berth session resume %s",
+	opHibernate: "berth session pause %s (an idle session hibernates by itself)",
+	opSnapshot:  "berth session fork %s, or berth session rm --keep %s",
+	opFork:      "berth session fork %s",
+	opSwitch:    "berth session switch %s PROVIDER",
+	opStop:      "berth session rm %s",
 }
 
 // notForSession refuses, in one line, an operation on a session's
 // sandbox that its session does: its conversation and its registry must
 // follow.
-func notForSession(id, update string) error {
-	instead, ok := sessionInstead[update]
+func notForSession(id, op string) error {
+	instead, ok := sessionInstead[op]
 	if !session.IsID(id) || !ok {
 		return nil
 	}
@@ -407,30 +332,16 @@ func newSandboxLs(cf *connFlags) *cobra.Command {
 
 // listSandboxes lists the Sandbox workflows, running ones unless all.
 func listSandboxes(ctx context.Context, c *berth.Client, all bool) ([]sandboxRow, error) {
-	dc := converter.GetDefaultDataConverter()
-	rows, err := listWorkflows(ctx, c.Temporal(), workflows.SandboxWorkflowName, all, func(e *workflowpb.WorkflowExecutionInfo) sandboxRow {
-		r := sandboxRow{ID: e.Execution.GetWorkflowId(), Created: e.GetStartTime().AsTime()}
-		if p := e.GetMemo().GetFields()[workflows.MemoProvider]; p != nil {
-			_ = dc.FromPayload(p, &r.Provider)
-		}
-		if p := e.GetMemo().GetFields()[workflows.MemoState]; p != nil {
-			_ = dc.FromPayload(p, &r.State)
-		}
-		if p := e.GetMemo().GetFields()[workflows.MemoQueue]; p != nil {
-			_ = dc.FromPayload(p, &r.queue)
-		}
-		if e.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			r.State = strings.ToLower(e.Status.String())
-		}
-		r.Age = time.Since(r.Created).Round(time.Second).Seconds()
-		// A standalone sandbox owns itself; a fork started by another
-		// sandbox's workflow names it.
-		r.ForkOf = e.GetParentExecution().GetWorkflowId()
-		r.Owner = r.ForkOf
-		return r
-	})
+	infos, err := c.Sandboxes().List(ctx, berth.ListOptions{All: all})
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	var rows []sandboxRow
+	for _, i := range infos {
+		r := sandboxRow{ID: i.ID, Provider: i.Provider, State: string(i.State), Created: i.Created,
+			ForkOf: i.ForkOf, Owner: i.ForkOf, queue: i.Queue}
+		r.Age = time.Since(r.Created).Round(time.Second).Seconds()
+		rows = append(rows, r)
 	}
 	if err := markNoWorker(ctx, c.Temporal(), rows); err != nil {
 		return nil, err
@@ -444,7 +355,7 @@ func markNoWorker(ctx context.Context, c client.Client, rows []sandboxRow) error
 	unpolled := map[string]*time.Duration{} // by queue; nil: no poll known
 	for i := range rows {
 		r := &rows[i]
-		if r.queue == "" || (r.State != string(sandbox.StateRunning) && r.State != string(sandbox.StatePaused)) {
+		if r.queue == "" || (r.State != string(berth.StateRunning) && r.State != string(berth.StatePaused)) {
 			continue
 		}
 		since, asked := unpolled[r.queue]
@@ -490,16 +401,9 @@ func newSandboxRm(cf *connFlags) *cobra.Command {
 			defer c.Temporal().Close()
 			var errs []error
 			for _, id := range args {
-				if err := update(ctx, c, id, workflows.UpdateStop, nil); err != nil {
+				// Stop returns once the workflow has ended too.
+				if err := update(ctx, c, id, opStop, (*berth.Sandbox).Stop); err != nil {
 					errs = append(errs, err)
-					continue
-				}
-				// The workflow ends once the stop has; wait for it.
-				err := c.Retry(ctx, func(ctx context.Context) error {
-					return c.Temporal().GetWorkflow(ctx, id, "").Get(ctx, nil)
-				})
-				if err != nil {
-					errs = append(errs, fmt.Errorf("sandbox %s: %s", id, oneLine(err)))
 					continue
 				}
 				fmt.Println(id)
@@ -523,11 +427,15 @@ func newSandboxSnapshot(cf *connFlags) *cobra.Command {
 				return err
 			}
 			defer c.Temporal().Close()
-			var out workflows.SnapshotResponse
-			if err := update(cmd.Context(), c, args[0], workflows.UpdateSnapshot, &out); err != nil {
+			var snap string
+			err = update(cmd.Context(), c, args[0], opSnapshot, func(s *berth.Sandbox, ctx context.Context) (err error) {
+				snap, err = s.Snapshot(ctx)
+				return err
+			})
+			if err != nil {
 				return err
 			}
-			return printID(os.Stdout, *outFmt, out.Snapshot)
+			return printID(os.Stdout, *outFmt, snap)
 		},
 	}
 	outFmt = addFormat(cmd.Flags(), formatJSON)
@@ -536,7 +444,7 @@ func newSandboxSnapshot(cf *connFlags) *cobra.Command {
 
 func newSandboxFork(cf *connFlags) *cobra.Command {
 	var (
-		req      workflows.ForkRequest
+		req      berth.SandboxOptions
 		prov     string
 		settings settingsFlags
 		outFmt   *format
@@ -560,17 +468,18 @@ func newSandboxFork(cf *connFlags) *cobra.Command {
 				return err
 			}
 			req.Provider = prov
-			if req.Env, req.Resources, req.IdleTimeout, req.HibernateAfter, req.MaxLifetime, err = settings.parse(); err != nil {
+			if err := settings.parse(&req); err != nil {
 				return usageError{err}
 			}
-			var out workflows.ForkResponse
-			if err := update(ctx, c, args[0], workflows.UpdateFork, &out, req); err != nil {
+			var fork *berth.Sandbox
+			err = update(ctx, c, args[0], opFork, func(s *berth.Sandbox, ctx context.Context) (err error) {
+				fork, err = s.Fork(ctx, req)
+				return err
+			})
+			if err != nil {
 				return err
 			}
-			if err := waitReady(ctx, c, out.ID); err != nil {
-				return err
-			}
-			return printID(os.Stdout, *outFmt, out.ID)
+			return printID(os.Stdout, *outFmt, fork.ID())
 		},
 	}
 	cmd.Flags().StringVar(&req.ID, "name", "", "the new sandbox's id (default: a random sbx-...)")
@@ -582,7 +491,7 @@ func newSandboxFork(cf *connFlags) *cobra.Command {
 }
 
 func newSandboxSwitch(cf *connFlags) *cobra.Command {
-	var req workflows.SwitchRequest
+	var req struct{ Provider, Image string }
 	cmd := &cobra.Command{
 		Use:   "switch ID --provider P",
 		Short: "Move a sandbox to another provider (or image): its workspace goes along, its processes do not",
@@ -596,7 +505,9 @@ func newSandboxSwitch(cf *connFlags) *cobra.Command {
 				return err
 			}
 			defer c.Temporal().Close()
-			return update(cmd.Context(), c, args[0], workflows.UpdateSwitch, nil, req)
+			return update(cmd.Context(), c, args[0], opSwitch, func(s *berth.Sandbox, ctx context.Context) error {
+				return s.Switch(ctx, req.Provider, req.Image)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&req.Provider, "provider", "", "the provider to move to (berth providers lists them)")
@@ -604,8 +515,9 @@ func newSandboxSwitch(cf *connFlags) *cobra.Command {
 	return cmd
 }
 
-// newSandboxSimple makes a command that runs one argument-less update.
-func newSandboxSimple(cf *connFlags, use, name, short string) *cobra.Command {
+// newSandboxSimple makes a command that runs one argument-less
+// operation.
+func newSandboxSimple(cf *connFlags, use string, do func(*berth.Sandbox, context.Context) error, short string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:               use + " ID",
 		Short:             short,
@@ -617,7 +529,7 @@ func newSandboxSimple(cf *connFlags, use, name, short string) *cobra.Command {
 				return err
 			}
 			defer c.Temporal().Close()
-			return update(cmd.Context(), c, args[0], name, nil)
+			return update(cmd.Context(), c, args[0], use, do)
 		},
 	}
 	return cmd

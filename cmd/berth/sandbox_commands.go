@@ -14,7 +14,6 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/workflows"
 )
 
 // followCommand follows a command of a sandbox to its end, printing its
@@ -87,7 +86,7 @@ the command running, and exits 130.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			command, err := c.Attach(ctx, sandboxWorkflow(id), cmdID)
+			command, err := c.Sandboxes().Handle(sandboxWorkflow(id)).Attach(ctx, cmdID)
 			if err != nil {
 				return updateErr(id, err)
 			}
@@ -120,7 +119,7 @@ with or without SIG.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			return updateErr(id, c.SignalCommand(ctx, sandboxWorkflow(id), cmdID, sig))
+			return updateErr(id, c.Sandboxes().Handle(sandboxWorkflow(id)).Signal(ctx, cmdID, sig))
 		},
 	}
 	cmd.Flags().StringVarP(&sig, "signal", "s", "KILL", "the signal to send")
@@ -146,14 +145,12 @@ func completeCommands(cf *connFlags) cobra.CompletionFunc {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		defer c.Temporal().Close()
-		var st workflows.SandboxStatus
-		if err := c.Query(ctx, args[0], "", workflows.QuerySandbox, &st); err != nil {
+		st, err := c.Sandboxes().Handle(args[0]).Status(ctx)
+		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		var ids []cobra.Completion
-		for _, r := range st.Running {
-			ids = append(ids, r.Update)
-		}
+		ids = append(ids, st.Running...)
 		return ids, cobra.ShellCompDirectiveNoFileComp
 	}
 }

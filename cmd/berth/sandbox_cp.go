@@ -17,7 +17,6 @@ import (
 	"github.com/berth-dev/berth/internal/tartree"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/transfer"
-	"github.com/berth-dev/berth/workflows"
 )
 
 func newSandboxCp(cf *connFlags) *cobra.Command {
@@ -77,8 +76,10 @@ session's sandbox without entering its conversation.`,
 				if err != nil {
 					return err
 				}
-				files := []provider.File{{Path: dstPath, Data: data, Mode: fi.Mode().Perm()}}
-				return update(ctx, c, dstID, workflows.UpdateWriteFiles, nil, workflows.WriteFilesRequest{Files: files})
+				file := berth.File{Path: dstPath, Data: data, Mode: fi.Mode().Perm()}
+				return update(ctx, c, dstID, opWriteFiles, func(s *berth.Sandbox, ctx context.Context) error {
+					return s.WriteFiles(ctx, file)
+				})
 			}
 			srcPath = workspaceRel(srcPath)
 			if args[1] == "-" {

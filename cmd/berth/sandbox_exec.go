@@ -9,12 +9,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/workflows"
+	"github.com/berth-dev/berth"
 )
 
 func newSandboxExec(cf *connFlags) *cobra.Command {
 	var (
-		req    workflows.ExecRequest
+		req    berth.ExecOptions
+		argv   []string
 		env    []string
 		stdin  bool
 		tty    bool
@@ -50,7 +51,7 @@ goes to it, as berth sandbox shell does.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			id := args[0]
-			req.Argv = args[1:]
+			argv = args[1:]
 			var err error
 			if req.Env, err = parseEnv(env); err != nil {
 				return usageError{err}
@@ -72,7 +73,7 @@ goes to it, as berth sandbox shell does.`,
 					return err
 				}
 				defer c.Temporal().Close()
-				return runOnTerminal(ctx, c, id, req, stdin)
+				return runOnTerminal(ctx, c, id, argv, req, stdin)
 			}
 			if stdin {
 				if req.Stdin, err = readStdin(os.Stdin); err != nil {
@@ -84,7 +85,7 @@ goes to it, as berth sandbox shell does.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			command, err := c.StartExec(ctx, sandboxWorkflow(id), req)
+			command, err := c.Sandboxes().Handle(sandboxWorkflow(id)).Start(ctx, argv, req)
 			switch {
 			case temporalerr.WorkflowNotFound(err):
 				return updateErr(id, err)
@@ -92,7 +93,7 @@ goes to it, as berth sandbox shell does.`,
 				fmt.Fprintf(os.Stderr, "berth: sandbox %s: interrupted before the command was accepted\n", id)
 				return exitError{130}
 			case err != nil:
-				return res.sink().result("sandbox "+id, id, workflows.RunOutput{}, err)
+				return res.sink().result("sandbox "+id, id, nil, err)
 			case detach:
 				_, err := fmt.Println(command.ID)
 				return err

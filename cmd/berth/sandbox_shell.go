@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/workflows"
+	"github.com/berth-dev/berth"
 )
 
 // shellTimeout bounds a shell's session when --timeout names no other.
@@ -19,8 +19,9 @@ const defaultShell = `command -v bash >/dev/null 2>&1 && exec bash -l || exec sh
 
 func newSandboxShell(cf *connFlags) *cobra.Command {
 	var (
-		req workflows.ExecRequest
-		env []string
+		req  berth.ExecOptions
+		argv []string
+		env  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "shell ID [-- CMD [ARGS...]]",
@@ -44,7 +45,7 @@ conversation; a paused session's sandbox wakes for it.`,
 			ctx := cmd.Context()
 			id := args[0]
 			if len(args) > 1 {
-				req.Argv = args[1:]
+				argv = args[1:]
 			} else {
 				req.Shell = defaultShell
 			}
@@ -60,7 +61,7 @@ conversation; a paused session's sandbox wakes for it.`,
 				return err
 			}
 			defer c.Temporal().Close()
-			return runOnTerminal(ctx, c, id, req, true)
+			return runOnTerminal(ctx, c, id, argv, req, true)
 		},
 	}
 	f := cmd.Flags()

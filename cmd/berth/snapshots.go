@@ -9,8 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/sandbox"
-	"github.com/berth-dev/berth/workflows"
 )
 
 func newSnapshot(cf *connFlags) *cobra.Command {
@@ -23,11 +21,6 @@ berth's own checkpoints are deleted with their sandbox.`,
 	}
 	cmd.AddCommand(newSnapshotLs(cf), newSnapshotRm(cf))
 	return cmd
-}
-
-// snapshots asks the catalog: only workers reach the store.
-func snapshots(ctx context.Context, c *berth.Client, in workflows.SnapshotsInput) (workflows.SnapshotsOutput, error) {
-	return c.Catalog().Snapshots(ctx, in)
 }
 
 // snapshotRow is a line of berth snapshot ls, and its JSON.
@@ -59,21 +52,17 @@ func newSnapshotLs(cf *connFlags) *cobra.Command {
 // listSnapshots lists users' snapshots, and berth's checkpoints too when
 // all.
 func listSnapshots(ctx context.Context, c *berth.Client, all bool) ([]snapshotRow, error) {
-	out, err := snapshots(ctx, c, workflows.SnapshotsInput{})
+	// Only workers reach the store: the SDK asks them.
+	snaps, err := c.Snapshots().List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %s", oneLine(err))
 	}
 	rows := []snapshotRow{}
-	for _, s := range out.Snapshots {
-		if s.Kind != sandbox.SnapshotUser && !all {
+	for _, s := range snaps {
+		if !s.User && !all {
 			continue
 		}
-		// The sandbox as its user knows it: its workflow's id.
-		owner := s.Labels[sandbox.LabelWorkflowID]
-		if owner == "" {
-			owner = s.Labels[sandbox.LabelSandbox]
-		}
-		rows = append(rows, snapshotRow{ID: s.ID, Kind: string(s.Kind), Sandbox: owner, Files: int64(s.Files),
+		rows = append(rows, snapshotRow{ID: s.ID, Kind: s.Kind, Sandbox: s.Sandbox, Files: int64(s.Files),
 			Size: s.Size, Created: s.Created, Age: time.Since(s.Created).Round(time.Second).Seconds()})
 	}
 	return rows, nil
@@ -92,17 +81,17 @@ func newSnapshotRm(cf *connFlags) *cobra.Command {
 				return err
 			}
 			defer c.Temporal().Close()
-			out, err := snapshots(ctx, c, workflows.SnapshotsInput{Delete: args})
+			deleted, failed, err := c.Snapshots().Remove(ctx, args...)
 			if err != nil {
 				return fmt.Errorf("snapshot rm: %s", oneLine(err))
 			}
-			for _, id := range out.Deleted {
+			for _, id := range deleted {
 				fmt.Println(id)
 			}
-			for _, f := range out.Failed {
+			for _, f := range failed {
 				fmt.Fprintf(os.Stderr, "berth: snapshot %s: %s: %s\n", f.ID, f.Kind, f.Message)
 			}
-			if len(out.Failed) > 0 {
+			if len(failed) > 0 {
 				return exitError{exitBerth}
 			}
 			return nil

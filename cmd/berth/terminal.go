@@ -15,8 +15,6 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/transfer"
-	"github.com/berth-dev/berth/workflows"
 )
 
 // makeRaw puts the terminal fd in raw mode, as ssh does: every key,
@@ -60,7 +58,7 @@ func isTerminal(fd int) bool {
 // interactive), berth's window size is the terminal's, and berth exits
 // with the command's exit code. The local terminal is put back on every
 // way out: the command's end, an error, a panic, SIGTERM or SIGHUP.
-func runOnTerminal(ctx context.Context, c *berth.Client, id string, req workflows.ExecRequest, interactive bool) (err error) {
+func runOnTerminal(ctx context.Context, c *berth.Client, id string, argv []string, req berth.ExecOptions, interactive bool) (err error) {
 	in, out := int(os.Stdin.Fd()), int(os.Stdout.Fd())
 	size, ok := terminalSize(out)
 	if !ok {
@@ -77,7 +75,7 @@ func runOnTerminal(ctx context.Context, c *berth.Client, id string, req workflow
 		}
 		req.Env["TERM"] = term
 	}
-	events := make(chan transfer.TerminalEvent, 64)
+	events := make(chan berth.TerminalEvent, 64)
 	restore := func() {}
 	if interactive && isTerminal(in) {
 		if restore, err = makeRaw(in); err != nil {
@@ -102,7 +100,7 @@ func runOnTerminal(ctx context.Context, c *berth.Client, id string, req workflow
 				}
 				if sz, ok := terminalSize(out); ok {
 					select {
-					case events <- transfer.TerminalEvent{Rows: sz.Rows, Cols: sz.Cols}:
+					case events <- berth.TerminalEvent{Rows: sz.Rows, Cols: sz.Cols}:
 					case <-ctx.Done():
 						return
 					}
@@ -117,7 +115,7 @@ func runOnTerminal(ctx context.Context, c *berth.Client, id string, req workflow
 				n, err := os.Stdin.Read(buf)
 				if n > 0 {
 					select {
-					case events <- transfer.TerminalEvent{Keys: append([]byte(nil), buf[:n]...)}:
+					case events <- berth.TerminalEvent{Keys: append([]byte(nil), buf[:n]...)}:
 					case <-ctx.Done():
 						return
 					}
@@ -128,7 +126,8 @@ func runOnTerminal(ctx context.Context, c *berth.Client, id string, req workflow
 			}
 		}()
 	}
-	res, err := c.ExecTerminal(ctx, sandboxWorkflow(id), req, os.Stdout, events)
+	req.Stdout, req.Input = os.Stdout, events
+	res, err := c.Sandboxes().Handle(sandboxWorkflow(id)).Exec(ctx, argv, req)
 	restore() // before anything is said of the end
 	if errors.Is(err, context.Canceled) && context.Cause(ctx) != context.Canceled {
 		err = context.Cause(ctx)

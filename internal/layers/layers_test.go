@@ -154,6 +154,8 @@ var rules = []rule{
 		return prefix("go.temporal.io/server")(path) || under("devserver", "hostworker")(path) || providerImpl(path)
 	}, true,
 		"the berth command links neither the Temporal server, nor a host, nor a provider: it starts in milliseconds, and hands dev and worker to berth-host"},
+	{under("cmd/berth"), under("workflows", "sandbox"), false,
+		"the berth command is a thin layer over the SDK (package berth): it names no workflow, Update or wire type itself, so that what it does any Go program can do, and a change of the wire stays behind the SDK"},
 	{under("."), providerImpl, true,
 		"the SDK (the module's root package, every front end's library) links no provider: providers live in workers"},
 	{under("sandbox", "workflows", "activities"), providerImpl, true,
