@@ -60,13 +60,16 @@ func TestWorkerKilledMidCommand(t *testing.T) {
 			waitSandboxFile(t, data, "log")
 			if when == "activity" {
 				testkit.Eventually(t, "the Exec activity on the first worker", time.Minute, func() bool { return execRunningOn(t, c, id, w1) })
+				if d := execHeartbeatTimeout(t, c, id); d != workerHeartbeat {
+					t.Errorf("the Exec activity's heartbeat timeout is %v, want the worker's --heartbeat-timeout, %v", d, workerHeartbeat)
+				}
 			}
 
 			w1.kill(t)
 			w2 := startWorker(t, berth, addr, data, "second worker")
 			// The new worker is slow to take over: the server waits for
-			// the workflow task's timeout, or the heartbeat's (20s), to
-			// take the first worker for dead.
+			// the workflow task's timeout, or the heartbeat's
+			// (workerHeartbeat), to take the first worker for dead.
 			testkit.Eventually(t, "the Exec activity on the second worker", time.Minute, func() bool { return execRunningOn(t, c, id, w2) })
 			touchSandboxFile(t, data, "go")
 
@@ -340,6 +343,11 @@ type worker struct {
 	exited chan struct{}
 }
 
+// workerHeartbeat is the heartbeat timeout of the workers startWorker
+// starts: a worker killed in an activity is taken for dead in seconds,
+// not after sandbox.DefaultHeartbeatTimeout.
+const workerHeartbeat = 5 * time.Second
+
 // startWorker starts berth worker against the server at addr, with its
 // sandboxes and blob store in data, and waits until it is ready. It is
 // stopped when the test ends, and its log shown if the test failed.
@@ -347,7 +355,7 @@ func startWorker(t *testing.T, berth, addr, data, name string) *worker {
 	t.Helper()
 	log := new(testkit.SyncBuffer)
 	dumpOnFailure(t, name, log)
-	cmd := exec.Command(berth, append([]string{"worker", "--data-dir", data}, devDefaults...)...)
+	cmd := exec.Command(berth, append([]string{"worker", "--data-dir", data, "--heartbeat-timeout", workerHeartbeat.String()}, devDefaults...)...)
 	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+addr, "TEMPORAL_NAMESPACE=default")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
@@ -510,6 +518,24 @@ func sandboxDirs(t *testing.T, data string) []string {
 }
 
 // execRunningOn says whether a run's Exec activity is running on w.
+// execHeartbeatTimeout is the heartbeat timeout the first Exec activity
+// of workflow id was scheduled with.
+func execHeartbeatTimeout(t *testing.T, c client.Client, id string) time.Duration {
+	t.Helper()
+	it := c.GetWorkflowHistory(t.Context(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == "Exec" {
+			return a.GetHeartbeatTimeout().AsDuration()
+		}
+	}
+	t.Fatalf("no Exec activity in %s's history", id)
+	return 0
+}
+
 func execRunningOn(t *testing.T, c client.Client, id string, w *worker) bool {
 	t.Helper()
 	desc, err := c.DescribeWorkflowExecution(t.Context(), id, "")
