@@ -126,20 +126,18 @@ func TestRunCancelled(t *testing.T) {
 	c := dial1(t, addr)
 
 	t.Run("berth run", func(t *testing.T) {
-		run := startBerth(t, berth, "run", "--address", addr, "--", "sh", "-c", "touch started; exec sleep 60")
+		// The command would run for an hour: berth run that waited for
+		// it instead of canceling it would fail the wait below, however
+		// loaded the machine.
+		run := startBerth(t, berth, "run", "--address", addr, "--", "sh", "-c", "touch started; exec sleep 3600")
 		waitSandboxFile(t, data, "started")
 		if err := run.cmd.Process.Signal(os.Interrupt); err != nil {
 			t.Fatal(err)
 		}
-		sent := time.Now()
-		code := run.wait(t, time.Minute)
-		took := time.Since(sent)
+		code := run.wait(t, 2*time.Minute)
 		stderr := run.stderr.String()
 		if code != 130 || !strings.Contains(stderr, "canceled; its sandbox is destroyed") {
 			t.Fatalf("interrupted berth run: exit %d, stderr %q; want exit 130 and a line saying it was canceled", code, stderr)
-		}
-		if took > 15*time.Second {
-			t.Errorf("berth run took %v to exit after the interrupt", took)
 		}
 		m := regexp.MustCompile(`run (run-[0-9a-f]+) canceled`).FindStringSubmatch(stderr)
 		if m == nil {
