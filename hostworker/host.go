@@ -53,6 +53,8 @@ type HostConfig struct {
 	// finish before it pauses their sandboxes; zero means
 	// DefaultStopTimeout, a negative value not at all.
 	StopTimeout time.Duration
+	// HeartbeatTimeout is as in Options.
+	HeartbeatTimeout time.Duration
 	// OrphanSampling, when set, is how often the host counts its
 	// orphaned sandboxes (OrphanedSeconds, MetricsHandler); zero means
 	// it does not.
@@ -159,7 +161,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
 		Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
-		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout),
+		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,
 	})
 	if err != nil {
 		h.Close()

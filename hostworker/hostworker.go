@@ -91,6 +91,11 @@ type Options struct {
 	// commands running) finish before it cancels them; zero means at
 	// once.
 	StopTimeout time.Duration
+	// HeartbeatTimeout is how long the server waits for the heartbeat of
+	// a sandbox activity that heartbeats (a command, a creation) before it
+	// takes its worker for dead and retries it elsewhere; zero means
+	// sandbox.DefaultHeartbeatTimeout. Tests that kill a worker shorten it.
+	HeartbeatTimeout time.Duration
 }
 
 // Worker is the running set of workers.
@@ -131,7 +136,9 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 	identity := activities.Identity(opts.HostQueue)
 	w.generic = worker.New(c, opts.Queue, worker.Options{
 		Identity: identity, WorkerStopTimeout: opts.StopTimeout,
-		Interceptors: []interceptor.WorkerInterceptor{relay.Interceptor(opts.Outputs, opts.Relay)},
+		Interceptors: []interceptor.WorkerInterceptor{
+			relay.Interceptor(opts.Outputs, opts.Relay), &heartbeats{timeout: opts.HeartbeatTimeout},
+		},
 	})
 	w.generic.RegisterActivity(acts)
 	w.generic.RegisterActivity(&calls.Activities{Client: c, Outputs: opts.Outputs})

@@ -269,10 +269,6 @@ const (
 	// heartbeats carry the progress front ends show.
 	transferTimeout   = 30 * time.Minute
 	transferHeartbeat = 5 * time.Second
-	// heartbeatTimeout: a command's activity heartbeats every few seconds;
-	// missing this long, its worker is taken for dead and it is retried,
-	// attaching to the command.
-	heartbeatTimeout = 20 * time.Second
 	// askTimeout bounds the local activities that ask the server about
 	// its workers (where to create a sandbox, which hosts there are).
 	askTimeout = 10 * time.Second
@@ -280,6 +276,37 @@ const (
 	// take its question before showing it unreachable.
 	hostAnswerTimeout = 5 * time.Second
 )
+
+// DefaultHeartbeatTimeout is the heartbeat timeout of the activities
+// that heartbeat as they run (commands, creations, destructions; they
+// heartbeat every 2 s): missing this long, the activity's worker is taken
+// for dead and the activity retried elsewhere, attaching to what the first
+// attempt started. A worker sets another for the workflows it runs with
+// WithHeartbeatTimeout.
+const DefaultHeartbeatTimeout = 20 * time.Second
+
+// heartbeatKey is the workflow context key of WithHeartbeatTimeout.
+type heartbeatKey struct{}
+
+// WithHeartbeatTimeout returns ctx with the heartbeat timeout of the
+// activities of sandboxes made or reattached under it (New, Reattach) and
+// of Reap: how long the server waits for a worker that stopped answering
+// before it retries an activity of its elsewhere. Zero means
+// DefaultHeartbeatTimeout. It must be longer than a few heartbeats (2 s
+// apart). A worker sets it for every workflow it runs
+// (hostworker.Options.HeartbeatTimeout); it is not kept in workflow
+// state, and it is no part of what a replay matches.
+func WithHeartbeatTimeout(ctx workflow.Context, d time.Duration) workflow.Context {
+	return workflow.WithValue(ctx, heartbeatKey{}, d)
+}
+
+// heartbeatTimeout is ctx's heartbeat timeout (WithHeartbeatTimeout).
+func heartbeatTimeout(ctx workflow.Context) time.Duration {
+	if d, ok := ctx.Value(heartbeatKey{}).(time.Duration); ok && d > 0 {
+		return d
+	}
+	return DefaultHeartbeatTimeout
+}
 
 // localOptions are those of the local activities that ask the server
 // about its workers: an error of the server's is retried a few times.
@@ -296,14 +323,21 @@ func localOptions() workflow.LocalActivityOptions {
 // sharedOptions are those of operations any worker of queue may serve:
 // they wait for one as long as it takes.
 func sharedOptions(queue string) workflow.ActivityOptions {
-	o := activityOptions(queue, 0)
+	o := activityOptions(queue)
 	o.ScheduleToStartTimeout = 0
 	return o
 }
 
 // activityOptions are those of the operations on a sandbox served from
-// queue; runFor, when not zero, is how long the operation itself may run.
-func activityOptions(queue string, runFor time.Duration) workflow.ActivityOptions {
+// queue that do not heartbeat.
+func activityOptions(queue string) workflow.ActivityOptions {
+	return runOptions(queue, 0, 0)
+}
+
+// runOptions are those of the operations on a sandbox served from queue;
+// runFor, when not zero, is how long the operation itself may run, and
+// beat its heartbeat timeout.
+func runOptions(queue string, runFor, beat time.Duration) workflow.ActivityOptions {
 	opts := workflow.ActivityOptions{
 		TaskQueue:              queue,
 		ScheduleToStartTimeout: DefaultHostTimeout,
@@ -317,36 +351,34 @@ func activityOptions(queue string, runFor time.Duration) workflow.ActivityOption
 	}
 	if runFor > 0 {
 		opts.StartToCloseTimeout = runFor + opTimeout
-		opts.HeartbeatTimeout = heartbeatTimeout
+		opts.HeartbeatTimeout = beat
 	}
 	return opts
 }
 
 // lifecycleOptions are those of Create and Destroy, which heartbeat as
 // they run (an image pull, a container's removal, may be long): a worker
-// that dies under one is noticed within heartbeatTimeout, not at its
-// start-to-close timeout minutes later.
-func lifecycleOptions(queue string) workflow.ActivityOptions {
-	o := activityOptions(queue, 0)
-	o.HeartbeatTimeout = heartbeatTimeout
+// that dies under one is noticed within beat, its heartbeat timeout, not
+// at its start-to-close timeout minutes later.
+func lifecycleOptions(queue string, beat time.Duration) workflow.ActivityOptions {
+	o := activityOptions(queue)
+	o.HeartbeatTimeout = beat
 	return o
 }
 
 // lifecycle are lifecycleOptions with the sandbox's host timeout.
 func (s *Sandbox) lifecycle(queue string) workflow.ActivityOptions {
-	return s.hostTimeout(lifecycleOptions(queue))
+	return s.hostTimeout(lifecycleOptions(queue, s.beat))
 }
 
 // transferOptions are those of snapshots and restores.
 func transferOptions(queue string) workflow.ActivityOptions {
-	opts := activityOptions(queue, transferTimeout)
-	opts.HeartbeatTimeout = transferHeartbeat
-	return opts
+	return runOptions(queue, transferTimeout, transferHeartbeat)
 }
 
-// opts are activityOptions with the sandbox's host timeout.
+// opts are runOptions with the sandbox's heartbeat and host timeouts.
 func (s *Sandbox) opts(queue string, runFor time.Duration) workflow.ActivityOptions {
-	return s.hostTimeout(activityOptions(queue, runFor))
+	return s.hostTimeout(runOptions(queue, runFor, s.beat))
 }
 
 // transfer are transferOptions with the sandbox's host timeout.

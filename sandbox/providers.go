@@ -42,7 +42,7 @@ func Providers(ctx workflow.Context, queue string) ([]HostProviders, error) {
 	}
 	asked := make([]workflow.Future, len(hosts))
 	for i, host := range hosts {
-		o := activityOptions(host, 0)
+		o := activityOptions(host)
 		o.ScheduleToStartTimeout = hostAnswerTimeout
 		asked[i] = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), acts.ProviderStatuses)
 	}

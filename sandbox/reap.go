@@ -32,7 +32,7 @@ type ReapReport struct {
 // once their owner has been closed for outputRetention (zero: a day).
 func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (ReapReport, error) {
 	var report ReapReport
-	infos, err := call[[]provider.Info](ctx, activityOptions(queue, 0), acts.List, activities.ListInput{})
+	infos, err := call[[]provider.Info](ctx, activityOptions(queue), acts.List, activities.ListInput{})
 	if err != nil {
 		return report, fmt.Errorf("list sandboxes: %w", err)
 	}
@@ -46,7 +46,7 @@ func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (Re
 	}
 	doomed := make([]bool, len(infos))
 	if len(owners) > 0 {
-		closed, err := call[[]bool](ctx, activityOptions(queue, 0), acts.OwnersClosed, owners)
+		closed, err := call[[]bool](ctx, activityOptions(queue), acts.OwnersClosed, owners)
 		if err != nil {
 			return report, fmt.Errorf("check owners: %w", err)
 		}
@@ -60,22 +60,22 @@ func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (Re
 			continue
 		}
 		ref := refs.Sandbox{Provider: info.Provider, ID: info.ID, Queue: queue}
-		if _, err := call[struct{}](ctx, lifecycleOptions(queue), acts.Destroy, ref); err != nil {
+		if _, err := call[struct{}](ctx, lifecycleOptions(queue, heartbeatTimeout(ctx)), acts.Destroy, ref); err != nil {
 			workflow.GetLogger(ctx).Warn("reap sandbox", "sandbox", info.ID, "error", err)
 			continue
 		}
 		report.Sandboxes = append(report.Sandboxes, info.ID)
 	}
-	snaps, err := call[activities.ReapSnapshotsOutput](ctx, activityOptions(queue, 0),
+	snaps, err := call[activities.ReapSnapshotsOutput](ctx, activityOptions(queue),
 		acts.ReapSnapshots, activities.ReapSnapshotsInput{LabelWorkflowID: LabelWorkflowID, LabelRunID: LabelRunID})
 	if err != nil {
 		return report, fmt.Errorf("reap checkpoints: %w", err)
 	}
 	report.Checkpoints, report.Chunks = snaps.Checkpoints, snaps.Chunks
-	if report.Transfers, err = call[int](ctx, activityOptions(queue, 0), acts.SweepTransfers, time.Duration(0)); err != nil {
+	if report.Transfers, err = call[int](ctx, activityOptions(queue), acts.SweepTransfers, time.Duration(0)); err != nil {
 		return report, fmt.Errorf("sweep transfers: %w", err)
 	}
-	report.Outputs, err = call[int](ctx, activityOptions(queue, 0), acts.SweepOutputs, activities.SweepOutputsInput{
+	report.Outputs, err = call[int](ctx, activityOptions(queue), acts.SweepOutputs, activities.SweepOutputsInput{
 		LabelWorkflowID: LabelWorkflowID, LabelRunID: LabelRunID, Retention: outputRetention})
 	if err != nil {
 		return report, fmt.Errorf("sweep outputs: %w", err)

@@ -42,7 +42,8 @@ const (
 // with operations waiting for them.
 type Sandbox struct {
 	st       state
-	detached bool // carried to another run: hands off
+	detached bool          // carried to another run: hands off
+	beat     time.Duration // the heartbeat timeout of this run's worker (WithHeartbeatTimeout)
 }
 
 // state is everything a handle knows, kept so that it can be carried
@@ -160,7 +161,7 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newID() }).Get(&id); err != nil {
 		return nil, err
 	}
-	s := &Sandbox{st: state{Config: cfg, Base: id, Generation: 1}}
+	s := &Sandbox{st: state{Config: cfg, Base: id, Generation: 1}, beat: heartbeatTimeout(ctx)}
 	s.st.Checkpoint, s.st.OwnCheckpoint = cfg.FromSnapshot, cfg.OwnSnapshot
 	ref, err := s.provision(ctx, cfg.Provider, id)
 	if err != nil {
@@ -617,7 +618,7 @@ func (s *Sandbox) Carry() HandleState {
 // Reattach gets back a handle carried across continue-as-new, with its
 // idle watcher.
 func Reattach(ctx workflow.Context, c HandleState) *Sandbox {
-	s := &Sandbox{st: c.State}
+	s := &Sandbox{st: c.State, beat: heartbeatTimeout(ctx)}
 	s.st.busy, s.st.inflight = false, 0
 	workflow.Go(ctx, s.watchIdle)
 	return s

@@ -23,7 +23,7 @@ func newWorker() *cobra.Command {
 		verbose                         bool
 		metricsAddress                  string
 		reapEvery, outputRetention      time.Duration
-		stopTimeout                     time.Duration
+		stopTimeout, heartbeatTimeout   time.Duration
 		providers                       providerFlags
 	)
 	cmd := &cobra.Command{
@@ -56,6 +56,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 				Providers: providers.names, ProviderConfig: providers.config,
 				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
 				StopTimeout: hostStopTimeout(stopTimeout), OrphanSampling: orphanSampling(metricsAddress),
+				HeartbeatTimeout: heartbeatTimeout,
 			})
 			if err != nil {
 				return err
@@ -82,6 +83,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
 	cmd.Flags().StringVar(&metricsAddress, "metrics-address", "", "serve metrics (berth_orphaned_sandbox_seconds_total) in Prometheus' text format at http://ADDRESS/metrics; empty for none")
 	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long commands under way may finish before their sandboxes are paused; 0 for none")
+	cmd.Flags().DurationVar(&heartbeatTimeout, "heartbeat-timeout", sandbox.DefaultHeartbeatTimeout, "how long a running command's heartbeat may be missing before the command is taken over by another worker")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)
 	// berth's connection flags: the berth command hands them over after

@@ -27,10 +27,11 @@ func remoteArgs(data, berth string, args ...string) (string, []string) {
 }
 
 // TestRemoteClient drives berth dev from a client that cannot see the
-// worker's disk: a 100 MiB output comes whole, output is live, and a
-// 256 MiB directory goes in and out intact: over 500 relay chunks
-// (transfer.MaxChunk) each way, in many windows of calls in flight, two
-// files of sizes no chunk divides, a small one and an empty one.
+// worker's disk: a 32 MiB output comes whole, output is live, and a
+// 64 MiB directory goes in and out intact: over 130 relay chunks
+// (transfer.MaxChunk) each way, in 16 windows of the 8 calls kept in
+// flight, two files of sizes no chunk divides, a small one and an empty
+// one.
 func TestRemoteClient(t *testing.T) {
 	t.Parallel()
 	berth, data := berthBinary(t), dataDir(t)
@@ -54,8 +55,8 @@ func TestRemoteClient(t *testing.T) {
 	}
 	id := strings.TrimSpace(ok("sandbox", "create", "--address", addr, "--no-idle-timeout"))
 
-	t.Run("100MiB output", func(t *testing.T) {
-		const size = 100 << 20
+	t.Run("32MiB output", func(t *testing.T) {
+		const size = 32 << 20
 		h := &countingHash{Hash: sha256.New()}
 		var errOut testkit.SyncBuffer
 		cmd := remote("sandbox", "exec", "--address", addr, id, "--", "sh", "-c", fmt.Sprintf("seq 1 100000000 | head -c %d", size))
@@ -67,7 +68,7 @@ func TestRemoteClient(t *testing.T) {
 		if sum := hex.EncodeToString(h.Sum(nil)); h.n != size || sum != seqHash(size) {
 			t.Fatalf("got %d bytes, sha256 %s; want %d bytes, sha256 %s", h.n, sum, size, seqHash(size))
 		}
-		t.Logf("100 MiB through the server in %v", time.Since(start).Round(time.Millisecond))
+		t.Logf("32 MiB through the server in %v", time.Since(start).Round(time.Millisecond))
 	})
 
 	t.Run("live output", func(t *testing.T) {
@@ -93,14 +94,14 @@ func TestRemoteClient(t *testing.T) {
 		}
 	})
 
-	t.Run("256MiB directory in and out", func(t *testing.T) {
+	t.Run("64MiB directory in and out", func(t *testing.T) {
 		src := filepath.Join(t.TempDir(), "tree")
 		want := writeTree(t, src, map[string]int64{
-			"big1": 128 << 20, "sub/big2": 128<<20 - 4096, "sub/small": 4096, "sub/deeper/empty": 0,
+			"big1": 32 << 20, "sub/big2": 32<<20 - 4096, "sub/small": 4096, "sub/deeper/empty": 0,
 		})
 		start := time.Now()
 		ok("sandbox", "cp", "--address", addr, src, id+":/workspace/tree/")
-		t.Logf("256 MiB in through the server in %v", time.Since(start).Round(time.Millisecond))
+		t.Logf("64 MiB in through the server in %v", time.Since(start).Round(time.Millisecond))
 		inside := ok("sandbox", "exec", "--address", addr, id, "--", "sh", "-c", "cd tree/tree && sha256sum big1 sub/big2 sub/small sub/deeper/empty")
 		for name, sum := range want {
 			if !strings.Contains(inside, sum+"  "+name) {
@@ -110,7 +111,7 @@ func TestRemoteClient(t *testing.T) {
 		dst := t.TempDir()
 		start = time.Now()
 		ok("sandbox", "cp", "--address", addr, id+":tree/tree", dst)
-		t.Logf("256 MiB out through the server in %v", time.Since(start).Round(time.Millisecond))
+		t.Logf("64 MiB out through the server in %v", time.Since(start).Round(time.Millisecond))
 		for name, sum := range want {
 			if got := fileHash(t, filepath.Join(dst, "tree", name)); got != sum {
 				t.Errorf("copied out, %s: sha256 %s, want %s", name, got, sum)

@@ -68,9 +68,9 @@ func Run(t *testing.T, h Harness) {
 	}
 	s := &suite{h: h, run: randid.Hex(4)}
 	t.Logf("providertest: this run's sandboxes carry the label %s=%s", runLabel, s.run)
-	// Groups run one after another: t.Run returns only when a group's
-	// parallel tests are done, so the serial heavy tests of the last group
-	// have the machine to themselves.
+	// Groups run one after another, each its serial tests first, alone,
+	// then the others groupParallel at a time, so that the serial heavy
+	// tests have the machine to themselves.
 	for _, g := range []group{
 		{"Lifecycle", lifecycleTests()},
 		{"Exec", execTests()},
@@ -85,17 +85,38 @@ func Run(t *testing.T, h Harness) {
 		{"Memory", memoryTests()},
 		{"Attack", attackTests()},
 	} {
-		t.Run(g.name, func(t *testing.T) {
-			for _, tc := range g.tests {
-				t.Run(tc.name, func(t *testing.T) {
-					if !tc.serial {
-						t.Parallel()
-					}
-					tc.fn(t, s)
-				})
-			}
+		t.Run(g.name, func(t *testing.T) { g.run(t, s) })
+	}
+}
+
+// groupParallel is how many of a group's tests run at once. They spend
+// most of their time waiting on sandboxes (a creation, a command, a
+// destruction), not on the CPU: more than t.Parallel's default bound,
+// GOMAXPROCS (2 on a small CI machine), keep the machine busy.
+const groupParallel = 6
+
+// run runs the group's serial tests one after another, then the others
+// groupParallel at a time. t.Run called from several goroutines runs
+// subtests at once without t.Parallel, and so without -parallel's bound.
+func (g group) run(t *testing.T, s *suite) {
+	var concurrent []test
+	for _, tc := range g.tests {
+		if !tc.serial {
+			concurrent = append(concurrent, tc)
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
+	}
+	slots := make(chan struct{}, groupParallel)
+	var wg sync.WaitGroup
+	for _, tc := range concurrent {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
 		})
 	}
+	wg.Wait()
 }
 
 type group struct {
