@@ -11,6 +11,18 @@
 //
 //	go install ./cmd/berth
 //	CGO_ENABLED=0 go install -trimpath -ldflags='-s -w' ./cmd/berth-sandboxd
+//
+// In a remote sandbox whose provider has only a plain exec API, with no port
+// through which to reach the daemon, it wraps each command instead, so that a
+// retried exec never runs it twice (package sandboxd/runkey):
+//
+//	berth-sandboxd run --key EXEC-ID [--dir DIR] [--timeout D] [--cap BYTES] -- CMD ARGS...
+//
+// The first call with a key starts CMD under a detached supervisor that
+// journals its output and exit status in DIR/EXEC-ID ($BERTH_RUN_DIR, else
+// /var/tmp/berth-run); a retry with the same key streams the journaled
+// output and exits with the command's code, however many times it is
+// called. Exit code 125 is berth's own error, in one line on stderr.
 package main
 
 import (
@@ -20,12 +32,16 @@ import (
 	"github.com/berth-dev/berth/provider/docker/dockerinit"
 	"github.com/berth-dev/berth/provider/gvisor/gvisorinit"
 	"github.com/berth-dev/berth/provider/linux/linuxinit"
+	"github.com/berth-dev/berth/sandboxd/runkey"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		os.Exit(runkey.Main(os.Args[2:]))
+	}
 	linuxinit.Main()  // does not return when started by the linux provider
 	dockerinit.Main() // nor when started by the docker provider
 	gvisorinit.Main() // nor by the gvisor provider
-	fmt.Fprintln(os.Stderr, "berth-sandboxd is started by berth's linux, docker and gvisor providers, not by hand")
+	fmt.Fprintln(os.Stderr, "berth-sandboxd is started by berth's linux, docker and gvisor providers, or as: berth-sandboxd run --key KEY -- CMD ARGS...")
 	os.Exit(2)
 }
