@@ -3,12 +3,12 @@ package runkey
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 )
@@ -17,8 +17,15 @@ import (
 // the supervisor it re-executes is this binary too.
 const mainEnv = "BERTH_RUNKEY_TEST_MAIN"
 
+// gateEnv makes it wait for the end of its stdin first, so that callers
+// sharing one pipe start together.
+const gateEnv = "BERTH_RUNKEY_TEST_GATE"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(mainEnv) == "1" && len(os.Args) > 1 && os.Args[1] == "run" {
+		if os.Getenv(gateEnv) == "1" {
+			io.Copy(io.Discard, os.Stdin)
+		}
 		os.Exit(Main(os.Args[2:]))
 	}
 	os.Exit(m.Run())
@@ -115,6 +122,7 @@ func TestRetryAfterCallerKilled(t *testing.T) {
 	args := []string{"--dir", dir, "--key", "exec-1", "--", "sh", "-c",
 		`echo x >> "$0"; echo one; echo e1 >&2; read l < "$1"; echo two; echo e2 >&2; exit 3`, counter, gate}
 	first := command(t, args...)
+	first.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pipe, err := first.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +131,9 @@ func TestRetryAfterCallerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntil(t, bufio.NewReader(pipe), "one")
-	first.Process.Kill() // as a remote exec API does on a dropped connection
+	// As a remote exec API does on a dropped connection: the caller and
+	// its process group.
+	syscall.Kill(-first.Process.Pid, syscall.SIGKILL)
 	first.Wait()
 
 	done := make(chan result)
@@ -138,32 +148,37 @@ func TestRetryAfterCallerKilled(t *testing.T) {
 }
 
 func TestRacingFirstCalls(t *testing.T) {
-	dir, counter := t.TempDir(), filepath.Join(t.TempDir(), "counter")
-	args := []string{"--dir", dir, "--key", "exec-1", "--", "sh", "-c",
-		`echo x >> "$0"; echo out; exit 5`, counter}
-	const callers = 8
-	cmds := make([]*exec.Cmd, callers)
-	outs := make([]bytes.Buffer, callers)
-	for i := range cmds {
-		cmds[i] = command(t, args...)
-		cmds[i].Stdout = &outs[i]
-	}
-	var wg sync.WaitGroup
-	for _, c := range cmds { // started together, so they race to the entry
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.Run()
-		}()
-	}
-	wg.Wait()
-	for i, c := range cmds {
-		if got := outs[i].String(); got != "out\n" || c.ProcessState.ExitCode() != 5 {
-			t.Errorf("caller %d: %q, exit %d; want %q, 5", i, got, c.ProcessState.ExitCode(), "out\n")
+	const rounds, callers = 4, 8
+	dir := t.TempDir()
+	for round := range rounds {
+		counter := filepath.Join(t.TempDir(), "counter")
+		args := []string{"--dir", dir, "--key", "exec-" + strconv.Itoa(round), "--", "sh", "-c",
+			`echo x >> "$0"; echo out; exit 5`, counter}
+		gate, open, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if n := runs(t, counter); n != 1 {
-		t.Errorf("the command ran %d times, want 1", n)
+		cmds := make([]*exec.Cmd, callers)
+		outs := make([]bytes.Buffer, callers)
+		for i := range cmds {
+			cmds[i] = command(t, args...)
+			cmds[i].Env = append(cmds[i].Env, gateEnv+"=1")
+			cmds[i].Stdin, cmds[i].Stdout = gate, &outs[i]
+			if err := cmds[i].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gate.Close()
+		open.Close() // all callers go at once, racing to the entry
+		for i, c := range cmds {
+			c.Wait()
+			if got := outs[i].String(); got != "out\n" || c.ProcessState.ExitCode() != 5 {
+				t.Errorf("round %d, caller %d: %q, exit %d; want %q, 5", round, i, got, c.ProcessState.ExitCode(), "out\n")
+			}
+		}
+		if n := runs(t, counter); n != 1 {
+			t.Errorf("round %d: the command ran %d times, want 1", round, n)
+		}
 	}
 }
 
