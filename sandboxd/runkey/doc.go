@@ -47,7 +47,7 @@
 // # Bounds
 //
 // Each first call prunes the journal: finished entries beyond the newest
-// [Keep], and every entry whose supervisor is gone that is older than
-// [MaxAge]. A key retried after its entry was pruned runs its command again,
+// [Keep] or older than [MaxAge], and unfinished ones older than [MaxAge]
+// whose supervisor is gone. A key retried after its entry was pruned runs its command again,
 // so both bounds are far beyond any retry policy berth uses.
 package runkey
