@@ -11,18 +11,25 @@ import (
 // sandbox, and is uploaded into every remote one.
 const maxSize = 8 << 20
 
-// TestSize builds berth-sandboxd as docs/providers/README.md installs it and
-// fails if it has grown past maxSize: a dependency of the host's (a
-// client, a telemetry or protobuf runtime) linked by mistake shows here
-// as megabytes, as internal/layers shows it as a package.
-func TestSize(t *testing.T) {
+// build builds berth-sandboxd as docs/providers/README.md installs it,
+// static, and returns its path.
+func build(t *testing.T) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "berth-sandboxd")
 	build := exec.CommandContext(t.Context(), "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	st, err := os.Stat(bin)
+	return bin
+}
+
+// TestSize builds berth-sandboxd and fails if it has grown past maxSize: a
+// dependency of the host's (a client, a telemetry or protobuf runtime)
+// linked by mistake shows here as megabytes, as internal/layers shows it
+// as a package.
+func TestSize(t *testing.T) {
+	st, err := os.Stat(build(t))
 	if err != nil {
 		t.Fatal(err)
 	}
