@@ -30,9 +30,9 @@
 // (setsid), with stdin from /dev/null, so it outlives the caller: a remote
 // exec API kills its process when its connection drops. The command runs
 // in the caller's directory and environment, in its own process group,
-// killed (the group, with SIGKILL) when the first call's --timeout passes
-// (a retry's flags beyond --key and --dir are those of the run it attaches
-// to, not its own).
+// killed (the group, with SIGKILL) when the first call's --timeout passes:
+// a retry's --timeout and --cap are ignored, as it attaches to a run
+// already under way.
 //
 // # The caller
 //

@@ -117,6 +117,20 @@ func TestRetryRunsOnce(t *testing.T) {
 	}
 }
 
+func TestKeyOfAnotherCommand(t *testing.T) {
+	dir, counter := t.TempDir(), filepath.Join(t.TempDir(), "counter")
+	if got := call(t, "--dir", dir, "--key", "exec-1", "--", "sh", "-c", `echo x >> "$0"`, counter); got.code != 0 {
+		t.Fatalf("first call: %+v", got)
+	}
+	got := call(t, "--dir", dir, "--key", "exec-1", "--", "sh", "-c", `echo y >> "$0"`, counter)
+	if got.code != ExitBerth || !strings.Contains(got.stderr, "another command") {
+		t.Errorf("another command under the key: %+v, want exit %d, refused", got, ExitBerth)
+	}
+	if n := runs(t, counter); n != 1 {
+		t.Errorf("commands ran %d times, want 1", n)
+	}
+}
+
 func TestRetryAfterCallerKilled(t *testing.T) {
 	dir, counter, gate := t.TempDir(), filepath.Join(t.TempDir(), "counter"), fifo(t)
 	args := []string{"--dir", dir, "--key", "exec-1", "--", "sh", "-c",
