@@ -303,3 +303,29 @@ func TestRetryAfterSupervisorDied(t *testing.T) {
 		t.Errorf("the command ran %d times, want 1", n)
 	}
 }
+
+func TestRetryAfterFirstCallDiedBeforeStarting(t *testing.T) {
+	dir, counter := t.TempDir(), filepath.Join(t.TempDir(), "counter")
+	argv := []string{"sh", "-c", `echo x >> "$0"`, counter}
+	// What a first call killed between placing its entry and starting its
+	// supervisor leaves.
+	tmp, err := os.MkdirTemp(dir, prefixNew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := build(tmp, argv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "exec-1")); err != nil {
+		t.Fatal(err)
+	}
+	lock.Close()
+	got := call(t, append([]string{"--dir", dir, "--key", "exec-1", "--"}, argv...)...)
+	if got.code != ExitBerth || !strings.Contains(got.stderr, "never ran") {
+		t.Errorf("retry: %+v, want exit %d and that the command never ran", got, ExitBerth)
+	}
+	if n := runs(t, counter); n != 0 {
+		t.Errorf("the command ran %d times, want none", n)
+	}
+}
