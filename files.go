@@ -19,7 +19,7 @@ func (c *Client) Import(ctx context.Context, sandboxID string, r io.Reader) erro
 		return err
 	}
 	defer c.DeleteStream(context.WithoutCancel(ctx), sandboxID, key)
-	return c.Update(ctx, sandboxID, "", workflows.UpdateImport, nil, workflows.ImportRequest{Blob: key, Parts: parts})
+	return c.update(ctx, sandboxID, "", workflows.UpdateImport, nil, workflows.ImportRequest{Blob: key, Parts: parts})
 }
 
 // Export writes a tar stream of the file or directory at path in the
@@ -27,7 +27,7 @@ func (c *Client) Import(ctx context.Context, sandboxID string, r io.Reader) erro
 // name (see provider.PathExporter). The caller must treat it as hostile.
 func (c *Client) Export(ctx context.Context, sandboxID, path string, w io.Writer) error {
 	var out transfer.Output
-	if err := c.Update(ctx, sandboxID, "", workflows.UpdateExport, &out, workflows.PathRequest{Path: path}); err != nil {
+	if err := c.update(ctx, sandboxID, "", workflows.UpdateExport, &out, workflows.PathRequest{Path: path}); err != nil {
 		return err
 	}
 	if out.Blob != "" {
@@ -40,7 +40,7 @@ func (c *Client) Export(ctx context.Context, sandboxID, path string, w io.Writer
 // to w, whole.
 func (c *Client) ReadFile(ctx context.Context, sandboxID, path string, w io.Writer) error {
 	var out transfer.Output
-	if err := c.Update(ctx, sandboxID, "", workflows.UpdateReadFile, &out, workflows.PathRequest{Path: path}); err != nil {
+	if err := c.update(ctx, sandboxID, "", workflows.UpdateReadFile, &out, workflows.PathRequest{Path: path}); err != nil {
 		return err
 	}
 	return c.WriteOutput(ctx, sandboxID, out, 0, w)

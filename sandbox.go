@@ -31,7 +31,7 @@ func (s *Sandbox) ID() string { return s.id }
 // Status asks the sandbox's workflow how the sandbox is.
 func (s *Sandbox) Status(ctx context.Context) (SandboxStatus, error) {
 	var st workflows.SandboxStatus
-	if err := s.c.Query(ctx, s.id, "", workflows.QuerySandbox, &st); err != nil {
+	if err := s.c.query(ctx, s.id, "", workflows.QuerySandbox, &st); err != nil {
 		return SandboxStatus{}, err
 	}
 	return statusOf(s.id, st), nil
@@ -39,7 +39,7 @@ func (s *Sandbox) Status(ctx context.Context) (SandboxStatus, error) {
 
 // update runs the Update name on the sandbox's workflow.
 func (s *Sandbox) update(ctx context.Context, name string, out any, args ...any) error {
-	return s.c.Update(ctx, s.id, "", name, out, args...)
+	return s.c.update(ctx, s.id, "", name, out, args...)
 }
 
 // File is a file to write into a workspace.

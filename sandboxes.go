@@ -344,7 +344,7 @@ func statusOf(id string, st workflows.SandboxStatus) SandboxStatus {
 func (s *Sandbox) waitReady(ctx context.Context) (SandboxStatus, error) {
 	c := s.c
 	var st workflows.SandboxStatus
-	err := c.Update(ctx, s.id, NewID("ready-"), workflows.UpdateReady, &st)
+	err := c.update(ctx, s.id, NewID("ready-"), workflows.UpdateReady, &st)
 	if err == nil {
 		return statusOf(s.id, st), nil
 	}
@@ -417,7 +417,7 @@ func (s *Sandbox) pollReady(ctx context.Context) (SandboxStatus, error) {
 	wait := 50 * time.Millisecond
 	for {
 		var st workflows.SandboxStatus
-		err := s.c.Query(ctx, s.id, "", workflows.QuerySandbox, &st)
+		err := s.c.query(ctx, s.id, "", workflows.QuerySandbox, &st)
 		if err == nil && st.ID != "" {
 			return statusOf(s.id, st), nil
 		}
