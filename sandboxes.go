@@ -19,7 +19,6 @@ import (
 	"github.com/berth-dev/berth/errdefs/temporalerr"
 	"github.com/berth-dev/berth/internal/randid"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -27,20 +26,20 @@ import (
 const (
 	// DefaultProvider is where a sandbox lives when SandboxOptions names
 	// no provider.
-	DefaultProvider = sandbox.DefaultProvider
+	DefaultProvider = "linux"
 	// DefaultQueue is the task queue of berth's workers.
-	DefaultQueue = sandbox.DefaultQueue
+	DefaultQueue = "berth"
 	// DefaultIdleTimeout and DefaultHibernateAfter are a sandbox's idle
 	// bounds when its options leave them zero.
-	DefaultIdleTimeout    = sandbox.DefaultIdleTimeout
-	DefaultHibernateAfter = sandbox.DefaultHibernateAfter
+	DefaultIdleTimeout    = 5 * time.Minute
+	DefaultHibernateAfter = 30 * time.Minute
 	// DefaultLifetime is a sandbox's lifetime when its options leave it
 	// zero.
-	DefaultLifetime = provider.DefaultLifetime
+	DefaultLifetime = 24 * time.Hour
 	// DefaultExecTimeout bounds a command whose options set no timeout.
-	DefaultExecTimeout = sandbox.DefaultExecTimeout
+	DefaultExecTimeout = 10 * time.Minute
 	// Never, as an idle timeout or hibernation delay, turns it off.
-	Never = sandbox.NoIdleTimeout
+	Never time.Duration = -1
 )
 
 // State is what a sandbox is doing.
@@ -50,11 +49,11 @@ type State string
 // command.
 const (
 	StateCreating   State = "creating" // its workflow is making it
-	StateRunning    State = State(sandbox.StateRunning)
-	StatePaused     State = State(sandbox.StatePaused)     // frozen: no CPU, memory kept
-	StateHibernated State = State(sandbox.StateHibernated) // checkpointed and destroyed
-	StateLost       State = State(sandbox.StateLost)
-	StateStopped    State = State(sandbox.StateStopped)
+	StateRunning    State = "running"
+	StatePaused     State = "paused"     // frozen: no CPU, memory kept
+	StateHibernated State = "hibernated" // checkpointed and destroyed
+	StateLost       State = "lost"
+	StateStopped    State = "stopped"
 )
 
 // SandboxOptions are a new sandbox's settings. A zero field means the
