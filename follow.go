@@ -15,7 +15,7 @@ import (
 
 // LiveEvery is how often a follower asks for new output: the worker
 // stores it about as often.
-const LiveEvery = 100 * time.Millisecond // as activities.LiveEvery
+const LiveEvery = 100 * time.Millisecond
 
 // follower prints a running command's two streams as they are stored,
 // then the rest from its result.
