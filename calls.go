@@ -8,27 +8,27 @@ import (
 	"go.temporal.io/sdk/client"
 )
 
-// Update runs the Update name on workflow workflowID and waits for its
+// update runs the Update name on workflow workflowID and waits for its
 // result, which it stores in out (nil to drop it). updateID identifies
 // the Update: sending it again while the server was away runs it once.
 // Empty, one is made up.
-func (c *Client) Update(ctx context.Context, workflowID, updateID, name string, out any, args ...any) error {
+func (c *Client) update(ctx context.Context, workflowID, updateID, name string, out any, args ...any) error {
 	if updateID == "" {
 		updateID = NewID(name + "-")
 	}
-	h, err := c.StartUpdate(ctx, workflowID, updateID, name, args...)
+	h, err := c.startUpdate(ctx, workflowID, updateID, name, args...)
 	if err != nil {
 		return err
 	}
-	return c.WaitUpdate(ctx, h, name, out)
+	return c.waitUpdate(ctx, h, name, out)
 }
 
-// StartUpdate sends the Update and returns once the workflow has accepted
+// startUpdate sends the Update and returns once the workflow has accepted
 // it (or rejected it: the handle then holds the rejection): the caller
-// then follows it (see Exec) and waits for its result with WaitUpdate.
+// then follows it (see Exec) and waits for its result with waitUpdate.
 // Until it is accepted, a restart of the server can lose it: it is sent
 // again, with its id.
-func (c *Client) StartUpdate(ctx context.Context, workflowID, updateID, name string, args ...any) (client.WorkflowUpdateHandle, error) {
+func (c *Client) startUpdate(ctx context.Context, workflowID, updateID, name string, args ...any) (client.WorkflowUpdateHandle, error) {
 	var h client.WorkflowUpdateHandle
 	sent := false
 	err := c.retry(ctx, func(ctx context.Context) error {
@@ -43,11 +43,11 @@ func (c *Client) StartUpdate(ctx context.Context, workflowID, updateID, name str
 	return h, c.unavailable(err, name+" on "+workflowID, sent, "")
 }
 
-// WaitUpdate waits for the result of an Update StartUpdate sent, riding
+// waitUpdate waits for the result of an Update startUpdate sent, riding
 // out server restarts: an accepted Update is in the history of the run
 // that accepted it, and asking that run, not the workflow's latest,
 // finds its result even after the workflow continued as new.
-func (c *Client) WaitUpdate(ctx context.Context, h client.WorkflowUpdateHandle, name string, out any) error {
+func (c *Client) waitUpdate(ctx context.Context, h client.WorkflowUpdateHandle, name string, out any) error {
 	// Its result, or its rejection; while the server is away, the same
 	// update's, asked again by id.
 	first := true
@@ -63,9 +63,9 @@ func (c *Client) WaitUpdate(ctx context.Context, h client.WorkflowUpdateHandle, 
 	return c.unavailable(err, name+" on "+h.WorkflowID(), true, "")
 }
 
-// Query runs a query on workflow workflowID (its latest run) and stores
+// query runs a query on workflow workflowID (its latest run) and stores
 // the answer in out.
-func (c *Client) Query(ctx context.Context, workflowID, runID, name string, out any, args ...any) error {
+func (c *Client) query(ctx context.Context, workflowID, runID, name string, out any, args ...any) error {
 	err := c.retry(ctx, func(ctx context.Context) error {
 		v, err := c.temporal.QueryWorkflow(ctx, workflowID, runID, name, args...)
 		if err != nil {

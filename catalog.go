@@ -12,42 +12,43 @@ import (
 	"github.com/berth-dev/berth/workflows"
 )
 
-// Catalog asks the workers what only they know and what changes no
+// catalog asks the workers what only they know and what changes no
 // sandbox, through the long-lived catalog workflow of a queue
 // (workflows.Catalog), started by the first question: a question
-// leaves no workflow behind.
-type Catalog struct {
+// leaves no workflow behind. Client.Providers and Snapshots are its
+// typed faces.
+type catalog struct {
 	c *Client
-	// Queue is the queue whose catalog is asked.
-	Queue string
+	// queue is the queue whose catalog is asked.
+	queue string
 }
 
-// Catalog returns the catalog of the default queue.
-func (c *Client) Catalog() *Catalog { return &Catalog{c: c, Queue: sandbox.DefaultQueue} }
+// catalog returns the catalog of the default queue.
+func (c *Client) catalog() *catalog { return &catalog{c: c, queue: sandbox.DefaultQueue} }
 
-// Providers says, of every host, which providers it serves, and why not
+// providers says, of every host, which providers it serves, and why not
 // the others its binary links.
-func (k *Catalog) Providers(ctx context.Context) ([]sandbox.HostProviders, error) {
+func (k *catalog) providers(ctx context.Context) ([]sandbox.HostProviders, error) {
 	var out []sandbox.HostProviders
 	err := k.ask(ctx, workflows.UpdateProviders, &out)
 	return out, err
 }
 
-// Snapshots lists the snapshot store, or deletes from it the snapshots
+// snapshots lists the snapshot store, or deletes from it the snapshots
 // in.Delete names.
-func (k *Catalog) Snapshots(ctx context.Context, in workflows.SnapshotsInput) (workflows.SnapshotsOutput, error) {
+func (k *catalog) snapshots(ctx context.Context, in workflows.SnapshotsInput) (workflows.SnapshotsOutput, error) {
 	var out workflows.SnapshotsOutput
 	err := k.ask(ctx, workflows.UpdateSnapshots, &out, in)
 	return out, err
 }
 
-func (k *Catalog) ask(ctx context.Context, update string, out any, args ...any) error {
+func (k *catalog) ask(ctx context.Context, update string, out any, args ...any) error {
 	start := client.StartWorkflowOptions{
-		ID: workflows.CatalogID(k.Queue), TaskQueue: k.Queue,
+		ID: workflows.CatalogID(k.queue), TaskQueue: k.queue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		StaticSummary:            workflows.CatalogSummary(k.Queue),
+		StaticSummary:            workflows.CatalogSummary(k.queue),
 	}
-	return k.c.updateWithStart(ctx, start, workflows.CatalogWorkflowName, workflows.CatalogInput{Queue: k.Queue}, update, out, args...)
+	return k.c.updateWithStart(ctx, start, workflows.CatalogWorkflowName, workflows.CatalogInput{Queue: k.queue}, update, out, args...)
 }
 
 // updateWithStart runs an Update on the workflow start names, starting
@@ -73,5 +74,5 @@ func (c *Client) updateWithStart(ctx context.Context, start client.StartWorkflow
 	if err = c.unavailable(err, update+" on "+start.ID, sent, ""); err != nil {
 		return err
 	}
-	return c.WaitUpdate(ctx, h, update, out)
+	return c.waitUpdate(ctx, h, update, out)
 }

@@ -24,7 +24,7 @@ type HostProviders struct {
 // Providers says, of every host whose workers poll the default queue,
 // which providers it serves, with their capabilities.
 func (c *Client) Providers(ctx context.Context) ([]HostProviders, error) {
-	hosts, err := c.Catalog().Providers(ctx)
+	hosts, err := c.catalog().providers(ctx)
 	out := make([]HostProviders, len(hosts))
 	for i, h := range hosts {
 		out[i] = HostProviders{Host: h.Host, Providers: h.Providers, Unreachable: h.Unreachable, Error: h.Error}
@@ -59,7 +59,7 @@ type SnapshotInfo struct {
 
 // List lists the snapshots, berth's checkpoints among them.
 func (s *Snapshots) List(ctx context.Context) ([]SnapshotInfo, error) {
-	out, err := s.c.Catalog().Snapshots(ctx, workflows.SnapshotsInput{})
+	out, err := s.c.catalog().snapshots(ctx, workflows.SnapshotsInput{})
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ type RemoveFailure struct {
 // reaping): it returns those deleted, and those that could not be, and
 // why.
 func (s *Snapshots) Remove(ctx context.Context, ids ...string) (deleted []string, failed []RemoveFailure, err error) {
-	out, err := s.c.Catalog().Snapshots(ctx, workflows.SnapshotsInput{Delete: ids})
+	out, err := s.c.catalog().snapshots(ctx, workflows.SnapshotsInput{Delete: ids})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -74,9 +74,11 @@ type UnavailableError struct {
 	MayHaveRun bool
 	// ResultHint says how to see the operation's result, or is empty.
 	ResultHint string
-	Err        error
+	// Err is the last failure to reach the server.
+	Err error
 }
 
+// Error says what was given up on and whether it may have run.
 func (e *UnavailableError) Error() string {
 	msg := fmt.Sprintf("%s: the Temporal server has been unavailable too long", e.Op)
 	if e.MayHaveRun {
@@ -90,6 +92,7 @@ func (e *UnavailableError) Error() string {
 	return msg + ": " + e.Err.Error()
 }
 
+// Unwrap returns the last failure to reach the server.
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // retry runs call until it succeeds, fails for another reason than an

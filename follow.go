@@ -14,7 +14,7 @@ import (
 )
 
 // LiveEvery is how often a follower asks for new output: the worker
-// stores it about as often (activities.LiveEvery).
+// stores it about as often.
 const LiveEvery = 100 * time.Millisecond
 
 // follower prints a running command's two streams as they are stored,
@@ -138,7 +138,7 @@ type Command struct {
 // or not anyone follows it.
 func (c *Client) startExec(ctx context.Context, sandboxID string, req workflows.ExecRequest) (*Command, error) {
 	id := NewID("exec-")
-	h, err := c.StartUpdate(ctx, sandboxID, id, workflows.UpdateExec, req)
+	h, err := c.startUpdate(ctx, sandboxID, id, workflows.UpdateExec, req)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (c *Client) startExec(ctx context.Context, sandboxID string, req workflows.
 // Attach returns the command commandID of the standalone sandbox
 // sandboxID, running or among the last that ended, to follow.
 func (c *Client) attach(ctx context.Context, sandboxID, commandID string) (*Command, error) {
-	h, err := c.StartUpdate(ctx, sandboxID, NewID("attach-"), workflows.UpdateAttach,
+	h, err := c.startUpdate(ctx, sandboxID, NewID("attach-"), workflows.UpdateAttach,
 		workflows.AttachRequest{Command: commandID})
 	if err != nil {
 		return nil, err
@@ -165,7 +165,7 @@ func (cmd *Command) Signal(ctx context.Context, sig string) error {
 // signalCommand sends sig to the running command commandID of the
 // standalone sandbox sandboxID.
 func (c *Client) signalCommand(ctx context.Context, sandboxID, commandID, sig string) error {
-	return c.Update(ctx, sandboxID, "", workflows.UpdateSignal, nil,
+	return c.update(ctx, sandboxID, "", workflows.UpdateSignal, nil,
 		workflows.SignalRequest{Command: commandID, Signal: sig})
 }
 
@@ -209,7 +209,7 @@ func (c *Client) execResult(sandboxID, updateID string, h client.WorkflowUpdateH
 func (c *Client) updateResult(sandboxID, commandID string, h client.WorkflowUpdateHandle, name string) func(ctx context.Context) (workflows.RunOutput, error) {
 	return func(ctx context.Context) (workflows.RunOutput, error) {
 		var out workflows.RunOutput
-		err := c.WaitUpdate(ctx, h, name, &out)
+		err := c.waitUpdate(ctx, h, name, &out)
 		if u, ok := err.(*UnavailableError); ok {
 			u.MayHaveRun = true
 			u.ResultHint = "berth sandbox attach " + sandboxID + " " + commandID

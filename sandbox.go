@@ -31,7 +31,7 @@ func (s *Sandbox) ID() string { return s.id }
 // Status asks the sandbox's workflow how the sandbox is.
 func (s *Sandbox) Status(ctx context.Context) (SandboxStatus, error) {
 	var st workflows.SandboxStatus
-	if err := s.c.Query(ctx, s.id, "", workflows.QuerySandbox, &st); err != nil {
+	if err := s.c.query(ctx, s.id, "", workflows.QuerySandbox, &st); err != nil {
 		return SandboxStatus{}, err
 	}
 	return statusOf(s.id, st), nil
@@ -39,7 +39,7 @@ func (s *Sandbox) Status(ctx context.Context) (SandboxStatus, error) {
 
 // update runs the Update name on the sandbox's workflow.
 func (s *Sandbox) update(ctx context.Context, name string, out any, args ...any) error {
-	return s.c.Update(ctx, s.id, "", name, out, args...)
+	return s.c.update(ctx, s.id, "", name, out, args...)
 }
 
 // File is a file to write into a workspace.
@@ -92,25 +92,25 @@ func (s *Sandbox) WriteFiles(ctx context.Context, files ...File) error {
 // (FileNotFound when there is none).
 func (s *Sandbox) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	var b bytes.Buffer
-	err := s.c.ReadFile(ctx, s.id, path, &b)
+	err := s.c.readFile(ctx, s.id, path, &b)
 	return b.Bytes(), err
 }
 
 // CopyFile writes the file at path in the workspace to w, whole, as it
 // comes: for a file too large to hold.
 func (s *Sandbox) CopyFile(ctx context.Context, path string, w io.Writer) error {
-	return s.c.ReadFile(ctx, s.id, path, w)
+	return s.c.readFile(ctx, s.id, path, w)
 }
 
 // Import unpacks the tar stream r into the workspace, over what is
 // there, whatever its size: all of it, or nothing when an entry is bad.
-func (s *Sandbox) Import(ctx context.Context, r io.Reader) error { return s.c.Import(ctx, s.id, r) }
+func (s *Sandbox) Import(ctx context.Context, r io.Reader) error { return s.c.importTree(ctx, s.id, r) }
 
 // Export writes to w a tar stream of the file or directory at path in
 // the workspace, its entries named from path's base name. It comes from
 // the sandbox: treat it as hostile.
 func (s *Sandbox) Export(ctx context.Context, path string, w io.Writer) error {
-	return s.c.Export(ctx, s.id, path, w)
+	return s.c.exportTree(ctx, s.id, path, w)
 }
 
 // Snapshot snapshots the workspace and returns the snapshot's id, which

@@ -19,7 +19,6 @@ import (
 	"github.com/berth-dev/berth/errdefs/temporalerr"
 	"github.com/berth-dev/berth/internal/randid"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -27,20 +26,20 @@ import (
 const (
 	// DefaultProvider is where a sandbox lives when SandboxOptions names
 	// no provider.
-	DefaultProvider = sandbox.DefaultProvider
+	DefaultProvider = "linux"
 	// DefaultQueue is the task queue of berth's workers.
-	DefaultQueue = sandbox.DefaultQueue
+	DefaultQueue = "berth"
 	// DefaultIdleTimeout and DefaultHibernateAfter are a sandbox's idle
 	// bounds when its options leave them zero.
-	DefaultIdleTimeout    = sandbox.DefaultIdleTimeout
-	DefaultHibernateAfter = sandbox.DefaultHibernateAfter
+	DefaultIdleTimeout    = 5 * time.Minute
+	DefaultHibernateAfter = 30 * time.Minute
 	// DefaultLifetime is a sandbox's lifetime when its options leave it
 	// zero.
-	DefaultLifetime = provider.DefaultLifetime
+	DefaultLifetime = 24 * time.Hour
 	// DefaultExecTimeout bounds a command whose options set no timeout.
-	DefaultExecTimeout = sandbox.DefaultExecTimeout
+	DefaultExecTimeout = 10 * time.Minute
 	// Never, as an idle timeout or hibernation delay, turns it off.
-	Never = sandbox.NoIdleTimeout
+	Never time.Duration = -1
 )
 
 // State is what a sandbox is doing.
@@ -50,11 +49,11 @@ type State string
 // command.
 const (
 	StateCreating   State = "creating" // its workflow is making it
-	StateRunning    State = State(sandbox.StateRunning)
-	StatePaused     State = State(sandbox.StatePaused)     // frozen: no CPU, memory kept
-	StateHibernated State = State(sandbox.StateHibernated) // checkpointed and destroyed
-	StateLost       State = State(sandbox.StateLost)
-	StateStopped    State = State(sandbox.StateStopped)
+	StateRunning    State = "running"
+	StatePaused     State = "paused"     // frozen: no CPU, memory kept
+	StateHibernated State = "hibernated" // checkpointed and destroyed
+	StateLost       State = "lost"
+	StateStopped    State = "stopped"
 )
 
 // SandboxOptions are a new sandbox's settings. A zero field means the
@@ -344,7 +343,7 @@ func statusOf(id string, st workflows.SandboxStatus) SandboxStatus {
 func (s *Sandbox) waitReady(ctx context.Context) (SandboxStatus, error) {
 	c := s.c
 	var st workflows.SandboxStatus
-	err := c.Update(ctx, s.id, NewID("ready-"), workflows.UpdateReady, &st)
+	err := c.update(ctx, s.id, NewID("ready-"), workflows.UpdateReady, &st)
 	if err == nil {
 		return statusOf(s.id, st), nil
 	}
@@ -417,7 +416,7 @@ func (s *Sandbox) pollReady(ctx context.Context) (SandboxStatus, error) {
 	wait := 50 * time.Millisecond
 	for {
 		var st workflows.SandboxStatus
-		err := s.c.Query(ctx, s.id, "", workflows.QuerySandbox, &st)
+		err := s.c.query(ctx, s.id, "", workflows.QuerySandbox, &st)
 		if err == nil && st.ID != "" {
 			return statusOf(s.id, st), nil
 		}

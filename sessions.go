@@ -122,7 +122,7 @@ func (s *Sessions) Destroy(ctx context.Context, req session.DestroyRequest) (ses
 // sessions still run. No manager yet is an error NotFound says is one.
 func (s *Sessions) Registry(ctx context.Context) ([]session.Info, error) {
 	var infos []session.Info
-	err := s.c.Query(ctx, s.Manager, "", session.QuerySessions, &infos)
+	err := s.c.query(ctx, s.Manager, "", session.QuerySessions, &infos)
 	return infos, err
 }
 
@@ -169,7 +169,7 @@ func (s *Sessions) session(ctx context.Context, ref, name string, out any, arg a
 	if err != nil {
 		return err
 	}
-	err = s.c.Update(ctx, wid, "", name, out, arg)
+	err = s.c.update(ctx, wid, "", name, out, arg)
 	if temporalerr.WorkflowNotFound(err) {
 		return errdefs.Errorf(errdefs.NotFound, "session %s does not exist or has ended (berth session ls -a)", ref)
 	}
@@ -209,7 +209,7 @@ func (s *Sessions) State(ctx context.Context, ref string) (agent.State, error) {
 		return agent.State{}, err
 	}
 	var st agent.State
-	err = s.c.Query(ctx, wid, "", agent.QueryState, &st)
+	err = s.c.query(ctx, wid, "", agent.QueryState, &st)
 	if temporalerr.WorkflowNotFound(err) {
 		return st, errdefs.Errorf(errdefs.NotFound, "session %s does not exist or has ended (berth session ls -a)", ref)
 	}

@@ -26,7 +26,7 @@ func (c *Client) execTerminal(ctx context.Context, sandboxID string, req workflo
 	if err != nil {
 		return workflows.RunOutput{}, err
 	}
-	h, err := c.StartUpdate(ctx, sandboxID, updateID, workflows.UpdateExec, req)
+	h, err := c.startUpdate(ctx, sandboxID, updateID, workflows.UpdateExec, req)
 	if err != nil {
 		return workflows.RunOutput{}, err
 	}

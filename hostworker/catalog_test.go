@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/errdefs"
-
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -30,26 +28,26 @@ func TestCatalogContinuesAsNew(t *testing.T) {
 		workflows.CatalogWorkflowName, workflows.CatalogInput{ContinueAfter: 3}); err != nil {
 		t.Fatal(err)
 	}
-	cat := berth.New(c, berth.WithRetryFor(-1)).Catalog()
+	cl := berth.New(c, berth.WithRetryFor(-1))
 	const rounds, asks = 4, 3
 	errs := make(chan error, rounds*asks)
 	for range rounds {
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			hosts, err := cat.Providers(ctx)
+			hosts, err := cl.Providers(ctx)
 			if err == nil && (len(hosts) != 1 || len(hosts[0].Providers) == 0) {
 				err = fmt.Errorf("providers: %+v, want one host with linux", hosts)
 			}
 			errs <- err
 		})
 		wg.Go(func() {
-			_, err := cat.Snapshots(ctx, workflows.SnapshotsInput{})
+			_, err := cl.Snapshots().List(ctx)
 			errs <- err
 		})
 		wg.Go(func() {
-			out, err := cat.Snapshots(ctx, workflows.SnapshotsInput{Delete: []string{"missing", "../bad"}})
-			if err == nil && (len(out.Failed) != 2 || out.Failed[0].Kind != errdefs.NotFound || out.Failed[1].Kind != errdefs.BadInput) {
-				err = fmt.Errorf("delete: %+v, want NotFound and BadInput", out.Failed)
+			_, failed, err := cl.Snapshots().Remove(ctx, "missing", "../bad")
+			if err == nil && (len(failed) != 2 || failed[0].Kind != berth.NotFound || failed[1].Kind != berth.BadInput) {
+				err = fmt.Errorf("delete: %+v, want NotFound and BadInput", failed)
 			}
 			errs <- err
 		})

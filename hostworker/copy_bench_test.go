@@ -26,7 +26,7 @@ const copySize = 200 << 20
 
 // BenchmarkCopy is berth sandbox cp of one 200 MiB file of random bytes
 // (nothing to compress), client to a linux sandbox's workspace ("in":
-// Client.Import of its tar stream) and back ("out": Client.Export), on
+// Sandbox.Import of its tar stream) and back ("out": Sandbox.Export), on
 // the embedded server: on a file store, through the relay ("file"), and
 // on an S3 store (versitygw on loopback) with signed URLs ("s3"). Beside
 // each, in the same run, the baseline: the same tar stream's bytes
@@ -97,7 +97,7 @@ func BenchmarkCopy(b *testing.B) {
 			b.Run("in", func(b *testing.B) {
 				b.SetBytes(copySize)
 				for b.Loop() {
-					if err := cl.Import(ctx, run.GetID(), bytes.NewReader(archive)); err != nil {
+					if err := cl.Sandboxes().Handle(run.GetID()).Import(ctx, bytes.NewReader(archive)); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -106,7 +106,7 @@ func BenchmarkCopy(b *testing.B) {
 				b.SetBytes(copySize)
 				for b.Loop() {
 					var got countingWriter
-					if err := cl.Export(ctx, run.GetID(), "big", &got); err != nil {
+					if err := cl.Sandboxes().Handle(run.GetID()).Export(ctx, "big", &got); err != nil {
 						b.Fatal(err)
 					}
 					if got < copySize {

@@ -150,7 +150,7 @@ func TestRelay(t *testing.T) {
 	var secrets []string
 	for i, name := range []string{"first", "after hibernation"} {
 		if i > 0 {
-			if err := cl.Update(ctx, "relay-a", "", workflows.UpdateHibernate, nil); err != nil {
+			if err := cl.Sandboxes().Handle("relay-a").Hibernate(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -261,7 +261,13 @@ func TestRelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = cl.Update(ctx, "relay-b", "", workflows.UpdateImport, nil, workflows.ImportRequest{Blob: theirs, Parts: 1})
+	// Sent raw, as a program bypassing the SDK's Import would: the
+	// workflow itself refuses the blob.
+	h, err := rc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: "relay-b", UpdateName: workflows.UpdateImport,
+		Args: []any{workflows.ImportRequest{Blob: theirs, Parts: 1}}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err == nil {
+		err = h.Get(ctx, nil)
+	}
 	wantType(t, "import another sandbox's upload", err, string(errdefs.BadInput))
 	if err == nil || !strings.Contains(err.Error(), "not an upload of this sandbox's") {
 		t.Errorf("import another sandbox's upload: %v", err)

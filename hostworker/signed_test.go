@@ -173,11 +173,11 @@ func recordingClient(t *testing.T, c client.Client, opts ...berth.Option) (*bert
 // byte for byte.
 func copyInOut(t *testing.T, cl *berth.Client, id, name string, data []byte) {
 	t.Helper()
-	if err := cl.Import(t.Context(), id, tarOf(t, name, data)); err != nil {
+	if err := cl.Sandboxes().Handle(id).Import(t.Context(), tarOf(t, name, data)); err != nil {
 		t.Fatalf("copy %s in: %v", name, err)
 	}
 	var got bytes.Buffer
-	if err := cl.ReadFile(t.Context(), id, name, &got); err != nil {
+	if err := cl.Sandboxes().Handle(id).CopyFile(t.Context(), name, &got); err != nil {
 		t.Fatalf("copy %s out: %v", name, err)
 	}
 	if !bytes.Equal(got.Bytes(), data) {

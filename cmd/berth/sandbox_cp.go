@@ -83,7 +83,7 @@ session's sandbox without entering its conversation.`,
 			}
 			srcPath = workspaceRel(srcPath)
 			if args[1] == "-" {
-				if err := c.Export(ctx, sandboxWorkflow(srcID), srcPath, os.Stdout); err != nil {
+				if err := c.Sandboxes().Handle(sandboxWorkflow(srcID)).Export(ctx, srcPath, os.Stdout); err != nil {
 					return updateErr(srcID, err)
 				}
 				return nil
@@ -127,7 +127,7 @@ func copyOut(ctx context.Context, c *berth.Client, id, src, dst string) error {
 		pr.CloseWithError(err) // unblocks the export if extraction failed
 		done <- err
 	}()
-	err := c.Export(ctx, sandboxWorkflow(id), src, pw)
+	err := c.Sandboxes().Handle(sandboxWorkflow(id)).Export(ctx, src, pw)
 	pw.CloseWithError(err)
 	xerr := <-done
 	if err != nil {
@@ -146,7 +146,7 @@ func copyOut(ctx context.Context, c *berth.Client, id, src, dst string) error {
 func copyIn(ctx context.Context, c *berth.Client, id, src, dst string) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTar(pw, src, dst)) }()
-	err := c.Import(ctx, sandboxWorkflow(id), pr)
+	err := c.Sandboxes().Handle(sandboxWorkflow(id)).Import(ctx, pr)
 	pr.Close()
 	if err != nil {
 		return updateErr(id, err)
@@ -161,7 +161,7 @@ func copyIn(ctx context.Context, c *berth.Client, id, src, dst string) error {
 func copyTarIn(ctx context.Context, c *berth.Client, id string, r io.Reader, dir string) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(renameTar(pw, r, dir)) }()
-	err := c.Import(ctx, sandboxWorkflow(id), pr)
+	err := c.Sandboxes().Handle(sandboxWorkflow(id)).Import(ctx, pr)
 	pr.Close()
 	if err != nil {
 		return updateErr(id, err)

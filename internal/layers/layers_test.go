@@ -270,14 +270,24 @@ func TestHostSideBites(t *testing.T) {
 // package activities: workflows use the handle without knowing the
 // activities behind it, which may change without breaking them.
 func TestSandboxAPI(t *testing.T) {
-	for _, bad := range exposed(t, module+"/sandbox", module+"/activities") {
+	for _, bad := range exposed(t, module+"/sandbox", exactly("activities")) {
+		t.Error(bad)
+	}
+}
+
+// TestSDKAPI checks that nothing the SDK (the module's root package)
+// exports names a type of workflows, sandbox or activities: a program
+// sees the SDK's own types, and the wire beneath may change without
+// breaking it.
+func TestSDKAPI(t *testing.T) {
+	for _, bad := range exposed(t, module, under("workflows", "sandbox", "activities")) {
 		t.Error(bad)
 	}
 }
 
 // exposed lists where the exported API of package path names a type of
-// package hidden.
-func exposed(t *testing.T, path, hidden string) []string {
+// a package hidden matches.
+func exposed(t *testing.T, path string, hidden func(string) bool) []string {
 	t.Helper()
 	deps := goList(t, "-export", "-deps", path)
 	fset := token.NewFileSet()
@@ -300,9 +310,10 @@ func exposed(t *testing.T, path, hidden string) []string {
 			continue
 		}
 		w.where = name
-		w.walk(obj.Type())
 		if tn, ok := obj.(*types.TypeName); ok {
 			if n, ok := types.Unalias(tn.Type()).(*types.Named); ok && n.Obj().Pkg() == api {
+				// Walked here, each method under its own name.
+				w.seen[n] = true
 				w.walk(n.Underlying())
 				for m := range n.Methods() {
 					if m.Exported() {
@@ -312,16 +323,18 @@ func exposed(t *testing.T, path, hidden string) []string {
 				}
 			}
 		}
+		w.where = name
+		w.walk(obj.Type())
 	}
 	return w.found
 }
 
-// walker finds the types of package hidden in a type, following what a
-// user of package pkg sees: exported fields and methods of pkg's own
-// types, and the type arguments of others.
+// walker finds the types of the packages hidden matches in a type,
+// following what a user of package pkg sees: exported fields and
+// methods of pkg's own types, and the type arguments of others.
 type walker struct {
 	pkg    *types.Package
-	hidden string
+	hidden func(string) bool
 	where  string
 	seen   map[types.Type]bool
 	found  []string
@@ -334,12 +347,12 @@ func (w *walker) walk(t types.Type) {
 	w.seen[t] = true
 	switch t := t.(type) {
 	case *types.Alias:
-		if t.Obj().Pkg() != nil && t.Obj().Pkg().Path() == w.hidden {
+		if t.Obj().Pkg() != nil && w.hidden(t.Obj().Pkg().Path()) {
 			w.found = append(w.found, fmt.Sprintf("%s shows %s", w.where, t))
 		}
 		w.walk(types.Unalias(t))
 	case *types.Named:
-		if t.Obj().Pkg() != nil && t.Obj().Pkg().Path() == w.hidden {
+		if t.Obj().Pkg() != nil && w.hidden(t.Obj().Pkg().Path()) {
 			w.found = append(w.found, fmt.Sprintf("%s shows %s", w.where, t))
 			return
 		}
