@@ -318,7 +318,8 @@ func TestDedicatedDaemon(t *testing.T) {
 	if mem["Anonymous"] > 6<<10 {
 		t.Errorf("idle %s holds %d KiB of anonymous memory, want at most 6 MiB", DaemonName, mem["Anonymous"])
 	}
-	if out, err := exec.Command(bin).CombinedOutput(); err == nil || !strings.Contains(string(out), "not by hand") {
+	// Run by hand with no subcommand, it refuses, and says how it runs.
+	if out, err := exec.Command(bin).CombinedOutput(); err == nil || !strings.Contains(string(out), "is started by berth's") {
 		t.Errorf("%s run by hand: %v, %q; want a refusal", DaemonName, err, out)
 	}
 }
