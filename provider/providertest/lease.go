@@ -63,7 +63,8 @@ func (s *suite) leased(t *testing.T, lifetime time.Duration, script string) (pro
 	if _, ok := sb.(provider.Leaser); !ok {
 		t.Skipf("skipped: provider %q keeps no lease (its sandboxes do not implement provider.Leaser)", p.Name())
 	}
-	pid := strings.TrimSpace(mustSh(t, sb, script))
+	var pid string
+	held(t, sb, func() { pid = strings.TrimSpace(mustSh(t, sb, script)) })
 	if _, err := strconv.Atoi(pid); err != nil {
 		t.Fatalf("the loop's pid: %q", pid)
 	}
@@ -115,12 +116,42 @@ func (s *suite) checkBusy(t *testing.T, sb provider.Sandbox, what string) {
 	})
 }
 
-// checkAlive fails the test unless the process pid still runs in sb.
+// checkAlive fails the test unless sb serves and the process pid still
+// runs in it.
 func checkAlive(t *testing.T, sb provider.Sandbox, pid string) {
 	t.Helper()
-	if r := run(t, sb, "/bin/sh", "-c", "kill -0 "+pid); r.ExitCode != 0 {
-		t.Errorf("the loop (pid %s) is gone: kill -0 exit code %d, %s", pid, r.ExitCode, tail(r.stderr))
-	}
+	held(t, sb, func() {
+		checkServing(t, sb)
+		if r := run(t, sb, "/bin/sh", "-c", "kill -0 "+pid); r.ExitCode != 0 {
+			t.Errorf("the loop (pid %s) is gone: kill -0 exit code %d, %s", pid, r.ExitCode, tail(r.stderr))
+		}
+	})
+}
+
+// held runs f, which uses sb, renewing sb's lease meanwhile, as a host
+// that holds a sandbox does through its commands: a request in flight
+// is not contact, and on a machine slow enough a command outlasts the
+// test lease, which would stop the very command f waits for.
+func held(t *testing.T, sb provider.Sandbox, f func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(testLease / 4)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				// A failed renewal shows as the failure of what f does.
+				_ = sb.(provider.Leaser).Renew(ctx)
+			}
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	f()
 }
 
 func testLeaseStops(t *testing.T, s *suite) {
@@ -129,7 +160,6 @@ func testLeaseStops(t *testing.T, s *suite) {
 	took := s.waitStopped(t, sb, testLease+leaseSlack, "with no contact for its lease, the sandbox's processes stop")
 	t.Logf("stopped within %v of the last contact (lease %v)", took.Round(100*time.Millisecond), testLease)
 	// Contact wakes it, and the same loop goes on.
-	checkServing(t, sb)
 	checkAlive(t, sb, pid)
 	s.checkBusy(t, sb, "after contact the loop runs on")
 }
@@ -142,7 +172,6 @@ func testLeaseStopsForking(t *testing.T, s *suite) {
 	if used := s.cpuOver(t, sb, 2*cpuWindow); used > 2*s.idleCPU() {
 		t.Errorf("a stopped sandbox used %v of CPU over %v: a forked process escaped", used, 2*cpuWindow)
 	}
-	checkServing(t, sb)
 	checkAlive(t, sb, pid)
 	s.checkBusy(t, sb, "after contact the forking loop runs on")
 }
@@ -180,19 +209,7 @@ func testLeasePausedStaysPaused(t *testing.T, s *suite) {
 // alone, paused first if pause: it must end by itself at its lifetime,
 // its processes gone from the host.
 func testLeaseEnds(t *testing.T, s *suite, pause bool) {
-	const lifetime = 4 * time.Second
-	p, sb, _ := s.leased(t, lifetime, busyLoop)
-	if pause {
-		skipUnlessPause(t, p)
-		ctx := timeout(t, opTimeout)
-		if err := asPauser(t, sb).Pause(ctx); err != nil {
-			t.Fatalf("Pause: %v", err)
-		}
-	}
-	info, err := sb.Info(timeout(t, opTimeout))
-	if err != nil {
-		t.Fatalf("Info: %v", err)
-	}
+	sb, info := s.leasedToEnd(t, pause)
 	eventually(t, time.Until(info.ExpiresAt)+settleTimeout, "the sandbox ends by itself at its lifetime", func() (bool, string) {
 		if pids := s.h.Processes(t, sb); len(pids) > 0 {
 			return false, fmt.Sprintf("%d processes on the host", len(pids))
@@ -211,6 +228,69 @@ func testLeaseEnds(t *testing.T, s *suite, pause bool) {
 	if late := time.Since(info.ExpiresAt); late > 0 {
 		t.Logf("ended %v after its lifetime", late.Round(100*time.Millisecond))
 	}
+}
+
+// leasedToEnd creates a sandbox with a short lifetime and a busy loop,
+// paused if pause, and returns it with the Info read once all that is
+// done. Its lifetime runs from its creation, so on a machine slow
+// enough that the setup takes most of it, the sandbox ends before the
+// test has begun: it is then made again with a lifetime twice as long.
+// A failure well within the lifetime fails the test.
+func (s *suite) leasedToEnd(t *testing.T, pause bool) (provider.Sandbox, provider.Info) {
+	t.Helper()
+	p := s.open(t)
+	if s.h.Processes == nil {
+		t.Skip("skipped: the harness cannot see a sandbox's processes from the host (Harness.Processes is nil)")
+	}
+	if pause {
+		skipUnlessPause(t, p)
+	}
+	const maxLifetime = 32 * time.Second
+	for lifetime := 4 * time.Second; ; lifetime *= 2 {
+		start := time.Now()
+		sb, info, err := s.tryLeasedToEnd(t, p, lifetime, pause)
+		took := time.Since(start)
+		if err == nil && time.Until(info.ExpiresAt) > lifetime/4 {
+			return sb, info
+		}
+		if err != nil && took < lifetime/2 {
+			t.Fatal(err)
+		}
+		if lifetime >= maxLifetime {
+			t.Fatalf("setting up a sandbox with a %v lifetime took %v: %v", lifetime, took.Round(time.Millisecond), err)
+		}
+		t.Logf("setting up a sandbox with a %v lifetime took %v (%v): again with a longer one", lifetime, took.Round(time.Millisecond), err)
+	}
+}
+
+func (s *suite) tryLeasedToEnd(t *testing.T, p provider.Provider, lifetime time.Duration, pause bool) (provider.Sandbox, provider.Info, error) {
+	spec := s.newSpec(t)
+	spec.Lease, spec.Lifetime = testLease, lifetime
+	sb := s.mustCreate(t, p, spec)
+	if _, ok := sb.(provider.Leaser); !ok {
+		t.Skipf("skipped: provider %q keeps no lease (its sandboxes do not implement provider.Leaser)", p.Name())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+	defer cancel()
+	var r result
+	var err error
+	held(t, sb, func() { r, err = executeCtx(ctx, sb, provider.ExecRequest{Argv: []string{"/bin/sh", "-c", busyLoop}}) })
+	switch {
+	case err != nil:
+		return nil, provider.Info{}, fmt.Errorf("Exec of the busy loop: %w", err)
+	case r.ExitCode != 0:
+		return nil, provider.Info{}, fmt.Errorf("the busy loop: exit code %d, stderr: %s", r.ExitCode, tail(r.stderr))
+	}
+	if pause {
+		if err := asPauser(t, sb).Pause(ctx); err != nil {
+			return nil, provider.Info{}, fmt.Errorf("Pause: %w", err)
+		}
+	}
+	info, err := sb.Info(ctx)
+	if err != nil {
+		return nil, provider.Info{}, fmt.Errorf("Info: %w", err)
+	}
+	return sb, info, nil
 }
 
 func testLeaseDestroyAfter(t *testing.T, s *suite) {
