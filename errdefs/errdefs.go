@@ -83,6 +83,20 @@ var (
 	// the activity stopped reading it there. Asking again would most
 	// likely get the same.
 	ErrAnswerTooLarge = errors.New("answer too large")
+
+	// A hosted provider's conditions (E2B, Daytona...), as its package
+	// reports them.
+
+	// ErrProviderUnavailable: the provider's service is rate limiting
+	// (429), failing (5xx) or out of reach. Retried, after the service's
+	// Retry-After when it gave one.
+	ErrProviderUnavailable = errors.New("provider unavailable")
+	// ErrProviderAuth: the service refused the provider's key (401,
+	// 403), or the worker has none.
+	ErrProviderAuth = errors.New("provider refused the key")
+	// ErrQuota: the account's limit on the service (sandboxes at once,
+	// hours) is reached. Retrying cannot help until something ends.
+	ErrQuota = errors.New("provider quota reached")
 )
 
 // A file that does not exist in the workspace is reported with an error
@@ -119,6 +133,10 @@ const (
 	BadConversation  Kind = "BadConversation"
 	AnswerTooLarge   Kind = "AnswerTooLarge"
 
+	ProviderUnavailable Kind = "ProviderUnavailable"
+	ProviderAuth        Kind = "ProviderAuth"
+	Quota               Kind = "Quota"
+
 	// Internal is anything else: the only kind a retry may cure.
 	Internal Kind = "Internal"
 )
@@ -148,6 +166,9 @@ var kinds = []struct {
 	{BadModelAnswer, ErrBadModelAnswer},
 	{BadConversation, ErrBadConversation},
 	{AnswerTooLarge, ErrAnswerTooLarge},
+	{ProviderUnavailable, ErrProviderUnavailable},
+	{ProviderAuth, ErrProviderAuth},
+	{Quota, ErrQuota},
 }
 
 // Kinds lists every kind but Internal.
@@ -184,9 +205,12 @@ func (k Kind) Known() bool {
 }
 
 // Retryable reports whether a retry may cure an error of kind k: of
-// berth's own kinds only Internal, and of the model's ModelUnavailable.
-// Everything else will fail the same way again.
-func (k Kind) Retryable() bool { return k == Internal || k == ModelUnavailable }
+// berth's own kinds only Internal, of the model's ModelUnavailable, and
+// of a hosted provider's ProviderUnavailable. Everything else will fail
+// the same way again.
+func (k Kind) Retryable() bool {
+	return k == Internal || k == ModelUnavailable || k == ProviderUnavailable
+}
 
 // Errorf makes an error of the given kind with a formatted message: the
 // inverse of KindOf, for rebuilding errors received from another

@@ -17,6 +17,7 @@ var wire = map[Kind]string{
 	ModelUnavailable: "ModelUnavailable", NoModel: "NoModel", ModelAuth: "ModelAuth",
 	ModelRejected: "ModelRejected", BadModelAnswer: "BadModelAnswer",
 	BadConversation: "BadConversation", AnswerTooLarge: "AnswerTooLarge",
+	ProviderUnavailable: "ProviderUnavailable", ProviderAuth: "ProviderAuth", Quota: "Quota",
 }
 
 func TestWireStrings(t *testing.T) {
@@ -125,7 +126,7 @@ func TestWrapKeepsChain(t *testing.T) {
 
 func TestRetryable(t *testing.T) {
 	for _, k := range append(Kinds(), Internal) {
-		want := k == Internal || k == ModelUnavailable
+		want := k == Internal || k == ModelUnavailable || k == ProviderUnavailable
 		if k.Retryable() != want {
 			t.Errorf("%s.Retryable() = %v", k, !want)
 		}
