@@ -277,18 +277,18 @@ func (s *suite) tryLeasedToEnd(t *testing.T, p provider.Provider, lifetime time.
 	held(t, sb, func() { r, err = executeCtx(ctx, sb, provider.ExecRequest{Argv: []string{"/bin/sh", "-c", busyLoop}}) })
 	switch {
 	case err != nil:
-		return nil, provider.Info{}, fmt.Errorf("Exec of the busy loop: %w", err)
+		return nil, provider.Info{}, fmt.Errorf("exec of the busy loop: %w", err)
 	case r.ExitCode != 0:
 		return nil, provider.Info{}, fmt.Errorf("the busy loop: exit code %d, stderr: %s", r.ExitCode, tail(r.stderr))
 	}
 	if pause {
 		if err := asPauser(t, sb).Pause(ctx); err != nil {
-			return nil, provider.Info{}, fmt.Errorf("Pause: %w", err)
+			return nil, provider.Info{}, fmt.Errorf("pause: %w", err)
 		}
 	}
 	info, err := sb.Info(ctx)
 	if err != nil {
-		return nil, provider.Info{}, fmt.Errorf("Info: %w", err)
+		return nil, provider.Info{}, fmt.Errorf("info: %w", err)
 	}
 	return sb, info, nil
 }
