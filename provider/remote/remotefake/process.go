@@ -271,8 +271,9 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Wait waits for the process to exit and its output streams to end, and
 // returns its exit code: 128+n for a death by signal n. An error (wrapping
-// errdefs.ErrSandboxLost) says the machine ended first. Wait may be
-// called from several goroutines.
+// errdefs.ErrSandboxLost) says the machine ended first. Output left
+// unread past what the streams keep holds Wait up, as it holds up the
+// process. Wait may be called from several goroutines.
 func (p *Process) Wait() (exitCode int, err error) {
 	<-p.done
 	return p.code, p.err
