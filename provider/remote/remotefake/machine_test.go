@@ -339,13 +339,13 @@ func TestClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(containers(t, labelFarm, f.Label())); n != 2 {
+	if n := len(containers(t, FarmLabel, f.Label())); n != 2 {
 		t.Fatalf("%d containers of the farm, want 2", n)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if ids := containers(t, labelFarm, f.Label()); len(ids) != 0 {
+	if ids := containers(t, FarmLabel, f.Label()); len(ids) != 0 {
 		t.Fatalf("containers left after Close: %v", ids)
 	}
 }
@@ -358,7 +358,7 @@ func TestSweep(t *testing.T) {
 	label := "remotefake-sweep-" + randomHex(4)
 	created, err := farm.docker.ContainerCreate(t.Context(), client.ContainerCreateOptions{
 		Config: &container.Config{Image: farm.image, Cmd: []string{"sleep", "infinity"},
-			Labels: map[string]string{labelFarm: label, labelOwner: ns + ":" + strconv.Itoa(os.Getpid()) + ":1"}},
+			Labels: map[string]string{FarmLabel: label, labelOwner: ns + ":" + strconv.Itoa(os.Getpid()) + ":1"}},
 		HostConfig: &container.HostConfig{NetworkMode: "none"},
 	})
 	if err != nil {
@@ -371,7 +371,7 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if ids := containers(t, labelFarm, label); len(ids) != 0 {
+	if ids := containers(t, FarmLabel, label); len(ids) != 0 {
 		t.Fatalf("the leftover container is there: %v", ids)
 	}
 	if out, _, _ := runCmd(t, live, Command{Argv: []string{"echo", "alive"}}); out != "alive\n" {
