@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -196,7 +197,7 @@ func (f *Farm) create(ctx context.Context, id string, env map[string]string) (m 
 		return nil, fmt.Errorf("%w: remotefake: the container of machine %q has ended", errdefs.ErrSandboxLost, id)
 	}
 	f.log.Debug("remotefake: machine created", "id", id, "container", created.ID[:12])
-	return &Machine{farm: f, id: id, container: created.ID, pid: pid, initFD: fd, env: env}, nil
+	return &Machine{farm: f, id: id, container: created.ID, pid: pid, initFD: fd, env: maps.Clone(env)}, nil
 }
 
 // Machine returns the machine of id, or an error wrapping

@@ -3,6 +3,7 @@ package remotefake
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -34,6 +35,9 @@ type Machine struct {
 
 // ID is the fake service's id of the machine.
 func (m *Machine) ID() string { return m.id }
+
+// Env is the machine's base environment, as Create was given it.
+func (m *Machine) Env() map[string]string { return maps.Clone(m.env) }
 
 // Container is the id of the machine's Docker container.
 func (m *Machine) Container() string { return m.container }

@@ -378,3 +378,19 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("a live farm's machine says %q", out)
 	}
 }
+
+func TestNewFarmRefuses(t *testing.T) {
+	t.Parallel()
+	_, err := NewFarm(t.Context(), Options{Image: "berth-no-such-image:1"})
+	if !errors.Is(err, errdefs.ErrNotFound) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("NewFarm without its image: %q, want one line wrapping ErrNotFound", err)
+	}
+}
+
+func TestNewFarmNoEngine(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+	_, err := NewFarm(t.Context(), Options{})
+	if !errors.Is(err, errdefs.ErrUnsupported) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("NewFarm without an engine: %q, want one line wrapping ErrUnsupported", err)
+	}
+}
