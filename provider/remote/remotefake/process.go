@@ -212,10 +212,18 @@ func (p *Process) openPidfd(ctx context.Context) {
 		return
 	}
 	// The host pid is the process's if its pid in the machine's
-	// namespace is the one it said, while the pidfd is open.
-	if nsPID(insp.PID) != p.pid {
+	// namespace is the one it said, while the pidfd is open; or, when
+	// it has said none yet, if the engine still has it running.
+	if p.pid > 0 && nsPID(insp.PID) != p.pid {
 		unix.Close(fd)
 		return
+	}
+	if p.pid <= 0 {
+		again, err := p.m.farm.docker.ExecInspect(ctx, p.execID, client.ExecInspectOptions{})
+		if err != nil || !again.Running || again.PID != insp.PID {
+			unix.Close(fd)
+			return
+		}
 	}
 	p.sigMu.Lock()
 	defer p.sigMu.Unlock()
@@ -247,8 +255,10 @@ func nsPID(hp int) int {
 
 // kill ends a process whose start failed.
 func (p *Process) kill() {
-	p.openPidfd(context.Background())
-	p.Signal(context.Background(), syscall.SIGKILL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p.openPidfd(ctx)
+	p.Signal(ctx, syscall.SIGKILL)
 }
 
 // PID is the process's pid in the machine.
