@@ -172,7 +172,14 @@ func TestSandboxCLI(t *testing.T) {
 	ok("exec", id, "--", "sh", "-c", "sleep 1000 > /dev/null 2>&1 &")
 	// A minute, not less: once, with eight berth dev servers testing
 	// side by side at load 11, the pause was not listed after 30 s.
-	testkit.Eventually(t, "idle sandbox paused", time.Minute, func() bool { return state(id) == "paused" })
+	for deadline := time.Now().Add(time.Minute); state(id) != "paused"; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			// What the handle was doing says why: an operation or a
+			// transition still in flight, or a pause that failed.
+			out, errOut, _ := sb("inspect", id)
+			t.Fatalf("waited a minute for the idle sandbox to pause; inspect:\n%s%s", out, errOut)
+		}
+	}
 	if out := ok("exec", id, "--", "sh", "-c", "pgrep -x sleep > /dev/null && echo alive"); out != "alive\n" {
 		t.Errorf("after the pause: %q", out)
 	}
