@@ -41,7 +41,8 @@ type memoryGuard struct {
 	kills atomic.Int64
 
 	faults int64 // the cgroup's major faults at the last poll
-	streak int   // polls in a row that found the cgroup thrashing
+	streak int   // polls that found the cgroup thrashing, since it last was not
+	quiet  int   // polls in a row since the last that found it faulting
 }
 
 // cgroupFiles names the files of the container's memory cgroup, which
@@ -79,6 +80,10 @@ const (
 	thrashFaults = 20
 	thrashPolls  = 10
 	guardAfter   = 200 * time.Millisecond
+	// quietPolls is how many polls in a row without faults end a streak:
+	// on a loaded host the thrashing command is itself off the CPU for
+	// whole polls, and faults nothing in them, yet thrashes all the same.
+	quietPolls = 20
 )
 
 // newMemoryGuard returns the guard of the container's memory cgroup, or
@@ -130,7 +135,7 @@ func (g *memoryGuard) check() (bool, error) {
 	allowed := limit - daemonmem.Reserve(limit)
 	usage, err := readInt(g.cg.usage)
 	if err != nil || usage <= allowed {
-		g.streak = 0 // what commands hold is at most the usage
+		g.thrashing(false, false) // what commands hold is at most the usage
 		return false, err
 	}
 	stat, err := os.ReadFile(g.cg.stat)
@@ -141,20 +146,36 @@ func (g *memoryGuard) check() (bool, error) {
 	faulting := faults-g.faults >= thrashFaults
 	g.faults = faults
 	held := usage - statSum(stat, g.cg.file) - daemonmem.Self()
-	if held <= allowed || !faulting {
-		g.streak = 0
-		return false, nil
-	}
-	if g.streak++; g.streak < thrashPolls {
+	if !g.thrashing(held > allowed, faulting) {
 		return false, nil
 	}
 	pid := g.victim()
 	if pid <= 0 || !g.kill(pid) {
 		return false, nil
 	}
-	g.streak = 0
+	g.streak, g.quiet = 0, 0
 	fmt.Fprintf(os.Stderr, "berth-sandboxd: commands hold %d MiB that nothing can reclaim, of %d MiB allowed, and the kernel evicts and reads back their files: killed process %d\n", held>>20, allowed>>20, pid)
 	return true, nil
+}
+
+// thrashing counts one poll, which found commands holding more than
+// they may (over) and the cgroup faulting pages back in (faulting), and
+// says whether the cgroup has thrashed long enough to kill a command:
+// thrashPolls faulting polls while commands held too much, with no more
+// than quietPolls in a row without faults between them.
+func (g *memoryGuard) thrashing(over, faulting bool) bool {
+	switch {
+	case !over:
+		g.streak, g.quiet = 0, 0
+	case faulting:
+		g.streak++
+		g.quiet = 0
+	default:
+		if g.quiet++; g.quiet >= quietPolls {
+			g.streak = 0
+		}
+	}
+	return g.streak >= thrashPolls
 }
 
 // kill kills process pid if it is still the sandbox user's, and counts
