@@ -398,11 +398,8 @@ func testReconnect(t *testing.T, s *suite) {
 // testLifetime checks the last-resort limit: when a sandbox's lifetime has
 // passed, the provider stops it whatever it is doing.
 func testLifetime(t *testing.T, s *suite) {
-	const lifetime = 3 * time.Second
 	p := s.open(t)
-	spec := s.newSpec(t)
-	spec.Lifetime = lifetime
-	sb := s.mustCreate(t, p, spec)
+	sb := s.createShortLived(t, p, 3*time.Second)
 
 	running := make(chan error, 1)
 	go func() {

@@ -211,6 +211,32 @@ func (s *suite) mustCreate(t *testing.T, p provider.Provider, spec provider.Spec
 	return sb
 }
 
+// createShortLived creates a sandbox with a lifetime of at least
+// lifetime, which runs from the sandbox's creation: on a machine slow
+// enough that a Create takes most of it, the sandbox may end before the
+// Create does, which then fails; it is made again with a lifetime twice
+// as long. A Create that fails well within its lifetime fails the test.
+func (s *suite) createShortLived(t *testing.T, p provider.Provider, lifetime time.Duration) provider.Sandbox {
+	t.Helper()
+	for ; ; lifetime *= 2 {
+		spec := s.adjust(s.newSpec(t))
+		spec.Lifetime = lifetime
+		ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+		start := time.Now()
+		sb, err := p.Create(ctx, spec)
+		took := time.Since(start)
+		cancel()
+		if err == nil {
+			destroyOnCleanup(t, sb)
+			return sb
+		}
+		if took < lifetime/2 || lifetime >= 32*time.Second {
+			t.Fatalf("Create(id %q, lifetime %v) after %v: %v", spec.ID, lifetime, took.Round(time.Millisecond), err)
+		}
+		t.Logf("Create with a lifetime of %v failed after %v (%v): again with a longer one", lifetime, took.Round(time.Millisecond), err)
+	}
+}
+
 // sandbox opens the provider and creates a sandbox from the default spec.
 func (s *suite) sandbox(t *testing.T) (provider.Provider, provider.Sandbox) {
 	t.Helper()
