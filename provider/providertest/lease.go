@@ -264,16 +264,19 @@ func (s *suite) leasedToEnd(t *testing.T, pause bool) (provider.Sandbox, provide
 }
 
 func (s *suite) tryLeasedToEnd(t *testing.T, p provider.Provider, lifetime time.Duration, pause bool) (provider.Sandbox, provider.Info, error) {
-	spec := s.newSpec(t)
+	spec := s.adjust(s.newSpec(t))
 	spec.Lease, spec.Lifetime = testLease, lifetime
-	sb := s.mustCreate(t, p, spec)
+	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+	defer cancel()
+	sb, err := p.Create(ctx, spec)
+	if err != nil {
+		return nil, provider.Info{}, fmt.Errorf("create: %w", err)
+	}
+	destroyOnCleanup(t, sb)
 	if _, ok := sb.(provider.Leaser); !ok {
 		t.Skipf("skipped: provider %q keeps no lease (its sandboxes do not implement provider.Leaser)", p.Name())
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
-	defer cancel()
 	var r result
-	var err error
 	held(t, sb, func() { r, err = executeCtx(ctx, sb, provider.ExecRequest{Argv: []string{"/bin/sh", "-c", busyLoop}}) })
 	switch {
 	case err != nil:
