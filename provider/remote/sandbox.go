@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/berth-dev/berth/errdefs"
@@ -70,8 +71,13 @@ const checkTimeout = 10 * time.Second
 // sandbox, as the service tells: gone, paused, or lost. Errors the
 // daemon reported, and the caller's cancellation, pass through.
 func (s *sandbox) check(err error) error {
-	if err == nil || errdefs.KindOf(err) != errdefs.Internal ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	// A transport's failure is one to reach the daemon, whatever kind
+	// the service's transport gave it (a machine it no longer knows).
+	var ue *url.Error
+	if errdefs.KindOf(err) != errdefs.Internal && !errors.As(err, &ue) {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
