@@ -21,8 +21,8 @@ import (
 	"github.com/berth-dev/berth/internal/randid"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/remote"
-	"github.com/berth-dev/berth/provider/remote/remoteinit"
 	"github.com/berth-dev/berth/provider/remote/remotefake"
+	"github.com/berth-dev/berth/provider/remote/remoteinit"
 )
 
 // counting counts the requests to the daemons, and the connections
