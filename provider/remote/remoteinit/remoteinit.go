@@ -34,6 +34,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/berth-dev/berth/sandboxd"
 )
 
@@ -66,7 +68,15 @@ type Config struct {
 	Lease time.Duration `json:"lease,omitempty"`
 	// ExpiresAt ends the sandbox; zero means never.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// EndMachine: at ExpiresAt, the daemon also asks the machine's first
+	// process to end (SIGTERM), and with it the machine, for a service
+	// whose machines have no time limit of their own.
+	EndMachine bool `json:"end_machine,omitempty"`
 }
+
+// MaxOpenFiles is every command's limit of open files (RLIMIT_NOFILE):
+// the kernel's file table is the machine's, shared by all.
+const MaxOpenFiles = 1 << 14
 
 // Main runs the daemon when this process was started with Arg, and then
 // never returns. Otherwise it returns at once.
@@ -106,6 +116,15 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	debug.SetGCPercent(50) // as the other providers' daemons: an idle sandbox costs little
+	// Processes a command leaves behind, orphaned, become the daemon's
+	// and not the machine's first process's: so a command's timeout,
+	// the lease's stop and the lifetime's end reach them as descendants.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("become the subreaper of commands: %w", err)
+	}
+	if err := limitOpenFiles(); err != nil {
+		return err
+	}
 	if err := makeWorkspace(cfg); err != nil {
 		return err
 	}
@@ -132,10 +151,30 @@ func run(args []string, stderr io.Writer) error {
 	if !cfg.ExpiresAt.IsZero() {
 		time.AfterFunc(time.Until(cfg.ExpiresAt), func() {
 			endSandbox(cfg.UID)
+			if cfg.EndMachine && os.Getpid() != 1 {
+				// The kernel delivers to a namespace's first process only
+				// the signals it handles or blocks: an init (tini,
+				// systemd) ends on SIGTERM.
+				_ = syscall.Kill(1, syscall.SIGTERM)
+			}
 			os.Exit(0)
 		})
 	}
 	return srv.Serve(ln)
+}
+
+// limitOpenFiles lowers the daemon's limit of open files, which its
+// commands inherit, to MaxOpenFiles.
+func limitOpenFiles() error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	lim.Cur, lim.Max = min(lim.Cur, MaxOpenFiles), min(lim.Max, MaxOpenFiles)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("limit open files: %w", err)
+	}
+	return nil
 }
 
 // parseConfig reads and checks the configuration.
