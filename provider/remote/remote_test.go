@@ -51,6 +51,8 @@ type wrapped struct {
 	creates     int
 	loseCreate  int // the first loseCreate Creates make their machine, then fail
 	failStart   bool
+	expiresIn   time.Duration // the service ends its machines this long after Create
+	keepAlives  []time.Duration
 	startConfig []string // the daemon's configuration, as each Start sent it
 }
 
@@ -62,7 +64,17 @@ func (w *wrapped) Create(ctx context.Context, req remote.CreateRequest) (remote.
 	if err == nil && w.creates <= w.loseCreate {
 		return remote.Machine{}, fmt.Errorf("%w: the answer was lost", errdefs.ErrProviderUnavailable)
 	}
+	if err == nil && w.expiresIn > 0 {
+		m.ExpiresAt = time.Now().Add(w.expiresIn)
+	}
 	return m, err
+}
+
+func (w *wrapped) KeepAlive(ctx context.Context, m remote.Machine, d time.Duration) error {
+	w.mu.Lock()
+	w.keepAlives = append(w.keepAlives, d)
+	w.mu.Unlock()
+	return w.API.KeepAlive(ctx, m, d)
 }
 
 func (w *wrapped) Start(ctx context.Context, m remote.Machine, argv []string, env map[string]string) error {
@@ -338,6 +350,7 @@ func TestRefused(t *testing.T) {
 	for name, spec := range map[string]provider.Spec{
 		"RootFS": {RootFS: "/srv/root"},
 		"Pids":   {Resources: provider.Resources{Pids: 100}},
+		"Open":   {Network: provider.NetworkOpen},
 	} {
 		if sb, err := p.Create(t.Context(), spec); !errors.Is(err, errdefs.ErrUnsupported) {
 			if err == nil {
@@ -356,4 +369,34 @@ func sh(t *testing.T, sb provider.Sandbox, script string) string {
 		t.Fatalf("%q: %v, exit %d, output %q", script, err, res.ExitCode, out.String())
 	}
 	return out.String()
+}
+
+// TestKeepAlive: a machine the service would end before the sandbox's
+// lifetime is kept alive by a Renew, once, not by every Renew, and
+// never past the sandbox's lifetime.
+func TestKeepAlive(t *testing.T) {
+	w := &wrapped{API: remotefake.NewAPI(farm), expiresIn: 5 * time.Minute}
+	spec := testSpec(t)
+	spec.Lifetime, spec.Lease = 90*time.Minute, time.Minute
+	sb := create(t, open(t, w), spec)
+	for range 5 {
+		if err := sb.(provider.Leaser).Renew(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(w.keepAlives) != 1 {
+		t.Fatalf("5 Renews made %d KeepAlives, want 1", len(w.keepAlives))
+	}
+	if d := w.keepAlives[0]; d <= 0 || d > 90*time.Minute {
+		t.Errorf("KeepAlive for %v: want more than none, and no more than the sandbox's lifetime", d)
+	}
+
+	long := &wrapped{API: remotefake.NewAPI(farm), expiresIn: 3 * time.Hour}
+	sb = create(t, open(t, long), testSpec(t))
+	if err := sb.(provider.Leaser).Renew(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(long.keepAlives) != 0 {
+		t.Errorf("a machine far from its end was kept alive: %v", long.keepAlives)
+	}
 }
