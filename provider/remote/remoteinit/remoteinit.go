@@ -13,7 +13,9 @@
 // it runs as root, and ends every process of the sandbox, and itself,
 // when the sandbox's lifetime has passed: a service whose machines have
 // a time limit of their own ends them at it too, one without it relies
-// on this.
+// on this. Commands may open sockets of the families berth's other
+// sandboxes allow (unix, inet, inet6, netlink) and no other, and gain no
+// privilege: no setuid program works for them.
 //
 // It links only sandboxd and the standard library: it runs inside the
 // machine.
@@ -123,6 +125,9 @@ func run(args []string, stderr io.Writer) error {
 		return fmt.Errorf("become the subreaper of commands: %w", err)
 	}
 	if err := limitOpenFiles(); err != nil {
+		return err
+	}
+	if err := confine(); err != nil {
 		return err
 	}
 	if err := makeWorkspace(cfg); err != nil {
