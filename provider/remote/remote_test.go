@@ -400,3 +400,66 @@ func TestKeepAlive(t *testing.T) {
 		t.Errorf("a machine far from its end was kept alive: %v", long.keepAlives)
 	}
 }
+
+// pausing is an API whose service pauses machines itself, with their
+// memory, as a remote.Pauser.
+type pausing struct {
+	remote.API
+	pauses, resumes atomic.Int64
+}
+
+func (a *pausing) Pause(ctx context.Context, m remote.Machine) error {
+	a.pauses.Add(1)
+	fm, err := farm.Machine(m.ID)
+	if err != nil {
+		return err
+	}
+	return fm.Pause(ctx)
+}
+
+func (a *pausing) Resume(ctx context.Context, m remote.Machine) error {
+	a.resumes.Add(1)
+	fm, err := farm.Machine(m.ID)
+	if err != nil {
+		return err
+	}
+	return fm.Resume(ctx)
+}
+
+// TestNativePause: over an API that pauses machines, Pause is the
+// service's: the machine is paused (its daemon with it), Info says so
+// through this provider and another, operations fail at once with
+// ErrSandboxPaused, and Resume brings back what ran.
+func TestNativePause(t *testing.T) {
+	api := &pausing{API: remotefake.NewAPI(farm)}
+	p := open(t, api)
+	sb := create(t, p, testSpec(t))
+	sh(t, sb, "echo kept > f")
+	pz := sb.(provider.Pauser)
+	if err := pz.Pause(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if api.pauses.Load() != 1 || !machineOf(t, sb).Paused() {
+		t.Fatalf("Pause did not pause the machine through the API (%d calls)", api.pauses.Load())
+	}
+	for _, q := range []provider.Provider{p, open(t, api)} {
+		h, err := q.Get(t.Context(), sb.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err := h.Info(t.Context()); err != nil || info.State != provider.StatePaused {
+			t.Errorf("Info of a paused machine: %v, state %q; want paused", err, info.State)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrSandboxPaused) {
+		t.Errorf("Exec in a paused sandbox: %v, want ErrSandboxPaused", err)
+	}
+	if err := pz.Resume(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if out := sh(t, sb, "cat f"); out != "kept\n" {
+		t.Errorf("after Resume, f = %q", out)
+	}
+}
