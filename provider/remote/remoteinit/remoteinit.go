@@ -144,6 +144,9 @@ func run(args []string, stderr io.Writer) error {
 		Token:     cfg.Token,
 		// The kernel's out-of-memory killer picks commands first.
 		CommandOOMScoreAdj: 1000,
+		// Commands see their cgroups as the root, not the machine's
+		// layout, where the daemon may make them a namespace.
+		CgroupNamespace: hasCap(unix.CAP_SYS_ADMIN),
 	})
 	if err != nil {
 		return err
@@ -180,6 +183,22 @@ func limitOpenFiles() error {
 		return fmt.Errorf("limit open files: %w", err)
 	}
 	return nil
+}
+
+// hasCap reports whether the daemon holds capability c, in its
+// effective set.
+func hasCap(c uint) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<c) != 0
+		}
+	}
+	return false
 }
 
 // parseConfig reads and checks the configuration.
