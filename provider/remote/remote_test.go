@@ -463,3 +463,26 @@ func TestNativePause(t *testing.T) {
 		t.Errorf("after Resume, f = %q", out)
 	}
 }
+
+// TestDaemonNeverAnswers: a machine whose daemon does not come up within
+// ReadyTimeout fails Create with a retryable error, and is deleted.
+func TestDaemonNeverAnswers(t *testing.T) {
+	// /bin/true, uploaded as the daemon, starts and exits at once.
+	p := remote.New(remotefake.NewAPI(farm), remote.Config{DaemonPath: "/bin/true", Secret: testSecret, ReadyTimeout: time.Second})
+	spec := testSpec(t)
+	spec.Labels["case"] = randid.Hex(6)
+	sb, err := p.Create(t.Context(), spec)
+	if err == nil {
+		sb.Destroy(t.Context())
+	}
+	if !errors.Is(err, errdefs.ErrProviderUnavailable) {
+		t.Fatalf("Create with a daemon that never answers: %v, want ErrProviderUnavailable", err)
+	}
+	infos, err := p.List(t.Context(), map[string]string{"case": spec.Labels["case"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 0 {
+		t.Errorf("the machine whose daemon never answered is still there: %v", infos)
+	}
+}
