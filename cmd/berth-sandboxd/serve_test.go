@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -42,7 +43,13 @@ func TestServe(t *testing.T) {
 	const token = "tok-3f9a1c77d2e8b0a6"
 	ws := filepath.Join(t.TempDir(), "ws")
 	port := freePort(t)
-	cfg, _ := json.Marshal(remoteinit.Config{Token: token, Workspace: ws, UID: os.Geteuid(), GID: os.Getegid(),
+	// The user by name, as the provider names it, resolved from this
+	// host's /etc/passwd as from a machine's.
+	me, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := json.Marshal(remoteinit.Config{Token: token, Workspace: ws, User: me.Username,
 		Env: map[string]string{"FROM_SPEC": "yes"}, ExpiresAt: time.Now().Add(time.Hour)})
 	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:"+strconv.Itoa(port))
 	cmd.Env = append(os.Environ(), remoteinit.ConfigEnv+"="+string(cfg))
@@ -77,6 +84,13 @@ func TestServe(t *testing.T) {
 	}
 
 	var out bytes.Buffer
+	if _, err := c.Exec(t.Context(), provider.ExecRequest{Shell: `echo $(id -u):$(id -g)`, Stdout: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if want := me.Uid + ":" + me.Gid + "\n"; out.String() != want {
+		t.Errorf("commands of the user %q run as %q, want %q", me.Username, out.String(), want)
+	}
+	out.Reset()
 	res, err := c.Exec(t.Context(), provider.ExecRequest{Shell: `echo "$FROM_SPEC"; env; cat /proc/$PPID/environ /proc/$PPID/cmdline`, Stdout: &out})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec: %v, exit %d", err, res.ExitCode)
@@ -136,6 +150,8 @@ func TestServeRefuses(t *testing.T) {
 		{"none", "", "no $" + remoteinit.ConfigEnv},
 		{"no token", `{"workspace":"/tmp/x"}`, "no token"},
 		{"not json", `{"token":"leaky-secret"`, "not a configuration in JSON"},
+		{"no such user", `{"token":"leaky-secret","user":"berth-no-such-user"}`, "no such user"},
+		{"bad user", `{"token":"leaky-secret","user":"1000:x"}`, "neither a name nor UID:GID"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cmd := exec.CommandContext(t.Context(), bin, "serve", "--listen", "127.0.0.1:0")

@@ -35,8 +35,10 @@ type Config struct {
 	// Workspace is the sandbox's workspace in the machine; empty means
 	// provider.Workspace.
 	Workspace string
-	// User is the sandbox user, "UID:GID", that commands run as and
-	// files belong to; empty means DefaultUser. The daemon runs as root
+	// User is the sandbox user that commands run as and files belong
+	// to: a name in the machine's /etc/passwd, or "UID:GID". Empty
+	// means DefaultUser, the unprivileged user the services' templates
+	// name, whatever uid a template gives it. The daemon runs as root
 	// and switches to it, or runs as it.
 	User string
 	// Secret is what every machine's bearer token derives from (an
@@ -58,7 +60,7 @@ type Config struct {
 const (
 	DefaultPort         = 49999
 	DefaultRemotePath   = "/opt/berth/berth-sandboxd"
-	DefaultUser         = "1000:1000"
+	DefaultUser         = "user"
 	DefaultReadyTimeout = 20 * time.Second
 	// DaemonName is the daemon binary's name, looked for beside the
 	// running executable.
@@ -92,7 +94,7 @@ func (c *Config) setDefaults() error {
 	if c.User == "" {
 		c.User = DefaultUser
 	}
-	if _, _, err := parseUser(c.User); err != nil {
+	if err := checkUser(c.User); err != nil {
 		return err
 	}
 	if len(c.Secret) == 0 {
@@ -108,15 +110,25 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// parseUser reads "UID:GID".
-func parseUser(s string) (uid, gid int, err error) {
-	u, g, ok := strings.Cut(s, ":")
-	uid, err1 := strconv.Atoi(u)
-	gid, err2 := strconv.Atoi(g)
-	if !ok || err1 != nil || err2 != nil || uid < 0 || gid < 0 {
-		return 0, 0, fmt.Errorf("%w: remote: user %q is not UID:GID", errdefs.ErrBadInput, s)
+// maxUserName bounds a user's name.
+const maxUserName = 32
+
+// checkUser checks that s is "UID:GID" or could be a user's name.
+func checkUser(s string) error {
+	if u, g, ok := strings.Cut(s, ":"); ok {
+		uid, err1 := strconv.Atoi(u)
+		gid, err2 := strconv.Atoi(g)
+		if err1 != nil || err2 != nil || uid < 0 || gid < 0 {
+			return fmt.Errorf("%w: remote: user %q is not UID:GID", errdefs.ErrBadInput, s)
+		}
+		return nil
 	}
-	return uid, gid, nil
+	if s == "" || len(s) > maxUserName || strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.')
+	}) || s[0] == '-' {
+		return fmt.Errorf("%w: remote: user %q is neither a name nor UID:GID", errdefs.ErrBadInput, s)
+	}
+	return nil
 }
 
 // token is the bearer token of the daemon in the machine named name.

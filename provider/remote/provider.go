@@ -38,8 +38,6 @@ type Provider struct {
 	pauser Pauser // the API's own pause, or nil
 	cfg    Config
 	err    error // the Config's, returned by every call
-	uid    int
-	gid    int
 
 	mu       sync.Mutex
 	machines map[string]*machine // by sandbox id
@@ -54,7 +52,6 @@ func New(api API, cfg Config) provider.Provider {
 	p.pauser, _ = api.(Pauser)
 	p.err = cfg.setDefaults()
 	p.cfg = cfg
-	p.uid, p.gid, _ = parseUser(cfg.User)
 	return p
 }
 
@@ -230,7 +227,7 @@ func (p *Provider) startDaemon(ctx context.Context, sb *sandbox, spec provider.S
 	}
 	token := p.cfg.token(m.Name)
 	conf, err := json.Marshal(remoteinit.Config{
-		Token: token, Workspace: p.cfg.Workspace, UID: p.uid, GID: p.gid,
+		Token: token, Workspace: p.cfg.Workspace, User: p.cfg.User,
 		Env: spec.Env, Dir: spec.Dir, Lease: spec.Lease,
 		ExpiresAt: expiresAt(m, spec.Lifetime),
 		// A machine with no time limit of the service's ends by the

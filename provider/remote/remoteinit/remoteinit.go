@@ -9,8 +9,10 @@
 // that no command it runs sees it and the bearer token is never in its
 // argv. It serves [sandboxd] on the TCP
 // port, which the service forwards, and refuses every request without
-// the token. It runs commands as the sandbox user, switching to it when
-// it runs as root, and ends every process of the sandbox, and itself,
+// the token. It runs commands as the sandbox user, named in the
+// machine's /etc/passwd (the templates' "user" has whatever uid the
+// service gives it) or given as UID:GID, switching to it when it runs
+// as root, and ends every process of the sandbox, and itself,
 // when the sandbox's lifetime has passed: a service whose machines have
 // a time limit of their own ends them at it too, one without it relies
 // on this. Commands may open sockets of the families berth's other
@@ -52,16 +54,17 @@ const DefaultWorkspace = "/workspace"
 
 // Config is what the daemon needs from its start.
 type Config struct {
+
 	// Token is the bearer token every request must carry.
 	Token string `json:"token"`
 	// Workspace is the directory commands work in and files are
 	// confined to; empty means DefaultWorkspace. It is made, owned by
 	// the sandbox user, if it is not there.
 	Workspace string `json:"workspace,omitempty"`
-	// UID and GID are the sandbox user's: commands run as them and files
-	// are theirs. A daemon that is not root must run as them.
-	UID int `json:"uid"`
-	GID int `json:"gid"`
+	// User is the sandbox user, a name in the machine's /etc/passwd or
+	// "UID:GID": commands run as it and files are its. Empty means
+	// DefaultUser. A daemon that is not root must run as it.
+	User string `json:"user,omitempty"`
 	// Env is added to the machine's environment for every command; Dir
 	// is their default working directory, a workspace path.
 	Env map[string]string `json:"env,omitempty"`
@@ -74,6 +77,12 @@ type Config struct {
 	// process to end (SIGTERM), and with it the machine, for a service
 	// whose machines have no time limit of their own.
 	EndMachine bool `json:"end_machine,omitempty"`
+}
+
+// config is a checked Config, its user resolved.
+type config struct {
+	Config
+	uid, gid int
 }
 
 // MaxOpenFiles is every command's limit of open files (RLIMIT_NOFILE):
@@ -113,7 +122,7 @@ func run(args []string, stderr io.Writer) error {
 	if !hadConfig {
 		return fmt.Errorf("no $%s", ConfigEnv)
 	}
-	cfg, err := parseConfig(raw)
+	cfg, err := parseConfig(raw, passwdFile)
 	if err != nil {
 		return err
 	}
@@ -137,8 +146,8 @@ func run(args []string, stderr io.Writer) error {
 	maps.Copy(env, cfg.Env)
 	srv, err := sandboxd.New(sandboxd.Config{
 		Workspace: cfg.Workspace,
-		UID:       cfg.UID,
-		GID:       cfg.GID,
+		UID:       cfg.uid,
+		GID:       cfg.gid,
 		Env:       env,
 		Dir:       cfg.Dir,
 		Token:     cfg.Token,
@@ -158,7 +167,7 @@ func run(args []string, stderr io.Writer) error {
 	}
 	if !cfg.ExpiresAt.IsZero() {
 		time.AfterFunc(time.Until(cfg.ExpiresAt), func() {
-			endSandbox(cfg.UID)
+			endSandbox(cfg.uid)
 			if cfg.EndMachine && os.Getpid() != 1 {
 				// The kernel delivers to a namespace's first process only
 				// the signals it handles or blocks: an init (tini,
@@ -202,9 +211,10 @@ func hasCap(c uint) bool {
 }
 
 // parseConfig reads and checks the configuration.
-func parseConfig(raw string) (Config, error) {
-	var cfg Config
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+// User names resolve in passwd, the machine's /etc/passwd.
+func parseConfig(raw, passwd string) (config, error) {
+	var cfg config
+	if err := json.Unmarshal([]byte(raw), &cfg.Config); err != nil {
 		// json's message may quote the input, and the input holds the
 		// token.
 		return cfg, fmt.Errorf("$%s is not a configuration in JSON", ConfigEnv)
@@ -218,11 +228,15 @@ func parseConfig(raw string) (Config, error) {
 	if !strings.HasPrefix(cfg.Workspace, "/") {
 		return cfg, fmt.Errorf("$%s: the workspace %q is not an absolute path", ConfigEnv, cfg.Workspace)
 	}
-	if cfg.UID < 0 || cfg.GID < 0 {
-		return cfg, fmt.Errorf("$%s: negative uid or gid", ConfigEnv)
+	if cfg.User == "" {
+		cfg.User = DefaultUser
 	}
-	if euid := os.Geteuid(); euid != 0 && (cfg.UID != euid || cfg.GID != os.Getegid()) {
-		return cfg, fmt.Errorf("$%s: the daemon runs as uid %d, not root, so it cannot run commands as %d:%d", ConfigEnv, euid, cfg.UID, cfg.GID)
+	var err error
+	if cfg.uid, cfg.gid, err = lookupUser(cfg.User, passwd); err != nil {
+		return cfg, fmt.Errorf("$%s: %w", ConfigEnv, err)
+	}
+	if euid := os.Geteuid(); euid != 0 && (cfg.uid != euid || cfg.gid != os.Getegid()) {
+		return cfg, fmt.Errorf("$%s: the daemon runs as uid %d, not root, so it cannot run commands as %d:%d", ConfigEnv, euid, cfg.uid, cfg.gid)
 	}
 	if cfg.Lease < 0 {
 		return cfg, fmt.Errorf("$%s: negative lease", ConfigEnv)
@@ -232,7 +246,7 @@ func parseConfig(raw string) (Config, error) {
 
 // makeWorkspace makes the workspace, if it is not there, owned by the
 // sandbox user.
-func makeWorkspace(cfg Config) error {
+func makeWorkspace(cfg config) error {
 	fi, err := os.Lstat(cfg.Workspace)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -240,7 +254,7 @@ func makeWorkspace(cfg Config) error {
 			return err
 		}
 		if os.Geteuid() == 0 {
-			return os.Lchown(cfg.Workspace, cfg.UID, cfg.GID)
+			return os.Lchown(cfg.Workspace, cfg.uid, cfg.gid)
 		}
 		return nil
 	case err != nil:
@@ -248,9 +262,9 @@ func makeWorkspace(cfg Config) error {
 	case !fi.IsDir():
 		return fmt.Errorf("the workspace %s is not a directory", cfg.Workspace)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 && (int(st.Uid) != cfg.UID || int(st.Gid) != cfg.GID) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 && (int(st.Uid) != cfg.uid || int(st.Gid) != cfg.gid) {
 		// An image's workspace, made by root: the user's from now on.
-		return os.Lchown(cfg.Workspace, cfg.UID, cfg.GID)
+		return os.Lchown(cfg.Workspace, cfg.uid, cfg.gid)
 	}
 	return nil
 }
