@@ -155,46 +155,29 @@ func (f *Farm) create(ctx context.Context, id string, env map[string]string) (m 
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := lockUIDs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	uid, err := f.freeUID(ctx)
-	if err != nil {
-		unlock()
-		return nil, err
-	}
-	yes := true
-	created, err := f.docker.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{
-			Image: f.image,
-			Env:   envList,
-			// docker-init as the first process reaps the orphans of
-			// the commands; its child keeps the machine up, reading a
-			// FIFO it holds open both ways, which so never ends. Not
-			// sleep: commands look for their own sleeps.
-			Cmd:        []string{"/bin/sh", "-c", "mkfifo -m 0600 /dev/remotefake-idle && read _ <>/dev/remotefake-idle"},
-			WorkingDir: "/",
-			Labels: map[string]string{FarmLabel: f.label, labelOwner: f.owner, labelMachine: id, labelFarmID: f.inst,
-				labelUID: strconv.Itoa(uid)},
-		},
-		HostConfig: &container.HostConfig{
-			NetworkMode: "none",
-			Init:        &yes,
-			// As a VM's: commands see their cgroup as the root...
-			CgroupnsMode: container.CgroupnsModePrivate,
-			// ... and what they write is no setuid program nor device,
-			// on file systems of bounded size. Docker's /dev/shm is
-			// nosuid and nodev already.
-			Tmpfs: map[string]string{
-				"/tmp":       "rw,exec,nosuid,nodev,size=2g,mode=1777",
-				"/workspace": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", WorkspaceSize, uid, uid),
-			},
-		},
-	})
-	unlock()
-	if err != nil {
-		return nil, fmt.Errorf("remotefake: create container: %v", oneLine(err))
+	var created client.ContainerCreateResult
+	var uid int
+	for attempt := 0; ; attempt++ {
+		uid, err = f.freeUID(ctx)
+		if err != nil {
+			return nil, err
+		}
+		created, err = f.createContainer(ctx, id, envList, uid)
+		if err != nil {
+			return nil, err
+		}
+		// Another farm may have picked the uid at once.
+		mine, err := f.holdsUID(ctx, created.ID, uid)
+		if err == nil && !mine {
+			err = fmt.Errorf("remotefake: uid %d is taken", uid)
+		}
+		if err == nil {
+			break
+		}
+		f.remove(context.WithoutCancel(ctx), created.ID)
+		if attempt == 10 {
+			return nil, err
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -229,6 +212,43 @@ func (f *Farm) create(ctx context.Context, id string, env map[string]string) (m 
 		return nil, err
 	}
 	return m, nil
+}
+
+// createContainer makes the container of machine id, its user's uid
+// uid.
+func (f *Farm) createContainer(ctx context.Context, id string, envList []string, uid int) (client.ContainerCreateResult, error) {
+	yes := true
+	created, err := f.docker.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image: f.image,
+			Env:   envList,
+			// docker-init as the first process reaps the orphans of
+			// the commands; its child keeps the machine up, reading a
+			// FIFO it holds open both ways, which so never ends. Not
+			// sleep: commands look for their own sleeps.
+			Cmd:        []string{"/bin/sh", "-c", "mkfifo -m 0600 /dev/remotefake-idle && read _ <>/dev/remotefake-idle"},
+			WorkingDir: "/",
+			Labels: map[string]string{FarmLabel: f.label, labelOwner: f.owner, labelMachine: id, labelFarmID: f.inst,
+				labelUID: strconv.Itoa(uid)},
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode: "none",
+			Init:        &yes,
+			// As a VM's: commands see their cgroup as the root...
+			CgroupnsMode: container.CgroupnsModePrivate,
+			// ... and what they write is no setuid program nor device,
+			// on file systems of bounded size. Docker's /dev/shm is
+			// nosuid and nodev already.
+			Tmpfs: map[string]string{
+				"/tmp":       "rw,exec,nosuid,nodev,size=2g,mode=1777",
+				"/workspace": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", WorkspaceSize, uid, uid),
+			},
+		},
+	})
+	if err != nil {
+		return created, fmt.Errorf("remotefake: create container: %v", oneLine(err))
+	}
+	return created, nil
 }
 
 // Machine returns the machine of id, or an error wrapping

@@ -32,36 +32,8 @@ const UserName = "user"
 // labelUID carries the uid of a container's user.
 const labelUID = "berth.remotefake.uid"
 
-// uidLock serializes the choice of uids among the farms of every process
-// on this host, from listing the containers' uids to making the
-// container that carries the new one. /run is root's alone.
-const uidLock = "/run/berth-remotefake-uid.lock"
-
-// lockUIDs takes uidLock; the returned function releases it.
-func lockUIDs(ctx context.Context) (func(), error) {
-	fd, err := unix.Open(uidLock, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("remotefake: the lock of uids: %w", err)
-	}
-	// flock may wait: a context's end frees the caller, and the lock is
-	// given up as soon as the wait ends.
-	done := make(chan error, 1)
-	go func() { done <- unix.Flock(fd, unix.LOCK_EX) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			unix.Close(fd)
-			return nil, fmt.Errorf("remotefake: the lock of uids: %w", err)
-		}
-		return func() { unix.Close(fd) }, nil
-	case <-ctx.Done():
-		go func() { <-done; unix.Close(fd) }()
-		return nil, fmt.Errorf("remotefake: the lock of uids: %w", ctx.Err())
-	}
-}
-
-// freeUID picks a uid that no container of any farm carries; the caller
-// holds uidLock until its container carries it.
+// freeUID picks a uid that no container of any farm carries. Another
+// farm may pick it at the same time: see holdsUID.
 func (f *Farm) freeUID(ctx context.Context) (int, error) {
 	list, err := f.docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", labelUID)})
 	if err != nil {
@@ -83,6 +55,23 @@ func (f *Farm) freeUID(ctx context.Context) (int, error) {
 		}
 	}
 	return 0, errors.New("remotefake: every uid of machines' users is taken")
+}
+
+// holdsUID says whether the container id keeps uid: no other carries
+// it. Of two that picked it at once, the one that looks later sees the
+// other, and so at most one keeps it (maybe neither: both then pick
+// again).
+func (f *Farm) holdsUID(ctx context.Context, id string, uid int) (bool, error) {
+	list, err := f.docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", labelUID+"="+strconv.Itoa(uid))})
+	if err != nil {
+		return false, fmt.Errorf("remotefake: list containers: %v", oneLine(err))
+	}
+	for _, c := range list.Items {
+		if c.ID != id {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // maxAccounts bounds the image's /etc/passwd and /etc/group.
