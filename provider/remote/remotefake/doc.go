@@ -1,7 +1,12 @@
 // Package remotefake gives the fakes of hosted sandbox services (E2B,
 // Daytona, ...) machines that are real: each is a Docker container of its
 // own on the local engine, root inside, with no network but its own
-// loopback, a filesystem of its own, and commands that run for real. A
+// loopback, a filesystem of its own, and commands that run for real. As
+// far as a container can be a VM, it is one: its unprivileged user has a
+// uid of its own on the host (so no two machines share the kernel's
+// limits per user), its commands see their cgroup as the root, and
+// /workspace, /tmp and /dev/shm are bounded and hold no setuid program
+// nor device. A
 // fake serves its service's API over a [Farm]; [API] is the plainest such
 // service, a [remote.API] straight over a Farm, for the generic remote
 // provider's tests.

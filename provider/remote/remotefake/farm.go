@@ -37,6 +37,10 @@ const (
 	labelFarmID  = "berth.remotefake.instance" // random, one farm's
 )
 
+// WorkspaceSize bounds what a machine's /workspace holds, a tmpfs: a
+// hosted machine's disk is bounded too.
+const WorkspaceSize = 2 << 30
+
 // maxID bounds a machine's id, which comes from a fake's clients.
 const maxID = 256
 
@@ -151,24 +155,29 @@ func (f *Farm) create(ctx context.Context, id string, env map[string]string) (m 
 	if err != nil {
 		return nil, err
 	}
-	yes := true
-	created, err := f.docker.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{
-			Image: f.image,
-			Env:   envList,
-			// docker-init as the first process reaps the orphans of
-			// the commands; sleep keeps the machine up.
-			Cmd:        []string{"sleep", "infinity"},
-			WorkingDir: "/",
-			Labels:     map[string]string{FarmLabel: f.label, labelOwner: f.owner, labelMachine: id, labelFarmID: f.inst},
-		},
-		HostConfig: &container.HostConfig{
-			NetworkMode: "none",
-			Init:        &yes,
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("remotefake: create container: %v", oneLine(err))
+	var created client.ContainerCreateResult
+	var uid int
+	for attempt := 0; ; attempt++ {
+		uid, err = f.freeUID(ctx)
+		if err != nil {
+			return nil, err
+		}
+		created, err = f.createContainer(ctx, id, envList, uid)
+		if err != nil {
+			return nil, err
+		}
+		// Another farm may have picked the uid at once.
+		mine, err := f.holdsUID(ctx, created.ID, uid)
+		if err == nil && !mine {
+			err = fmt.Errorf("remotefake: uid %d is taken", uid)
+		}
+		if err == nil {
+			break
+		}
+		f.remove(context.WithoutCancel(ctx), created.ID)
+		if attempt == 10 {
+			return nil, err
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -197,7 +206,49 @@ func (f *Farm) create(ctx context.Context, id string, env map[string]string) (m 
 		return nil, fmt.Errorf("%w: remotefake: the container of machine %q has ended", errdefs.ErrSandboxLost, id)
 	}
 	f.log.Debug("remotefake: machine created", "id", id, "container", created.ID[:12])
-	return &Machine{farm: f, id: id, container: created.ID, pid: pid, initFD: fd, env: maps.Clone(env)}, nil
+	m = &Machine{farm: f, id: id, container: created.ID, pid: pid, uid: uid, initFD: fd, env: maps.Clone(env)}
+	if err := m.setUser(ctx); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return m, nil
+}
+
+// createContainer makes the container of machine id, its user's uid
+// uid.
+func (f *Farm) createContainer(ctx context.Context, id string, envList []string, uid int) (client.ContainerCreateResult, error) {
+	yes := true
+	created, err := f.docker.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{
+			Image: f.image,
+			Env:   envList,
+			// docker-init as the first process reaps the orphans of
+			// the commands; its child keeps the machine up, reading a
+			// FIFO it holds open both ways, which so never ends. Not
+			// sleep: commands look for their own sleeps.
+			Cmd:        []string{"/bin/sh", "-c", "mkfifo -m 0600 /dev/remotefake-idle && read _ <>/dev/remotefake-idle"},
+			WorkingDir: "/",
+			Labels: map[string]string{FarmLabel: f.label, labelOwner: f.owner, labelMachine: id, labelFarmID: f.inst,
+				labelUID: strconv.Itoa(uid)},
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode: "none",
+			Init:        &yes,
+			// As a VM's: commands see their cgroup as the root...
+			CgroupnsMode: container.CgroupnsModePrivate,
+			// ... and what they write is no setuid program nor device,
+			// on file systems of bounded size. Docker's /dev/shm is
+			// nosuid and nodev already.
+			Tmpfs: map[string]string{
+				"/tmp":       "rw,exec,nosuid,nodev,size=2g,mode=1777",
+				"/workspace": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", WorkspaceSize, uid, uid),
+			},
+		},
+	})
+	if err != nil {
+		return created, fmt.Errorf("remotefake: create container: %v", oneLine(err))
+	}
+	return created, nil
 }
 
 // Machine returns the machine of id, or an error wrapping

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,9 +68,14 @@ func TestStart(t *testing.T) {
 		}
 	})
 	t.Run("user", func(t *testing.T) {
-		out, _, code := runCmd(t, m, Command{Argv: []string{"sh", "-c", `echo $(id -u) $(id -g) $HOME $(pwd)`}, User: "user", Dir: "/workspace"})
-		if out != "1000 1000 /home/user /workspace\n" || code != 0 {
-			t.Fatalf("stdout %q, code %d", out, code)
+		out, _, code := runCmd(t, m, Command{Argv: []string{"sh", "-c", `echo $(id -u) $(id -g) $(id -un) $(id -gn) $HOME $(pwd) $(stat -c %u:%g /home/user /workspace)`}, User: "user", Dir: "/workspace"})
+		u := strconv.Itoa(m.UID())
+		want := fmt.Sprintf("%s %s user user /home/user /workspace %s:%s %s:%s\n", u, u, u, u, u, u)
+		if out != want || code != 0 {
+			t.Fatalf("stdout %q, code %d; want %q", out, code, want)
+		}
+		if m.UID() < FirstUID || m.UID() >= FirstUID+NumUIDs {
+			t.Fatalf("the machine's user has uid %d, not one of [%d, %d)", m.UID(), FirstUID, FirstUID+NumUIDs)
 		}
 	})
 	t.Run("pid", func(t *testing.T) {
@@ -153,4 +160,44 @@ func TestStart(t *testing.T) {
 			t.Fatalf("%d bytes, code %d, %v", n, code, err)
 		}
 	})
+}
+
+// TestMachinesAreMachines: what a machine shows its commands is a VM's
+// rather than a container's. Its users' uids are their own (two
+// machines share no per-user limit of the kernel), its cgroup is the
+// root of its view, its /workspace, /tmp and /dev/shm hold no setuid
+// program nor device, and no process of its own is a sleep.
+func TestMachinesAreMachines(t *testing.T) {
+	t.Parallel()
+	a, b := newMachine(t, nil), newMachine(t, nil)
+	if a.UID() == b.UID() {
+		t.Errorf("two machines' users have uid %d", a.UID())
+	}
+	out, _, code := runCmd(t, a, Command{Argv: []string{"sh", "-c", `cat /proc/self/cgroup; grep -E ' /(workspace|tmp|dev/shm) ' /proc/self/mountinfo; cat /proc/[0-9]*/comm`}, User: "user"})
+	if code != 0 {
+		t.Fatalf("code %d, stdout %q", code, out)
+	}
+	mounts := map[string]bool{}
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 1 && f[0] == "sleep":
+			t.Errorf("a machine runs a sleep of its own:\n%s", out)
+		case len(f) == 1:
+			if parts := strings.SplitN(f[0], ":", 3); len(parts) == 3 && parts[2] != "/" {
+				t.Errorf("a command sees its cgroup as %q, want /", parts[2])
+			}
+		case len(f) > 5:
+			opts := strings.Split(f[5], ",")
+			if !slices.Contains(opts, "nosuid") || !slices.Contains(opts, "nodev") {
+				t.Errorf("%s is mounted %s, want nosuid and nodev", f[4], f[5])
+			}
+			mounts[f[4]] = true
+		}
+	}
+	for _, d := range []string{"/workspace", "/tmp", "/dev/shm"} {
+		if !mounts[d] {
+			t.Errorf("%s is no mount of its own:\n%s", d, out)
+		}
+	}
 }

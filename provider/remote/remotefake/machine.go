@@ -22,6 +22,7 @@ type Machine struct {
 	id        string
 	container string
 	pid       int // the host pid of the container's first process
+	uid       int // of its user, UserName, and of the user's group
 	env       map[string]string
 
 	ops sync.Mutex // serializes Pause, Resume and Destroy
@@ -38,6 +39,10 @@ func (m *Machine) ID() string { return m.id }
 
 // Env is the machine's base environment, as Create was given it.
 func (m *Machine) Env() map[string]string { return maps.Clone(m.env) }
+
+// UID is the uid of the machine's user, UserName, on this host: also
+// the gid of its group.
+func (m *Machine) UID() int { return m.uid }
 
 // Container is the id of the machine's Docker container.
 func (m *Machine) Container() string { return m.container }

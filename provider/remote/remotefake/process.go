@@ -27,8 +27,8 @@ type Command struct {
 	Env map[string]string
 	// Dir is the working directory; empty means "/".
 	Dir string
-	// User is "" or "root" for root, or "user" for uid 1000 (home
-	// /home/user).
+	// User is "" or "root" for root, or "user" for the machine's user
+	// (UserName, uid Machine.UID, home /home/user).
 	User string
 	// Stdin gives the process a stdin pipe, Process.Stdin.
 	Stdin bool
@@ -77,8 +77,8 @@ func (m *Machine) Start(ctx context.Context, c Command) (*Process, error) {
 	switch c.User {
 	case "", "root":
 		user = "0:0"
-	case "user":
-		user = "1000:1000"
+	case UserName:
+		user = strconv.Itoa(m.uid) + ":" + strconv.Itoa(m.uid)
 	default:
 		return nil, fmt.Errorf("%w: remotefake: unknown user %q (root or user)", errdefs.ErrBadInput, clip(c.User))
 	}
@@ -89,7 +89,7 @@ func (m *Machine) Start(ctx context.Context, c Command) (*Process, error) {
 	// The shell says the process's pid in the machine on the first line
 	// of its output, then becomes the command.
 	argv := append([]string{"/bin/sh", "-c", `echo $$ && exec "$@"`, "sh"}, c.Argv...)
-	if c.User == "user" {
+	if c.User == UserName {
 		env = append(env, "HOME=/home/user", "USER=user")
 	}
 	ex, err := m.farm.docker.ExecCreate(ctx, m.container, client.ExecCreateOptions{

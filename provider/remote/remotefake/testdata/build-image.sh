@@ -1,9 +1,10 @@
 #!/bin/sh
 # Builds the image of remotefake's machines, berth-remote-test:1, from
 # the local berth-test:1 (provider/docker/testdata/build-image.sh, run
-# first when it is missing): root, and a user "user" (uid and gid 1000,
-# home /home/user) who owns /home/user and /workspace, as the hosted
-# services' templates have. No registry: FROM names a local image. Fast
+# first when it is missing): root, and a user "user" (home /home/user)
+# who owns /home/user and /workspace, as the hosted services' templates
+# have. Its uid and gid here, 1000, are the image's: a farm gives each
+# machine's user a uid of its own. No registry: FROM names a local image. Fast
 # when the image exists already.
 #
 # Usage: build-image.sh [tag]    (default berth-remote-test:1)
