@@ -1,0 +1,212 @@
+package remotefake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/errdefs"
+)
+
+// Machine is one machine of a farm: a running container. Its methods are
+// safe for concurrent use.
+type Machine struct {
+	farm      *Farm
+	id        string
+	container string
+	pid       int // the host pid of the container's first process
+	env       map[string]string
+
+	initOnce sync.Once
+	initFD   int // a pidfd of pid, or -1
+	initErr  error
+
+	ops sync.Mutex // serializes Pause, Resume and Destroy
+
+	mu        sync.Mutex
+	paused    bool
+	destroyed bool
+}
+
+// ID is the fake service's id of the machine.
+func (m *Machine) ID() string { return m.id }
+
+// Container is the id of the machine's Docker container.
+func (m *Machine) Container() string { return m.container }
+
+// Paused says whether the machine is paused.
+func (m *Machine) Paused() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.paused
+}
+
+// check fails when the machine is destroyed, or paused unless paused is
+// allowed.
+func (m *Machine) check(pausedOK bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.destroyed:
+		return fmt.Errorf("%w: remotefake: machine %q is destroyed", errdefs.ErrNotFound, m.id)
+	case m.paused && !pausedOK:
+		return fmt.Errorf("%w: remotefake: machine %q is paused", errdefs.ErrSandboxPaused, m.id)
+	}
+	return nil
+}
+
+// Pause freezes every process of the machine (docker pause): they get
+// no CPU and keep their memory.
+func (m *Machine) Pause(ctx context.Context) error {
+	m.ops.Lock()
+	defer m.ops.Unlock()
+	if err := m.check(true); err != nil || m.Paused() {
+		return err
+	}
+	if _, err := m.farm.docker.ContainerPause(ctx, m.container, client.ContainerPauseOptions{}); err != nil {
+		return fmt.Errorf("remotefake: pause machine %q: %v", m.id, oneLine(err))
+	}
+	m.mu.Lock()
+	m.paused = true
+	m.mu.Unlock()
+	return nil
+}
+
+// Resume thaws a paused machine.
+func (m *Machine) Resume(ctx context.Context) error {
+	m.ops.Lock()
+	defer m.ops.Unlock()
+	if err := m.check(true); err != nil || !m.Paused() {
+		return err
+	}
+	if _, err := m.farm.docker.ContainerUnpause(ctx, m.container, client.ContainerUnpauseOptions{}); err != nil {
+		return fmt.Errorf("remotefake: resume machine %q: %v", m.id, oneLine(err))
+	}
+	m.mu.Lock()
+	m.paused = false
+	m.mu.Unlock()
+	return nil
+}
+
+// Destroy removes the machine's container with everything in it. A
+// destroyed machine is not an error.
+func (m *Machine) Destroy(ctx context.Context) error {
+	m.ops.Lock()
+	defer m.ops.Unlock()
+	m.mu.Lock()
+	done := m.destroyed
+	m.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := m.farm.remove(ctx, m.container); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.destroyed = true
+	m.mu.Unlock()
+	m.farm.forget(m)
+	m.initOnce.Do(func() { m.initFD, m.initErr = -1, errors.New("destroyed") })
+	if m.initFD >= 0 {
+		unix.Close(m.initFD)
+		m.initFD = -1
+	}
+	m.farm.log.Debug("remotefake: machine destroyed", "id", m.id)
+	return nil
+}
+
+// HostPIDs lists the machine's processes as host pids: those of its
+// container's cgroup.
+func (m *Machine) HostPIDs() ([]int, error) {
+	if err := m.check(true); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(m.pid) + "/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("remotefake: the cgroup of machine %q: %w", m.id, err)
+	}
+	var v1, v2 string
+	for line := range strings.Lines(string(b)) {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			v2 = parts[2]
+		}
+		for c := range strings.SplitSeq(parts[1], ",") {
+			if c == "pids" {
+				v1 = parts[2]
+			}
+		}
+	}
+	procs := "/sys/fs/cgroup" + v2 + "/cgroup.procs"
+	if v1 != "" {
+		procs = "/sys/fs/cgroup/pids" + v1 + "/cgroup.procs"
+	} else if v2 == "" {
+		return nil, fmt.Errorf("remotefake: no cgroup of machine %q", m.id)
+	}
+	if err := m.alive(); err != nil {
+		return nil, err
+	}
+	b, err = os.ReadFile(procs)
+	if err != nil {
+		return nil, fmt.Errorf("remotefake: the processes of machine %q: %w", m.id, err)
+	}
+	var pids []int
+	for f := range strings.FieldsSeq(string(b)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	return pids, nil
+}
+
+// alive checks that the container's first process is still the one
+// m.pid named when the machine was made: called after opening a file of
+// /proc/<pid>, it proves that the file is the machine's.
+func (m *Machine) alive() error {
+	m.initOnce.Do(func() {
+		m.initFD, m.initErr = unix.PidfdOpen(m.pid, 0)
+		if m.initErr == nil {
+			// The pidfd is of pid as it is now; the container's
+			// first process had it when the container was inspected
+			// and is checked to be the one by its start.
+			insp, err := m.farm.docker.ContainerInspect(context.Background(), m.container, client.ContainerInspectOptions{})
+			if err != nil || insp.Container.State == nil || insp.Container.State.Pid != m.pid {
+				unix.Close(m.initFD)
+				m.initFD, m.initErr = -1, errors.New("the container's first process has changed")
+			}
+		}
+	})
+	if m.initErr != nil {
+		return fmt.Errorf("%w: remotefake: machine %q has no running container: %v", errdefs.ErrSandboxLost, m.id, m.initErr)
+	}
+	if err := unix.PidfdSendSignal(m.initFD, 0, nil, 0); err != nil {
+		return fmt.Errorf("%w: remotefake: the container of machine %q has ended", errdefs.ErrSandboxLost, m.id)
+	}
+	return nil
+}
+
+// openProc opens /proc/<pid>/<name> of the machine's first process.
+func (m *Machine) openProc(name string, flags int) (int, error) {
+	if err := m.check(true); err != nil {
+		return -1, err
+	}
+	fd, err := unix.Open("/proc/"+strconv.Itoa(m.pid)+"/"+name, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("%w: remotefake: machine %q: open %s: %v", errdefs.ErrSandboxLost, m.id, name, err)
+	}
+	if err := m.alive(); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
