@@ -411,4 +411,3 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	}
 	writeJSON(w, http.StatusOK, []map[string]any{{"path": path.Clean(p), "name": path.Base(p), "type": "file"}})
 }
-
