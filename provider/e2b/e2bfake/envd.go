@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -255,6 +256,10 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		cmd.Dir = *req.Process.Cwd
 	}
 	cmd.Stdin = req.Stdin == nil || *req.Stdin
+	if err := s.lookPath(r.Context(), sb, cmd); err != nil {
+		endStream("invalid_argument", "error starting process: "+err.Error())
+		return
+	}
 	p, err := sb.machine.Start(r.Context(), cmd)
 	if err != nil {
 		endStream("invalid_argument", "error starting process: "+firstLine(err))
@@ -382,8 +387,16 @@ func (s *Server) sendSignal(w http.ResponseWriter, r *http.Request, sb *sandbox)
 	sb.procMu.Lock()
 	p := sb.procs[*req.Process.Pid]
 	sb.procMu.Unlock()
-	if p == nil || p.Signal(r.Context(), sig) != nil {
+	if p == nil {
 		writeConnectError(w, http.StatusNotFound, "not_found", fmt.Sprintf("process with pid %d not found", *req.Process.Pid))
+		return
+	}
+	if err := p.Signal(r.Context(), sig); err != nil {
+		if errors.Is(err, os.ErrProcessDone) {
+			writeConnectError(w, http.StatusNotFound, "not_found", fmt.Sprintf("process with pid %d not found", *req.Process.Pid))
+			return
+		}
+		writeConnectError(w, http.StatusInternalServerError, "internal", "error sending signal: "+firstLine(err))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -410,4 +423,22 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		return
 	}
 	writeJSON(w, http.StatusOK, []map[string]any{{"path": path.Clean(p), "name": path.Base(p), "type": "file"}})
+}
+
+// lookPath fails, as envd's exec.Cmd.Start does, for a program the
+// machine does not have (the machine's shell would start and exit 127).
+func (s *Server) lookPath(ctx context.Context, sb *sandbox, cmd remotefake.Command) error {
+	probe := cmd
+	probe.Argv = []string{"/bin/sh", "-c", `command -v "$1" >/dev/null`, "sh", cmd.Argv[0]}
+	probe.Stdin = false
+	p, err := sb.machine.Start(ctx, probe)
+	if err != nil {
+		return errors.New(firstLine(err))
+	}
+	go io.Copy(io.Discard, p.Stdout())
+	go io.Copy(io.Discard, p.Stderr())
+	if code, err := p.Wait(); err != nil || code != 0 {
+		return fmt.Errorf("exec: %q: executable file not found in $PATH", cmd.Argv[0])
+	}
+	return nil
 }
