@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/errdefs"
@@ -23,17 +24,44 @@ import (
 // Client talks to one daemon. It is safe for concurrent use; each
 // operation in flight holds its own connection.
 type Client struct {
-	http *http.Client
+	http   *http.Client
+	base   string      // the URL that routes are added to
+	header http.Header // sent with every request
 }
 
 // NewClient returns a client that reaches its daemon through dial.
 func NewClient(dial func(ctx context.Context) (net.Conn, error)) *Client {
-	return &Client{http: &http.Client{Transport: &http.Transport{
+	return &Client{base: "http://sandboxd", http: &http.Client{Transport: &http.Transport{
 		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 	}}}
+}
+
+// NewHTTPClient returns a client that reaches its daemon at the base
+// URL base ("https://49999-i7x.e2b.app"), as a hosted service forwards
+// a machine's port: header goes with every request (the service's
+// routing and access tokens, the daemon's bearer token), and rt carries
+// them, nil meaning a transport of the client's own. Connections are
+// kept alive between requests, so that a command costs one round trip.
+func NewHTTPClient(base string, header http.Header, rt http.RoundTripper) (*Client, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: sandboxd: the daemon's URL is not an http or https URL", errdefs.ErrBadInput)
+	}
+	if rt == nil {
+		rt = &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:   true,
+			MaxIdleConnsPerHost: 8,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: 10 * time.Second,
+			DisableCompression:  true,
+		}
+	}
+	return &Client{base: strings.TrimRight(u.String(), "/"), header: header.Clone(), http: &http.Client{Transport: rt}}, nil
 }
 
 // UnixDialer dials a unix socket path.
@@ -54,13 +82,16 @@ func (c *Client) do(ctx context.Context, method, route string, query url.Values,
 // connection it went out on turns out closed by the daemon (one
 // restarted, or restored from a checkpoint) before any answer.
 func (c *Client) doKeyed(ctx context.Context, method, route string, query url.Values, body io.Reader, key string) (*http.Response, error) {
-	u := "http://sandboxd" + route
+	u := c.base + route
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, err
+	}
+	for k, vs := range c.header {
+		req.Header[k] = vs
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)

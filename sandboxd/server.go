@@ -64,7 +64,12 @@ type Config struct {
 	// means 100ms). What the pipes hold when it ends is kept, however
 	// late the daemon gets to it.
 	ExitGrace time.Duration
-	Logger    *slog.Logger
+	// Token, if set, is the bearer token every request must carry
+	// (Authorization: Bearer TOKEN); any other gets 401, before the
+	// daemon does anything else. A daemon on a unix socket only its host
+	// reaches needs none; one on a TCP port does.
+	Token  string
+	Logger *slog.Logger
 }
 
 // Server is the daemon.
@@ -162,7 +167,7 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST "+routeTTY, s.handleTerminalInput)
 	mux.HandleFunc("PUT "+routeTTY, s.handleResize)
 	s.http = &http.Server{
-		Handler:           s.contact(mux),
+		Handler:           authenticate(cfg.Token, s.contact(mux)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}

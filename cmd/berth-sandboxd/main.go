@@ -23,6 +23,13 @@
 // /var/tmp/berth-run); a retry with the same key streams the journaled
 // output and exits with the command's code, however many times it is
 // called. Exit code 125 is berth's own error, in one line on stderr.
+//
+// In a remote sandbox whose provider reaches a port of the machine, the
+// remote provider uploads it and starts it as a daemon serving on that
+// port, its configuration and bearer token in $BERTH_SANDBOXD_CONFIG
+// (package provider/remote/remoteinit):
+//
+//	berth-sandboxd serve --listen :PORT
 package main
 
 import (
@@ -32,6 +39,7 @@ import (
 	"github.com/berth-dev/berth/provider/docker/dockerinit"
 	"github.com/berth-dev/berth/provider/gvisor/gvisorinit"
 	"github.com/berth-dev/berth/provider/linux/linuxinit"
+	"github.com/berth-dev/berth/provider/remote/remoteinit"
 	"github.com/berth-dev/berth/sandboxd/runkey"
 )
 
@@ -42,6 +50,7 @@ func main() {
 	linuxinit.Main()  // does not return when started by the linux provider
 	dockerinit.Main() // nor when started by the docker provider
 	gvisorinit.Main() // nor by the gvisor provider
-	fmt.Fprintln(os.Stderr, "berth-sandboxd is started by berth's linux, docker and gvisor providers, or as: berth-sandboxd run --key KEY -- CMD ARGS...")
+	remoteinit.Main() // nor as serve, by the remote providers
+	fmt.Fprintln(os.Stderr, "berth-sandboxd is started by berth's linux, docker and gvisor providers, as: berth-sandboxd serve --listen :PORT by the remote ones, or as: berth-sandboxd run --key KEY -- CMD ARGS...")
 	os.Exit(2)
 }

@@ -254,10 +254,23 @@ func (f *Farm) forget(m *Machine) {
 // remove removes a container and its volumes, whatever its state.
 func (f *Farm) remove(ctx context.Context, id string) error {
 	_, err := f.docker.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !cerrdefs.IsNotFound(err) {
+	if err == nil || cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	if !strings.Contains(err.Error(), "already in progress") {
 		return fmt.Errorf("remotefake: remove container: %v", oneLine(err))
 	}
-	return nil
+	// Another farm (sweeping) removes it: wait until it is gone.
+	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		if _, err := f.docker.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("remotefake: remove container: %v", ctx.Err())
+		case <-time.After(delay):
+		}
+	}
 }
 
 // removeLabelled removes the containers that carry filter (key=value)

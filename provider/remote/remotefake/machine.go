@@ -32,6 +32,7 @@ type Machine struct {
 
 	mu        sync.Mutex
 	paused    bool
+	ending    bool // Destroy is removing the container
 	destroyed bool
 }
 
@@ -46,6 +47,19 @@ func (m *Machine) Paused() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.paused
+}
+
+func (m *Machine) setEnding(b bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ending = b
+}
+
+// gone says whether the machine is destroyed or being destroyed.
+func (m *Machine) gone() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ending || m.destroyed
 }
 
 // check fails when the machine is destroyed, or paused unless paused is
@@ -106,7 +120,9 @@ func (m *Machine) Destroy(ctx context.Context) error {
 	if done {
 		return nil
 	}
+	m.setEnding(true)
 	if err := m.farm.remove(ctx, m.container); err != nil {
+		m.setEnding(false)
 		return err
 	}
 	m.mu.Lock()

@@ -169,12 +169,13 @@ func (p *Process) run(att *client.HijackedResponse, first *firstLine) {
 // may say a moment after its output ends.
 func (p *Process) exitCode() (int, error) {
 	ctx := context.Background()
+	lost := fmt.Errorf("%w: remotefake: machine %q ended under the process", errdefs.ErrSandboxLost, p.m.id)
 	for delay := time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
 		insp, err := p.m.farm.docker.ExecInspect(ctx, p.execID, client.ExecInspectOptions{})
+		if p.m.gone() {
+			return -1, lost
+		}
 		if err != nil {
-			if cerr := p.m.check(true); cerr != nil {
-				return -1, fmt.Errorf("%w: remotefake: machine %q ended under the process", errdefs.ErrSandboxLost, p.m.id)
-			}
 			return -1, fmt.Errorf("%w: remotefake: the exit of a process in machine %q: %v", errdefs.ErrSandboxLost, p.m.id, oneLine(err))
 		}
 		if !insp.Running {
@@ -186,9 +187,25 @@ func (p *Process) exitCode() (int, error) {
 
 // openPidfd pins the process for Signal, through its host pid.
 func (p *Process) openPidfd(ctx context.Context) {
-	insp, err := p.m.farm.docker.ExecInspect(ctx, p.execID, client.ExecInspectOptions{})
-	if err != nil || !insp.Running || insp.PID <= 0 {
-		return
+	// The engine may say the exec runs a moment after its output has
+	// begun.
+	var insp client.ExecInspectResult
+	for delay := time.Millisecond; ; delay = min(2*delay, 50*time.Millisecond) {
+		var err error
+		insp, err = p.m.farm.docker.ExecInspect(ctx, p.execID, client.ExecInspectOptions{})
+		if err != nil {
+			return
+		}
+		if insp.Running && insp.PID > 0 {
+			break
+		}
+		select {
+		case <-p.done:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
 	}
 	fd, err := unix.PidfdOpen(insp.PID, 0)
 	if err != nil {

@@ -1,0 +1,49 @@
+package remote_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/berth-dev/berth/provider/remote/remotefake"
+)
+
+// The tests' farm of machines, and the daemon they upload, built once.
+var (
+	farm   *remotefake.Farm
+	daemon string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if out, err := exec.Command("remotefake/testdata/build-image.sh").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build the machines' image: %v\n%s", err, out)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "berth-remote-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	daemon = filepath.Join(dir, "berth-sandboxd")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", daemon, "github.com/berth-dev/berth/cmd/berth-sandboxd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build berth-sandboxd: %v\n%s", err, out)
+		return 1
+	}
+	farm, err = remotefake.NewFarm(context.Background(), remotefake.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer farm.Close()
+	return m.Run()
+}

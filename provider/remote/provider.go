@@ -1,0 +1,375 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/records"
+	"github.com/berth-dev/berth/provider/remote/remoteinit"
+	"github.com/berth-dev/berth/sandboxd"
+)
+
+// Berth's own labels, on every machine beside the spec's.
+const (
+	// LabelSandbox names the sandbox the machine serves: the reaper
+	// lists machines by it.
+	LabelSandbox  = "berth.sandbox"
+	labelLifetime = "berth.lifetime" // Spec.Lifetime, in seconds
+	labelLease    = "berth.lease"    // Spec.Lease, in milliseconds
+)
+
+// NamePrefix starts the name of every machine: the rest is the sandbox id.
+const NamePrefix = "berth-"
+
+// Provider is a provider.Provider over a hosted service's API.
+type Provider struct {
+	api    API
+	pauser Pauser // the API's own pause, or nil
+	cfg    Config
+	err    error // the Config's, returned by every call
+	uid    int
+	gid    int
+
+	mu       sync.Mutex
+	machines map[string]*machine // by sandbox id
+	creating map[string]*sync.Mutex
+}
+
+// New returns a provider whose sandboxes are machines of api, each
+// running berth-sandboxd. A Config it cannot use makes every call fail
+// with its error.
+func New(api API, cfg Config) provider.Provider {
+	p := &Provider{api: api, machines: map[string]*machine{}, creating: map[string]*sync.Mutex{}}
+	p.pauser, _ = api.(Pauser)
+	p.err = cfg.setDefaults()
+	p.cfg = cfg
+	p.uid, p.gid, _ = parseUser(cfg.User)
+	return p
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// Name implements provider.Provider: the API's.
+func (p *Provider) Name() string { return p.api.Name() }
+
+// Capabilities implements provider.Provider. Limits are the service's
+// to enforce, and berth cannot tell that it does; the network is the
+// service's too.
+func (p *Provider) Capabilities() provider.Capabilities {
+	return provider.Capabilities{Pause: true, Image: true}
+}
+
+// machine is what the provider keeps of one sandbox's machine, shared
+// by every handle on it.
+type machine struct {
+	id   string
+	name string
+
+	mu        sync.Mutex
+	m         Machine
+	client    *sandboxd.Client
+	destroyed bool // by a handle of this provider
+	paused    bool // by the API's own Pause, through this provider
+}
+
+func (mc *machine) snapshot() Machine {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	return mc.m
+}
+
+// machineFor returns the shared state of sandbox id, described by m.
+func (p *Provider) machineFor(id string, m Machine) *machine {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	mc, ok := p.machines[id]
+	if !ok || mc.m.ID != m.ID {
+		if ok && mc.client != nil {
+			mc.client.Close()
+		}
+		mc = &machine{id: id, name: m.Name}
+		p.machines[id] = mc
+	}
+	mc.mu.Lock()
+	mc.m = m
+	mc.destroyed = false
+	mc.mu.Unlock()
+	return mc
+}
+
+// lockCreate serialises the creations of one id in this process.
+func (p *Provider) lockCreate(id string) func() {
+	p.mu.Lock()
+	l, ok := p.creating[id]
+	if !ok {
+		l = &sync.Mutex{}
+		p.creating[id] = l
+	}
+	p.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// Create implements provider.Provider.
+func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.Sandbox, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	if err := provider.ValidateSpec(spec); err != nil {
+		return nil, err
+	}
+	switch {
+	case spec.RootFS != "":
+		return nil, fmt.Errorf("%w: %s: a root filesystem on berth's host cannot reach a hosted machine (use Image)", errdefs.ErrUnsupported, p.Name())
+	case spec.Resources.Pids != 0:
+		return nil, fmt.Errorf("%w: %s: no process limit", errdefs.ErrUnsupported, p.Name())
+	}
+	if spec.ID == "" {
+		spec.ID = records.NewID()
+	}
+	if spec.Lifetime == 0 {
+		spec.Lifetime = provider.DefaultLifetime
+	}
+	defer p.lockCreate(spec.ID)()
+	name := NamePrefix + spec.ID
+
+	m, err := p.api.Find(ctx, name)
+	switch {
+	case err == nil:
+		// Made by an earlier Create, whose answer may have been lost
+		// before its daemon started.
+		sb, err := p.handle(ctx, spec.ID, m)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.ensureDaemon(ctx, sb, spec); err != nil {
+			return nil, err
+		}
+		return sb, nil
+	case !errors.Is(err, errdefs.ErrNotFound):
+		return nil, err
+	}
+
+	labels := maps.Clone(spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelSandbox] = spec.ID
+	labels[labelLifetime] = strconv.FormatInt(int64(spec.Lifetime/time.Second), 10)
+	if spec.Lease > 0 {
+		labels[labelLease] = strconv.FormatInt(spec.Lease.Milliseconds(), 10)
+	}
+	m, err = p.api.Create(ctx, CreateRequest{
+		Name: name, Labels: labels, Image: spec.Image,
+		CPU: spec.Resources.CPU, Memory: spec.Resources.Memory, Disk: spec.Resources.Disk,
+		Lifetime: spec.Lifetime,
+	})
+	if err != nil {
+		return nil, err
+	}
+	sb, err := p.handle(ctx, spec.ID, m)
+	if err == nil {
+		err = p.startDaemon(ctx, sb, spec)
+	}
+	if err != nil {
+		// The machine is of no use without its daemon: it goes, and a
+		// retry makes it again.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if derr := p.api.Delete(dctx, m); derr != nil {
+			p.cfg.Logger.Warn("remote: deleting a machine whose daemon did not start", "machine", name, "err", derr)
+		}
+		p.forget(spec.ID)
+		return nil, err
+	}
+	return sb, nil
+}
+
+// ensureDaemon starts the daemon in a machine that exists, unless it
+// answers already.
+func (p *Provider) ensureDaemon(ctx context.Context, sb *sandbox, spec provider.Spec) error {
+	if sb.healthy(ctx, 3*time.Second) == nil {
+		return nil
+	}
+	m := sb.mc.snapshot()
+	if m.State != MachineRunning {
+		return fmt.Errorf("%w: %s: its machine is %s", errdefs.ErrSandboxLost, sb.id, m.State)
+	}
+	// What the first Create was asked is on the machine; the rest of
+	// spec, a retry's, is the same request.
+	spec.Lifetime, spec.Lease = lifetimeOf(m), leaseOf(m)
+	return p.startDaemon(ctx, sb, spec)
+}
+
+// startDaemon uploads the daemon into the machine, starts it, and waits
+// for it to answer.
+func (p *Provider) startDaemon(ctx context.Context, sb *sandbox, spec provider.Spec) error {
+	m := sb.mc.snapshot()
+	f, err := os.Open(p.cfg.DaemonPath)
+	if err != nil {
+		return fmt.Errorf("%s: the daemon to upload: %w", p.Name(), err)
+	}
+	defer f.Close()
+	if err := p.api.Upload(ctx, m, p.cfg.RemotePath, f); err != nil {
+		return fmt.Errorf("upload the daemon: %w", err)
+	}
+	token := p.cfg.token(m.Name)
+	conf, err := json.Marshal(remoteinit.Config{
+		Token: token, Workspace: p.cfg.Workspace, UID: p.uid, GID: p.gid,
+		Env: spec.Env, Dir: spec.Dir, Lease: spec.Lease,
+		ExpiresAt: expiresAt(m, spec.Lifetime),
+	})
+	if err != nil {
+		return err
+	}
+	argv := []string{p.cfg.RemotePath, remoteinit.Arg, "--listen", ":" + strconv.Itoa(p.cfg.Port)}
+	if err := p.api.Start(ctx, m, argv, map[string]string{remoteinit.ConfigEnv: string(conf)}); err != nil {
+		return fmt.Errorf("start the daemon: %w", redact(err, token))
+	}
+	return sb.waitReady(ctx, p.cfg.ReadyTimeout)
+}
+
+// redact keeps a secret out of an error that quotes it, keeping its kind.
+func redact(err error, secret string) error {
+	if err == nil || !strings.Contains(err.Error(), secret) {
+		return err
+	}
+	return errdefs.Errorf(errdefs.KindOf(err), "%s", strings.ReplaceAll(err.Error(), secret, "[token]"))
+}
+
+// expiresAt is when the sandbox on m ends.
+func expiresAt(m Machine, lifetime time.Duration) time.Time {
+	return m.CreatedAt.Add(lifetime)
+}
+
+func lifetimeOf(m Machine) time.Duration {
+	if n, err := strconv.ParseInt(m.Labels[labelLifetime], 10, 64); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return provider.DefaultLifetime
+}
+
+func leaseOf(m Machine) time.Duration {
+	if n, err := strconv.ParseInt(m.Labels[labelLease], 10, 64); err == nil && n > 0 {
+		return time.Duration(n) * time.Millisecond
+	}
+	return 0
+}
+
+// Get implements provider.Provider.
+func (p *Provider) Get(ctx context.Context, id string) (provider.Sandbox, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	if err := provider.ValidateID(id); err != nil {
+		return nil, err
+	}
+	m, err := p.api.Find(ctx, NamePrefix+id)
+	if err != nil {
+		return nil, err
+	}
+	if m.Labels[LabelSandbox] != id {
+		return nil, fmt.Errorf("%w: sandbox %s", errdefs.ErrNotFound, id)
+	}
+	return p.handle(ctx, id, m)
+}
+
+// List implements provider.Provider. A machine's state is the
+// service's word: a machine whose daemon is gone shows as lost in its
+// Info, not here.
+func (p *Provider) List(ctx context.Context, labels map[string]string) ([]provider.Info, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	ms, err := p.api.List(ctx, labels)
+	if err != nil {
+		return nil, err
+	}
+	infos := make([]provider.Info, 0, len(ms))
+	for _, m := range ms {
+		id := m.Labels[LabelSandbox]
+		if id == "" || m.Name != NamePrefix+id {
+			continue // not berth's
+		}
+		info := p.info(id, m)
+		switch m.State {
+		case MachineRunning:
+			info.State = provider.StateRunning
+		case MachinePaused:
+			info.State = provider.StatePaused
+		default:
+			info.State = provider.StateLost
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
+
+// info describes the sandbox id on m, but for its state.
+func (p *Provider) info(id string, m Machine) provider.Info {
+	labels := maps.Clone(m.Labels)
+	for k := range labels {
+		if k == LabelSandbox || k == labelLifetime || k == labelLease {
+			delete(labels, k)
+		}
+	}
+	return provider.Info{
+		ID: id, Provider: p.Name(), Labels: labels,
+		CreatedAt: m.CreatedAt, ExpiresAt: expiresAt(m, lifetimeOf(m)), Lease: leaseOf(m),
+	}
+}
+
+// client returns the shared client of mc's daemon.
+func (p *Provider) client(ctx context.Context, mc *machine) (*sandboxd.Client, error) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.client != nil {
+		return mc.client, nil
+	}
+	ep, err := p.api.Endpoint(ctx, mc.m, p.cfg.Port)
+	if err != nil {
+		return nil, err
+	}
+	h := ep.Header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("Authorization", "Bearer "+p.cfg.token(mc.m.Name))
+	rt := ep.Transport
+	if rt == nil {
+		rt = p.cfg.Transport
+	}
+	c, err := sandboxd.NewHTTPClient(ep.URL, h, rt)
+	if err != nil {
+		return nil, err
+	}
+	mc.client = c
+	return c, nil
+}
+
+// forget drops what the provider keeps of sandbox id.
+func (p *Provider) forget(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if mc, ok := p.machines[id]; ok {
+		mc.mu.Lock()
+		if mc.client != nil {
+			mc.client.Close()
+			mc.client = nil
+		}
+		mc.destroyed = true
+		mc.mu.Unlock()
+		delete(p.machines, id)
+	}
+}
