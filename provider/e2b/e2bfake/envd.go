@@ -83,6 +83,10 @@ func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request) {
 // forward proxies r to port of sb's machine.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, sb *sandbox, port int) {
 	s.count("forward")
+	// E2B's proxy serves HTTP/2, where a request's body and its answer
+	// flow at once (a command's stdin and its output): HTTP/1.1 needs
+	// asking for it.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
