@@ -95,7 +95,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, sb *sandbox, po
 		},
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return sb.machine.Dial(ctx, port)
+				c, err := sb.machine.Dial(ctx, port)
+				if err != nil {
+					return nil, err
+				}
+				return sb.track(c), nil
 			},
 			DisableKeepAlives: true,
 		},
@@ -445,4 +449,48 @@ func (s *Server) lookPath(ctx context.Context, sb *sandbox, cmd remotefake.Comma
 		return fmt.Errorf("exec: %q: executable file not found in $PATH", cmd.Argv[0])
 	}
 	return nil
+}
+
+// trackedConn is a connection into a sandbox, closed when the sandbox
+// ends: a connection into a network namespace that is gone would hang.
+type trackedConn struct {
+	net.Conn
+	sb   *sandbox
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.sb.connMu.Lock()
+		delete(c.sb.conns, c)
+		c.sb.connMu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// track registers c with the sandbox, or closes it if the sandbox ended.
+func (sb *sandbox) track(c net.Conn) net.Conn {
+	tc := &trackedConn{Conn: c, sb: sb}
+	sb.connMu.Lock()
+	defer sb.connMu.Unlock()
+	if sb.connsClosed {
+		c.Close()
+		return tc
+	}
+	if sb.conns == nil {
+		sb.conns = map[*trackedConn]bool{}
+	}
+	sb.conns[tc] = true
+	return tc
+}
+
+// closeConns closes every connection into the sandbox, and any made later.
+func (sb *sandbox) closeConns() {
+	sb.connMu.Lock()
+	conns := sb.conns
+	sb.conns, sb.connsClosed = nil, true
+	sb.connMu.Unlock()
+	for c := range conns {
+		c.Conn.Close()
+	}
 }
