@@ -12,7 +12,9 @@
 // errdefs.ErrUnsupported: build a template of the size wanted. A
 // machine's Lifetime is E2B's timeout, which E2B caps by the team's plan
 // (1 hour on Hobby, 24 on Pro): it is cut to Config.MaxLifetime, and
-// KeepAlive moves it on. Processes are started without envd's
+// KeepAlive moves it on. E2B's timeout runs only while a sandbox runs:
+// a paused one is kept until it is deleted or resumed. Processes are
+// started without envd's
 // Connect-Timeout-Ms, which would kill them when it passed.
 //
 // The API key comes from the worker's environment (E2B_API_KEY unless
