@@ -14,8 +14,8 @@
 // (1 hour on Hobby, 24 on Pro): it is cut to Config.MaxLifetime, and
 // KeepAlive moves it on. E2B's timeout runs only while a sandbox runs:
 // a paused one is kept until it is deleted or resumed. Processes are
-// started without envd's
-// Connect-Timeout-Ms, which would kill them when it passed.
+// started without envd's Connect-Timeout-Ms, which would kill them when
+// it passed.
 //
 // The API key comes from the worker's environment (E2B_API_KEY unless
 // api-key-env names another variable) or a file (api-key-file), never
