@@ -435,20 +435,33 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 
 // lookPath fails, as envd's exec.Cmd.Start does, for a program the
 // machine does not have (the machine's shell would start and exit 127).
+// It looks through the machine's files, not a process of its own.
 func (s *Server) lookPath(ctx context.Context, sb *sandbox, cmd remotefake.Command) error {
-	probe := cmd
-	probe.Argv = []string{"/bin/sh", "-c", `command -v "$1" >/dev/null`, "sh", cmd.Argv[0]}
-	probe.Stdin = false
-	p, err := sb.machine.Start(ctx, probe)
-	if err != nil {
-		return errors.New(firstLine(err))
+	name := cmd.Argv[0]
+	var candidates []string
+	if strings.Contains(name, "/") {
+		candidates = []string{name}
+	} else {
+		dirs := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+		if p, ok := cmd.Env["PATH"]; ok {
+			dirs = p
+		}
+		for _, d := range strings.Split(dirs, ":") {
+			if path.IsAbs(d) {
+				candidates = append(candidates, path.Join(d, name))
+			}
+		}
 	}
-	go io.Copy(io.Discard, p.Stdout())
-	go io.Copy(io.Discard, p.Stderr())
-	if code, err := p.Wait(); err != nil || code != 0 {
-		return fmt.Errorf("exec: %q: executable file not found in $PATH", cmd.Argv[0])
+	for _, c := range candidates {
+		if !path.IsAbs(c) {
+			c = path.Join("/", cmd.Dir, c) // the machine's default dir is /
+		}
+		if f, err := sb.machine.ReadFile(ctx, c); err == nil {
+			f.Close()
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("exec: %q: executable file not found in $PATH", name)
 }
 
 // trackedConn is a connection into a sandbox, closed when the sandbox
