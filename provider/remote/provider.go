@@ -42,13 +42,14 @@ type Provider struct {
 	mu       sync.Mutex
 	machines map[string]*machine // by sandbox id
 	creating map[string]*sync.Mutex
+	endings  map[string]*time.Timer // by sandbox id: see endPaused
 }
 
 // New returns a provider whose sandboxes are machines of api, each
 // running berth-sandboxd. A Config it cannot use makes every call fail
 // with its error.
 func New(api API, cfg Config) provider.Provider {
-	p := &Provider{api: api, machines: map[string]*machine{}, creating: map[string]*sync.Mutex{}}
+	p := &Provider{api: api, machines: map[string]*machine{}, creating: map[string]*sync.Mutex{}, endings: map[string]*time.Timer{}}
 	p.pauser, _ = api.(Pauser)
 	p.err = cfg.setDefaults()
 	p.cfg = cfg
@@ -271,6 +272,48 @@ func leaseOf(m Machine) time.Duration {
 	return 0
 }
 
+// ended deletes m if it is a machine the service keeps though its
+// sandbox's lifetime has passed, and says whether it was one. A
+// service's time limit is the lifetime of a running machine, whose
+// daemon ends it too; but a service may not count the time of a paused
+// or stopped machine (E2B does not), which then ends when berth next
+// sees it: every pass of berth's reaper lists each provider.
+func (p *Provider) ended(ctx context.Context, m Machine) bool {
+	if m.State == MachineRunning || time.Now().Before(expiresAt(m, lifetimeOf(m))) {
+		return false
+	}
+	if err := p.api.Delete(ctx, m); err != nil {
+		p.cfg.Logger.Warn("remote: delete a machine past its lifetime", "provider", p.Name(), "machine", m.Name, "error", err)
+		return false
+	}
+	p.forget(m.Labels[LabelSandbox])
+	return true
+}
+
+// endPaused ends the machine of sandbox id at its lifetime if it is
+// paused or stopped then, for a service that does not count that time:
+// while this process lives, the machine ends on time without a call;
+// after, the next call or reaper pass that sees it ends it (ended).
+func (p *Provider) endPaused(id string, m Machine) {
+	d := time.Until(expiresAt(m, lifetimeOf(m)))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.endings[id]; ok {
+		t.Reset(d)
+		return
+	}
+	p.endings[id] = time.AfterFunc(d, func() {
+		p.mu.Lock()
+		delete(p.endings, id)
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+		defer cancel()
+		if m, err := p.api.Find(ctx, m.Name); err == nil {
+			p.ended(ctx, m)
+		}
+	})
+}
+
 // Get implements provider.Provider.
 func (p *Provider) Get(ctx context.Context, id string) (provider.Sandbox, error) {
 	if p.err != nil {
@@ -283,7 +326,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Sandbox, error)
 	if err != nil {
 		return nil, err
 	}
-	if m.Labels[LabelSandbox] != id {
+	if m.Labels[LabelSandbox] != id || p.ended(ctx, m) {
 		return nil, fmt.Errorf("%w: sandbox %s", errdefs.ErrNotFound, id)
 	}
 	return p.handle(ctx, id, m)
@@ -307,6 +350,9 @@ func (p *Provider) List(ctx context.Context, labels map[string]string) ([]provid
 		id := m.Labels[LabelSandbox]
 		if id == "" || m.Name != NamePrefix+id {
 			continue // not berth's
+		}
+		if p.ended(ctx, m) {
+			continue
 		}
 		infos = append(infos, p.info(id, m))
 		info := &infos[len(infos)-1]

@@ -156,6 +156,9 @@ func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
 	if err != nil {
 		return provider.Info{}, err
 	}
+	if s.p.ended(ctx, m) {
+		return provider.Info{}, fmt.Errorf("%w: sandbox %s: its lifetime has passed", errdefs.ErrNotFound, s.id)
+	}
 	s.mc.mu.Lock()
 	if s.mc.m.ID == m.ID {
 		s.mc.m = m
@@ -201,11 +204,17 @@ func (s *sandbox) Pause(ctx context.Context) error {
 		return s.check(s.Client.Pause(ctx))
 	}
 	s.mc.mu.Lock()
-	defer s.mc.mu.Unlock()
-	if err := s.p.pauser.Pause(ctx, s.mc.m); err != nil {
+	m := s.mc.m
+	err := s.p.pauser.Pause(ctx, m)
+	if err == nil {
+		s.mc.paused = true
+	}
+	s.mc.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	s.mc.paused = true
+	// Outside mc.mu: the provider's lock comes before a machine's.
+	s.p.endPaused(s.id, m)
 	return nil
 }
 
@@ -241,10 +250,16 @@ func (s *sandbox) exists() error {
 // the service would end the machine before the sandbox's lifetime, a
 // KeepAlive now and then.
 func (s *sandbox) Renew(ctx context.Context) error {
-	if err := s.ready(); err != nil {
-		return err
+	err := s.ready()
+	if err == nil {
+		err = s.check(s.Client.Renew(ctx))
 	}
-	if err := s.check(s.Client.Renew(ctx)); err != nil {
+	if errors.Is(err, errdefs.ErrSandboxPaused) {
+		// Paused by the service: nothing runs to stop, and a renewal
+		// must not undo a Pause.
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	return s.keepAlive(ctx)
