@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -87,7 +88,23 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, sb *sandbox, po
 	// flow at once (a command's stdin and its output): HTTP/1.1 needs
 	// asking for it.
 	_ = http.NewResponseController(w).EnableFullDuplex()
+	// An answer may come, and end, before its request's body does (the
+	// daemon refusing it at once): the proxy's transport goes on reading
+	// that body after the handler returns, and the server must then not
+	// read the connection's next request at the same time. Such an
+	// answer closes its connection.
+	body := &trackedBody{ReadCloser: r.Body}
+	r.Body = body
+	closeUnlessRead := func(h http.Header) {
+		if !body.done.Load() {
+			h.Set("Connection", "close")
+		}
+	}
 	rp := &httputil.ReverseProxy{
+		ModifyResponse: func(resp *http.Response) error {
+			closeUnlessRead(resp.Header)
+			return nil
+		},
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = "127.0.0.1:" + strconv.Itoa(port)
@@ -105,11 +122,26 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, sb *sandbox, po
 		},
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			closeUnlessRead(w.Header())
 			// E2B's proxy: packages/shared/pkg/proxy/template/port_closed.go.
 			writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": sb.id, "message": "The sandbox is running but port is not open", "port": port, "code": http.StatusBadGateway})
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// trackedBody is a request body that says whether it was read to its end.
+type trackedBody struct {
+	io.ReadCloser
+	done atomic.Bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.done.Store(true)
+	}
+	return n, err
 }
 
 // The process service's messages (process.proto) as proto JSON, decoded
