@@ -227,6 +227,33 @@ func TestLargeOutputHistorySmall(t *testing.T) {
 	sandboxesDestroyed(t, data)
 }
 
+// historyTail is the last n events of workflow id's current run, one
+// line each: what a workflow that did not do what a test waited for
+// was doing instead.
+func historyTail(t *testing.T, c client.Client, id string, n int) string {
+	t.Helper()
+	var lines []string
+	it := c.GetWorkflowHistory(t.Context(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return strings.Join(lines, "\n") + "\n" + err.Error()
+		}
+		line := fmt.Sprintf("%d %s %s", e.GetEventId(), e.GetEventTime().AsTime().Format("15:04:05.000"), e.GetEventType())
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+			line += " " + a.GetActivityType().GetName()
+		}
+		if a := e.GetTimerStartedEventAttributes(); a != nil {
+			line += " " + a.GetStartToFireTimeout().AsDuration().String()
+		}
+		if a := e.GetWorkflowExecutionUpdateAcceptedEventAttributes(); a != nil {
+			line += " " + a.GetAcceptedRequest().GetInput().GetName()
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
 // seqHash is the sha256 of the first size bytes of seq 1 N's output.
 func seqHash(size int) string {
 	h := sha256.New()

@@ -177,7 +177,7 @@ func TestSandboxCLI(t *testing.T) {
 			// What the handle was doing says why: an operation or a
 			// transition still in flight, or a pause that failed.
 			out, errOut, _ := sb("inspect", id)
-			t.Fatalf("waited a minute for the idle sandbox to pause; inspect:\n%s%s", out, errOut)
+			t.Fatalf("waited a minute for the idle sandbox to pause; inspect:\n%s%s\nthe end of its history:\n%s", out, errOut, historyTail(t, dial1(t, addr), id, 30))
 		}
 	}
 	if out := ok("exec", id, "--", "sh", "-c", "pgrep -x sleep > /dev/null && echo alive"); out != "alive\n" {
