@@ -197,7 +197,7 @@ func TestSandboxShell(t *testing.T) {
 		p.typeIn(t, "\r")
 		at = p.waitFor(t, at, "\n"+strings.Repeat("k", 60))
 		if added := historyLength(t, c, id) - before; added > 5 {
-			t.Errorf("66 keys added %d events to the sandbox's history, want at most 5", added)
+			t.Errorf("66 keys added %d events to the sandbox's history, want at most 5:\n%s", added, historyTail(t, c, id, added))
 		}
 		slices.Sort(took)
 		t.Logf("key to echo through the server: median %v, p90 %v", took[len(took)/2], took[len(took)*9/10])
