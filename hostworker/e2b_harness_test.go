@@ -249,11 +249,12 @@ func (w *e2bWorld) machine(t *testing.T) *remotefake.Machine {
 // access tokens that pass, and holds the requests hold picks until
 // their client goes.
 type gate struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	hold func(*http.Request) bool
-	held chan struct{} // gets a value for each request held
-	seen map[string]bool
+	srv     *httptest.Server
+	mu      sync.Mutex
+	hold    func(*http.Request) bool
+	held    chan struct{} // gets a value for each request held
+	release chan struct{} // closed as the test ends: no more holding
+	seen    map[string]bool
 }
 
 func newGate(t *testing.T, target string) *gate {
@@ -262,7 +263,7 @@ func newGate(t *testing.T, target string) *gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gate{held: make(chan struct{}, 16), seen: map[string]bool{}}
+	g := &gate{held: make(chan struct{}, 16), release: make(chan struct{}), seen: map[string]bool{}}
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	proxy.FlushInterval = -1
 	proxy.ErrorLog = nil
@@ -278,12 +279,21 @@ func newGate(t *testing.T, target string) *gate {
 		g.mu.Unlock()
 		if hold {
 			g.held <- struct{}{}
-			<-r.Context().Done()
+			// Read to its end, or the server does not see a client
+			// that dies go.
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-r.Context().Done():
+			case <-g.release:
+			}
 			return
 		}
 		proxy.ServeHTTP(rw, r)
 	}))
-	t.Cleanup(g.srv.Close)
+	t.Cleanup(func() {
+		close(g.release)
+		g.srv.Close()
+	})
 	return g
 }
 
