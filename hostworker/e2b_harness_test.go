@@ -264,9 +264,8 @@ func newGate(t *testing.T, target string) *gate {
 		t.Fatal(err)
 	}
 	g := &gate{held: make(chan struct{}, 16), release: make(chan struct{}), seen: map[string]bool{}}
-	proxy := httputil.NewSingleHostReverseProxy(u)
-	proxy.FlushInterval = -1
-	proxy.ErrorLog = nil
+	// To the fake's own host: its validator routes by it.
+	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(u) }, FlushInterval: -1}
 	g.srv = httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok != "" {
