@@ -39,7 +39,8 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // client makes for it (envd's process.Start, read to its end event), on
 // one sandbox of a fake whose every request takes benchLatency more.
 // The round trips each takes are counted at the HTTP client: per exec,
-// and, for berth, per create and per file write.
+// and, for berth, per create and per file write; berth-renew is the
+// floor of a call to the daemon, one round trip that runs nothing.
 func BenchmarkExec(b *testing.B) {
 	ctx := context.Background()
 	daemon := filepath.Join(b.TempDir(), "berth-sandboxd")
@@ -101,6 +102,21 @@ func BenchmarkExec(b *testing.B) {
 		b.ReportMetric(float64(rt.n.Load()-start)/float64(b.N), "trips/exec")
 		b.ReportMetric(float64(createTrips), "trips/create")
 		b.ReportMetric(float64(writeTrips), "trips/write")
+	})
+	// The floor of a call to the daemon: one round trip through the
+	// proxy that does nothing in the sandbox.
+	b.Run("berth-renew", func(b *testing.B) {
+		l, ok := sb.(provider.Leaser)
+		if !ok {
+			b.Fatalf("%T renews no lease", sb)
+		}
+		start := rt.n.Load()
+		for b.Loop() {
+			if err := l.Renew(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(rt.n.Load()-start)/float64(b.N), "trips/renew")
 	})
 	b.Run("direct", func(b *testing.B) {
 		start := rt.n.Load()
