@@ -316,21 +316,6 @@ func (g *gate) tokens() []string {
 	return out
 }
 
-// readMachineFile reads a file of machine m, whole.
-func readMachineFile(t *testing.T, m *remotefake.Machine, name string) string {
-	t.Helper()
-	r, err := m.ReadFile(t.Context(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	b, err := io.ReadAll(io.LimitReader(r, 1<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // machineHas says whether machine m has a file at name.
 func machineHas(t *testing.T, m *remotefake.Machine, name string) bool {
 	t.Helper()
