@@ -125,3 +125,39 @@ func TestE2BWorkerKilledMidCreate(t *testing.T) {
 	}
 	_ = w2 // serves the reaper
 }
+
+// TestE2BCreateRetriedAfterKill kills the only worker, as
+// TestE2BWorkerKilledMidCreate does, after E2B has made the sandbox and
+// before Create has completed, but leaves the run be: another host's
+// worker retries the Create, which finds the sandbox the first made by
+// its name, starts its daemon and goes on. One sandbox is made, the
+// command's result arrives, and the run's end destroys the sandbox.
+func TestE2BCreateRetriedAfterKill(t *testing.T) {
+	w := newE2BWorld(t, "e2b_create_retried_key", "create retried secret")
+	w.gate.setHold(func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Path == "/files" })
+	w1 := w.startWorker(t, "first worker", "e2b-host-1", 0)
+	run, err := w.c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, workflows.Run,
+		workflows.RunInput{Provider: "e2b", Argv: []string{"sh", "-c", "echo made once"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.gate.held:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the daemon's upload never came")
+	}
+	w1.kill(t)
+	w.gate.setHold(nil)
+	w.startWorker(t, "second worker", "e2b-host-2", 0)
+	var out workflows.RunOutput
+	if err := run.Get(t.Context(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.ExitCode != 0 || string(out.Stdout.Inline) != "made once\n" {
+		t.Errorf("the run after its Create was retried: exit %d, stdout %q, stderr %q", out.ExitCode, out.Stdout.Inline, out.Stderr.Inline)
+	}
+	if n := w.fake.Requests("POST /sandboxes"); n != 1 {
+		t.Errorf("%d sandboxes created, want 1", n)
+	}
+	testkit.Eventually(t, "the run's sandbox destroyed", time.Minute, func() bool { return len(w.fake.Sandboxes()) == 0 })
+}
