@@ -42,6 +42,9 @@ var remoteSettings = []string{"daemon", "port", "secret-env", "secret-file"}
 func Open(ctx context.Context, pc provider.Config) (*API, remote.Config, error) {
 	apiPC, rest := provider.Config{}, map[string]string{}
 	for k, v := range pc {
+		if k == "state-dir" {
+			continue // a host gives every provider one; e2b keeps no state on the host
+		}
 		if slices.Contains(remoteSettings, k) {
 			rest[k] = v
 		} else {

@@ -33,6 +33,9 @@ const envdPort = 49983
 // port is served by the fake itself; any other is forwarded to the
 // machine's port.
 func (s *Server) serveSandbox(w http.ResponseWriter, r *http.Request) {
+	if !s.delay(r) {
+		return
+	}
 	id, portText := r.Header.Get("E2b-Sandbox-Id"), r.Header.Get("E2b-Sandbox-Port")
 	if id == "" || portText == "" {
 		s.count("unrouted")

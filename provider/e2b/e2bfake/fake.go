@@ -303,6 +303,21 @@ func (s *Server) fault(r *http.Request) *Fault {
 	return nil
 }
 
+// delay waits Options.Latency, at the start of every request, the
+// control API's and the sandboxes' (envd's and the ports' proxy) alike;
+// false when the client went first.
+func (s *Server) delay(r *http.Request) bool {
+	if s.opts.Latency <= 0 {
+		return true
+	}
+	select {
+	case <-time.After(s.opts.Latency):
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
+
 func (s *Server) count(op string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -339,13 +354,6 @@ func (s *Server) validated(w http.ResponseWriter, r *http.Request, router router
 		return
 	}
 	s.count(r.Method + " " + route.Path)
-	if s.opts.Latency > 0 {
-		select {
-		case <-time.After(s.opts.Latency):
-		case <-r.Context().Done():
-			return
-		}
-	}
 	in := &openapi3filter.RequestValidationInput{
 		Request: r, PathParams: params, Route: route,
 		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},

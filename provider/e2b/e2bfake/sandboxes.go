@@ -56,6 +56,9 @@ func randomID(n int) string {
 
 // serveAPI serves the control API.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	if !s.delay(r) {
+		return
+	}
 	if r.Header.Get("X-API-Key") != s.opts.APIKey {
 		s.count("unauthorized")
 		writeError(w, http.StatusUnauthorized, "Invalid API key, please visit https://e2b.dev/docs/api-key")
