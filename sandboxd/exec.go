@@ -262,10 +262,13 @@ func (s *Server) execute(rec *record, hdr execHeader, stdin *stdinFeed, term *te
 		timer := time.AfterFunc(hdr.Timeout, func() {
 			timedOut.Store(true)
 			// Escapees are told apart by being new sessions: only when
-			// the daemon is PID 1 of the sandbox's own PID namespace
-			// can every new session be the command's. Elsewhere (a
-			// daemon run by tests on the host) the host's are too.
-			escapees := s.running.Load() == 1 && os.Getpid() == 1
+			// the daemon is PID 1 of the sandbox's own PID namespace,
+			// or the subreaper of its commands (in a hosted machine,
+			// whose first process is the service's), can every new
+			// session among its descendants be the command's.
+			// Elsewhere (a daemon run by tests on the host) they may
+			// be the host's.
+			escapees := s.running.Load() == 1 && (os.Getpid() == 1 || isSubreaper())
 			killTree(cmd.pid, since, escapees, s.procs.running)
 		})
 		defer timer.Stop()

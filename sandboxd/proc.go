@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -323,8 +324,13 @@ func killTree(sid int, since uint64, escapees bool, running func(pid int) bool) 
 	doomed := map[int]bool{sid: true}
 	procs := allProcs()
 	if escapees {
+		self := os.Getpid()
+		parent := make(map[int]int, len(procs))
 		for _, p := range procs {
-			if p.sid == p.pid && p.start >= since && !running(p.pid) {
+			parent[p.pid] = p.ppid
+		}
+		for _, p := range procs {
+			if p.sid == p.pid && p.start >= since && !running(p.pid) && descends(p.pid, self, parent) {
 				doomed[p.sid] = true
 			}
 		}
@@ -334,6 +340,31 @@ func killTree(sid int, since uint64, escapees bool, running func(pid int) bool) 
 			_ = unix.Kill(p.pid, unix.SIGKILL)
 		}
 	}
+}
+
+// descends reports whether pid descends from ancestor, by the parents
+// in parent (a process that has lost its own parent is its subreaper's,
+// or PID 1's).
+func descends(pid, ancestor int, parent map[int]int) bool {
+	for range len(parent) + 1 {
+		if pid == ancestor {
+			return true
+		}
+		pp, ok := parent[pid]
+		if !ok || pp == pid {
+			return false
+		}
+		pid = pp
+	}
+	return false
+}
+
+// isSubreaper reports whether the daemon is the subreaper of its
+// descendants (PR_SET_CHILD_SUBREAPER): orphans become its children.
+func isSubreaper() bool {
+	var v int32
+	err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&v)), 0, 0, 0)
+	return err == nil && v != 0
 }
 
 // lookPath finds a program the way a shell would, in the PATH of the

@@ -104,6 +104,19 @@ func TestServe(t *testing.T) {
 		t.Errorf("ps shows the token")
 	}
 
+	// The test runs as root, with every capability: the daemon gives
+	// commands a cgroup namespace of their own.
+	out.Reset()
+	if _, err := c.Exec(t.Context(), provider.ExecRequest{Argv: []string{"cat", "/proc/self/cgroup"}, Stdout: &out}); err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(out.String()) {
+		if parts := strings.SplitN(strings.TrimSpace(line), ":", 3); len(parts) == 3 && parts[2] != "/" && os.Geteuid() == 0 {
+			t.Errorf("a command sees its cgroup as %q, want / (a cgroup namespace of its own):\n%s", parts[2], out.String())
+			break
+		}
+	}
+
 	anon, err := sandboxd.NewHTTPClient(base, nil, nil)
 	if err != nil {
 		t.Fatal(err)

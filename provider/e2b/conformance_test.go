@@ -11,6 +11,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/e2b"
 	"github.com/berth-dev/berth/provider/e2b/e2bfake"
+	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 	"github.com/berth-dev/berth/provider/providertest"
 	"github.com/berth-dev/berth/provider/remote"
 )
@@ -75,12 +76,7 @@ func TestConformance(t *testing.T) {
 				if err != nil {
 					continue
 				}
-				for _, line := range strings.Split(string(st), "\n") {
-					if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-						kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-						return kb << 10
-					}
-				}
+				return sandboxtest.VmRSS(t, string(st))
 			}
 			t.Fatal("no daemon among the machine's processes")
 			return 0

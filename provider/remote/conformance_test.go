@@ -1,11 +1,14 @@
 package remote_test
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 	"github.com/berth-dev/berth/provider/providertest"
@@ -36,9 +39,25 @@ func machineOf(t *testing.T, sb provider.Sandbox) *remotefake.Machine {
 	return m
 }
 
+// hostPIDs lists the processes of sb's machine on the host: none once
+// the machine has ended.
 func hostPIDs(t *testing.T, sb provider.Sandbox) []int {
 	t.Helper()
-	pids, err := machineOf(t, sb).HostPIDs()
+	rm, ok := sb.(interface{ Machine() remote.Machine })
+	if !ok {
+		t.Fatalf("not a remote sandbox: %T", sb)
+	}
+	m, err := farm.Machine(rm.Machine().ID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := m.HostPIDs()
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errdefs.ErrSandboxLost) {
+		return nil // its first process has exited
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,4 +13,23 @@
 // owns by listing them. The daemon's bearer token derives from the
 // provider's secret and the machine's name, so a worker that restarts
 // reaches the daemons it had without storing anything.
+//
+// [New] builds the provider over an API. Create uploads the daemon
+// (Config.DaemonPath) to Config.RemotePath in the machine, starts it as
+// `berth-sandboxd serve --listen :PORT` with its configuration, token
+// included, in its environment (never its argv; see package
+// remoteinit), and waits for it to answer through the service's
+// Endpoint. Every operation of a sandbox is then one HTTP request to the
+// daemon, on connections kept alive. The daemon is its commands'
+// subreaper, so a command's timeout, the lease and the lifetime reach
+// every process a command left behind; at the lifetime it ends them, and
+// the machine too when the service sets the machine no time limit of
+// its own. Pause is the service's when the API is a [Pauser], else the
+// daemon's.
+//
+// Limits (CPU, memory, disk) go to the service, which may refuse them;
+// berth cannot tell that it enforces them, so Capabilities says it does
+// not. Nor is the network berth's: a spec with a network policy other
+// than the default is refused, and the default is what the service's
+// machines have.
 package remote

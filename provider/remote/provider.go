@@ -134,6 +134,10 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		return nil, fmt.Errorf("%w: %s: a root filesystem on berth's host cannot reach a hosted machine (use Image)", errdefs.ErrUnsupported, p.Name())
 	case spec.Resources.Pids != 0:
 		return nil, fmt.Errorf("%w: %s: no process limit", errdefs.ErrUnsupported, p.Name())
+	case spec.Network != provider.NetworkNone:
+		// The API says nothing of a machine's network: it is the
+		// service's, or its template's.
+		return nil, fmt.Errorf("%w: %s: no network policy", errdefs.ErrUnsupported, p.Name())
 	}
 	if spec.ID == "" {
 		spec.ID = records.NewID()
@@ -229,6 +233,9 @@ func (p *Provider) startDaemon(ctx context.Context, sb *sandbox, spec provider.S
 		Token: token, Workspace: p.cfg.Workspace, UID: p.uid, GID: p.gid,
 		Env: spec.Env, Dir: spec.Dir, Lease: spec.Lease,
 		ExpiresAt: expiresAt(m, spec.Lifetime),
+		// A machine with no time limit of the service's ends by the
+		// daemon's hand.
+		EndMachine: m.ExpiresAt.IsZero(),
 	})
 	if err != nil {
 		return err
@@ -297,23 +304,44 @@ func (p *Provider) List(ctx context.Context, labels map[string]string) ([]provid
 		return nil, err
 	}
 	infos := make([]provider.Info, 0, len(ms))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, listProbes)
 	for _, m := range ms {
 		id := m.Labels[LabelSandbox]
 		if id == "" || m.Name != NamePrefix+id {
 			continue // not berth's
 		}
-		info := p.info(id, m)
+		infos = append(infos, p.info(id, m))
+		info := &infos[len(infos)-1]
 		switch m.State {
 		case MachineRunning:
-			info.State = provider.StateRunning
+			// Only the daemon knows whether it serves, or paused the
+			// sandbox.
+			wg.Go(func() {
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				info.State = p.probe(ctx, id, m)
+			})
 		case MachinePaused:
 			info.State = provider.StatePaused
 		default:
 			info.State = provider.StateLost
 		}
-		infos = append(infos, info)
 	}
+	wg.Wait()
 	return infos, nil
+}
+
+// listProbes bounds how many daemons List asks at once.
+const listProbes = 8
+
+// probe asks the daemon of sandbox id on running machine m how it is.
+func (p *Provider) probe(ctx context.Context, id string, m Machine) provider.State {
+	sb, err := p.handle(ctx, id, m)
+	if err != nil {
+		return provider.StateLost
+	}
+	return sb.daemonState(ctx)
 }
 
 // info describes the sandbox id on m, but for its state.

@@ -51,6 +51,8 @@ type wrapped struct {
 	creates     int
 	loseCreate  int // the first loseCreate Creates make their machine, then fail
 	failStart   bool
+	expiresIn   time.Duration // the service ends its machines this long after Create
+	keepAlives  []time.Duration
 	startConfig []string // the daemon's configuration, as each Start sent it
 }
 
@@ -62,7 +64,17 @@ func (w *wrapped) Create(ctx context.Context, req remote.CreateRequest) (remote.
 	if err == nil && w.creates <= w.loseCreate {
 		return remote.Machine{}, fmt.Errorf("%w: the answer was lost", errdefs.ErrProviderUnavailable)
 	}
+	if err == nil && w.expiresIn > 0 {
+		m.ExpiresAt = time.Now().Add(w.expiresIn)
+	}
 	return m, err
+}
+
+func (w *wrapped) KeepAlive(ctx context.Context, m remote.Machine, d time.Duration) error {
+	w.mu.Lock()
+	w.keepAlives = append(w.keepAlives, d)
+	w.mu.Unlock()
+	return w.API.KeepAlive(ctx, m, d)
 }
 
 func (w *wrapped) Start(ctx context.Context, m remote.Machine, argv []string, env map[string]string) error {
@@ -338,6 +350,7 @@ func TestRefused(t *testing.T) {
 	for name, spec := range map[string]provider.Spec{
 		"RootFS": {RootFS: "/srv/root"},
 		"Pids":   {Resources: provider.Resources{Pids: 100}},
+		"Open":   {Network: provider.NetworkOpen},
 	} {
 		if sb, err := p.Create(t.Context(), spec); !errors.Is(err, errdefs.ErrUnsupported) {
 			if err == nil {
@@ -356,4 +369,120 @@ func sh(t *testing.T, sb provider.Sandbox, script string) string {
 		t.Fatalf("%q: %v, exit %d, output %q", script, err, res.ExitCode, out.String())
 	}
 	return out.String()
+}
+
+// TestKeepAlive: a machine the service would end before the sandbox's
+// lifetime is kept alive by a Renew, once, not by every Renew, and
+// never past the sandbox's lifetime.
+func TestKeepAlive(t *testing.T) {
+	w := &wrapped{API: remotefake.NewAPI(farm), expiresIn: 5 * time.Minute}
+	spec := testSpec(t)
+	spec.Lifetime, spec.Lease = 90*time.Minute, time.Minute
+	sb := create(t, open(t, w), spec)
+	for range 5 {
+		if err := sb.(provider.Leaser).Renew(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(w.keepAlives) != 1 {
+		t.Fatalf("5 Renews made %d KeepAlives, want 1", len(w.keepAlives))
+	}
+	if d := w.keepAlives[0]; d <= 0 || d > 90*time.Minute {
+		t.Errorf("KeepAlive for %v: want more than none, and no more than the sandbox's lifetime", d)
+	}
+
+	long := &wrapped{API: remotefake.NewAPI(farm), expiresIn: 3 * time.Hour}
+	sb = create(t, open(t, long), testSpec(t))
+	if err := sb.(provider.Leaser).Renew(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(long.keepAlives) != 0 {
+		t.Errorf("a machine far from its end was kept alive: %v", long.keepAlives)
+	}
+}
+
+// pausing is an API whose service pauses machines itself, with their
+// memory, as a remote.Pauser.
+type pausing struct {
+	remote.API
+	pauses, resumes atomic.Int64
+}
+
+func (a *pausing) Pause(ctx context.Context, m remote.Machine) error {
+	a.pauses.Add(1)
+	fm, err := farm.Machine(m.ID)
+	if err != nil {
+		return err
+	}
+	return fm.Pause(ctx)
+}
+
+func (a *pausing) Resume(ctx context.Context, m remote.Machine) error {
+	a.resumes.Add(1)
+	fm, err := farm.Machine(m.ID)
+	if err != nil {
+		return err
+	}
+	return fm.Resume(ctx)
+}
+
+// TestNativePause: over an API that pauses machines, Pause is the
+// service's: the machine is paused (its daemon with it), Info says so
+// through this provider and another, operations fail at once with
+// ErrSandboxPaused, and Resume brings back what ran.
+func TestNativePause(t *testing.T) {
+	api := &pausing{API: remotefake.NewAPI(farm)}
+	p := open(t, api)
+	sb := create(t, p, testSpec(t))
+	sh(t, sb, "echo kept > f")
+	pz := sb.(provider.Pauser)
+	if err := pz.Pause(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if api.pauses.Load() != 1 || !machineOf(t, sb).Paused() {
+		t.Fatalf("Pause did not pause the machine through the API (%d calls)", api.pauses.Load())
+	}
+	for _, q := range []provider.Provider{p, open(t, api)} {
+		h, err := q.Get(t.Context(), sb.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err := h.Info(t.Context()); err != nil || info.State != provider.StatePaused {
+			t.Errorf("Info of a paused machine: %v, state %q; want paused", err, info.State)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"true"}}); !errors.Is(err, errdefs.ErrSandboxPaused) {
+		t.Errorf("Exec in a paused sandbox: %v, want ErrSandboxPaused", err)
+	}
+	if err := pz.Resume(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if out := sh(t, sb, "cat f"); out != "kept\n" {
+		t.Errorf("after Resume, f = %q", out)
+	}
+}
+
+// TestDaemonNeverAnswers: a machine whose daemon does not come up within
+// ReadyTimeout fails Create with a retryable error, and is deleted.
+func TestDaemonNeverAnswers(t *testing.T) {
+	// /bin/true, uploaded as the daemon, starts and exits at once.
+	p := remote.New(remotefake.NewAPI(farm), remote.Config{DaemonPath: "/bin/true", Secret: testSecret, ReadyTimeout: time.Second})
+	spec := testSpec(t)
+	spec.Labels["case"] = randid.Hex(6)
+	sb, err := p.Create(t.Context(), spec)
+	if err == nil {
+		sb.Destroy(t.Context())
+	}
+	if !errors.Is(err, errdefs.ErrProviderUnavailable) {
+		t.Fatalf("Create with a daemon that never answers: %v, want ErrProviderUnavailable", err)
+	}
+	infos, err := p.List(t.Context(), map[string]string{"case": spec.Labels["case"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 0 {
+		t.Errorf("the machine whose daemon never answered is still there: %v", infos)
+	}
 }

@@ -171,18 +171,23 @@ func (s *sandbox) Info(ctx context.Context) (provider.Info, error) {
 		info.State = provider.StateLost
 		return info, nil
 	}
-	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	info.State = s.daemonState(ctx)
+	return info, nil
+}
+
+// daemonState is the state of a sandbox whose machine runs, as its
+// daemon says.
+func (s *sandbox) daemonState(ctx context.Context) provider.State {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	h, err := s.Client.Health(hctx)
+	h, err := s.Client.Health(ctx)
 	switch {
 	case err != nil:
-		info.State = provider.StateLost
+		return provider.StateLost
 	case h.Paused:
-		info.State = provider.StatePaused
-	default:
-		info.State = provider.StateRunning
+		return provider.StatePaused
 	}
-	return info, nil
+	return provider.StateRunning
 }
 
 // Pause implements provider.Pauser: through the service's own pause

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/errdefs"
 )
@@ -24,11 +26,15 @@ import (
 // otherwise; testdata/build-image.sh builds it.
 const DefaultImage = "berth-remote-test:1"
 
-// The labels every container of a farm carries.
+// FarmLabel is the key of the label whose value is Options.Label, which
+// every container of a farm carries.
+const FarmLabel = "berth.remotefake.farm"
+
+// The other labels every container of a farm carries.
 const (
-	labelFarm    = "berth.remotefake.farm"  // Options.Label
-	labelOwner   = "berth.remotefake.owner" // "<pidns inode>:<pid>:<start time>" of the farm's process
-	labelMachine = "berth.remotefake.id"    // the machine's id
+	labelOwner   = "berth.remotefake.owner"    // "<pidns inode>:<pid>:<start time>" of the farm's process
+	labelMachine = "berth.remotefake.id"       // the machine's id
+	labelFarmID  = "berth.remotefake.instance" // random, one farm's
 )
 
 // maxID bounds a machine's id, which comes from a fake's clients.
@@ -53,6 +59,7 @@ type Farm struct {
 	image  string
 	label  string
 	owner  string
+	inst   string
 	log    *slog.Logger
 
 	mu       sync.Mutex
@@ -97,7 +104,7 @@ func NewFarm(ctx context.Context, opts Options) (*Farm, error) {
 		}
 		return nil, fmt.Errorf("remotefake: inspect image %s: %v", opts.Image, oneLine(err))
 	}
-	f := &Farm{docker: cli, image: opts.Image, label: opts.Label, owner: owner, log: opts.Logger, machines: map[string]*Machine{}}
+	f := &Farm{docker: cli, image: opts.Image, label: opts.Label, owner: owner, inst: randomHex(8), log: opts.Logger, machines: map[string]*Machine{}}
 	f.sweep(pctx)
 	return f, nil
 }
@@ -153,7 +160,7 @@ func (f *Farm) create(ctx context.Context, id string, env map[string]string) (m 
 			// the commands; sleep keeps the machine up.
 			Cmd:        []string{"sleep", "infinity"},
 			WorkingDir: "/",
-			Labels:     map[string]string{labelFarm: f.label, labelOwner: f.owner, labelMachine: id},
+			Labels:     map[string]string{FarmLabel: f.label, labelOwner: f.owner, labelMachine: id, labelFarmID: f.inst},
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode: "none",
@@ -178,8 +185,19 @@ func (f *Farm) create(ctx context.Context, id string, env map[string]string) (m 
 	if insp.Container.State == nil || insp.Container.State.Pid <= 0 {
 		return nil, fmt.Errorf("%w: remotefake: the container of machine %q is not running", errdefs.ErrSandboxLost, id)
 	}
+	pid := insp.Container.State.Pid
+	// The pidfd pins the container's first process, pid 1 in its
+	// namespace, so that its pid is not taken for another's later.
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: remotefake: the container of machine %q: %v", errdefs.ErrSandboxLost, id, err)
+	}
+	if nsPID(pid) != 1 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: remotefake: the container of machine %q has ended", errdefs.ErrSandboxLost, id)
+	}
 	f.log.Debug("remotefake: machine created", "id", id, "container", created.ID[:12])
-	return &Machine{farm: f, id: id, container: created.ID, pid: insp.Container.State.Pid, env: env}, nil
+	return &Machine{farm: f, id: id, container: created.ID, pid: pid, initFD: fd, env: maps.Clone(env)}, nil
 }
 
 // Machine returns the machine of id, or an error wrapping
@@ -207,8 +225,8 @@ func (f *Farm) Machines() []*Machine {
 	return ms
 }
 
-// Close destroys every machine of the farm, and any other container that
-// carries its label.
+// Close destroys every machine of the farm, and any container that a
+// Create cut short left.
 func (f *Farm) Close() error {
 	f.mu.Lock()
 	f.closed = true
@@ -236,7 +254,7 @@ func (f *Farm) Close() error {
 		}()
 	}
 	wg.Wait()
-	if err := f.removeLabelled(ctx, labelFarm+"="+f.label, nil); err != nil {
+	if err := f.removeLabelled(ctx, labelFarmID+"="+f.inst, nil); err != nil {
 		errs = append(errs, err)
 	}
 	f.docker.Close()

@@ -87,6 +87,16 @@ func TestStart(t *testing.T) {
 			t.Fatalf("code %d, want 127", code)
 		}
 	})
+	t.Run("no such directory", func(t *testing.T) {
+		p, err := m.Start(t.Context(), Command{Argv: []string{"true"}, Dir: "/no/such/dir"})
+		if err == nil {
+			code, err := p.Wait()
+			t.Fatalf("Start in a missing directory: exit code %d, %v; want an error", code, err)
+		}
+		if !errors.Is(err, errdefs.ErrBadInput) {
+			t.Fatalf("Start in a missing directory: %v, want ErrBadInput", err)
+		}
+	})
 	t.Run("signal", func(t *testing.T) {
 		p, err := m.Start(t.Context(), Command{Argv: []string{"sleep", "1000"}})
 		if err != nil {

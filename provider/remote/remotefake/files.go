@@ -92,7 +92,7 @@ func (m *Machine) ReadFile(ctx context.Context, name string) (io.ReadCloser, err
 	}
 	defer unix.Close(root)
 	// O_NONBLOCK: a FIFO is refused below, not waited on.
-	fd, err := unix.Openat2(root, strings.TrimPrefix(clean, "/"), &unix.OpenHow{
+	fd, err := openInRoot(root, strings.TrimPrefix(clean, "/"), &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC,
 		Resolve: inRoot,
 	})
@@ -126,13 +126,13 @@ func mkdirAll(root int, dir string) (int, error) {
 			continue
 		}
 		sofar = path.Join(sofar, c)
-		next, err := unix.Openat2(root, sofar, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: inRoot})
+		next, err := openInRoot(root, sofar, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: inRoot})
 		if errors.Is(err, unix.ENOENT) {
 			if err := unix.Mkdirat(fd, c, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 				unix.Close(fd)
 				return -1, err
 			}
-			next, err = unix.Openat2(root, sofar, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: inRoot})
+			next, err = openInRoot(root, sofar, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: inRoot})
 		}
 		unix.Close(fd)
 		if err != nil {
@@ -141,6 +141,17 @@ func mkdirAll(root int, dir string) (int, error) {
 		fd = next
 	}
 	return fd, nil
+}
+
+// openInRoot is openat2, tried again when the kernel says EAGAIN: a path
+// with ".." in it while something is renamed or mounted anywhere.
+func openInRoot(root int, name string, how *unix.OpenHow) (int, error) {
+	for i := 0; ; i++ {
+		fd, err := unix.Openat2(root, name, how)
+		if err != unix.EAGAIN || i == 100 {
+			return fd, err
+		}
+	}
 }
 
 // machinePath checks a path in the machine and cleans it.

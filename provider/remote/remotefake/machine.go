@@ -2,8 +2,8 @@ package remotefake
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -24,13 +24,10 @@ type Machine struct {
 	pid       int // the host pid of the container's first process
 	env       map[string]string
 
-	initOnce sync.Once
-	initFD   int // a pidfd of pid, or -1
-	initErr  error
-
 	ops sync.Mutex // serializes Pause, Resume and Destroy
 
 	mu        sync.Mutex
+	initFD    int // a pidfd of pid, -1 once destroyed
 	paused    bool
 	ending    bool // Destroy is removing the container
 	destroyed bool
@@ -38,6 +35,9 @@ type Machine struct {
 
 // ID is the fake service's id of the machine.
 func (m *Machine) ID() string { return m.id }
+
+// Env is the machine's base environment, as Create was given it.
+func (m *Machine) Env() map[string]string { return maps.Clone(m.env) }
 
 // Container is the id of the machine's Docker container.
 func (m *Machine) Container() string { return m.container }
@@ -127,13 +127,12 @@ func (m *Machine) Destroy(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	m.destroyed = true
-	m.mu.Unlock()
-	m.farm.forget(m)
-	m.initOnce.Do(func() { m.initFD, m.initErr = -1, errors.New("destroyed") })
 	if m.initFD >= 0 {
 		unix.Close(m.initFD)
 		m.initFD = -1
 	}
+	m.mu.Unlock()
+	m.farm.forget(m)
 	m.farm.log.Debug("remotefake: machine destroyed", "id", m.id)
 	return nil
 }
@@ -189,23 +188,9 @@ func (m *Machine) HostPIDs() ([]int, error) {
 // m.pid named when the machine was made: called after opening a file of
 // /proc/<pid>, it proves that the file is the machine's.
 func (m *Machine) alive() error {
-	m.initOnce.Do(func() {
-		m.initFD, m.initErr = unix.PidfdOpen(m.pid, 0)
-		if m.initErr == nil {
-			// The pidfd is of pid as it is now; the container's
-			// first process had it when the container was inspected
-			// and is checked to be the one by its start.
-			insp, err := m.farm.docker.ContainerInspect(context.Background(), m.container, client.ContainerInspectOptions{})
-			if err != nil || insp.Container.State == nil || insp.Container.State.Pid != m.pid {
-				unix.Close(m.initFD)
-				m.initFD, m.initErr = -1, errors.New("the container's first process has changed")
-			}
-		}
-	})
-	if m.initErr != nil {
-		return fmt.Errorf("%w: remotefake: machine %q has no running container: %v", errdefs.ErrSandboxLost, m.id, m.initErr)
-	}
-	if err := unix.PidfdSendSignal(m.initFD, 0, nil, 0); err != nil {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.initFD < 0 || unix.PidfdSendSignal(m.initFD, 0, nil, 0) != nil {
 		return fmt.Errorf("%w: remotefake: the container of machine %q has ended", errdefs.ErrSandboxLost, m.id)
 	}
 	return nil

@@ -339,13 +339,13 @@ func TestClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(containers(t, labelFarm, f.Label())); n != 2 {
+	if n := len(containers(t, FarmLabel, f.Label())); n != 2 {
 		t.Fatalf("%d containers of the farm, want 2", n)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if ids := containers(t, labelFarm, f.Label()); len(ids) != 0 {
+	if ids := containers(t, FarmLabel, f.Label()); len(ids) != 0 {
 		t.Fatalf("containers left after Close: %v", ids)
 	}
 }
@@ -358,7 +358,7 @@ func TestSweep(t *testing.T) {
 	label := "remotefake-sweep-" + randomHex(4)
 	created, err := farm.docker.ContainerCreate(t.Context(), client.ContainerCreateOptions{
 		Config: &container.Config{Image: farm.image, Cmd: []string{"sleep", "infinity"},
-			Labels: map[string]string{labelFarm: label, labelOwner: ns + ":" + strconv.Itoa(os.Getpid()) + ":1"}},
+			Labels: map[string]string{FarmLabel: label, labelOwner: ns + ":" + strconv.Itoa(os.Getpid()) + ":1"}},
 		HostConfig: &container.HostConfig{NetworkMode: "none"},
 	})
 	if err != nil {
@@ -371,10 +371,26 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if ids := containers(t, labelFarm, label); len(ids) != 0 {
+	if ids := containers(t, FarmLabel, label); len(ids) != 0 {
 		t.Fatalf("the leftover container is there: %v", ids)
 	}
 	if out, _, _ := runCmd(t, live, Command{Argv: []string{"echo", "alive"}}); out != "alive\n" {
 		t.Fatalf("a live farm's machine says %q", out)
+	}
+}
+
+func TestNewFarmRefuses(t *testing.T) {
+	t.Parallel()
+	_, err := NewFarm(t.Context(), Options{Image: "berth-no-such-image:1"})
+	if !errors.Is(err, errdefs.ErrNotFound) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("NewFarm without its image: %q, want one line wrapping ErrNotFound", err)
+	}
+}
+
+func TestNewFarmNoEngine(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+	_, err := NewFarm(t.Context(), Options{})
+	if !errors.Is(err, errdefs.ErrUnsupported) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("NewFarm without an engine: %q, want one line wrapping ErrUnsupported", err)
 	}
 }

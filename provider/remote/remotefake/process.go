@@ -212,10 +212,18 @@ func (p *Process) openPidfd(ctx context.Context) {
 		return
 	}
 	// The host pid is the process's if its pid in the machine's
-	// namespace is the one it said, while the pidfd is open.
-	if nsPID(insp.PID) != p.pid {
+	// namespace is the one it said, while the pidfd is open; or, when
+	// it has said none yet, if the engine still has it running.
+	if p.pid > 0 && nsPID(insp.PID) != p.pid {
 		unix.Close(fd)
 		return
+	}
+	if p.pid <= 0 {
+		again, err := p.m.farm.docker.ExecInspect(ctx, p.execID, client.ExecInspectOptions{})
+		if err != nil || !again.Running || again.PID != insp.PID {
+			unix.Close(fd)
+			return
+		}
 	}
 	p.sigMu.Lock()
 	defer p.sigMu.Unlock()
@@ -247,8 +255,10 @@ func nsPID(hp int) int {
 
 // kill ends a process whose start failed.
 func (p *Process) kill() {
-	p.openPidfd(context.Background())
-	p.Signal(context.Background(), syscall.SIGKILL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p.openPidfd(ctx)
+	p.Signal(ctx, syscall.SIGKILL)
 }
 
 // PID is the process's pid in the machine.
@@ -271,8 +281,9 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Wait waits for the process to exit and its output streams to end, and
 // returns its exit code: 128+n for a death by signal n. An error (wrapping
-// errdefs.ErrSandboxLost) says the machine ended first. Wait may be
-// called from several goroutines.
+// errdefs.ErrSandboxLost) says the machine ended first. Output left
+// unread past what the streams keep holds Wait up, as it holds up the
+// process. Wait may be called from several goroutines.
 func (p *Process) Wait() (exitCode int, err error) {
 	<-p.done
 	return p.code, p.err

@@ -13,7 +13,9 @@
 // it runs as root, and ends every process of the sandbox, and itself,
 // when the sandbox's lifetime has passed: a service whose machines have
 // a time limit of their own ends them at it too, one without it relies
-// on this.
+// on this. Commands may open sockets of the families berth's other
+// sandboxes allow (unix, inet, inet6, netlink) and no other, and gain no
+// privilege: no setuid program works for them.
 //
 // It links only sandboxd and the standard library: it runs inside the
 // machine.
@@ -33,6 +35,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/berth-dev/berth/sandboxd"
 )
@@ -66,7 +70,15 @@ type Config struct {
 	Lease time.Duration `json:"lease,omitempty"`
 	// ExpiresAt ends the sandbox; zero means never.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// EndMachine: at ExpiresAt, the daemon also asks the machine's first
+	// process to end (SIGTERM), and with it the machine, for a service
+	// whose machines have no time limit of their own.
+	EndMachine bool `json:"end_machine,omitempty"`
 }
+
+// MaxOpenFiles is every command's limit of open files (RLIMIT_NOFILE):
+// the kernel's file table is the machine's, shared by all.
+const MaxOpenFiles = 1 << 14
 
 // Main runs the daemon when this process was started with Arg, and then
 // never returns. Otherwise it returns at once.
@@ -106,6 +118,18 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	debug.SetGCPercent(50) // as the other providers' daemons: an idle sandbox costs little
+	// Processes a command leaves behind, orphaned, become the daemon's
+	// and not the machine's first process's: so a command's timeout,
+	// the lease's stop and the lifetime's end reach them as descendants.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("become the subreaper of commands: %w", err)
+	}
+	if err := limitOpenFiles(); err != nil {
+		return err
+	}
+	if err := confine(); err != nil {
+		return err
+	}
 	if err := makeWorkspace(cfg); err != nil {
 		return err
 	}
@@ -120,6 +144,9 @@ func run(args []string, stderr io.Writer) error {
 		Token:     cfg.Token,
 		// The kernel's out-of-memory killer picks commands first.
 		CommandOOMScoreAdj: 1000,
+		// Commands see their cgroups as the root, not the machine's
+		// layout, where the daemon may make them a namespace.
+		CgroupNamespace: hasCap(unix.CAP_SYS_ADMIN),
 	})
 	if err != nil {
 		return err
@@ -132,10 +159,46 @@ func run(args []string, stderr io.Writer) error {
 	if !cfg.ExpiresAt.IsZero() {
 		time.AfterFunc(time.Until(cfg.ExpiresAt), func() {
 			endSandbox(cfg.UID)
+			if cfg.EndMachine && os.Getpid() != 1 {
+				// The kernel delivers to a namespace's first process only
+				// the signals it handles or blocks: an init (tini,
+				// systemd) ends on SIGTERM.
+				_ = syscall.Kill(1, syscall.SIGTERM)
+			}
 			os.Exit(0)
 		})
 	}
 	return srv.Serve(ln)
+}
+
+// limitOpenFiles lowers the daemon's limit of open files, which its
+// commands inherit, to MaxOpenFiles.
+func limitOpenFiles() error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	lim.Cur, lim.Max = min(lim.Cur, MaxOpenFiles), min(lim.Max, MaxOpenFiles)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("limit open files: %w", err)
+	}
+	return nil
+}
+
+// hasCap reports whether the daemon holds capability c, in its
+// effective set.
+func hasCap(c uint) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<c) != 0
+		}
+	}
+	return false
 }
 
 // parseConfig reads and checks the configuration.
