@@ -63,6 +63,33 @@ func startE2B(t *testing.T) (fake *e2bfake.Server, flags, env []string) {
 	return fake, flags, env
 }
 
+// e2bOps are the fake's operations berth uses: the control API's,
+// envd's, and the port proxy's ("forward", one a request to the
+// daemon).
+var e2bOps = []string{
+	"POST /sandboxes", "GET /v2/sandboxes", "GET /sandboxes/{sandboxID}", "DELETE /sandboxes/{sandboxID}",
+	"POST /sandboxes/{sandboxID}/pause", "POST /sandboxes/{sandboxID}/connect", "POST /sandboxes/{sandboxID}/timeout",
+	"POST /files", "POST /process.Process/Start", "POST /process.Process/SendSignal", "forward",
+}
+
+// tripsSince logs the requests each operation of the fake had since the
+// last call, under step: the round trips to E2B of a berth operation.
+func tripsSince(t *testing.T, fake *e2bfake.Server) func(step string) {
+	last := map[string]int{}
+	return func(step string) {
+		t.Helper()
+		var b strings.Builder
+		for _, op := range e2bOps {
+			n := fake.Requests(op)
+			if d := n - last[op]; d > 0 {
+				fmt.Fprintf(&b, "; %s: %d", op, d)
+			}
+			last[op] = n
+		}
+		t.Logf("E2B requests of %s%s", step, b.String())
+	}
+}
+
 // providerLine is berth providers' row of provider name.
 func providerLine(out, name string) string {
 	for _, line := range lines(out) {
@@ -121,6 +148,7 @@ func TestE2BCLI(t *testing.T) {
 		}](t, "inspect", ok("sandbox", "inspect", id, "-o", "json")).Provider
 	}
 
+	trips := tripsSince(t, fake)
 	if line := providerLine(ok("providers"), "e2b"); !strings.HasPrefix(line, "e2b ") || !strings.Contains(line, " ready ") || !strings.Contains(line, "pause") {
 		t.Errorf("berth providers shows e2b as %q; want ready, with pause", line)
 	}
@@ -133,21 +161,25 @@ func TestE2BCLI(t *testing.T) {
 	if n := fake.Requests("POST /sandboxes"); n == 0 {
 		t.Errorf("berth run --provider e2b made no E2B sandbox")
 	}
+	trips("berth run (create, one command, destroy)")
 
 	id := strings.TrimSpace(ok("sandbox", "create", "--provider", "e2b", "--no-idle-timeout"))
 	t.Cleanup(func() { rm(id) })
 	if p := inspect(id); p != "e2b" {
 		t.Fatalf("sandbox create --provider e2b: provider %q", p)
 	}
+	trips("sandbox create, inspect")
 	if out, errOut, code := runBerth(t, berth, "--address", addr, "sandbox", "exec", id, "--", "sh", "-c", "echo one; echo two >&2; exit 3"); out != "one\n" || errOut != "two\n" || code != 3 {
 		t.Errorf("exec: stdout %q, stderr %q, exit %d", out, errOut, code)
 	}
+	trips("sandbox exec")
 	tree := t.TempDir()
 	os.MkdirAll(filepath.Join(tree, "sub"), 0o755)
 	os.WriteFile(filepath.Join(tree, "sub", "a.txt"), []byte("from the host\n"), 0o644)
 	os.WriteFile(filepath.Join(tree, "run.sh"), []byte("#!/bin/sh\necho ran\n"), 0o755)
 	os.Symlink("sub/a.txt", filepath.Join(tree, "link"))
 	ok("sandbox", "cp", tree, id+":proj")
+	trips("sandbox cp in (a directory)")
 	ok("sandbox", "exec", id, "--", "sh", "-c", "echo made in e2b > proj/made")
 	want := "from the host\nran\nmade in e2b\n"
 	check := func(sb, step string) {
@@ -156,12 +188,15 @@ func TestE2BCLI(t *testing.T) {
 			t.Errorf("%s: the workspace shows %q, want %q", step, got, want)
 		}
 	}
+	trips("sandbox exec")
 	check(id, "cp in")
+	trips("sandbox exec")
 	back := t.TempDir()
 	ok("sandbox", "cp", id+":proj", back)
 	if b, err := os.ReadFile(filepath.Join(back, "proj", "made")); err != nil || string(b) != "made in e2b\n" {
 		t.Errorf("cp out: %q, %v", b, err)
 	}
+	trips("sandbox cp out (a directory)")
 	if fi, err := os.Stat(filepath.Join(back, "proj", "run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("cp out, run.sh: %v, %v", fi, err)
 	}
@@ -170,12 +205,14 @@ func TestE2BCLI(t *testing.T) {
 	}
 
 	ok("sandbox", "switch", id, "--provider", "linux")
+	trips("sandbox switch e2b to linux")
 	if p := inspect(id); p != "linux" {
 		t.Fatalf("after switch --provider linux: provider %q", p)
 	}
 	check(id, "e2b to linux (switch)")
 	ok("sandbox", "exec", id, "--", "sh", "-c", "echo made on linux > proj/linux")
 	ok("sandbox", "switch", id, "--provider", "e2b")
+	trips("sandbox switch linux to e2b")
 	if p := inspect(id); p != "e2b" {
 		t.Fatalf("after switch --provider e2b: provider %q", p)
 	}
@@ -189,9 +226,11 @@ func TestE2BCLI(t *testing.T) {
 		t.Fatalf("fork --provider linux: provider %q", p)
 	}
 	check(fork, "e2b to linux (fork)")
+	trips("exec, fork to linux, exec")
 	if out := ok("sandbox", "rm", id, fork); len(lines(out)) != 2 {
 		t.Errorf("rm printed %q, want the two ids", out)
 	}
+	trips("sandbox rm")
 
 	s := &sessionCLI{t: t, berth: berth, addr: addr, model: model, data: data}
 	made := fake.Requests("POST /sandboxes")
@@ -203,5 +242,6 @@ func TestE2BCLI(t *testing.T) {
 	if fake.Requests("POST /sandboxes") == made {
 		t.Errorf("the session's sandbox is not an E2B sandbox")
 	}
+	trips("session new, send (one tool call)")
 	s.ok("rm", sid)
 }
