@@ -11,8 +11,9 @@
 // its template, so CreateRequest's CPU, Memory and Disk are refused with
 // errdefs.ErrUnsupported: build a template of the size wanted. A
 // machine's Lifetime is E2B's timeout, which E2B caps by the team's plan
-// (1 hour on Hobby, 24 on Pro): it is cut to Config.MaxLifetime, and
-// KeepAlive moves it on. Processes are started without envd's
+// (1 hour on Hobby, 24 on Pro): it is a minute longer than asked (the
+// daemon ends the sandbox on time; E2B's timeout is the backstop), cut
+// to Config.MaxLifetime, and KeepAlive moves it on. Processes are started without envd's
 // Connect-Timeout-Ms, which would kill them when it passed.
 //
 // The API key comes from the worker's environment (E2B_API_KEY unless
@@ -53,6 +54,9 @@ const (
 	DefaultMaxLifetime = time.Hour // the Hobby plan's cap, which every plan allows
 	// minResume is the least a resumed sandbox is kept for.
 	minResume = 5 * time.Minute
+	// DefaultLifetimeGrace is how much longer than asked E2B keeps a
+	// machine.
+	DefaultLifetimeGrace = time.Minute
 )
 
 // Config configures the E2B API.
@@ -74,13 +78,17 @@ type Config struct {
 	// MaxLifetime caps a machine's Lifetime and KeepAlive to what the
 	// team's plan allows; zero means DefaultMaxLifetime.
 	MaxLifetime time.Duration
+	// LifetimeGrace is how much longer than its Lifetime E2B keeps a
+	// machine; zero means DefaultLifetimeGrace.
+	LifetimeGrace time.Duration
 	// HTTPClient carries the requests; nil means a client of its own.
 	HTTPClient *http.Client
 	Logger     *slog.Logger
 }
 
 // ParseConfig reads the provider's settings: api-url, domain,
-// sandbox-url, template, max-lifetime (a Go duration), and where the
+// sandbox-url, template, max-lifetime and lifetime-grace (Go
+// durations), and where the
 // key is: api-key-env (the variable's name, default E2B_API_KEY) or
 // api-key-file (a file holding it). A missing key is
 // errdefs.ErrProviderAuth.
@@ -88,13 +96,14 @@ func ParseConfig(pc provider.Config) (Config, error) {
 	var c Config
 	keyEnv, keyFile := DefaultAPIKeyEnv, ""
 	if err := settings.Decode("e2b", pc, map[string]settings.Setting{
-		"api-url":      settings.String(&c.APIURL),
-		"domain":       settings.String(&c.Domain),
-		"sandbox-url":  settings.String(&c.SandboxURL),
-		"template":     settings.String(&c.Template),
-		"max-lifetime": settings.Duration(&c.MaxLifetime),
-		"api-key-env":  settings.String(&keyEnv),
-		"api-key-file": settings.String(&keyFile),
+		"api-url":        settings.String(&c.APIURL),
+		"domain":         settings.String(&c.Domain),
+		"sandbox-url":    settings.String(&c.SandboxURL),
+		"template":       settings.String(&c.Template),
+		"max-lifetime":   settings.Duration(&c.MaxLifetime),
+		"lifetime-grace": settings.Duration(&c.LifetimeGrace),
+		"api-key-env":    settings.String(&keyEnv),
+		"api-key-file":   settings.String(&keyFile),
 	}); err != nil {
 		return c, err
 	}
@@ -141,6 +150,9 @@ func New(cfg Config) (*API, error) {
 	}
 	if cfg.MaxLifetime <= 0 {
 		cfg.MaxLifetime = DefaultMaxLifetime
+	}
+	if cfg.LifetimeGrace <= 0 {
+		cfg.LifetimeGrace = DefaultLifetimeGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -207,12 +219,16 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 
 func ptr[T any](v T) *T { return &v }
 
-// lifetime is d as E2B allows it: at most MaxLifetime, zero meaning it.
+// lifetime is the E2B timeout for a machine to last d: d and
+// lifetimeGrace, at most MaxLifetime, zero meaning it. E2B's timeout is
+// the backstop: berth's daemon ends the sandbox at its own lifetime, and
+// a machine still being set up when a short lifetime passes is not
+// killed under its daemon's start.
 func (a *API) lifetime(d time.Duration) time.Duration {
-	if d <= 0 || d > a.cfg.MaxLifetime {
+	if d <= 0 {
 		return a.cfg.MaxLifetime
 	}
-	return d
+	return min(d+a.cfg.LifetimeGrace, a.cfg.MaxLifetime)
 }
 
 // Find implements remote.API.
