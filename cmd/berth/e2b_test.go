@@ -163,6 +163,12 @@ func TestE2BCLI(t *testing.T) {
 	}
 	trips("berth run (create, one command, destroy)")
 
+	// E2B sizes a sandbox by its template: a size asked for is refused,
+	// in one line saying so, not ignored.
+	if _, errOut, code := runBerth(t, berth, "--address", addr, "sandbox", "create", "--provider", "e2b", "--memory", "1Gi"); code == 0 ||
+		!strings.Contains(errOut, "template") || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+		t.Errorf("sandbox create --provider e2b --memory 1Gi: exit %d, stderr %q; want one line on templates", code, errOut)
+	}
 	id := strings.TrimSpace(ok("sandbox", "create", "--provider", "e2b", "--no-idle-timeout"))
 	t.Cleanup(func() { rm(id) })
 	if p := inspect(id); p != "e2b" {
