@@ -11,10 +11,11 @@
 // its template, so CreateRequest's CPU, Memory and Disk are refused with
 // errdefs.ErrUnsupported: build a template of the size wanted. A
 // machine's Lifetime is E2B's timeout, which E2B caps by the team's plan
-// (1 hour on Hobby, 24 on Pro): it is a minute longer than asked (the
-// daemon ends the sandbox on time; E2B's timeout is the backstop), cut
-// to Config.MaxLifetime, and KeepAlive moves it on. Processes are started without envd's
-// Connect-Timeout-Ms, which would kill them when it passed.
+// (1 hour on Hobby, 24 on Pro): it is cut to Config.MaxLifetime, and
+// KeepAlive moves it on. E2B's timeout runs only while a sandbox runs:
+// a paused one is kept until it is deleted or resumed. Processes are
+// started without envd's Connect-Timeout-Ms, which would kill them when
+// it passed.
 //
 // The API key comes from the worker's environment (E2B_API_KEY unless
 // api-key-env names another variable) or a file (api-key-file), never
@@ -54,9 +55,6 @@ const (
 	DefaultMaxLifetime = time.Hour // the Hobby plan's cap, which every plan allows
 	// minResume is the least a resumed sandbox is kept for.
 	minResume = 5 * time.Minute
-	// DefaultLifetimeGrace is how much longer than asked E2B keeps a
-	// machine.
-	DefaultLifetimeGrace = time.Minute
 )
 
 // Config configures the E2B API.
@@ -79,7 +77,7 @@ type Config struct {
 	// team's plan allows; zero means DefaultMaxLifetime.
 	MaxLifetime time.Duration
 	// LifetimeGrace is how much longer than its Lifetime E2B keeps a
-	// machine; zero means DefaultLifetimeGrace.
+	// machine; zero means none: E2B ends it at its lifetime.
 	LifetimeGrace time.Duration
 	// HTTPClient carries the requests; nil means a client of its own.
 	HTTPClient *http.Client
@@ -151,9 +149,7 @@ func New(cfg Config) (*API, error) {
 	if cfg.MaxLifetime <= 0 {
 		cfg.MaxLifetime = DefaultMaxLifetime
 	}
-	if cfg.LifetimeGrace <= 0 {
-		cfg.LifetimeGrace = DefaultLifetimeGrace
-	}
+	cfg.LifetimeGrace = max(cfg.LifetimeGrace, 0)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -220,10 +216,7 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 func ptr[T any](v T) *T { return &v }
 
 // lifetime is the E2B timeout for a machine to last d: d and
-// lifetimeGrace, at most MaxLifetime, zero meaning it. E2B's timeout is
-// the backstop: berth's daemon ends the sandbox at its own lifetime, and
-// a machine still being set up when a short lifetime passes is not
-// killed under its daemon's start.
+// LifetimeGrace, at most MaxLifetime, zero meaning it.
 func (a *API) lifetime(d time.Duration) time.Duration {
 	if d <= 0 {
 		return a.cfg.MaxLifetime

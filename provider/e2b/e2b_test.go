@@ -35,7 +35,7 @@ func newAPI(t *testing.T, opts e2bfake.Options) (*e2bfake.Server, *e2b.API) {
 			t.Errorf("spec violations:\n%s", strings.Join(v, "\n"))
 		}
 	})
-	a, err := e2b.New(e2b.Config{APIURL: f.URL(), SandboxURL: f.SandboxURL(), APIKey: testKey, LifetimeGrace: time.Millisecond})
+	a, err := e2b.New(e2b.Config{APIURL: f.URL(), SandboxURL: f.SandboxURL(), APIKey: testKey})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, sb *sandbox, po
 		},
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return sb.machine.Dial(ctx, port)
+				c, err := sb.machine.Dial(ctx, port)
+				if err != nil {
+					return nil, err
+				}
+				return sb.track(c), nil
 			},
 			DisableKeepAlives: true,
 		},
@@ -431,18 +435,75 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 
 // lookPath fails, as envd's exec.Cmd.Start does, for a program the
 // machine does not have (the machine's shell would start and exit 127).
+// It looks through the machine's files, not a process of its own.
 func (s *Server) lookPath(ctx context.Context, sb *sandbox, cmd remotefake.Command) error {
-	probe := cmd
-	probe.Argv = []string{"/bin/sh", "-c", `command -v "$1" >/dev/null`, "sh", cmd.Argv[0]}
-	probe.Stdin = false
-	p, err := sb.machine.Start(ctx, probe)
-	if err != nil {
-		return errors.New(firstLine(err))
+	name := cmd.Argv[0]
+	var candidates []string
+	if strings.Contains(name, "/") {
+		candidates = []string{name}
+	} else {
+		dirs := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+		if p, ok := cmd.Env["PATH"]; ok {
+			dirs = p
+		}
+		for _, d := range strings.Split(dirs, ":") {
+			if path.IsAbs(d) {
+				candidates = append(candidates, path.Join(d, name))
+			}
+		}
 	}
-	go io.Copy(io.Discard, p.Stdout())
-	go io.Copy(io.Discard, p.Stderr())
-	if code, err := p.Wait(); err != nil || code != 0 {
-		return fmt.Errorf("exec: %q: executable file not found in $PATH", cmd.Argv[0])
+	for _, c := range candidates {
+		if !path.IsAbs(c) {
+			c = path.Join("/", cmd.Dir, c) // the machine's default dir is /
+		}
+		if f, err := sb.machine.ReadFile(ctx, c); err == nil {
+			f.Close()
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("exec: %q: executable file not found in $PATH", name)
+}
+
+// trackedConn is a connection into a sandbox, closed when the sandbox
+// ends: a connection into a network namespace that is gone would hang.
+type trackedConn struct {
+	net.Conn
+	sb   *sandbox
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.sb.connMu.Lock()
+		delete(c.sb.conns, c)
+		c.sb.connMu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// track registers c with the sandbox, or closes it if the sandbox ended.
+func (sb *sandbox) track(c net.Conn) net.Conn {
+	tc := &trackedConn{Conn: c, sb: sb}
+	sb.connMu.Lock()
+	defer sb.connMu.Unlock()
+	if sb.connsClosed {
+		c.Close()
+		return tc
+	}
+	if sb.conns == nil {
+		sb.conns = map[*trackedConn]bool{}
+	}
+	sb.conns[tc] = true
+	return tc
+}
+
+// closeConns closes every connection into the sandbox, and any made later.
+func (sb *sandbox) closeConns() {
+	sb.connMu.Lock()
+	conns := sb.conns
+	sb.conns, sb.connsClosed = nil, true
+	sb.connMu.Unlock()
+	for c := range conns {
+		c.Conn.Close()
+	}
 }

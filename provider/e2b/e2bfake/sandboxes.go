@@ -42,6 +42,10 @@ type sandbox struct {
 
 	procMu sync.Mutex
 	procs  map[uint32]*remotefake.Process
+
+	connMu      sync.Mutex
+	conns       map[*trackedConn]bool // proxied connections into it
+	connsClosed bool
 }
 
 func randomID(n int) string {
@@ -194,6 +198,7 @@ func (s *Server) kill(sb *sandbox, why string) {
 	}
 	s.mu.Unlock()
 	s.log.Info("e2bfake: sandbox ends", "sandbox", sb.id, "why", why)
+	sb.closeConns()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := sb.machine.Destroy(ctx); err != nil {
