@@ -45,6 +45,10 @@ A model server that is down or lists no models does not stop berth dev:
 it says so in one line, sessions try the model at each call, and berth
 providers shows its state.
 
+Hosted providers take their keys from the environment too; e2b is served
+when E2B_API_KEY holds the team's key, with BERTH_E2B_SECRET the same on
+every host (docs/providers/e2b.md).
+
 ` + stoppingHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
