@@ -46,8 +46,7 @@ it says so in one line, sessions try the model at each call, and berth
 providers shows its state.
 
 Hosted providers take their keys from the environment too; e2b is served
-when E2B_API_KEY holds the team's key, with BERTH_E2B_SECRET the same on
-every host (docs/providers/e2b.md).
+when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 
 ` + stoppingHelp,
 		Args: cobra.NoArgs,

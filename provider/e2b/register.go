@@ -2,6 +2,8 @@ package e2b
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"slices"
@@ -37,8 +39,8 @@ var remoteSettings = []string{"daemon", "port", "secret-env", "secret-file"}
 // package remote's: daemon (berth-sandboxd on this host, to upload),
 // port (the daemon's, in the sandbox), and the secret the daemons'
 // tokens derive from, from the environment (secret-env, default
-// BERTH_E2B_SECRET) or a file (secret-file). With no secret, the
-// provider reaches only the sandboxes it made itself.
+// BERTH_E2B_SECRET) or a file (secret-file). With neither, the secret
+// derives from the API key (keySecret).
 func Open(ctx context.Context, pc provider.Config) (*API, remote.Config, error) {
 	apiPC, rest := provider.Config{}, map[string]string{}
 	for k, v := range pc {
@@ -71,11 +73,22 @@ func Open(ctx context.Context, pc provider.Config) (*API, remote.Config, error) 
 	if err != nil {
 		return nil, rc, err
 	}
-	if secret == "" {
-		log.Warn("e2b: no secret for the daemons' tokens: this worker reaches only the sandboxes it makes", "env", DefaultSecretEnv)
-	}
 	rc.Secret = []byte(secret)
+	if secret == "" {
+		rc.Secret = keySecret(cfg.APIKey)
+	}
 	return api, rc, nil
+}
+
+// keySecret is the daemons' secret of a worker given none: one derived
+// from the team's API key, so that every worker with the key, and one
+// restarted, reaches the daemons of the team's sandboxes. It gives
+// nothing the key does not: with the key, envd runs any command in any
+// of the team's sandboxes. The key itself never reaches a sandbox.
+func keySecret(apiKey string) []byte {
+	mac := hmac.New(sha256.New, []byte(apiKey))
+	mac.Write([]byte("berth e2b daemon secret"))
+	return mac.Sum(nil)
 }
 
 func secretOf(s map[string]string) (string, error) {
