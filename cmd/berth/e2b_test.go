@@ -154,9 +154,9 @@ func TestE2BCLI(t *testing.T) {
 	}
 
 	out, errOut, code := runBerth(t, berth, "run", "--address", addr, "--provider", "e2b", "--",
-		"sh", "-c", "echo out; echo err >&2; id -u; exit 7")
-	if out != "out\n1000\n" || !strings.Contains(errOut, "err\n") || code != 7 {
-		t.Errorf("berth run --provider e2b: stdout %q, stderr %q, exit %d; want out, uid 1000, err, exit 7", out, errOut, code)
+		"sh", "-c", "echo out; echo err >&2; id -un; exit 7")
+	if out != "out\nuser\n" || !strings.Contains(errOut, "err\n") || code != 7 {
+		t.Errorf("berth run --provider e2b: stdout %q, stderr %q, exit %d; want out, the user E2B names (user), err, exit 7", out, errOut, code)
 	}
 	if n := fake.Requests("POST /sandboxes"); n == 0 {
 		t.Errorf("berth run --provider e2b made no E2B sandbox")
@@ -223,7 +223,7 @@ func TestE2BCLI(t *testing.T) {
 		t.Fatalf("after switch --provider e2b: provider %q", p)
 	}
 	check(id, "linux to e2b (switch)")
-	if got := ok("sandbox", "exec", id, "--", "sh", "-c", "cat proj/linux; id -u"); got != "made on linux\n1000\n" {
+	if got := ok("sandbox", "exec", id, "--", "sh", "-c", "cat proj/linux; id -un"); got != "made on linux\nuser\n" {
 		t.Errorf("back on e2b: %q", got)
 	}
 	fork := strings.TrimSpace(ok("sandbox", "fork", id, "--provider", "linux"))
@@ -241,9 +241,9 @@ func TestE2BCLI(t *testing.T) {
 	s := &sessionCLI{t: t, berth: berth, addr: addr, model: model, data: data}
 	made := fake.Requests("POST /sandboxes")
 	sid := strings.TrimSpace(s.ok("new", "--provider", "e2b"))
-	model.Script(shellCall("c1", "echo 'print(6*7)' > main.py && python3 main.py && id -u"), fakemodel.Reply{Text: "It prints 42."})
-	if out := s.ok("send", sid, "write", "main.py"); !strings.Contains(out, "  42\n  1000\n") || !strings.HasSuffix(out, "It prints 42.\n") {
-		t.Errorf("a session on e2b printed:\n%s\nwant the tool call's output (42, uid 1000) and the answer", out)
+	model.Script(shellCall("c1", "echo 'print(6*7)' > main.py && python3 main.py && id -un"), fakemodel.Reply{Text: "It prints 42."})
+	if out := s.ok("send", sid, "write", "main.py"); !strings.Contains(out, "  42\n  user\n") || !strings.HasSuffix(out, "It prints 42.\n") {
+		t.Errorf("a session on e2b printed:\n%s\nwant the tool call's output (42, user) and the answer", out)
 	}
 	if fake.Requests("POST /sandboxes") == made {
 		t.Errorf("the session's sandbox is not an E2B sandbox")
