@@ -295,23 +295,53 @@ func (p *Provider) ended(ctx context.Context, m Machine) bool {
 // while this process lives, the machine ends on time without a call;
 // after, the next call or reaper pass that sees it ends it (ended).
 func (p *Provider) endPaused(id string, m Machine) {
-	d := time.Until(expiresAt(m, lifetimeOf(m)))
+	p.armEnd(id, m.Name, time.Until(expiresAt(m, lifetimeOf(m))), endTries)
+}
+
+// endTries bounds how often endDue asks the service again after a
+// failure (endRetry apart) before it leaves the machine to the reaper.
+const (
+	endTries = 12
+	endRetry = 5 * time.Second
+)
+
+func (p *Provider) armEnd(id, name string, d time.Duration, tries int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if t, ok := p.endings[id]; ok {
-		t.Reset(d)
+		t.Stop()
+	}
+	p.endings[id] = time.AfterFunc(d, func() { p.endDue(id, name, tries) })
+}
+
+// endDue ends the machine name if its lifetime has passed and it is not
+// running; one whose lifetime has not passed (the Machine endPaused was
+// given may not have known when it was made) is looked at again then.
+func (p *Provider) endDue(id, name string, tries int) {
+	p.mu.Lock()
+	delete(p.endings, id)
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	m, err := p.api.Find(ctx, name)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return
+	case err != nil:
+		if tries > 1 {
+			p.armEnd(id, name, endRetry, tries-1)
+		}
+		return
+	case m.State == MachineRunning:
+		return // its daemon ends it
+	}
+	if left := time.Until(expiresAt(m, lifetimeOf(m))); left > 0 {
+		p.armEnd(id, name, left, tries)
 		return
 	}
-	p.endings[id] = time.AfterFunc(d, func() {
-		p.mu.Lock()
-		delete(p.endings, id)
-		p.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
-		defer cancel()
-		if m, err := p.api.Find(ctx, m.Name); err == nil {
-			p.ended(ctx, m)
-		}
-	})
+	if !p.ended(ctx, m) && tries > 1 {
+		p.armEnd(id, name, endRetry, tries-1)
+	}
 }
 
 // Get implements provider.Provider.
