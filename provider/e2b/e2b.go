@@ -31,7 +31,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -105,25 +104,9 @@ func ParseConfig(pc provider.Config) (Config, error) {
 	}); err != nil {
 		return c, err
 	}
-	if keyFile != "" {
-		if _, set := pc["api-key-env"]; set {
-			return c, fmt.Errorf("%w: e2b provider: api-key-env and api-key-file both set", errdefs.ErrBadInput)
-		}
-		b, err := os.ReadFile(keyFile)
-		if err != nil {
-			return c, fmt.Errorf("%w: e2b provider: read api-key-file: %v", errdefs.ErrProviderAuth, errors.Unwrap(err))
-		}
-		c.APIKey = strings.TrimSpace(string(b))
-		if c.APIKey == "" {
-			return c, fmt.Errorf("%w: e2b provider: api-key-file %s is empty", errdefs.ErrProviderAuth, keyFile)
-		}
-		return c, nil
-	}
-	c.APIKey = strings.TrimSpace(os.Getenv(keyEnv))
-	if c.APIKey == "" {
-		return c, fmt.Errorf("%w: e2b provider: no API key in $%s", errdefs.ErrProviderAuth, keyEnv)
-	}
-	return c, nil
+	key, err := settings.APIKey("e2b", pc, keyEnv, keyFile)
+	c.APIKey = key
+	return c, err
 }
 
 // API is E2B as a remote.API and remote.Pauser.

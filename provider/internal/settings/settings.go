@@ -4,10 +4,12 @@
 package settings
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth/errdefs"
@@ -141,4 +143,32 @@ func Fill(r, defaults provider.Resources) provider.Resources {
 		r.Disk = defaults.Disk
 	}
 	return r
+}
+
+// APIKey reads a hosted service's API key named by a provider's
+// settings: from the file keyFile when it is set, else from the
+// environment variable keyEnv. The key is never part of an error.
+// Both set, or no key found, is an error: errdefs.ErrBadInput for the
+// former, errdefs.ErrProviderAuth for the latter (the provider is then
+// listed as unavailable, why included).
+func APIKey(name string, pc provider.Config, keyEnv, keyFile string) (string, error) {
+	if keyFile != "" {
+		if _, set := pc["api-key-env"]; set {
+			return "", fmt.Errorf("%w: %s provider: api-key-env and api-key-file both set", errdefs.ErrBadInput, name)
+		}
+		b, err := os.ReadFile(keyFile)
+		if err != nil {
+			return "", fmt.Errorf("%w: %s provider: read api-key-file: %v", errdefs.ErrProviderAuth, name, errors.Unwrap(err))
+		}
+		key := strings.TrimSpace(string(b))
+		if key == "" {
+			return "", fmt.Errorf("%w: %s provider: api-key-file %s is empty", errdefs.ErrProviderAuth, name, keyFile)
+		}
+		return key, nil
+	}
+	key := strings.TrimSpace(os.Getenv(keyEnv))
+	if key == "" {
+		return "", fmt.Errorf("%w: %s provider: no API key in $%s", errdefs.ErrProviderAuth, name, keyEnv)
+	}
+	return key, nil
 }

@@ -2,6 +2,8 @@ package settings
 
 import (
 	"errors"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,5 +47,38 @@ func TestFill(t *testing.T) {
 	got := Fill(provider.Resources{Memory: 5}, provider.Resources{Memory: 1, Pids: 2, CPU: 3, Disk: 4})
 	if want := (provider.Resources{Memory: 5, Pids: 2, CPU: 3, Disk: 4}); got != want {
 		t.Errorf("Fill = %+v, want %+v", got, want)
+	}
+}
+
+// TestAPIKey: the key comes from the variable or the file the settings
+// name; both set is bad input; none found is an auth error that names
+// where it looked and never holds a key.
+func TestAPIKey(t *testing.T) {
+	t.Setenv("SVC_KEY", " key-from-env\n")
+	if k, err := APIKey("svc", provider.Config{}, "SVC_KEY", ""); err != nil || k != "key-from-env" {
+		t.Errorf("from env: %q, %v", k, err)
+	}
+	f := t.TempDir() + "/key"
+	if err := os.WriteFile(f, []byte("key-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := APIKey("svc", provider.Config{"api-key-file": f}, "SVC_KEY", f); err != nil || k != "key-from-file" {
+		t.Errorf("from file: %q, %v", k, err)
+	}
+	if _, err := APIKey("svc", provider.Config{"api-key-file": f, "api-key-env": "X"}, "X", f); !errors.Is(err, errdefs.ErrBadInput) {
+		t.Errorf("both set: %v, want bad input", err)
+	}
+	t.Setenv("SVC_KEY", "")
+	_, err := APIKey("svc", provider.Config{}, "SVC_KEY", "")
+	if !errors.Is(err, errdefs.ErrProviderAuth) || !strings.Contains(err.Error(), "$SVC_KEY") {
+		t.Errorf("no key: %v, want an auth error naming $SVC_KEY", err)
+	}
+	empty := t.TempDir() + "/empty"
+	_ = os.WriteFile(empty, nil, 0o600)
+	if _, err := APIKey("svc", provider.Config{}, "SVC_KEY", empty); !errors.Is(err, errdefs.ErrProviderAuth) {
+		t.Errorf("empty file: %v, want an auth error", err)
+	}
+	if _, err := APIKey("svc", provider.Config{}, "SVC_KEY", t.TempDir()+"/missing"); !errors.Is(err, errdefs.ErrProviderAuth) {
+		t.Errorf("missing file: %v, want an auth error", err)
 	}
 }
