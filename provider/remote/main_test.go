@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/berth-dev/berth/provider/remote/remotefake"
+	"github.com/berth-dev/berth/provider/remote/remotetest"
 )
 
 // The tests' farm of machines, and the daemon they upload, built once.
@@ -32,11 +32,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	daemon = filepath.Join(dir, "berth-sandboxd")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", daemon, "github.com/berth-dev/berth/cmd/berth-sandboxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build berth-sandboxd: %v\n%s", err, out)
+	if daemon, err = remotetest.BuildDaemon(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	farm, err = remotefake.NewFarm(context.Background(), remotefake.Options{})
