@@ -21,7 +21,7 @@ type Machine struct {
 	farm      *Farm
 	id        string
 	container string
-	pid       int // the host pid of the container's first process
+	pid       int    // the host pid of the container's first process
 	uid       int    // of its user and of the user's group
 	user      string // its user's name
 	env       map[string]string
