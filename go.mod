@@ -13,6 +13,7 @@ require (
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/containerd/errdefs v1.0.0
 	github.com/getkin/kin-openapi v0.153.0
+	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674
 	github.com/klauspost/compress v1.18.7
 	github.com/landlock-lsm/go-landlock v0.11.0
 	github.com/moby/moby/api v1.56.1
