@@ -186,7 +186,10 @@ func (t *toolbox) upload(w http.ResponseWriter, r *http.Request) {
 		writeToolboxError(w, r, http.StatusBadRequest, failure(stderr, code))
 		return
 	}
-	w.WriteHeader(http.StatusOK)
+	// The daemon's body is empty, which its document's gin.H (an
+	// object) does not allow: the fake's is the empty object, which the
+	// SDK reads as it reads nothing.
+	writeJSON(w, http.StatusOK, map[string]any{})
 }
 
 // download serves a file, read as root: the fake does not check that
@@ -362,7 +365,7 @@ var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 func (t *toolbox) killGroup(pid int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := t.m.Start(ctx, remotefake.Command{Argv: []string{"/bin/sh", "-c", `kill -KILL -- -"$1"`, "sh", strconv.Itoa(pid)}})
+	p, err := t.m.Start(ctx, remotefake.Command{Argv: []string{"/bin/sh", "-c", `kill -KILL -"$1"`, "sh", strconv.Itoa(pid)}})
 	if err != nil {
 		t.s.log.Debug("daytonafake: kill a process group", "err", err)
 		return
