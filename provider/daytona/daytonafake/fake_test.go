@@ -497,4 +497,3 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("the toolbox of a vanished sandbox: %v, want 404", err)
 	}
 }
-

@@ -406,7 +406,9 @@ func (t *toolbox) execute(w http.ResponseWriter, r *http.Request) {
 	// The daemon's command runs on in the background when the client
 	// goes: so does the fake's.
 	ctx := context.WithoutCancel(r.Context())
-	p, err := t.m.Start(ctx, remotefake.Command{Argv: []string{t.shell(ctx)}, Env: req.Envs, Dir: dir, User: t.user, Stdin: true})
+	// One pipe for stdout and stderr, as exec.Cmd's CombinedOutput
+	// makes it, so that their order is kept.
+	p, err := t.m.Start(ctx, remotefake.Command{Argv: []string{"/bin/sh", "-c", `exec "$0" 2>&1`, t.shell(ctx)}, Env: req.Envs, Dir: dir, User: t.user, Stdin: true})
 	if errors.Is(err, errdefs.ErrBadInput) {
 		// The daemon's exec.Cmd fails to start (no such directory).
 		writeJSON(w, http.StatusOK, map[string]any{"exitCode": -1, "result": ""})
