@@ -37,8 +37,10 @@
 // and keeps its files ("stopping", then "stopped"), archive needs a
 // stopped sandbox, start brings a stopped or archived one back; a
 // started sandbox with an autoStopInterval stops after that many minutes
-// (Options.Minute each) with no toolbox or preview request, none in
-// flight, and no POST last-activity; a stopped one is archived or
+// (Options.Minute each) with no activity: no toolbox or preview request
+// (none in flight either), no POST last-activity, no update of the
+// sandbox (a change of its state, labels or intervals); GETs of the API
+// are no activity, as in Daytona; a stopped one is archived or
 // deleted after its autoArchiveInterval or autoDeleteInterval; a
 // sandbox not started answers its toolbox and previews 400 "... Is the
 // Sandbox started?"; names are unique (409), CPU, memory and disk are

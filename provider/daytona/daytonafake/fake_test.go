@@ -497,3 +497,43 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("the toolbox of a vanished sandbox: %v, want 404", err)
 	}
 }
+
+// TestAutoArchiveAndDelete proves a stopped sandbox is archived after
+// its autoArchiveInterval, or deleted after its autoDeleteInterval (an
+// ephemeral one at once), and that StartDelay holds a sandbox in
+// "creating" and "starting".
+func TestAutoArchiveAndDelete(t *testing.T) {
+	t.Parallel()
+	s := newFake(t, Options{Minute: 300 * time.Millisecond, StartDelay: 500 * time.Millisecond})
+	c := newClient(t, s, "")
+	ctx := t.Context()
+	start := time.Now()
+	archived := create(t, c, types.SnapshotParams{SandboxBaseParams: types.SandboxBaseParams{AutoArchiveInterval: ptr(1)}})
+	if time.Since(start) < 500*time.Millisecond {
+		t.Fatalf("created in %v, under StartDelay", time.Since(start))
+	}
+	ephemeral := create(t, c, types.SnapshotParams{SandboxBaseParams: types.SandboxBaseParams{Ephemeral: true}})
+	if ephemeral.AutoDeleteInterval != 0 {
+		t.Fatalf("an ephemeral sandbox's autoDeleteInterval: %d", ephemeral.AutoDeleteInterval)
+	}
+	if err := archived.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Not the SDK's Stop, which would wait for a "stopped" the sandbox is
+	// deleted in.
+	api, actx := apiClient(s)
+	if _, _, err := api.SandboxAPI.StopSandbox(actx, ephemeral.ID).Execute(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, s, ephemeral.ID, "", 10*time.Second)
+	if st := s.State(archived.ID); st != "stopped" {
+		t.Fatalf("before its auto-archive interval: %s", st)
+	}
+	waitState(t, s, archived.ID, "archived", 10*time.Second)
+	if err := archived.StartWithTimeout(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < 1500*time.Millisecond {
+		t.Fatal("started again under StartDelay")
+	}
+}

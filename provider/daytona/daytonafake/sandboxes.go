@@ -245,9 +245,16 @@ func (s *Server) sandboxJSON(sb *sandbox) map[string]any {
 // setState moves sb to state, a new epoch. Callers hold s.mu.
 func (sb *sandbox) setState(state, desired string) int {
 	sb.state, sb.desired = state, desired
-	sb.updatedAt = time.Now()
+	sb.touch()
 	sb.epoch++
 	return sb.epoch
+}
+
+// touch marks an update of sb, which is activity: Daytona's repository
+// sets lastActivityAt to updatedAt at each.
+func (sb *sandbox) touch() {
+	sb.updatedAt = time.Now()
+	sb.activity = sb.updatedAt
 }
 
 // pending says whether sb is between states, which most operations
@@ -480,7 +487,6 @@ func (s *Server) finishStart(sb *sandbox, epoch int) {
 		return
 	}
 	sb.setState(stateStarted, stateStarted)
-	sb.activity = time.Now()
 	sb.connMu.Lock()
 	sb.connsClosed = false
 	sb.connMu.Unlock()
@@ -842,7 +848,7 @@ func (s *Server) setInterval(w http.ResponseWriter, r *http.Request, idOrName, w
 		default:
 			sb.autoDelete = n
 		}
-		sb.updatedAt = time.Now()
+		sb.touch()
 		writeJSON(w, http.StatusOK, s.sandboxJSON(sb))
 	})
 }
@@ -860,7 +866,7 @@ func (s *Server) replaceLabels(w http.ResponseWriter, r *http.Request, idOrName 
 	}
 	s.withSandbox(w, r, idOrName, func(sb *sandbox) {
 		sb.labels = req.Labels
-		sb.updatedAt = time.Now()
+		sb.touch()
 		writeJSON(w, http.StatusOK, map[string]any{"labels": sb.labels})
 	})
 }
