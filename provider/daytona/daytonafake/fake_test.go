@@ -298,8 +298,8 @@ func TestSessions(t *testing.T) {
 // preview proxy, with its token, and streams from it.
 func TestPreview(t *testing.T) {
 	t.Parallel()
-	s := newFake(t, Options{})
-	sb := create(t, newClient(t, s, ""), nil)
+	s := newFake(t, Options{Minute: 300 * time.Millisecond})
+	sb := create(t, newClient(t, s, ""), types.SnapshotParams{SandboxBaseParams: types.SandboxBaseParams{AutoStopInterval: ptr(0)}})
 	ctx := t.Context()
 	bin, err := os.ReadFile("/proc/self/exe")
 	if err != nil {
@@ -349,18 +349,31 @@ func TestPreview(t *testing.T) {
 	if resp, err := get("/pid", "wrong"); err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a wrong token: %v, %v", resp, err)
 	}
+	// A request in flight is activity: the sandbox does not stop under
+	// a stream that outlasts its auto-stop interval, and does once it
+	// ends.
+	api, actx := apiClient(s)
+	if _, _, err := api.SandboxAPI.SetAutostopInterval(actx, sb.ID, 1).Execute(); err != nil {
+		t.Fatal(err)
+	}
 	resp, err = get("/stream", link.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := bufio.NewReader(resp.Body)
-	for i := range 3 {
+	for i := range 15 {
 		line, err := lines.ReadString('\n')
 		if err != nil || line != fmt.Sprintf("line %d\n", i) {
-			t.Fatalf("streamed %q, %v", line, err)
+			t.Fatalf("streamed %q, %v (state %s)", line, err, s.State(sb.ID))
 		}
 	}
 	resp.Body.Close()
+	if st := s.State(sb.ID); st != "started" {
+		t.Fatalf("under a stream: %s", st)
+	}
+	if _, _, err := api.SandboxAPI.SetAutostopInterval(actx, sb.ID, 0).Execute(); err != nil {
+		t.Fatal(err)
+	}
 	if resp, err := http.Get(s.PreviewURL(sb.ID, 8081) + "/"); err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("no token: %v, %v", resp, err)
 	}
@@ -368,6 +381,19 @@ func TestPreview(t *testing.T) {
 	req.Header.Set(PreviewTokenHeader, link.Token)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("a closed port: %v, %v", resp, err)
+	}
+	// A stop ends the server, and the previews answer 400 until a start.
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := get("/pid", link.Token); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("the preview of a stopped sandbox: %v, %v", resp, err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := get("/pid", link.Token); err != nil || resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("the preview of a restarted sandbox whose server is gone: %v, %v", resp, err)
 	}
 }
 

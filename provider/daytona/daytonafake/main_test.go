@@ -90,7 +90,13 @@ func newFake(t *testing.T, opts Options) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		ids := s.Sandboxes()
 		s.Close()
+		for _, id := range ids {
+			if _, err := farm.Machine(id); err == nil {
+				t.Errorf("the machine of sandbox %s outlived Close", id)
+			}
+		}
 		if v := s.Violations(); len(v) > 0 {
 			t.Errorf("spec violations: %q", v)
 		}
