@@ -104,13 +104,19 @@ func (t *toolbox) createSession(w http.ResponseWriter, r *http.Request) {
 		t.sb.sessions = map[string]*session{}
 	}
 	_, exists = t.sb.sessions[req.SessionID]
-	if !exists && t.sb.state == stateStarted {
+	started := t.sb.state == stateStarted
+	if !exists && started {
 		t.sb.sessions[req.SessionID] = ss
 	}
 	t.s.mu.Unlock()
-	if exists {
+	switch {
+	case exists:
 		ss.end()
 		writeToolboxError(w, r, http.StatusConflict, "session already exists")
+		return
+	case !started:
+		ss.end()
+		writeToolboxError(w, r, http.StatusBadRequest, "no IP address found. Is the Sandbox started?")
 		return
 	}
 	w.WriteHeader(http.StatusCreated)
