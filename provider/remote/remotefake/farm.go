@@ -116,10 +116,31 @@ func NewFarm(ctx context.Context, opts Options) (*Farm, error) {
 // Label is the value every container of the farm carries.
 func (f *Farm) Label() string { return f.label }
 
+// MachineOptions configures a machine that CreateWith makes.
+type MachineOptions struct {
+	// Env is the base environment of its commands.
+	Env map[string]string
+	// UserName names its unprivileged user, whose home is
+	// /home/<UserName>; empty means UserName ("user"). Services differ
+	// in it: E2B's is "user", Daytona's "daytona".
+	UserName string
+}
+
 // Create makes a new running machine. id is the fake service's id for
 // it, unique in the farm; env is the base environment of its commands.
 func (f *Farm) Create(ctx context.Context, id string, env map[string]string) (*Machine, error) {
+	return f.CreateWith(ctx, id, MachineOptions{Env: env})
+}
+
+// CreateWith is Create with the options of a service's machines.
+func (f *Farm) CreateWith(ctx context.Context, id string, opts MachineOptions) (*Machine, error) {
 	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	if opts.UserName == "" {
+		opts.UserName = UserName
+	}
+	if err := checkUserName(opts.UserName); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
@@ -135,7 +156,7 @@ func (f *Farm) Create(ctx context.Context, id string, env map[string]string) (*M
 	// of the id fails.
 	f.machines[id] = nil
 	f.mu.Unlock()
-	m, err := f.create(ctx, id, env)
+	m, err := f.create(ctx, id, opts)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err != nil || f.closed {
@@ -150,8 +171,8 @@ func (f *Farm) Create(ctx context.Context, id string, env map[string]string) (*M
 	return m, nil
 }
 
-func (f *Farm) create(ctx context.Context, id string, env map[string]string) (m *Machine, err error) {
-	envList, err := envSlice(env)
+func (f *Farm) create(ctx context.Context, id string, opts MachineOptions) (m *Machine, err error) {
+	envList, err := envSlice(opts.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +227,7 @@ func (f *Farm) create(ctx context.Context, id string, env map[string]string) (m 
 		return nil, fmt.Errorf("%w: remotefake: the container of machine %q has ended", errdefs.ErrSandboxLost, id)
 	}
 	f.log.Debug("remotefake: machine created", "id", id, "container", created.ID[:12])
-	m = &Machine{farm: f, id: id, container: created.ID, pid: pid, uid: uid, initFD: fd, env: maps.Clone(env)}
+	m = &Machine{farm: f, id: id, container: created.ID, pid: pid, uid: uid, initFD: fd, env: maps.Clone(opts.Env), user: opts.UserName}
 	if err := m.setUser(ctx); err != nil {
 		unix.Close(fd)
 		return nil, err

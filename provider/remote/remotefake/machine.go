@@ -21,8 +21,9 @@ type Machine struct {
 	farm      *Farm
 	id        string
 	container string
-	pid       int // the host pid of the container's first process
-	uid       int // of its user, UserName, and of the user's group
+	pid       int    // the host pid of the container's first process
+	uid       int    // of its user and of the user's group
+	user      string // its user's name
 	env       map[string]string
 
 	ops sync.Mutex // serializes Pause, Resume and Destroy
@@ -40,9 +41,16 @@ func (m *Machine) ID() string { return m.id }
 // Env is the machine's base environment, as Create was given it.
 func (m *Machine) Env() map[string]string { return maps.Clone(m.env) }
 
-// UID is the uid of the machine's user, UserName, on this host: also
-// the gid of its group.
+// UID is the uid of the machine's user on this host: also the gid of
+// its group.
 func (m *Machine) UID() int { return m.uid }
+
+// UserName is the name of the machine's unprivileged user (and of its
+// group), as MachineOptions gave it: UserName unless said otherwise.
+func (m *Machine) UserName() string { return m.user }
+
+// Home is the home directory of the machine's user, which it owns.
+func (m *Machine) Home() string { return "/home/" + m.user }
 
 // Container is the id of the machine's Docker container.
 func (m *Machine) Container() string { return m.container }

@@ -27,8 +27,8 @@ type Command struct {
 	Env map[string]string
 	// Dir is the working directory; empty means "/".
 	Dir string
-	// User is "" or "root" for root, or "user" for the machine's user
-	// (UserName, uid Machine.UID, home /home/user).
+	// User is "" or "root" for root, or the machine's user
+	// (Machine.UserName, uid Machine.UID, home Machine.Home).
 	User string
 	// Stdin gives the process a stdin pipe, Process.Stdin.
 	Stdin bool
@@ -77,10 +77,10 @@ func (m *Machine) Start(ctx context.Context, c Command) (*Process, error) {
 	switch c.User {
 	case "", "root":
 		user = "0:0"
-	case UserName:
+	case m.user:
 		user = strconv.Itoa(m.uid) + ":" + strconv.Itoa(m.uid)
 	default:
-		return nil, fmt.Errorf("%w: remotefake: unknown user %q (root or user)", errdefs.ErrBadInput, clip(c.User))
+		return nil, fmt.Errorf("%w: remotefake: unknown user %q (root or %s)", errdefs.ErrBadInput, clip(c.User), m.user)
 	}
 	dir := c.Dir
 	if dir == "" {
@@ -89,8 +89,8 @@ func (m *Machine) Start(ctx context.Context, c Command) (*Process, error) {
 	// The shell says the process's pid in the machine on the first line
 	// of its output, then becomes the command.
 	argv := append([]string{"/bin/sh", "-c", `echo $$ && exec "$@"`, "sh"}, c.Argv...)
-	if c.User == UserName {
-		env = append(env, "HOME=/home/user", "USER=user")
+	if c.User == m.user {
+		env = append(env, "HOME="+m.Home(), "USER="+m.user)
 	}
 	ex, err := m.farm.docker.ExecCreate(ctx, m.container, client.ExecCreateOptions{
 		User:         user,

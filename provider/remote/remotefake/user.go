@@ -13,9 +13,11 @@ import (
 
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
+
+	"github.com/berth-dev/berth/errdefs"
 )
 
-// Every machine's user "user" has a uid and gid of its own on this host,
+// Every machine's unprivileged user has a uid and gid of its own on this host,
 // from [FirstUID, FirstUID+NumUIDs), unique among the live machines of
 // every farm: a hosted machine has a kernel of its own, and so limits per
 // user (inotify instances, processes) of its own; containers on one
@@ -25,9 +27,28 @@ const (
 	NumUIDs  = 10000
 )
 
-// UserName is the name of a machine's unprivileged user, home
-// /home/user, who owns /home/user and /workspace.
+// UserName is the name of a machine's unprivileged user unless
+// MachineOptions says otherwise; the user's home is /home/<name>, and the
+// user owns it and /workspace.
 const UserName = "user"
+
+// checkUserName allows the names useradd would, so that an accounts
+// file's line stays well formed.
+func checkUserName(name string) error {
+	ok := len(name) <= 32 && name != "root"
+	for i, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r == '_':
+		case i > 0 && (r >= '0' && r <= '9' || r == '-'):
+		default:
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("%w: remotefake: bad user name %q", errdefs.ErrBadInput, clip(name))
+	}
+	return nil
+}
 
 // labelUID carries the uid of a container's user.
 const labelUID = "berth.remotefake.uid"
@@ -77,19 +98,20 @@ func (f *Farm) holdsUID(ctx context.Context, id string, uid int) (bool, error) {
 // maxAccounts bounds the image's /etc/passwd and /etc/group.
 const maxAccounts = 1 << 20
 
-// setUser makes the machine's user and group "user" have uid and gid
-// m.uid, in its /etc/passwd and /etc/group, and gives it /home/user
-// (its /workspace is a tmpfs mounted with the uid). It runs before any
-// command of the machine's.
+// setUser makes the machine's user and group, m.user, have uid and gid
+// m.uid, in its /etc/passwd and /etc/group (adding them when the image
+// has none), and gives it its home (its /workspace is a tmpfs mounted
+// with the uid). It runs before any command of the machine's.
 func (m *Machine) setUser(ctx context.Context) error {
 	id := strconv.Itoa(m.uid)
+	name := m.user
 	if err := m.editAccounts(ctx, "/etc/passwd", func(f []string) []string {
 		if len(f) < 7 {
 			return nil
 		}
 		f[2], f[3] = id, id
 		return f
-	}, UserName+":x:"+id+":"+id+":"+UserName+":/home/"+UserName+":/bin/sh"); err != nil {
+	}, name+":x:"+id+":"+id+":"+name+":"+m.Home()+":/bin/sh"); err != nil {
 		return err
 	}
 	if err := m.editAccounts(ctx, "/etc/group", func(f []string) []string {
@@ -98,7 +120,7 @@ func (m *Machine) setUser(ctx context.Context) error {
 		}
 		f[2] = id
 		return f
-	}, UserName+":x:"+id+":"); err != nil {
+	}, name+":x:"+id+":"); err != nil {
 		return err
 	}
 	root, err := m.openProc("root", unix.O_PATH|unix.O_DIRECTORY)
@@ -106,7 +128,7 @@ func (m *Machine) setUser(ctx context.Context) error {
 		return err
 	}
 	defer unix.Close(root)
-	home, err := mkdirAll(root, "/home/"+UserName)
+	home, err := mkdirAll(root, m.Home())
 	if err != nil {
 		return fmt.Errorf("remotefake: the home of machine %q's user: %w", m.id, err)
 	}
@@ -117,7 +139,7 @@ func (m *Machine) setUser(ctx context.Context) error {
 	return nil
 }
 
-// editAccounts rewrites the line of UserName in an accounts file of the
+// editAccounts rewrites the line of m.user in an accounts file of the
 // machine (fields separated by ':') with edit, or adds line when there
 // is none.
 func (m *Machine) editAccounts(ctx context.Context, name string, edit func([]string) []string, line string) error {
@@ -141,9 +163,9 @@ func (m *Machine) editAccounts(ctx context.Context, name string, edit func([]str
 	found := false
 	for l := range strings.Lines(string(old)) {
 		f := strings.Split(strings.TrimSuffix(l, "\n"), ":")
-		if f[0] == UserName && !found {
+		if f[0] == m.user && !found {
 			if f = edit(f); f == nil {
-				return fmt.Errorf("remotefake: %s of machine %q: a bad line of %s", name, m.id, UserName)
+				return fmt.Errorf("remotefake: %s of machine %q: a bad line of %s", name, m.id, m.user)
 			}
 			found = true
 			l = strings.Join(f, ":") + "\n"
