@@ -165,16 +165,17 @@ func TestErrors(t *testing.T) {
 // stops a sandbox left alone, and not one kept alive; with no auto-stop
 // set, berth's sandboxes are made with it off.
 func TestAutoStop(t *testing.T) {
-	const minute = 200 * time.Millisecond
+	const minute = time.Second
 	f := newFake(t, daytonafake.Options{Minute: minute})
 	off := newAPI(t, f, daytona.Config{})
 	m0 := create(t, off, "b-auto-off")
 	a := newAPI(t, f, daytona.Config{AutoStop: time.Minute})
-	kept, left := create(t, a, "b-auto-kept"), create(t, a, "b-auto-left")
+	left := create(t, a, "b-auto-left")
+	kept := create(t, a, "b-auto-kept")
 	if kept.ExpiresAt.IsZero() || m0.ExpiresAt.IsZero() == false {
 		t.Errorf("ExpiresAt with auto-stop %v, without %v", kept.ExpiresAt, m0.ExpiresAt)
 	}
-	deadline := time.Now().Add(4 * minute)
+	deadline := time.Now().Add(3 * minute)
 	for time.Now().Before(deadline) {
 		if err := a.KeepAlive(t.Context(), kept, time.Minute); err != nil {
 			t.Fatal(err)
