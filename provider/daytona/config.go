@@ -34,12 +34,9 @@ type Config struct {
 const (
 	DefaultAPIURL    = "https://app.daytona.io/api"
 	DefaultAPIKeyEnv = "DAYTONA_API_KEY"
-	// DefaultUser is the user Daytona's snapshots run the toolbox as.
+	// DefaultUser is the unprivileged user of Daytona's snapshots,
+	// whom commands run as.
 	DefaultUser = "daytona"
-	// DefaultWorkspace and DefaultRemotePath are in DefaultUser's home,
-	// which the toolbox's user can write.
-	DefaultWorkspace  = "/home/daytona/workspace"
-	DefaultRemotePath = "/home/daytona/.berth/berth-sandboxd"
 )
 
 // ParseConfig reads the API's settings: api-url, target, snapshot,

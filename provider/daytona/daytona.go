@@ -93,8 +93,12 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 		return remote.Machine{}, fmt.Errorf("%w: daytona: %d labels, at most %d", errdefs.ErrBadInput, len(req.Labels), maxLabels)
 	}
 	base := types.SandboxBaseParams{
-		Name:             req.Name,
-		Labels:           maps.Clone(req.Labels),
+		Name:   req.Name,
+		Labels: maps.Clone(req.Labels),
+		// The toolbox acts as root, so that the daemon does: it owns
+		// the machine, as on every provider, and runs commands as
+		// DefaultUser.
+		User:             "root",
 		AutoStopInterval: ptr(minutes(a.cfg.AutoStop)),
 	}
 	snapshot, image := a.cfg.Snapshot, a.cfg.Image

@@ -27,8 +27,7 @@ func init() {
 // Open reads the provider's settings: the API's (ParseConfig), and
 // package remote's (remote.SplitConfig; the secret's variable defaults to
 // BERTH_DAYTONA_SECRET). With no secret set, it derives from the API key
-// (remote.KeySecret). Commands run as Daytona's user, in a workspace in
-// its home.
+// (remote.KeySecret). Commands run as Daytona's user.
 func Open(ctx context.Context, pc provider.Config) (*API, remote.Config, error) {
 	apiPC, rc, err := remote.SplitConfig(Name, pc, DefaultSecretEnv)
 	if err != nil {
@@ -47,6 +46,6 @@ func Open(ctx context.Context, pc provider.Config) (*API, remote.Config, error) 
 	if len(rc.Secret) == 0 {
 		rc.Secret = remote.KeySecret(Name, cfg.APIKey)
 	}
-	rc.User, rc.Workspace, rc.RemotePath = DefaultUser, DefaultWorkspace, DefaultRemotePath
+	rc.User = DefaultUser
 	return api, rc, nil
 }

@@ -30,7 +30,7 @@ func TestOpen(t *testing.T) {
 	if api.cfg.APIURL != "http://127.0.0.1:1/api" || api.cfg.Snapshot != "base" || api.cfg.AutoStop.Minutes() != 20 || api.cfg.Target != "eu" {
 		t.Errorf("API config: %+v", api.cfg)
 	}
-	if rc.Port != 4000 || rc.User != DefaultUser || rc.Workspace != DefaultWorkspace || rc.RemotePath != DefaultRemotePath {
+	if rc.Port != 4000 || rc.User != DefaultUser {
 		t.Errorf("remote config: %+v", rc)
 	}
 	if len(rc.Secret) == 0 || bytes.Contains(rc.Secret, []byte("dtn_key_one")) {

@@ -468,6 +468,13 @@ func (s *Server) makeMachine(sb *sandbox, epoch int) {
 	}
 	sb.machine = m
 	s.mu.Unlock()
+	if sb.user == "root" {
+		// Daytona's images have root's home, where its toolbox starts;
+		// the farm's image lacks it.
+		if err := m.WriteFile(s.ctx, "/root/.profile", strings.NewReader(""), 0o644); err != nil {
+			s.log.Error("daytonafake: make root's home", "sandbox", sb.id, "err", err)
+		}
+	}
 	s.finishStart(sb, epoch)
 }
 

@@ -32,6 +32,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -110,6 +111,11 @@ func run(args []string, stderr io.Writer) error {
 	if err := scrubEnviron(ConfigEnv); err != nil {
 		fmt.Fprintf(stderr, "berth-sandboxd serve: clearing $%s from /proc/self/environ: %v\n", ConfigEnv, err)
 	}
+	// A daemon started in the background of a shell (a service's
+	// session, nohup ... &) has SIGINT and SIGQUIT ignored, which every
+	// command would inherit, so that Ctrl-C could not stop one. Handled
+	// here, they are back to their defaults in each command at its exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGQUIT)
 	fl := flag.NewFlagSet("berth-sandboxd serve", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	listen := fl.String("listen", "", "the TCP address to serve on (:PORT)")
