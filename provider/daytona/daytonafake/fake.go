@@ -341,6 +341,18 @@ func (s *Server) violation(format string, args ...any) {
 	s.violations = append(s.violations, msg)
 }
 
+// AllRequests is how many requests the fake has received, of every
+// operation: the round trips its clients made.
+func (s *Server) AllRequests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.requests {
+		n += c
+	}
+	return n
+}
+
 func (s *Server) count(op string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
