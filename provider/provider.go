@@ -118,6 +118,19 @@ type Reporter interface {
 	Report() string
 }
 
+// Checker is implemented by providers over a service that can fail
+// while the provider is open: a hosted one (E2B, Daytona) whose API may
+// be out of reach or refuse the key. berth providers asks it, so that a
+// provider whose every call would fail is not shown ready.
+type Checker interface {
+	// Check makes one cheap call to the service, proving that it answers
+	// and accepts the provider's key. Its error wraps
+	// errdefs.ErrProviderAuth for a key refused and
+	// errdefs.ErrProviderUnavailable for a service that did not answer
+	// (or answered 5xx); it is one line and holds no credential.
+	Check(ctx context.Context) error
+}
+
 // Signaler is implemented by sandboxes that can signal a running
 // command: an interrupted caller forwards its Ctrl-C, an operator stops a
 // command without stopping the sandbox.

@@ -81,4 +81,13 @@ type Availability struct {
 	// Note is what a provider that serves reports of its state
 	// (Reporter): a default image being made, or why it could not be.
 	Note string `json:"note,omitempty"`
+	// ServiceError, when not empty, says that the service of a provider
+	// the host serves failed its Check, in one line: it did not answer,
+	// or refused the key. The host serves the provider still (Available),
+	// but its calls fail alike until the service answers. ServiceKind is
+	// that failure's kind: errdefs.ProviderAuth for a key refused,
+	// errdefs.ProviderUnavailable for a service out of reach, failing, or
+	// too slow to answer within the host's bound.
+	ServiceError string       `json:"service_error,omitempty"`
+	ServiceKind  errdefs.Kind `json:"service_kind,omitempty"`
 }

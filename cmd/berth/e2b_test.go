@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
@@ -117,6 +118,44 @@ func TestE2BWithoutKey(t *testing.T) {
 	}
 	if f := strings.Fields(providerLine(out, "linux")); len(f) < 2 || f[1] != "ready" {
 		t.Errorf("berth providers:\n%s\nwant linux ready beside it", out)
+	}
+}
+
+// TestE2BUnreachable starts berth dev serving e2b over an E2B that has
+// stopped: berth providers shows e2b unreachable, in one line saying
+// why and never the key, and linux ready beside it.
+func TestE2BUnreachable(t *testing.T) {
+	t.Parallel()
+	fake, flags, env := startE2B(t)
+	fake.Close()
+	berth, data := build(t), dataDir(t)
+	var devLog testkit.SyncBuffer
+	dev, port := startDevEnv(t, env, berth, data, 0, &devLog, flags...)
+	t.Cleanup(func() { stopDev(t, dev, &devLog) })
+	dumpOnFailure(t, "berth dev", &devLog)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	start := time.Now()
+	out := runOK(t, berth, "providers", "--address", addr)
+	t.Logf("berth providers took %v:\n%s", time.Since(start), out)
+	line := providerLine(out, "e2b")
+	if f := strings.Fields(line); len(f) < 4 || f[1] != "unreachable" || !strings.Contains(line, "connection refused") {
+		t.Errorf("berth providers:\n%s\nwant e2b unreachable, saying the connection was refused", out)
+	}
+	if f := strings.Fields(providerLine(out, "linux")); len(f) < 2 || f[1] != "ready" {
+		t.Errorf("berth providers:\n%s\nwant linux ready beside it", out)
+	}
+	rows := decode[[]map[string]any](t, "providers -o json", runOK(t, berth, "providers", "--address", addr, "-o", "json"))
+	found := false
+	for _, r := range rows {
+		if r["name"] == "e2b" {
+			found = r["status"] == "unreachable" && r["service_kind"] == "ProviderUnavailable"
+		}
+	}
+	if !found {
+		t.Errorf("berth providers -o json: %v; want e2b unreachable, of kind ProviderUnavailable", rows)
+	}
+	if strings.Contains(out, e2bKey) || strings.Contains(devLog.String(), e2bKey) {
+		t.Error("the API key is in berth providers' output or berth dev's log")
 	}
 }
 

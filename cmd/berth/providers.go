@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent/model"
+	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/internal/termtext"
 	"github.com/berth-dev/berth/provider"
 )
@@ -22,11 +23,20 @@ func newProviders(cf *connFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "providers",
 		Short: "List the providers every host serves, with what they can do, and why not the others",
-		Long: `berth providers asks every host which providers it serves (PROVIDER, STATUS
-ready, HOST its queue, and what each does natively) and, of the others
-its binary links, why it does not (a binary or engine missing...). A
-host that does not answer within a few seconds (stopped lately, or too
-busy) is shown as one line, STATUS unreachable; the others still are.
+		Long: `berth providers asks every host which providers it serves, and of the
+others its binary links why it does not: one line each, PROVIDER,
+STATUS, HOST (its queue), DETAILS. STATUS is one of:
+
+  ready        served; DETAILS says what it does natively
+  unavailable  not opened: DETAILS says why (a binary, an engine or a key
+               missing...)
+  unreachable  served, but its service (E2B...) did not answer the
+               host's check within 5 s, or failed it: DETAILS says how
+  refused      served, but its service refused the key
+
+A host that does not answer within a few seconds (stopped lately, or too
+busy) is shown as one line, PROVIDER -, STATUS unreachable; the others
+still are.
 A line after them says what a worker finds of the coding agent's model
 now: ready, unknown (its server lists no models: the first call will
 tell), unavailable and why, or none configured.`,
@@ -66,8 +76,10 @@ tell), unavailable and why, or none configured.`,
 // coding agent's model (Model, no Name).
 type providerRow struct {
 	provider.Availability
-	// State is the table's STATUS: ready, unavailable, unreachable; of
-	// the model, its model.Status.State.
+	// State is the table's STATUS: ready, unavailable (not opened),
+	// unreachable (the host, or a provider's service, did not answer),
+	// refused (a provider's service refused the key); of the model, its
+	// model.Status.State.
 	State       string        `json:"status"`
 	Unreachable bool          `json:"unreachable,omitempty"`
 	Model       *model.Status `json:"model,omitempty"`
@@ -92,14 +104,25 @@ func providerRows(hosts []berth.HostProviders) []providerRow {
 		}
 		for _, s := range h.Providers {
 			s.Host = h.Host
-			state := "ready"
-			if !s.Available {
-				state = "unavailable"
-			}
-			rows = append(rows, providerRow{Availability: s, State: state})
+			rows = append(rows, providerRow{Availability: s, State: providerState(s)})
 		}
 	}
 	return rows
+}
+
+// providerState is a provider's STATUS: whether the host serves it and,
+// of one over a service, how the service answered the host's check.
+func providerState(s provider.Availability) string {
+	switch {
+	case !s.Available:
+		return "unavailable"
+	case s.ServiceError == "":
+		return "ready"
+	case s.ServiceKind == errdefs.ProviderAuth:
+		return "refused"
+	default:
+		return "unreachable"
+	}
 }
 
 // printProviders writes the rows as a table, and the model's as a line
@@ -118,6 +141,8 @@ func printProviders(out io.Writer, rows []providerRow) error {
 			name, details = "-", flatten(s.Reason)
 		case !s.Available:
 			details = flatten(s.Reason)
+		case s.ServiceError != "":
+			details = termtext.Clean(flatten(s.ServiceError)) // the service's words among them
 		case s.Note != "":
 			details += "; " + termtext.Clean(flatten(s.Note)) // the engine's words among them
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent/model"
+	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -22,7 +23,13 @@ func TestProviderRows(t *testing.T) {
 			{Name: "gvisor", Reason: "runsc\nnot found"},
 		}},
 		{Host: "berth@b", Unreachable: true, Error: "no worker took the question within 5s"},
-		{Host: "berth@c", Providers: []provider.Availability{{Name: "linux", Available: true, Capabilities: &provider.Capabilities{}}}},
+		{Host: "berth@c", Providers: []provider.Availability{
+			{Name: "e2b", Available: true, Capabilities: &provider.Capabilities{Pause: true, Image: true},
+				ServiceError: "e2b: check (list sandboxes): dial tcp 127.0.0.1:9: connect: connection refused\nmore", ServiceKind: errdefs.ProviderUnavailable},
+			{Name: "daytona", Available: true, Capabilities: &provider.Capabilities{Image: true},
+				ServiceError: "daytona: 401 Unauthorized: \x1b[31mbad key", ServiceKind: errdefs.ProviderAuth},
+			{Name: "linux", Available: true, Capabilities: &provider.Capabilities{}},
+		}},
 	}
 	rows := append(providerRows(hosts), modelRow(model.Status{Model: "qwen3", Server: "127.0.0.1:8000", State: model.Unavailable,
 		Reason: "model: 127.0.0.1:8000 unreachable: connection refused: start it"}))
@@ -35,6 +42,8 @@ func TestProviderRows(t *testing.T) {
 		"docker    ready        berth@a  pause,host-bound; default image berth-host:1-v1: not made: too big ...",
 		"gvisor    unavailable  berth@a  runsc ...",
 		"-         unreachable  berth@b  no worker took the question within 5s",
+		"e2b       unreachable  berth@c  e2b: check (list sandboxes): dial tcp 127.0.0.1:9: connect: connection refused ...",
+		"daytona   refused      berth@c  daytona: 401 Unauthorized: bad key",
 		"linux     ready        berth@c",
 		"model qwen3 at 127.0.0.1:8000: unavailable: model: 127.0.0.1:8000 unreachable: connection refused: start it",
 	}
@@ -52,8 +61,8 @@ func TestProviderRows(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 5 {
-		t.Fatalf("JSON: %s, want 5 rows", b)
+	if len(got) != 7 {
+		t.Fatalf("JSON: %s, want 7 rows", b)
 	}
 	if r := got[0]; r["name"] != "docker" || r["status"] != "ready" || !strings.Contains(r["note"].(string), "not made") || r["host"] != "berth@a" || r["available"] != true || r["capabilities"].(map[string]any)["host_bound"] != true || r["unreachable"] != nil {
 		t.Errorf("JSON of a ready provider: %v", r)
@@ -61,7 +70,17 @@ func TestProviderRows(t *testing.T) {
 	if r := got[2]; r["name"] != "" || r["host"] != "berth@b" || r["available"] != false || r["unreachable"] != true || r["reason"] == "" {
 		t.Errorf("JSON of an unreachable host: %v", r)
 	}
-	if r := got[4]; r["name"] != "" || r["status"] != "unavailable" || r["available"] != false || r["model"] == nil ||
+	if r := got[3]; r["name"] != "e2b" || r["status"] != "unreachable" || r["available"] != true || r["unreachable"] != nil ||
+		r["service_kind"] != "ProviderUnavailable" || !strings.HasPrefix(r["service_error"].(string), "e2b: check") {
+		t.Errorf("JSON of a provider whose service did not answer: %v", r)
+	}
+	if r := got[4]; r["name"] != "daytona" || r["status"] != "refused" || r["service_kind"] != "ProviderAuth" || r["service_error"] == "" {
+		t.Errorf("JSON of a provider whose service refused the key: %v", r)
+	}
+	if r := got[5]; r["status"] != "ready" || r["service_error"] != nil || r["service_kind"] != nil {
+		t.Errorf("JSON of a ready provider without a service: %v", r)
+	}
+	if r := got[6]; r["name"] != "" || r["status"] != "unavailable" || r["available"] != false || r["model"] == nil ||
 		r["model"].(map[string]any)["model"] != "qwen3" || r["model"].(map[string]any)["server"] != "127.0.0.1:8000" {
 		t.Errorf("JSON of the model: %v", r)
 	}

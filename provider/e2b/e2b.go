@@ -1,8 +1,8 @@
 // Package e2b runs berth's sandboxes on E2B (e2b.dev): it implements
-// [remote.API] and [remote.Pauser] over E2B's control API and envd
-// (package e2bapi), and package remote turns that into a berth provider
-// by uploading berth-sandboxd into each sandbox and reaching it through
-// E2B's port proxy.
+// [remote.API], [remote.Pauser] and [remote.Checker] over E2B's control
+// API and envd (package e2bapi), and package remote turns that into a
+// berth provider by uploading berth-sandboxd into each sandbox and
+// reaching it through E2B's port proxy.
 //
 // A machine is an E2B sandbox. Its name is kept in the sandbox's
 // metadata under "berth.name", beside its labels, so Find and Create list
@@ -120,8 +120,9 @@ type API struct {
 }
 
 var (
-	_ remote.API    = (*API)(nil)
-	_ remote.Pauser = (*API)(nil)
+	_ remote.API     = (*API)(nil)
+	_ remote.Pauser  = (*API)(nil)
+	_ remote.Checker = (*API)(nil)
 )
 
 // New returns the API over E2B.
@@ -145,6 +146,9 @@ func New(cfg Config) (*API, error) {
 
 // Name implements remote.API.
 func (a *API) Name() string { return "e2b" }
+
+// Check implements remote.Checker: E2B's cheapest listing, one sandbox.
+func (a *API) Check(ctx context.Context) error { return a.c.Check(ctx) }
 
 // Bounds on what a machine's name and labels may be.
 const (

@@ -358,3 +358,80 @@ func TestParseConfig(t *testing.T) {
 		t.Errorf("a key in the settings: %v, want refused, and not quoted", err)
 	}
 }
+
+// echoing is a transport that records every request's query and, when
+// echo is set, answers 401 quoting the request's key, as a careless
+// proxy might.
+type echoing struct {
+	echo    bool
+	queries []string
+}
+
+func (e *echoing) RoundTrip(r *http.Request) (*http.Response, error) {
+	e.queries = append(e.queries, r.URL.Path+"?"+r.URL.RawQuery)
+	if e.echo {
+		body := `{"code":401,"message":"key ` + r.Header.Get("X-API-Key") + ` is not valid"}`
+		return &http.Response{StatusCode: http.StatusUnauthorized, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestCheck: the provider as a host opens it is a provider.Checker
+// whose Check is one listing of one sandbox: nil while E2B accepts the
+// key, a refusal (ErrProviderAuth) for a wrong key, E2B out of reach
+// (ErrProviderUnavailable) once it is gone; no error holds the key.
+func TestCheck(t *testing.T) {
+	f, _ := newAPI(t, e2bfake.Options{})
+	check := func(key string) error {
+		t.Helper()
+		t.Setenv(e2b.DefaultAPIKeyEnv, key)
+		p, err := provider.Open(t.Context(), e2b.Name, provider.Config{"api-url": f.URL(), "sandbox-url": f.SandboxURL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, ok := p.(provider.Checker)
+		if !ok {
+			t.Fatalf("provider e2b (%T) is no provider.Checker", p)
+		}
+		err = c.Check(t.Context())
+		if err != nil && strings.Contains(err.Error(), key) {
+			t.Errorf("the error holds the API key: %v", err)
+		}
+		return err
+	}
+
+	before := f.Requests("GET /v2/sandboxes")
+	if err := check(testKey); err != nil {
+		t.Errorf("Check with the key E2B accepts: %v", err)
+	}
+	if n := f.Requests("GET /v2/sandboxes") - before; n != 1 {
+		t.Errorf("Check made %d listings, want 1", n)
+	}
+	if err := check("e2b_wrongk3y"); !errors.Is(err, errdefs.ErrProviderAuth) || errors.Is(err, errdefs.ErrProviderUnavailable) {
+		t.Errorf("Check with a wrong key: %v, want refused", err)
+	}
+
+	// One page of one: the cheapest call, and a key echoed is not repeated.
+	rt := &echoing{}
+	a, err := e2b.New(e2b.Config{APIURL: f.URL(), APIKey: testKey, HTTPClient: &http.Client{Transport: rt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Check(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(rt.queries) != 1 || rt.queries[0] != "/v2/sandboxes?limit=1" {
+		t.Errorf("Check asked %q, want one /v2/sandboxes?limit=1", rt.queries)
+	}
+	rt.echo = true
+	err = a.Check(t.Context())
+	if !errors.Is(err, errdefs.ErrProviderAuth) || !strings.Contains(err.Error(), "is not valid") {
+		t.Errorf("Check answered 401: %v, want refused, with E2B's words", err)
+	}
+	noKey(t, err)
+
+	f.Close()
+	if err := check(testKey); !errors.Is(err, errdefs.ErrProviderUnavailable) {
+		t.Errorf("Check with E2B gone: %v, want unavailable", err)
+	}
+}

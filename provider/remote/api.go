@@ -55,6 +55,15 @@ type Pauser interface {
 	Resume(ctx context.Context, m Machine) error
 }
 
+// Checker is implemented by an API that can prove, in one cheap call,
+// that its service answers and accepts its key: the provider New makes
+// is then a provider.Checker, so berth providers tells a service out of
+// reach, or a key refused, from one ready. Its errors are classified as
+// API's are.
+type Checker interface {
+	Check(ctx context.Context) error
+}
+
 // CreateRequest describes a machine to make.
 type CreateRequest struct {
 	// Name is unique among the account's machines; it derives from the

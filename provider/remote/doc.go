@@ -25,7 +25,9 @@
 // every process a command left behind; at the lifetime it ends them, and
 // the machine too when the service sets the machine no time limit of
 // its own. Pause is the service's when the API is a [Pauser], else the
-// daemon's.
+// daemon's. An API that is a [Checker] makes the provider a
+// [provider.Checker]: berth providers then asks whether the service
+// answers and takes the key.
 //
 // Limits (CPU, memory, disk) go to the service, which may refuse them;
 // berth cannot tell that it enforces them, so Capabilities says it does

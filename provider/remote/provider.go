@@ -47,16 +47,34 @@ type Provider struct {
 
 // New returns a provider whose sandboxes are machines of api, each
 // running berth-sandboxd. A Config it cannot use makes every call fail
-// with its error.
+// with its error. When api is a Checker, the provider is a
+// provider.Checker whose Check is the API's.
 func New(api API, cfg Config) provider.Provider {
 	p := &Provider{api: api, machines: map[string]*machine{}, creating: map[string]*sync.Mutex{}, endings: map[string]*time.Timer{}}
 	p.pauser, _ = api.(Pauser)
 	p.err = cfg.setDefaults()
 	p.cfg = cfg
+	if c, ok := api.(Checker); ok {
+		return &checkedProvider{Provider: p, checker: c}
+	}
 	return p
 }
 
-var _ provider.Provider = (*Provider)(nil)
+// checkedProvider is a Provider whose API can be checked: a type of
+// its own, so that a provider over an API that cannot be is no
+// provider.Checker.
+type checkedProvider struct {
+	*Provider
+	checker Checker
+}
+
+var (
+	_ provider.Provider = (*Provider)(nil)
+	_ provider.Checker  = (*checkedProvider)(nil)
+)
+
+// Check implements provider.Checker: the API's.
+func (p *checkedProvider) Check(ctx context.Context) error { return p.checker.Check(ctx) }
 
 // Name implements provider.Provider: the API's.
 func (p *Provider) Name() string { return p.api.Name() }

@@ -486,3 +486,58 @@ func TestDaemonNeverAnswers(t *testing.T) {
 		t.Errorf("the machine whose daemon never answered is still there: %v", infos)
 	}
 }
+
+// checking is a pausing API whose service a test makes answer, or not.
+type checking struct {
+	*pausing
+	calls atomic.Int64
+	err   atomic.Pointer[error]
+}
+
+func (a *checking) Check(ctx context.Context) error {
+	a.calls.Add(1)
+	if err := a.err.Load(); err != nil {
+		return *err
+	}
+	return ctx.Err()
+}
+
+// TestCheck: a provider is a provider.Checker when its API is a Checker,
+// and not otherwise; its Check is the API's, errors and all; and it is
+// the same provider besides, the API's own pause kept.
+func TestCheck(t *testing.T) {
+	if _, ok := open(t, remotefake.NewAPI(farm)).(provider.Checker); ok {
+		t.Error("a provider over an API that is no Checker is a provider.Checker")
+	}
+	api := &checking{pausing: &pausing{API: remotefake.NewAPI(farm)}}
+	p := open(t, api)
+	c, ok := p.(provider.Checker)
+	if !ok {
+		t.Fatal("a provider over a Checker API is no provider.Checker")
+	}
+	if err := c.Check(t.Context()); err != nil || api.calls.Load() != 1 {
+		t.Errorf("Check of a service that answers: %v after %d calls to the API's, want nil after 1", err, api.calls.Load())
+	}
+	refused := fmt.Errorf("fake: list: 401: %w", errdefs.ErrProviderAuth)
+	api.err.Store(&refused)
+	if err := c.Check(t.Context()); !errors.Is(err, errdefs.ErrProviderAuth) || err.Error() != refused.Error() {
+		t.Errorf("Check of a service refusing the key: %v, want the API's %v", err, refused)
+	}
+	api.err.Store(nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := c.Check(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Check with a context cancelled: %v; the API's Check did not get it", err)
+	}
+
+	if p.Name() != "remotefake" || !p.Capabilities().Pause {
+		t.Errorf("the checked provider: name %q, capabilities %+v", p.Name(), p.Capabilities())
+	}
+	sb := create(t, p, testSpec(t))
+	if out := sh(t, sb, "echo ok"); out != "ok\n" {
+		t.Errorf("a command in a sandbox of the checked provider: %q", out)
+	}
+	if err := sb.(provider.Pauser).Pause(t.Context()); err != nil || api.pauses.Load() != 1 {
+		t.Errorf("Pause: %v, %d pauses by the API; want the API's own", err, api.pauses.Load())
+	}
+}

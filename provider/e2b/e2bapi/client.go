@@ -256,6 +256,16 @@ func (c *Client) ListSandboxes(ctx context.Context, o ListOptions) ([]ListedSand
 	return nil, fmt.Errorf("e2b: list sandboxes: more than %d pages: %w", maxListPages, errdefs.ErrProviderUnavailable)
 }
 
+// Check proves that E2B answers and accepts the key, in the cheapest
+// call its API has: one page of one sandbox (GET /v2/sandboxes?limit=1).
+// A key refused is errdefs.ErrProviderAuth, E2B out of reach or failing
+// errdefs.ErrProviderUnavailable, as every call's.
+func (c *Client) Check(ctx context.Context) error {
+	var page []ListedSandbox
+	_, err := c.do(ctx, "check (list sandboxes)", http.MethodGet, "/v2/sandboxes", url.Values{"limit": {"1"}}, nil, &page, http.StatusOK)
+	return err
+}
+
 // KillSandbox ends a sandbox (DELETE /sandboxes/{id}); one that is not
 // there is errdefs.ErrNotFound.
 func (c *Client) KillSandbox(ctx context.Context, id string) error {
