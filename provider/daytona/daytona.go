@@ -25,7 +25,7 @@ import (
 	"github.com/berth-dev/berth/provider/remote"
 )
 
-// API is Daytona as a remote.API.
+// API is Daytona as a remote.API and remote.Checker.
 type API struct {
 	cfg Config
 	sdk *sdk.Client
@@ -39,7 +39,10 @@ type API struct {
 	previews map[string]remote.Endpoint // by sandbox id and port
 }
 
-var _ remote.API = (*API)(nil)
+var (
+	_ remote.API     = (*API)(nil)
+	_ remote.Checker = (*API)(nil)
+)
 
 // requestTimeout bounds one call to Daytona's API or toolbox.
 const requestTimeout = time.Minute

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/daytona"
 	"github.com/berth-dev/berth/provider/daytona/daytonafake"
 	"github.com/berth-dev/berth/provider/remote"
@@ -272,3 +273,34 @@ func TestStartEndpoint(t *testing.T) {
 type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// TestProviderCheck: the registered provider checks Daytona with one
+// listing: ready with the key, refused with a wrong one, unreachable
+// when the service is gone; the key in no error.
+func TestProviderCheck(t *testing.T) {
+	f := newFake(t, daytonafake.Options{})
+	pc := settings(t, f)
+	check := func() error {
+		t.Helper()
+		c, ok := openProvider(t, pc).(provider.Checker)
+		if !ok {
+			t.Fatal("the daytona provider is not a provider.Checker")
+		}
+		return c.Check(t.Context())
+	}
+	before := f.AllRequests()
+	if err := check(); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	if n := f.AllRequests() - before; n != 1 {
+		t.Errorf("Check made %d requests, want 1", n)
+	}
+	t.Setenv(daytona.DefaultAPIKeyEnv, "dtn_refused_key")
+	if err := check(); !errors.Is(err, errdefs.ErrProviderAuth) || strings.Contains(err.Error(), "dtn_refused_key") {
+		t.Errorf("Check with a wrong key: %v, want ErrProviderAuth without the key", err)
+	}
+	f.Close()
+	if err := check(); !errors.Is(err, errdefs.ErrProviderUnavailable) {
+		t.Errorf("Check of a service gone: %v, want ErrProviderUnavailable", err)
+	}
+}
