@@ -2,6 +2,7 @@ package daytona
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/remote"
@@ -25,27 +26,18 @@ func init() {
 }
 
 // Open reads the provider's settings: the API's (ParseConfig), and
-// package remote's (remote.SplitConfig; the secret's variable defaults to
-// BERTH_DAYTONA_SECRET). With no secret set, it derives from the API key
-// (remote.KeySecret). Commands run as Daytona's user.
+// package remote's (remote.Open; the secret's variable defaults to
+// BERTH_DAYTONA_SECRET). Commands run as Daytona's user.
 func Open(ctx context.Context, pc provider.Config) (*API, remote.Config, error) {
-	apiPC, rc, err := remote.SplitConfig(Name, pc, DefaultSecretEnv)
-	if err != nil {
-		return nil, rc, err
-	}
-	cfg, err := ParseConfig(apiPC)
-	if err != nil {
-		return nil, rc, err
-	}
-	log := provider.LoggerFrom(ctx)
-	cfg.Logger, rc.Logger = log, log
-	api, err := New(cfg)
-	if err != nil {
-		return nil, rc, err
-	}
-	if len(rc.Secret) == 0 {
-		rc.Secret = remote.KeySecret(Name, cfg.APIKey)
-	}
+	api, rc, err := remote.Open(ctx, Name, DefaultSecretEnv, pc, func(pc provider.Config, log *slog.Logger) (*API, string, error) {
+		cfg, err := ParseConfig(pc)
+		if err != nil {
+			return nil, "", err
+		}
+		cfg.Logger = log
+		api, err := New(cfg)
+		return api, cfg.APIKey, err
+	})
 	rc.User = DefaultUser
-	return api, rc, nil
+	return api, rc, err
 }

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/remote"
@@ -25,26 +26,16 @@ func init() {
 }
 
 // Open reads the provider's settings: the API's (ParseConfig), and
-// package remote's (remote.SplitConfig; the secret's variable defaults to
-// BERTH_E2B_SECRET). With no secret set, it derives from the API key
-// (remote.KeySecret).
+// package remote's (remote.Open; the secret's variable defaults to
+// BERTH_E2B_SECRET).
 func Open(ctx context.Context, pc provider.Config) (*API, remote.Config, error) {
-	apiPC, rc, err := remote.SplitConfig(Name, pc, DefaultSecretEnv)
-	if err != nil {
-		return nil, rc, err
-	}
-	cfg, err := ParseConfig(apiPC)
-	if err != nil {
-		return nil, rc, err
-	}
-	log := provider.LoggerFrom(ctx)
-	cfg.Logger, rc.Logger = log, log
-	api, err := New(cfg)
-	if err != nil {
-		return nil, rc, err
-	}
-	if len(rc.Secret) == 0 {
-		rc.Secret = remote.KeySecret(Name, cfg.APIKey)
-	}
-	return api, rc, nil
+	return remote.Open(ctx, Name, DefaultSecretEnv, pc, func(pc provider.Config, log *slog.Logger) (*API, string, error) {
+		cfg, err := ParseConfig(pc)
+		if err != nil {
+			return nil, "", err
+		}
+		cfg.Logger = log
+		api, err := New(cfg)
+		return api, cfg.APIKey, err
+	})
 }

@@ -1,9 +1,11 @@
 package remote
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -84,4 +86,28 @@ func KeySecret(name, apiKey string) []byte {
 	mac := hmac.New(sha256.New, []byte(apiKey))
 	mac.Write([]byte("berth " + name + " daemon secret"))
 	return mac.Sum(nil)
+}
+
+// Open reads a hosted provider's settings: this package's
+// (SplitConfig, its secret's variable defaulting to secretEnv), and its
+// service's, which newAPI reads into the provider's API, returning the
+// account's API key too. With no secret set, the daemons' secret
+// derives from the key (KeySecret). The logger of ctx is the API's and
+// the Config's.
+func Open[A API](ctx context.Context, name, secretEnv string, pc provider.Config,
+	newAPI func(pc provider.Config, log *slog.Logger) (A, string, error)) (A, Config, error) {
+	var zero A
+	apiPC, rc, err := SplitConfig(name, pc, secretEnv)
+	if err != nil {
+		return zero, rc, err
+	}
+	rc.Logger = provider.LoggerFrom(ctx)
+	api, key, err := newAPI(apiPC, rc.Logger)
+	if err != nil {
+		return zero, rc, err
+	}
+	if len(rc.Secret) == 0 {
+		rc.Secret = KeySecret(name, key)
+	}
+	return api, rc, nil
 }
