@@ -22,6 +22,7 @@ import (
 	"github.com/daytonaio/daytona/libs/sdk-go/pkg/types"
 
 	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/provider/internal/svcerr"
 	"github.com/berth-dev/berth/provider/remote"
 )
 
@@ -65,7 +66,7 @@ func New(cfg Config) (*API, error) {
 	}
 	c, err := sdk.NewClientWithConfig(&types.DaytonaConfig{APIKey: cfg.APIKey, APIUrl: cfg.APIURL, Target: cfg.Target})
 	if err != nil {
-		return nil, fmt.Errorf("%w: daytona: %s", errdefs.ErrBadInput, scrub(err.Error(), cfg.APIKey))
+		return nil, fmt.Errorf("%w: daytona: %s", errdefs.ErrBadInput, svcerr.Scrub(err.Error(), cfg.APIKey))
 	}
 	ac := apiclient.NewConfiguration()
 	ac.Servers = apiclient.ServerConfigurations{{URL: strings.TrimRight(cfg.APIURL, "/")}}

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -14,52 +12,14 @@ import (
 	sdkerrors "github.com/daytonaio/daytona/libs/sdk-go/pkg/errors"
 
 	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/provider/internal/svcerr"
 )
 
 // Error is a call Daytona refused or could not answer. It wraps the
 // errdefs kind the answer means, so errors.Is(err, errdefs.ErrQuota) and
 // the like classify it, and its message is one line that never holds
 // the API key.
-type Error struct {
-	// Op names the call ("create sandbox").
-	Op string
-	// Status is the HTTP status Daytona answered, or 0 when no answer
-	// came.
-	Status int
-	// Message is what Daytona said, cut to one bounded line.
-	Message string
-	// RetryAfter is how long Daytona asked to wait (the Retry-After of
-	// a 429 or 503); zero when it did not say.
-	RetryAfter time.Duration
-
-	kind error
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("daytona: ")
-	b.WriteString(e.Op)
-	if e.Status != 0 {
-		fmt.Fprintf(&b, ": %d %s", e.Status, http.StatusText(e.Status))
-	}
-	if e.Message != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Message)
-	}
-	if e.RetryAfter > 0 {
-		fmt.Fprintf(&b, " (retry after %v)", e.RetryAfter)
-	}
-	return b.String()
-}
-
-// Unwrap returns the errdefs kind.
-func (e *Error) Unwrap() error { return e.kind }
-
-// Bounds of what an error repeats of Daytona's answer.
-const (
-	maxErrorLine  = 300
-	maxRetryAfter = 10 * time.Minute
-)
+type Error = svcerr.Error
 
 // quotaMarkers are how Daytona words a refusal for the organization's
 // limits ("Total CPU limit exceeded. Maximum allowed: 10", "... quota").
@@ -134,9 +94,9 @@ func message(body string) string {
 }
 
 func newError(op string, status int, msg string, header http.Header, key string, cause error) error {
-	e := &Error{Op: op, Status: status, Message: oneLine(scrub(msg, key))}
+	e := &Error{Service: Name, Op: op, Status: status, Message: svcerr.OneLine(svcerr.Scrub(msg, key))}
 	if header != nil {
-		e.RetryAfter = retryAfter(header, time.Now())
+		e.RetryAfter = svcerr.RetryAfter(header, time.Now())
 	}
 	lower := strings.ToLower(e.Message)
 	quota := false
@@ -145,57 +105,24 @@ func newError(op string, status int, msg string, header http.Header, key string,
 	}
 	switch {
 	case status == 0 && (errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded)):
-		e.kind = errdefs.ErrProviderUnavailable
+		e.Kind = errdefs.ErrProviderUnavailable
 		if errors.Is(cause, context.Canceled) {
-			e.kind = errdefs.ErrCanceled
+			e.Kind = errdefs.ErrCanceled
 		}
 	case status == 0:
-		e.kind = errdefs.ErrProviderUnavailable
+		e.Kind = errdefs.ErrProviderUnavailable
 	case status == http.StatusNotFound:
-		e.kind = errdefs.ErrNotFound
+		e.Kind = errdefs.ErrNotFound
 	case status == http.StatusUnauthorized || status == http.StatusForbidden && !quota:
-		e.kind = errdefs.ErrProviderAuth
+		e.Kind = errdefs.ErrProviderAuth
 	case quota && status < 500:
-		e.kind = errdefs.ErrQuota
+		e.Kind = errdefs.ErrQuota
 	case status == http.StatusConflict:
-		e.kind = errdefs.ErrAlreadyExists
+		e.Kind = errdefs.ErrAlreadyExists
 	case status == http.StatusTooManyRequests || status >= 500:
-		e.kind = errdefs.ErrProviderUnavailable
+		e.Kind = errdefs.ErrProviderUnavailable
 	default:
-		e.kind = errdefs.ErrBadInput
+		e.Kind = errdefs.ErrBadInput
 	}
 	return e
-}
-
-// scrub removes the key from s.
-func scrub(s, key string) string {
-	if key == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, key, "[key]")
-}
-
-// oneLine is s on one line, bounded.
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > maxErrorLine {
-		s = s[:maxErrorLine] + "..."
-	}
-	return s
-}
-
-// retryAfter is the wait a Retry-After header asks for (seconds or a
-// date), bounded; zero when there is none.
-func retryAfter(h http.Header, now time.Time) time.Duration {
-	v := h.Get("Retry-After")
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.Atoi(v); err == nil {
-		return min(max(time.Duration(n)*time.Second, 0), maxRetryAfter)
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return min(max(t.Sub(now), 0), maxRetryAfter)
-	}
-	return 0
 }

@@ -52,9 +52,6 @@ func TestClassify(t *testing.T) {
 	if got := message(`{"message":["name must be short","labels too many"],"statusCode":400}`); got != "name must be short; labels too many" {
 		t.Errorf("message of a list: %q", got)
 	}
-	if got := oneLine(strings.Repeat("x", 1000)); len(got) > maxErrorLine+3 {
-		t.Errorf("oneLine: %d bytes", len(got))
-	}
 }
 
 // TestShellQuote: what Start assigns and runs reaches the command as it

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/provider/internal/svcerr"
 )
 
 // SandboxRef is what reaching a sandbox's ports takes: its id, the
@@ -456,27 +457,27 @@ func (c *Client) connectError(op string, resp *http.Response) error {
 	e := c.connectCodeError(op, &ce).(*Error)
 	e.Status = resp.StatusCode
 	if errors.Is(e, errdefs.ErrProviderUnavailable) {
-		e.RetryAfter = retryAfter(resp.Header, time.Now())
+		e.RetryAfter = svcerr.RetryAfter(resp.Header, time.Now())
 	}
 	return e
 }
 
 // connectCodeError classifies a Connect error code.
 func (c *Client) connectCodeError(op string, ce *connectErr) error {
-	e := &Error{Op: op, Message: c.scrub(oneLine(ce.Code + ": " + ce.Message))}
+	e := &Error{Service: "e2b", Op: op, Message: c.scrub(oneLine(ce.Code + ": " + ce.Message))}
 	switch ce.Code {
 	case "not_found":
-		e.kind = errdefs.ErrNotFound
+		e.Kind = errdefs.ErrNotFound
 	case "unauthenticated", "permission_denied":
-		e.kind = errdefs.ErrProviderAuth
+		e.Kind = errdefs.ErrProviderAuth
 	case "resource_exhausted":
-		e.kind = errdefs.ErrQuota
+		e.Kind = errdefs.ErrQuota
 	case "unavailable", "deadline_exceeded", "aborted", "internal", "unknown", "canceled":
-		e.kind = errdefs.ErrProviderUnavailable
+		e.Kind = errdefs.ErrProviderUnavailable
 	case "unimplemented":
-		e.kind = errdefs.ErrUnsupported
+		e.Kind = errdefs.ErrUnsupported
 	default:
-		e.kind = errdefs.ErrBadInput
+		e.Kind = errdefs.ErrBadInput
 	}
 	return e
 }
