@@ -74,9 +74,9 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/berth-dev/berth/provider/remote/remotefake"
+	"github.com/berth-dev/berth/provider/remote/remotefake/apispec"
 )
 
 // The documents the fake follows, as testdata/README.md says.
@@ -206,68 +206,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// loadRouter loads a document and routes it at base (its servers
-// replaced in memory), each object schema made to refuse properties it
-// does not name. Its examples are not checked: some are not of their
-// schemas' types.
+// loadRouter loads a document and routes it at base. Its examples are
+// not checked: some are not of their schemas' types.
 func loadRouter(ctx context.Context, name string, b []byte, base string) (routers.Router, error) {
-	doc, err := openapi3.NewLoader().LoadFromData(b)
-	if err != nil {
-		return nil, fmt.Errorf("daytonafake: load %s: %w", name, err)
-	}
-	if err := doc.Validate(ctx, openapi3.DisableExamplesValidation()); err != nil {
-		return nil, fmt.Errorf("daytonafake: %s is not valid: %w", name, err)
-	}
-	doc.Servers = openapi3.Servers{{URL: base}}
-	strict(doc)
-	return gorillamux.NewRouter(doc)
-}
-
-// strict makes every schema with properties, and no word on others,
-// refuse the others.
-func strict(doc *openapi3.T) {
-	seen := map[*openapi3.Schema]bool{}
-	var walk func(*openapi3.SchemaRef)
-	walk = func(ref *openapi3.SchemaRef) {
-		if ref == nil || ref.Value == nil || seen[ref.Value] {
-			return
-		}
-		sc := ref.Value
-		seen[sc] = true
-		if len(sc.Properties) > 0 && sc.AdditionalProperties.Has == nil && sc.AdditionalProperties.Schema == nil {
-			no := false
-			sc.AdditionalProperties.Has = &no
-		}
-		for _, p := range sc.Properties {
-			walk(p)
-		}
-		walk(sc.Items)
-		walk(sc.AdditionalProperties.Schema)
-		for _, l := range []openapi3.SchemaRefs{sc.AllOf, sc.AnyOf, sc.OneOf} {
-			for _, r := range l {
-				walk(r)
-			}
-		}
-	}
-	for _, ref := range doc.Components.Schemas {
-		walk(ref)
-	}
-	for _, item := range doc.Paths.Map() {
-		for _, op := range item.Operations() {
-			if op.RequestBody != nil && op.RequestBody.Value != nil {
-				for _, mt := range op.RequestBody.Value.Content {
-					walk(mt.Schema)
-				}
-			}
-			for _, resp := range op.Responses.Map() {
-				if resp.Value != nil {
-					for _, mt := range resp.Value.Content {
-						walk(mt.Schema)
-					}
-				}
-			}
-		}
-	}
+	return apispec.Load(ctx, name, b, base, openapi3.DisableExamplesValidation())
 }
 
 // URL is the fake's base URL: the API is under /api, the toolbox under

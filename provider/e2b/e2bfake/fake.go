@@ -44,12 +44,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/berth-dev/berth/provider/remote/remotefake"
+	"github.com/berth-dev/berth/provider/remote/remotefake/apispec"
 )
 
 // Options configure a Server.
@@ -157,71 +156,13 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 }
 
 // loadRouter loads a spec and routes it at base (its servers replaced
-// in memory: the file names E2B's hosts), each object schema made to
-// refuse properties it does not name.
+// in memory: the file names E2B's hosts).
 func loadRouter(ctx context.Context, path, base string) (routers.Router, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("e2bfake: read the spec: %w", err)
 	}
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(b)
-	if err != nil {
-		return nil, fmt.Errorf("e2bfake: load %s: %w", filepath.Base(path), err)
-	}
-	if err := doc.Validate(ctx); err != nil {
-		return nil, fmt.Errorf("e2bfake: %s is not valid: %w", filepath.Base(path), err)
-	}
-	doc.Servers = openapi3.Servers{{URL: base}}
-	strict(doc)
-	return gorillamux.NewRouter(doc)
-}
-
-// strict makes every schema with properties, and no word on others,
-// refuse the others.
-func strict(doc *openapi3.T) {
-	seen := map[*openapi3.Schema]bool{}
-	var walk func(*openapi3.SchemaRef)
-	walk = func(ref *openapi3.SchemaRef) {
-		if ref == nil || ref.Value == nil || seen[ref.Value] {
-			return
-		}
-		sc := ref.Value
-		seen[sc] = true
-		if len(sc.Properties) > 0 && sc.AdditionalProperties.Has == nil && sc.AdditionalProperties.Schema == nil {
-			no := false
-			sc.AdditionalProperties.Has = &no
-		}
-		for _, p := range sc.Properties {
-			walk(p)
-		}
-		walk(sc.Items)
-		walk(sc.AdditionalProperties.Schema)
-		for _, l := range []openapi3.SchemaRefs{sc.AllOf, sc.AnyOf, sc.OneOf} {
-			for _, r := range l {
-				walk(r)
-			}
-		}
-	}
-	for _, ref := range doc.Components.Schemas {
-		walk(ref)
-	}
-	for _, item := range doc.Paths.Map() {
-		for _, op := range item.Operations() {
-			if op.RequestBody != nil && op.RequestBody.Value != nil {
-				for _, mt := range op.RequestBody.Value.Content {
-					walk(mt.Schema)
-				}
-			}
-			for _, resp := range op.Responses.Map() {
-				if resp.Value != nil {
-					for _, mt := range resp.Value.Content {
-						walk(mt.Schema)
-					}
-				}
-			}
-		}
-	}
+	return apispec.Load(ctx, filepath.Base(path), b, base)
 }
 
 // URL is the control API's base URL (the client's api-url).
