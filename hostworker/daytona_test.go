@@ -79,8 +79,12 @@ func TestDaytonaWorkerKilledMidCommand(t *testing.T) {
 				t.Fatal(err)
 			}
 			testkit.Eventually(t, "the command to start", 2*time.Minute, func() bool {
+				// A sandbox still creating has no machine yet.
 				ids := w.fake.Sandboxes()
-				return len(ids) == 1 && machineHas(t, w.machine(t), "/workspace/log")
+				if len(ids) != 1 || w.fake.Machine(ids[0]) == nil {
+					return false
+				}
+				return machineHas(t, w.machine(t), "/workspace/log")
 			})
 			if when == "activity" {
 				testkit.Eventually(t, "the Exec activity on the first worker", time.Minute, func() bool {
