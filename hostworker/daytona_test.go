@@ -170,3 +170,40 @@ func TestDaytonaWorkerKilledMidCreate(t *testing.T) {
 	}
 	_ = w2 // serves the reaper
 }
+
+// TestDaytonaCreateRetriedAfterKill is TestE2BCreateRetriedAfterKill on
+// daytona: the only worker is killed as in
+// TestDaytonaWorkerKilledMidCreate, and the run left be: another host's
+// worker retries the Create, which finds the sandbox the first made by
+// its name, finds its daemon answering or starts it, and goes on. One
+// sandbox is made, the command's result arrives, and the run's end
+// deletes the sandbox.
+func TestDaytonaCreateRetriedAfterKill(t *testing.T) {
+	w := newDaytonaWorld(t, "dtn_create_retried_key", "create retried secret")
+	w.gate.setHold(previewURL)
+	w1 := w.startWorker(t, "first worker", "daytona-host-1", 0)
+	run, err := w.c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, workflows.Run,
+		workflows.RunInput{Provider: "daytona", Argv: []string{"sh", "-c", "echo made once"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.gate.held:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the request for the daemon's preview URL never came")
+	}
+	w1.kill(t)
+	w.gate.setHold(nil)
+	w.startWorker(t, "second worker", "daytona-host-2", 0)
+	var out workflows.RunOutput
+	if err := run.Get(t.Context(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.ExitCode != 0 || string(out.Stdout.Inline) != "made once\n" {
+		t.Errorf("the run after its Create was retried: exit %d, stdout %q, stderr %q", out.ExitCode, out.Stdout.Inline, out.Stderr.Inline)
+	}
+	if n := w.fake.Requests("POST /sandbox"); n != 1 {
+		t.Errorf("%d sandboxes created, want 1", n)
+	}
+	testkit.Eventually(t, "the run's sandbox deleted", time.Minute, func() bool { return len(w.fake.Sandboxes()) == 0 })
+}
