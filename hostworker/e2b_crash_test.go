@@ -12,9 +12,9 @@ import (
 	"github.com/berth-dev/berth/workflows"
 )
 
-// e2bWaitGo makes a command wait until the test creates /workspace/go,
+// waitGo makes a command wait until the test creates /workspace/go,
 // so that it runs for as long as the test needs.
-const e2bWaitGo = "while [ ! -e /workspace/go ]; do sleep 0.05; done"
+const waitGo = "while [ ! -e /workspace/go ]; do sleep 0.05; done"
 
 // TestE2BWorkerKilledMidCommand kills the only worker with SIGKILL while
 // a command runs in an e2b sandbox, and starts another, on another host
@@ -32,7 +32,7 @@ func TestE2BWorkerKilledMidCommand(t *testing.T) {
 			w1 := w.startWorker(t, "first worker", "e2b-host-1", 0)
 			run, err := w.c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, workflows.Run,
 				workflows.RunInput{Provider: "e2b", Argv: []string{"sh", "-c",
-					"echo before; echo ran >> /workspace/log; " + e2bWaitGo + "; echo after; cat /workspace/log; exit 4"}})
+					"echo before; echo ran >> /workspace/log; " + waitGo + "; echo after; cat /workspace/log; exit 4"}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -121,7 +121,7 @@ func TestE2BSecretsStayOnWorker(t *testing.T) {
 		t.Errorf("%d workflows' histories searched, want the sandbox's and the reaper's at least", histories)
 	}
 	log := wk.log.String()
-	if !strings.Contains(log, e2bReady) || !strings.Contains(log, "ActivityType=Exec") {
+	if !strings.Contains(log, workerReady) || !strings.Contains(log, "ActivityType=Exec") {
 		t.Fatalf("the worker's log is not the worker's:\n%s", log)
 	}
 	find("the worker's log", []byte(log))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -27,49 +28,49 @@ import (
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
-	_ "github.com/berth-dev/berth/provider/e2b" // registers "e2b" in the worker processes
+	_ "github.com/berth-dev/berth/provider/daytona" // registers "daytona" in the worker processes
+	_ "github.com/berth-dev/berth/provider/e2b"     // and "e2b"
 	"github.com/berth-dev/berth/provider/e2b/e2bfake"
 	"github.com/berth-dev/berth/provider/remote/remotefake"
 	"github.com/berth-dev/berth/sandbox"
 )
 
-// The e2b tests run berth on the provider "e2b" against e2bfake, in
-// this process beside an embedded Temporal server, with every worker a
-// process of its own (this test binary, running TestE2BWorkerProcess),
-// so that a test can kill one with SIGKILL. The workers reach the
-// fake's sandboxes through a gate of the test's, which sees the
-// daemons' tokens pass and can hold a request for as long as the test
-// needs.
+// The e2b and daytona tests run berth on a remote provider against its
+// fake, in this process beside an embedded Temporal server, with every
+// worker a process of its own (this test binary, running
+// TestRemoteWorkerProcess), so that a test can kill one with SIGKILL.
+// The workers reach the fake through a gate of the test's, which sees
+// the tokens that pass and can hold a request for as long as the test
+// needs: E2B's sandboxes' host (envd and the daemons), Daytona's API.
 
-// e2bWorkerEnv carries a worker process's configuration (e2bWorkerConfig
-// in JSON).
-const e2bWorkerEnv = "BERTH_TEST_E2B_WORKER"
+// workerEnv carries a worker process's configuration (workerConfig in
+// JSON).
+const workerEnv = "BERTH_TEST_REMOTE_WORKER"
 
-// e2bWorkerConfig is what a worker process serves, and where.
-type e2bWorkerConfig struct {
-	Address    string        `json:"address"`
-	DataDir    string        `json:"data_dir"`
-	HostQueue  string        `json:"host_queue"`
-	APIURL     string        `json:"api_url"`
-	SandboxURL string        `json:"sandbox_url"`
-	Daemon     string        `json:"daemon"`
-	Heartbeat  time.Duration `json:"heartbeat"`
-	ReapEvery  time.Duration `json:"reap_every"`
+// workerConfig is what a worker process serves, and where.
+type workerConfig struct {
+	Address   string          `json:"address"`
+	DataDir   string          `json:"data_dir"`
+	HostQueue string          `json:"host_queue"`
+	Provider  string          `json:"provider"`
+	Settings  provider.Config `json:"settings"`
+	Heartbeat time.Duration   `json:"heartbeat"`
+	ReapEvery time.Duration   `json:"reap_every"`
 }
 
-// e2bReady is what a worker process logs once it serves.
-const e2bReady = "e2b worker is ready"
+// workerReady is what a worker process logs once it serves.
+const workerReady = "remote worker is ready"
 
-// TestE2BWorkerProcess is the worker process of the e2b tests: it does
-// nothing unless e2bWorkerEnv configures it, and then serves until it is
-// killed or interrupted, logging to stderr at debug level (which the
-// tests read for secrets).
-func TestE2BWorkerProcess(t *testing.T) {
-	raw := os.Getenv(e2bWorkerEnv)
+// TestRemoteWorkerProcess is the worker process of the e2b and daytona
+// tests: it does nothing unless workerEnv configures it, and then
+// serves until it is killed or interrupted, logging to stderr at debug
+// level (which the tests read for secrets).
+func TestRemoteWorkerProcess(t *testing.T) {
+	raw := os.Getenv(workerEnv)
 	if raw == "" {
 		return // not a worker process
 	}
-	var cfg e2bWorkerConfig
+	var cfg workerConfig
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -83,42 +84,47 @@ func TestE2BWorkerProcess(t *testing.T) {
 	defer c.Close()
 	h, err := hostworker.StartHost(ctx, c, hostworker.HostConfig{
 		DataDir: cfg.DataDir, Queue: sandbox.DefaultQueue, HostQueue: cfg.HostQueue,
-		Providers: []string{"e2b"},
-		ProviderConfig: map[string]provider.Config{"e2b": {
-			"api-url": cfg.APIURL, "sandbox-url": cfg.SandboxURL, "daemon": cfg.Daemon, "max-lifetime": "24h",
-		}},
-		ReapEvery: cfg.ReapEvery, HeartbeatTimeout: cfg.Heartbeat, Logger: log,
+		Providers:      []string{cfg.Provider},
+		ProviderConfig: map[string]provider.Config{cfg.Provider: cfg.Settings},
+		ReapEvery:      cfg.ReapEvery, HeartbeatTimeout: cfg.Heartbeat, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	log.Info(e2bReady, "host-queue", h.HostQueue)
+	log.Info(workerReady, "provider", cfg.Provider, "host-queue", h.HostQueue)
 	<-ctx.Done()
 	h.Close()
 }
 
-// e2bWorld is an embedded Temporal server, a fake E2B with its farm of
-// machines, the daemon the workers upload, and the gate between the
-// workers and the sandboxes.
-type e2bWorld struct {
+// remoteWorld is an embedded Temporal server, a farm of machines, the
+// daemon the workers upload, the gate, and what the workers of one
+// remote provider are given: its settings and environment. A world of
+// one provider (e2bWorld, daytonaWorld) adds its fake.
+type remoteWorld struct {
 	addr   string
 	c      client.Client
 	farm   *remotefake.Farm
-	fake   *e2bfake.Server
 	gate   *gate
 	daemon string
-	// key is the E2B API key, secret the daemons' tokens' secret: only
-	// the workers' environment holds them.
-	key, secret string
+	// provider is the provider the workers serve, settings its settings
+	// (but its daemon's path) and env what their environment adds: the
+	// API key and the daemons' secret, which only it holds.
+	provider string
+	settings provider.Config
+	env      []string
+	// sandboxes are the fake's sandboxes, machineOf the machine of one.
+	sandboxes func() []string
+	machineOf func(id string) (*remotefake.Machine, error)
 }
 
-// newE2BWorld starts the server, the fake and the gate for the test.
-func newE2BWorld(t *testing.T, key, secret string) *e2bWorld {
+// newRemoteWorld starts the server and the farm for the test, and builds
+// the daemon.
+func newRemoteWorld(t *testing.T) *remoteWorld {
 	t.Helper()
 	if out, err := exec.Command("../provider/remote/remotefake/testdata/build-image.sh").CombinedOutput(); err != nil {
 		t.Fatalf("build the machines' image: %v\n%s", err, out)
 	}
-	w := &e2bWorld{key: key, secret: secret, daemon: buildDaemon(t, t.TempDir())}
+	w := &remoteWorld{daemon: buildDaemon(t, t.TempDir())}
 	srv, err := devserver.Start(t.Context(), devserver.Options{
 		DataDir: t.TempDir(), Address: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler),
 	})
@@ -135,6 +141,24 @@ func newE2BWorld(t *testing.T, key, secret string) *e2bWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.farm.Close() })
+	return w
+}
+
+// e2bWorld is a remoteWorld serving e2b, over a fake E2B whose
+// sandboxes' host is behind the gate.
+type e2bWorld struct {
+	*remoteWorld
+	fake *e2bfake.Server
+	// key is the E2B API key, secret the daemons' tokens' secret: only
+	// the workers' environment holds them.
+	key, secret string
+}
+
+// newE2BWorld starts the server, the fake and the gate for the test.
+func newE2BWorld(t *testing.T, key, secret string) *e2bWorld {
+	t.Helper()
+	w := &e2bWorld{remoteWorld: newRemoteWorld(t), key: key, secret: secret}
+	var err error
 	if w.fake, err = e2bfake.New(t.Context(), e2bfake.Options{Farm: w.farm, APIKey: key, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}
@@ -146,32 +170,39 @@ func newE2BWorld(t *testing.T, key, secret string) *e2bWorld {
 		}
 	})
 	w.gate = newGate(t, w.fake.SandboxURL())
+	w.provider = "e2b"
+	w.settings = provider.Config{"api-url": w.fake.URL(), "sandbox-url": w.gate.URL(), "max-lifetime": "24h"}
+	w.env = []string{"E2B_API_KEY=" + key, "BERTH_E2B_SECRET=" + secret}
+	w.sandboxes = w.fake.Sandboxes
+	w.machineOf = w.farm.Machine
 	return w
 }
 
-// e2bWorker is a worker process.
-type e2bWorker struct {
+// remoteWorker is a worker process.
+type remoteWorker struct {
 	cmd    *exec.Cmd
 	log    *testkit.SyncBuffer
 	exited chan struct{}
 }
 
-// startWorker starts a worker process serving e2b with host queue
-// hostQueue, and waits until it serves. It is interrupted when the test
-// ends, and its log shown if the test failed.
-func (w *e2bWorld) startWorker(t *testing.T, name, hostQueue string, reapEvery time.Duration) *e2bWorker {
+// startWorker starts a worker process serving the world's provider with
+// host queue hostQueue, and waits until it serves. It is interrupted
+// when the test ends, and its log shown if the test failed.
+func (w *remoteWorld) startWorker(t *testing.T, name, hostQueue string, reapEvery time.Duration) *remoteWorker {
 	t.Helper()
-	conf, err := json.Marshal(e2bWorkerConfig{
+	settings := maps.Clone(w.settings)
+	settings["daemon"] = w.daemon
+	conf, err := json.Marshal(workerConfig{
 		Address: w.addr, DataDir: shortDataDir(t), HostQueue: hostQueue,
-		APIURL: w.fake.URL(), SandboxURL: w.gate.URL(), Daemon: w.daemon,
+		Provider: w.provider, Settings: settings,
 		Heartbeat: 5 * time.Second, ReapEvery: reapEvery,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &e2bWorker{log: new(testkit.SyncBuffer), exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^TestE2BWorkerProcess$", "-test.count=1")
-	p.cmd.Env = append(os.Environ(), e2bWorkerEnv+"="+string(conf), "E2B_API_KEY="+w.key, "BERTH_E2B_SECRET="+w.secret)
+	p := &remoteWorker{log: new(testkit.SyncBuffer), exited: make(chan struct{})}
+	p.cmd = exec.Command(os.Args[0], "-test.run=^TestRemoteWorkerProcess$", "-test.count=1")
+	p.cmd.Env = append(append(os.Environ(), workerEnv+"="+string(conf)), w.env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -190,7 +221,7 @@ func (w *e2bWorld) startWorker(t *testing.T, name, hostQueue string, reapEvery t
 		}
 	})
 	deadline := time.After(2 * time.Minute)
-	for !strings.Contains(p.log.String(), e2bReady) {
+	for !strings.Contains(p.log.String(), workerReady) {
 		select {
 		case <-p.exited:
 			t.Fatalf("%s exited:\n%s", name, p.log.String())
@@ -203,7 +234,7 @@ func (w *e2bWorld) startWorker(t *testing.T, name, hostQueue string, reapEvery t
 }
 
 // kill kills the worker with SIGKILL and waits until it is dead.
-func (p *e2bWorker) kill(t *testing.T) {
+func (p *remoteWorker) kill(t *testing.T) {
 	t.Helper()
 	p.cmd.Process.Kill()
 	select {
@@ -215,7 +246,7 @@ func (p *e2bWorker) kill(t *testing.T) {
 
 // activityOn says whether workflow id's activity of type name is
 // running on worker p.
-func (w *e2bWorld) activityOn(t *testing.T, id, name string, p *e2bWorker) bool {
+func (w *remoteWorld) activityOn(t *testing.T, id, name string, p *remoteWorker) bool {
 	t.Helper()
 	desc, err := w.c.DescribeWorkflowExecution(t.Context(), id, "")
 	if err != nil {
@@ -231,13 +262,13 @@ func (w *e2bWorld) activityOn(t *testing.T, id, name string, p *e2bWorker) bool 
 }
 
 // machine is the farm's machine of the fake's only sandbox.
-func (w *e2bWorld) machine(t *testing.T) *remotefake.Machine {
+func (w *remoteWorld) machine(t *testing.T) *remotefake.Machine {
 	t.Helper()
-	ids := w.fake.Sandboxes()
+	ids := w.sandboxes()
 	if len(ids) != 1 {
 		t.Fatalf("the fake's sandboxes: %v, want one", ids)
 	}
-	m, err := w.farm.Machine(ids[0])
+	m, err := w.machineOf(ids[0])
 	if err != nil {
 		t.Fatal(err)
 	}
