@@ -46,6 +46,7 @@ type oomKiller struct {
 	host      *os.File // the host cgroup's memory.stat, or nil
 	self      int
 	kills     atomic.Int64
+	looking   atomic.Bool // a look is under way (see boundedLook)
 	// hold is the daemon's sandboxd.Server.Hold: while the lease or a
 	// Pause holds the sandbox stopped, nothing in it can grow, and the
 	// killer rests; its own stops must not continue what they hold.
@@ -177,14 +178,43 @@ func (o *oomKiller) hostSeesMore(used int64) bool {
 // sandbox's count is the sentry's own. It reports whether it killed.
 func (o *oomKiller) stopAndLook() (killed bool) {
 	if o.hold == nil {
-		return o.look()
+		return o.boundedLook()
 	}
 	o.hold(func(held bool) {
 		if !held {
-			killed = o.look()
+			killed = o.boundedLook()
 		}
 	})
 	return killed
+}
+
+// lookTimeout bounds how long a look may hold the sandbox's stop: a look
+// reads every process's descriptors, and a process exiting under memory
+// pressure may keep one of those reads waiting. The daemon must go on
+// serving (every request waits for the hold), and no command may stay
+// stopped.
+const lookTimeout = 2 * time.Second
+
+// boundedLook is look, given up after lookTimeout: the commands are
+// continued, and no other look starts until that one has ended.
+func (o *oomKiller) boundedLook() bool {
+	if o.looking.Load() {
+		return false
+	}
+	o.looking.Store(true)
+	done := make(chan bool, 1)
+	go func() {
+		defer o.looking.Store(false)
+		done <- o.look()
+	}()
+	select {
+	case killed := <-done:
+		return killed
+	case <-time.After(lookTimeout):
+		fmt.Fprintf(os.Stderr, "memory: a look took more than %v; commands continued\n", lookTimeout)
+		go o.signalAll(unix.SIGCONT)
+		return false
+	}
 }
 
 // resting reports whether the sandbox is held stopped.
