@@ -24,7 +24,7 @@
 //     renewal of the sandbox's lease counts as activity, so a sandbox
 //     that berth holds is never stopped under it, and one a worker no
 //     longer renews stops after the interval.
-//   - The toolbox runs commands as the snapshot's user (daytona), so
-//     the daemon does too: its bearer token keeps out everyone but the
-//     sandbox's own user, who runs the commands anyway.
+//   - A sandbox is made with the user root, so that the toolbox, and the
+//     daemon it starts, act as root: the daemon owns the sandbox, as on
+//     every provider, and runs commands as DefaultUser in /workspace.
 package daytona
