@@ -127,7 +127,15 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (refs.Sandbox, 
 	if p.Capabilities().HostBound {
 		queue = a.HostQueue
 	}
-	return refs.Sandbox{Provider: in.Provider, ID: sb.ID(), Queue: queue}, nil
+	ref := refs.Sandbox{Provider: in.Provider, ID: sb.ID(), Queue: queue}
+	lifetime := in.Spec.Lifetime
+	if lifetime <= 0 {
+		lifetime = provider.DefaultLifetime
+	}
+	if limit := p.Capabilities().MaxLifetime; limit > 0 && limit < lifetime {
+		ref.MaxLifetime = limit
+	}
+	return ref, nil
 }
 
 // Destroy destroys a sandbox; one that is already gone is not an error.

@@ -176,6 +176,11 @@ type Capabilities struct {
 	// RootFS: Spec.RootFS is honoured; Image: Spec.Image is.
 	RootFS bool `json:"rootfs"`
 	Image  bool `json:"image"`
+	// MaxLifetime is the longest the provider's service keeps one
+	// sandbox, whatever its spec asks (a hosted service's hard session
+	// limit); zero means no such limit. The sandbox handle carries the
+	// workspace to a new sandbox before it, so a sandbox outlives it.
+	MaxLifetime time.Duration `json:"max_lifetime,omitempty"`
 }
 
 // Spec describes a sandbox to create. The zero value is a usable

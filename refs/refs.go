@@ -19,6 +19,12 @@ type Sandbox struct {
 	// Queue is where the sandbox's operations go: for a host-bound
 	// provider, the queue of the worker on its host.
 	Queue string `json:"queue"`
+	// MaxLifetime is how long after its creation the provider's
+	// service ends the sandbox whatever berth does (a hard limit of the
+	// service's, shorter than the sandbox's lifetime); zero when the
+	// sandbox lives as long as its spec says. The handle moves the
+	// workspace to a new sandbox before then.
+	MaxLifetime time.Duration `json:"max_lifetime,omitempty"`
 }
 
 // Snapshot describes a snapshot in the store, for front ends.

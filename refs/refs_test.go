@@ -15,6 +15,8 @@ func TestJSON(t *testing.T) {
 		want string
 	}{
 		"Sandbox": {Sandbox{Provider: "linux", ID: "sb-1", Queue: "q"}, `{"provider":"linux","id":"sb-1","queue":"q"}`},
+		"SandboxMaxLifetime": {Sandbox{Provider: "agentcore", ID: "sb-1", Queue: "q", MaxLifetime: 8 * time.Hour},
+			`{"provider":"agentcore","id":"sb-1","queue":"q","max_lifetime":28800000000000}`},
 		"Snapshot": {Snapshot{ID: "s", Kind: "user", Created: time.Unix(1e9, 0).UTC(), Labels: map[string]string{"a": "b"},
 			Files: 1, Size: 2, Stored: 3},
 			`{"id":"s","kind":"user","created":"2001-09-09T01:46:40Z","labels":{"a":"b"},"files":1,"size":2,"stored":3}`},

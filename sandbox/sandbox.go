@@ -83,6 +83,10 @@ type state struct {
 	HeldSince   time.Time     `json:"held_since,omitzero"`
 	Active      time.Duration `json:"active,omitempty"`
 	ActiveSince time.Time     `json:"active_since,omitzero"`
+	// RenewAt is when the sandbox RenewFor (an incarnation's id) is to
+	// move to a new one before its service ends it; see expiry.go.
+	RenewFor string    `json:"renew_for,omitempty"`
+	RenewAt  time.Time `json:"renew_at,omitzero"`
 
 	busy     bool   // a transition is in flight
 	notLocal string // a queue whose sandboxes this workflow's worker does not host
@@ -170,6 +174,7 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	s.st.Ref, s.st.LastActive = ref, workflow.Now(ctx)
 	s.set(ctx, StateRunning)
 	workflow.Go(ctx, s.watchIdle)
+	workflow.Go(ctx, s.watchExpiry)
 	return s, nil
 }
 
@@ -300,6 +305,10 @@ type Status struct {
 	HeldSince   time.Time     `json:"held_since,omitzero"`
 	Active      time.Duration `json:"active"`
 	ActiveSince time.Time     `json:"active_since,omitzero"`
+	// RenewAt is when the sandbox RenewFor (an incarnation's id) is to
+	// move to a new one before its service ends it; see expiry.go.
+	RenewFor string    `json:"renew_for,omitempty"`
+	RenewAt  time.Time `json:"renew_at,omitzero"`
 }
 
 // Status describes the sandbox.
@@ -621,5 +630,6 @@ func Reattach(ctx workflow.Context, c HandleState) *Sandbox {
 	s := &Sandbox{st: c.State, beat: heartbeatTimeout(ctx)}
 	s.st.busy, s.st.inflight = false, 0
 	workflow.Go(ctx, s.watchIdle)
+	workflow.Go(ctx, s.watchExpiry)
 	return s
 }

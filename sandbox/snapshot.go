@@ -97,51 +97,58 @@ func (s *Sandbox) Switch(ctx workflow.Context, p Provider) error {
 	}
 	s.st.inflight--
 	err := s.transition(ctx, func(ctx workflow.Context) error {
-		old, oldImage := s.st.Ref, s.st.Config.Spec.Image
-		if p.Image != "" {
-			s.st.Config.Spec.Image = p.Image
-		} else if workflow.GetVersion(ctx, switchDefaultImageVersion, workflow.DefaultVersion, 1) == 1 {
-			s.st.Config.Spec.Image = ""
+		image := p.Image
+		if image == "" && workflow.GetVersion(ctx, switchDefaultImageVersion, workflow.DefaultVersion, 1) != 1 {
+			image = s.st.Config.Spec.Image
 		}
-		var created *creation
-		overlap := workflow.GetVersion(ctx, switchOverlapVersion, workflow.DefaultVersion, 1) == 1
-		if overlap {
-			// The new sandbox is made while the workspace is saved:
-			// on another provider, neither waits for the other.
-			c := s.create(ctx, p.Name, s.nextID())
-			if c.queue == "" { // no worker serves p: nothing to save for
-				s.st.Config.Spec.Image = oldImage
-				return c.made.Get(ctx, nil)
-			}
-			created = &c
-		}
-		if err := s.checkpoint(ctx); err != nil {
-			s.st.Config.Spec.Image = oldImage
-			if created != nil {
-				s.discard(ctx, *created)
-			}
-			return err
-		}
-		if created == nil {
-			c := s.create(ctx, p.Name, s.nextID())
-			created = &c
-		}
-		ref, err := s.fill(ctx, *created)
-		if err != nil {
-			s.st.Config.Spec.Image = oldImage
-			return err
-		}
-		s.st.Ref, s.st.Config.Provider = ref, p.Name
-		s.set(ctx, StateRunning)
-		if overlap {
-			s.leaveBehind(ctx, old)
-		} else {
-			s.destroy(ctx, old)
-		}
-		return nil
+		return s.moveTo(ctx, p.Name, image)
 	})
 	if err != nil {
 		return fmt.Errorf("switch sandbox to %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// moveTo copies the workspace to a new sandbox on provider prov, made
+// from image, and destroys the old one; it runs as a transition. When
+// the new sandbox cannot be made, the old one is kept.
+func (s *Sandbox) moveTo(ctx workflow.Context, prov, image string) error {
+	old, oldImage := s.st.Ref, s.st.Config.Spec.Image
+	s.st.Config.Spec.Image = image
+	var created *creation
+	overlap := workflow.GetVersion(ctx, switchOverlapVersion, workflow.DefaultVersion, 1) == 1
+	if overlap {
+		// The new sandbox is made while the workspace is saved:
+		// on another provider, neither waits for the other.
+		c := s.create(ctx, prov, s.nextID())
+		if c.queue == "" { // no worker serves prov: nothing to save for
+			s.st.Config.Spec.Image = oldImage
+			return c.made.Get(ctx, nil)
+		}
+		created = &c
+	}
+	if err := s.checkpoint(ctx); err != nil {
+		s.st.Config.Spec.Image = oldImage
+		if created != nil {
+			s.discard(ctx, *created)
+		}
+		return err
+	}
+	if created == nil {
+		c := s.create(ctx, prov, s.nextID())
+		created = &c
+	}
+	ref, err := s.fill(ctx, *created)
+	if err != nil {
+		s.st.Config.Spec.Image = oldImage
+		return err
+	}
+	s.st.Ref, s.st.Config.Provider = ref, prov
+	s.set(ctx, StateRunning)
+	if overlap {
+		s.leaveBehind(ctx, old)
+	} else {
+		s.destroy(ctx, old)
 	}
 	return nil
 }

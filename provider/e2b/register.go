@@ -27,9 +27,11 @@ func init() {
 
 // Open reads the provider's settings: the API's (ParseConfig), and
 // package remote's (remote.Open; the secret's variable defaults to
-// BERTH_E2B_SECRET).
+// BERTH_E2B_SECRET). The plan's cap on a sandbox's lifetime
+// (max-lifetime) is the provider's MaxLifetime: a berth sandbox that
+// lives longer moves to a new E2B sandbox before it.
 func Open(ctx context.Context, pc provider.Config) (*API, remote.Config, error) {
-	return remote.Open(ctx, Name, DefaultSecretEnv, pc, func(pc provider.Config, log *slog.Logger) (*API, string, error) {
+	api, rc, err := remote.Open(ctx, Name, DefaultSecretEnv, pc, func(pc provider.Config, log *slog.Logger) (*API, string, error) {
 		cfg, err := ParseConfig(pc)
 		if err != nil {
 			return nil, "", err
@@ -38,4 +40,8 @@ func Open(ctx context.Context, pc provider.Config) (*API, remote.Config, error) 
 		api, err := New(cfg)
 		return api, cfg.APIKey, err
 	})
+	if api != nil {
+		rc.MaxLifetime = api.cfg.MaxLifetime
+	}
+	return api, rc, err
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth/provider"
 )
@@ -39,5 +40,25 @@ func TestSecretFromKey(t *testing.T) {
 	t.Setenv("MY_SECRET", "own")
 	if own := open("e2b_key_one", provider.Config{"secret-env": "MY_SECRET"}); string(own) != "own" {
 		t.Errorf("secret-env: secret %q, want %q", own, "own")
+	}
+}
+
+// TestMaxLifetime: the plan's cap (max-lifetime, an hour unless set) is
+// the provider's MaxLifetime, so that the sandbox handle moves a sandbox
+// that would outlive it.
+func TestMaxLifetime(t *testing.T) {
+	t.Setenv(DefaultAPIKeyEnv, "e2b_key_lifetime")
+	for set, want := range map[string]time.Duration{"": DefaultMaxLifetime, "24h": 24 * time.Hour} {
+		pc := provider.Config{"state-dir": t.TempDir()}
+		if set != "" {
+			pc["max-lifetime"] = set
+		}
+		p, err := provider.Open(t.Context(), Name, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Capabilities().MaxLifetime; got != want {
+			t.Errorf("max-lifetime %q: MaxLifetime %v, want %v", set, got, want)
+		}
 	}
 }

@@ -50,6 +50,11 @@ type Config struct {
 	// Transport carries the requests to the daemons when the service's
 	// Endpoint names none; nil means a transport of the provider's own.
 	Transport http.RoundTripper
+	// MaxLifetime is the longest the service keeps a machine, whatever
+	// it is asked (a hard session limit); zero means none. A machine is
+	// asked for no more, and Capabilities says it, so that the sandbox
+	// handle moves the workspace to a new machine before the end.
+	MaxLifetime time.Duration
 	// ReadyTimeout bounds how long Create waits for a new machine's
 	// daemon to answer; zero means DefaultReadyTimeout.
 	ReadyTimeout time.Duration

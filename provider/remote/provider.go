@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -83,7 +84,7 @@ func (p *Provider) Name() string { return p.api.Name() }
 // to enforce, and berth cannot tell that it does; the network is the
 // service's too.
 func (p *Provider) Capabilities() provider.Capabilities {
-	return provider.Capabilities{Pause: true, Image: true}
+	return provider.Capabilities{Pause: true, Image: true, MaxLifetime: p.cfg.MaxLifetime}
 }
 
 // machine is what the provider keeps of one sandbox's machine, shared
@@ -193,7 +194,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 	m, err = p.api.Create(ctx, CreateRequest{
 		Name: name, Labels: labels, Image: spec.Image,
 		CPU: spec.Resources.CPU, Memory: spec.Resources.Memory, Disk: spec.Resources.Disk,
-		Lifetime: spec.Lifetime,
+		Lifetime: min(spec.Lifetime, p.maxLifetime()),
 	})
 	if err != nil {
 		return nil, err
@@ -269,6 +270,14 @@ func redact(err error, secret string) error {
 		return err
 	}
 	return errdefs.Errorf(errdefs.KindOf(err), "%s", strings.ReplaceAll(err.Error(), secret, "[token]"))
+}
+
+// maxLifetime is the longest the service keeps a machine.
+func (p *Provider) maxLifetime() time.Duration {
+	if p.cfg.MaxLifetime > 0 {
+		return p.cfg.MaxLifetime
+	}
+	return math.MaxInt64
 }
 
 // expiresAt is when the sandbox on m ends.
