@@ -314,6 +314,10 @@ type SandboxStatus struct {
 	// Running are the ids of the commands under way (Start's, Attach
 	// takes them).
 	Running []string
+	// MovesAt is when it moves to a new instance on its provider
+	// because the provider's service would end the one it is in (a
+	// hosted service's hard limit); zero where there is no such limit.
+	MovesAt time.Time
 }
 
 func statusOf(id string, st workflows.SandboxStatus) SandboxStatus {
@@ -322,7 +326,7 @@ func statusOf(id string, st workflows.SandboxStatus) SandboxStatus {
 		Generation: st.Generation, Commands: st.Commands, Checkpoint: st.Checkpoint,
 		Created: st.Created, LastActive: st.LastActive,
 		Held: st.Held, HeldSince: st.HeldSince, Active: st.Active, ActiveSince: st.ActiveSince,
-		OutputStored: st.OutputStored, Options: optionsOf(id, st.Config),
+		OutputStored: st.OutputStored, Options: optionsOf(id, st.Config), MovesAt: st.MovesAt,
 	}
 	if out.Provider == "" {
 		out.Provider, out.State = st.Config.Provider, StateCreating

@@ -99,3 +99,11 @@ func (s *Sandbox) renew(ctx workflow.Context) error {
 	}
 	return nil // it moved, ended or was lost meanwhile
 }
+
+// movesAt is when the sandbox moves, or zero.
+func (s *Sandbox) movesAt() time.Time {
+	if s.st.RenewFor != s.st.Ref.ID || s.st.Ref.MaxLifetime <= 0 {
+		return time.Time{}
+	}
+	return s.st.RenewAt
+}

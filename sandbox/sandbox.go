@@ -305,10 +305,10 @@ type Status struct {
 	HeldSince   time.Time     `json:"held_since,omitzero"`
 	Active      time.Duration `json:"active"`
 	ActiveSince time.Time     `json:"active_since,omitzero"`
-	// RenewAt is when the sandbox RenewFor (an incarnation's id) is to
-	// move to a new one before its service ends it; see expiry.go.
-	RenewFor string    `json:"renew_for,omitempty"`
-	RenewAt  time.Time `json:"renew_at,omitzero"`
+	// MovesAt is when the sandbox is to move to a new one because its
+	// provider's service would end it (see expiry.go); zero on a
+	// provider with no such limit.
+	MovesAt time.Time `json:"moves_at,omitzero"`
 }
 
 // Status describes the sandbox.
@@ -317,7 +317,8 @@ func (s *Sandbox) Status() Status {
 		Generation: s.st.Generation, Commands: s.st.Commands,
 		Checkpoint: s.st.Checkpoint, LastActive: s.st.LastActive,
 		Resources: s.st.Config.Spec.Resources, OutputStored: s.st.OutputStored,
-		Held: s.st.Held, HeldSince: s.st.HeldSince, Active: s.st.Active, ActiveSince: s.st.ActiveSince}
+		Held: s.st.Held, HeldSince: s.st.HeldSince, Active: s.st.Active, ActiveSince: s.st.ActiveSince,
+		MovesAt: s.movesAt()}
 }
 
 // Result is what became of a command.

@@ -29,11 +29,14 @@ type inspection struct {
 	Checkpoint string    `json:"checkpoint"`
 	Created    time.Time `json:"created"`
 	LastActive time.Time `json:"last_active"`
-	Held       float64   `json:"held_seconds"`
-	Active     float64   `json:"active_seconds"`
-	Commands   int       `json:"commands"`
-	Running    []string  `json:"running"`
-	Output     int64     `json:"output_stored_bytes"`
+	// MovesAt is when the sandbox moves to a new instance before its
+	// provider's service would end it; null where it has no such limit.
+	MovesAt  *time.Time `json:"moves_at"`
+	Held     float64    `json:"held_seconds"`
+	Active   float64    `json:"active_seconds"`
+	Commands int        `json:"commands"`
+	Running  []string   `json:"running"`
+	Output   int64      `json:"output_stored_bytes"`
 	// Resources as asked for: zero is the provider's default.
 	CPU       float64  `json:"cpu"`
 	Memory    int64    `json:"memory_bytes"`
@@ -79,6 +82,9 @@ func inspect(id string, st berth.SandboxStatus, now time.Time) inspection {
 		Lifetime:  *timeout(max(cfg.Lifetime, 0), berth.DefaultLifetime),
 		EnvKeys:   []string{}, FromSnapshot: cfg.FromSnapshot, Image: cfg.Image,
 	}
+	if !st.MovesAt.IsZero() {
+		in.MovesAt = &st.MovesAt
+	}
 	for k := range cfg.Env {
 		in.EnvKeys = append(in.EnvKeys, k)
 	}
@@ -103,10 +109,16 @@ func (in inspection) writeText(w io.Writer) error {
 		}
 		return t.Local().Format(time.RFC3339)
 	}
+	whenP := func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return when(*t)
+	}
 	lines := [][2]string{
 		{"id", in.ID}, {"sandbox", in.Sandbox}, {"provider", in.Provider}, {"image", in.Image}, {"state", in.State},
 		{"generation", fmt.Sprint(in.Generation)}, {"checkpoint", in.Checkpoint},
-		{"created", when(in.Created)}, {"last_active", when(in.LastActive)},
+		{"created", when(in.Created)}, {"last_active", when(in.LastActive)}, {"moves_at", whenP(in.MovesAt)},
 		{"held_seconds", secs(in.Held)}, {"active_seconds", secs(in.Active)},
 		{"commands", fmt.Sprint(in.Commands)}, {"running", strings.Join(in.Running, " ")},
 		{"output_stored_bytes", fmt.Sprint(in.Output)},
