@@ -112,9 +112,17 @@ type remoteWorld struct {
 	provider string
 	settings provider.Config
 	env      []string
-	// sandboxes are the fake's sandboxes, machineOf the machine of one.
+	// sandboxes are the fake's sandboxes, machineOf the machine of one
+	// (an error while it has none yet).
 	sandboxes func() []string
 	machineOf func(id string) (*remotefake.Machine, error)
+	// creates counts the sandboxes the service was asked to make.
+	creates func() int
+	// midCreate picks, for the gate to hold, a request the Create
+	// activity makes after the service has made the machine and before
+	// the activity completes; midCreateWhat names it.
+	midCreate     func(*http.Request) bool
+	midCreateWhat string
 }
 
 // newRemoteWorld starts the server and the farm for the test, and builds
@@ -175,6 +183,9 @@ func newE2BWorld(t *testing.T, key, secret string) *e2bWorld {
 	w.env = []string{"E2B_API_KEY=" + key, "BERTH_E2B_SECRET=" + secret}
 	w.sandboxes = w.fake.Sandboxes
 	w.machineOf = w.farm.Machine
+	w.creates = func() int { return w.fake.Requests("POST /sandboxes") }
+	w.midCreate = func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Path == "/files" }
+	w.midCreateWhat = "the daemon's upload"
 	return w
 }
 
