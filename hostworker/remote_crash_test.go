@@ -23,7 +23,9 @@ var remoteProviders = []struct {
 	newWorld func(t *testing.T, key, secret string) *remoteWorld
 }{
 	{"e2b", func(t *testing.T, key, secret string) *remoteWorld { return newE2BWorld(t, key, secret).remoteWorld }},
-	{"daytona", func(t *testing.T, key, secret string) *remoteWorld { return newDaytonaWorld(t, key, secret).remoteWorld }},
+	{"daytona", func(t *testing.T, key, secret string) *remoteWorld {
+		return newDaytonaWorld(t, key, secret).remoteWorld
+	}},
 }
 
 // eachRemote runs test on every hosted provider, in parallel.
