@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth/internal/fakemodel"
+	"github.com/berth-dev/berth/internal/testkit"
+)
+
+// cloudProviders are the hosted providers, each against its fake: what
+// a berth dev is given to serve it.
+var cloudProviders = []struct {
+	name  string
+	start func(t *testing.T) (flags, env []string)
+}{
+	{"e2b", func(t *testing.T) ([]string, []string) { _, f, e := startE2B(t); return f, e }},
+	{"daytona", func(t *testing.T) ([]string, []string) { _, f, e := startDaytona(t); return f, e }},
+}
+
+// tourWorkspace makes, under tour/ in the workspace, what a move must
+// carry file by file: a directory of its own mode, a file of mode 0640,
+// an executable, a symlink, a dangling symlink, an empty file and
+// 100 MiB of random bytes.
+const tourWorkspace = `set -e
+mkdir -p tour/d && chmod 750 tour/d
+printf 'kept\n' > tour/d/f && chmod 640 tour/d/f
+printf '#!/bin/sh\necho ran\n' > tour/run.sh && chmod 755 tour/run.sh
+ln -s d/f tour/link && ln -s nowhere tour/dangling
+: > tour/empty
+head -c 104857600 /dev/urandom > tour/big`
+
+// tourListing lists tour/ as a move must keep it: each entry's path,
+// type, mode, size (not a directory's, whose size is its file
+// system's) and link target, and the big file's digest.
+const tourListing = `cd tour && find . -mindepth 1 -printf '%P %y %m ' -a \( -type d -printf '-' -o -printf '%s' \) -printf ' %l\n' | sort && sha256sum big && ./run.sh`
+
+// TestCloudTour moves one workspace round every provider with berth
+// sandbox switch, linux first and last, and checks it file by file at
+// each step; then an agent session makes the same round, its
+// conversation going on across each switch, each turn's command reading
+// what the turns before wrote on other providers.
+func TestCloudTour(t *testing.T) {
+	t.Parallel()
+	var flags, env []string
+	for _, p := range cloudProviders {
+		f, e := p.start(t)
+		flags, env = append(flags, f...), append(env, e...)
+	}
+	model := fakemodel.New(t)
+	env = append(env, "BERTH_MODEL="+fakemodel.Model, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY="+fakemodel.Key)
+	berth, data := build(t), dataDir(t)
+	var devLog testkit.SyncBuffer
+	dev, port := startDevEnv(t, env, berth, data, 0, &devLog, flags...)
+	t.Cleanup(func() { stopDev(t, dev, &devLog) })
+	dumpOnFailure(t, "berth dev", &devLog)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	ok := func(args ...string) string {
+		t.Helper()
+		return runOK(t, berth, append([]string{"--address", addr}, args...)...)
+	}
+
+	tour := []string{"linux"}
+	for _, p := range cloudProviders {
+		tour = append(tour, p.name)
+	}
+	tour = append(tour, "linux")
+
+	id := strings.TrimSpace(ok("sandbox", "create", "--provider", "linux", "--no-idle-timeout"))
+	// Run as the test ends, when its context is done.
+	t.Cleanup(func() { exec.Command(berth, "--address", addr, "sandbox", "rm", id).Run() })
+	ok("sandbox", "exec", id, "--", "sh", "-c", tourWorkspace)
+	want := ok("sandbox", "exec", id, "--", "sh", "-c", tourListing)
+	for _, line := range []string{"d d 750 - ", "d/f f 640 5 ", "run.sh f 755 19 ", "link l 777 3 d/f", "dangling l 777 7 nowhere", "ran"} {
+		if !strings.Contains(want, line+"\n") {
+			t.Fatalf("the workspace made on linux lists as\n%s\nwithout %q", want, line)
+		}
+	}
+	for _, file := range []string{"empty f [0-7]+ 0 ", "big f [0-7]+ 104857600 "} {
+		if !regexp.MustCompile("(?m)^" + file + "$").MatchString(want) {
+			t.Fatalf("the workspace made on linux lists as\n%s\nwithout %q", want, file)
+		}
+	}
+	for i, to := range tour[1:] {
+		ok("sandbox", "switch", id, "--provider", to)
+		if got := ok("sandbox", "exec", id, "--", "sh", "-c", tourListing); got != want {
+			t.Errorf("after the switch %s to %s the workspace lists as\n%s\nwant\n%s", tour[i], to, got, want)
+		}
+	}
+
+	session := strings.TrimSpace(ok("session", "new", "--provider", "linux"))
+	t.Cleanup(func() { exec.Command(berth, "--address", addr, "session", "rm", session).Run() })
+	for i, at := range tour {
+		if i > 0 {
+			ok("session", "switch", session, at)
+		}
+		// Each turn appends where it ran to a file and prints the file:
+		// the conversation's earlier turns ran on the providers before.
+		call := fmt.Sprintf("c%d", i)
+		model.Script(shellCall(call, "echo "+at+" >> trail && cat trail"), fakemodel.Reply{Text: "turn " + call + " done"})
+		out := ok("session", "send", session, "note where you are")
+		// The command's output, as send prints it, indented.
+		trail := "  " + strings.Join(tour[:i+1], "\n  ") + "\n"
+		if !strings.Contains(out, trail) || !strings.Contains(out, "turn "+call+" done") {
+			t.Errorf("turn %d, on %s: berth session send printed\n%s\nwant the trail\n%sand the model's answer", i, at, out, trail)
+		}
+	}
+	// The model saw one conversation: the last request carries every
+	// turn before it.
+	reqs := model.Requests()
+	last := reqs[len(reqs)-1]
+	for i := range tour[:len(tour)-1] {
+		if !carries(last, fmt.Sprintf("turn c%d done", i)) {
+			t.Errorf("the last model request lacks turn %d's answer: the conversation did not survive the switches", i)
+		}
+	}
+}
