@@ -41,6 +41,7 @@ type sandbox struct {
 	tags                         map[string]string
 	created                      time.Time
 	milliCPU, memoryMiB          int
+	timeout                      time.Duration
 	machine                      *remotefake.Machine
 	tunnels                      []*tunnel
 	timer                        *time.Timer
@@ -163,6 +164,7 @@ func (c *control) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Re
 	sb := &sandbox{
 		id: "sb2-" + randomHex(12), taskID: "ta-" + randomHex(12), appID: req.GetAppId(), name: name,
 		tags: tags, created: time.Now(), milliCPU: int(res.GetMilliCpu()), memoryMiB: int(res.GetMemoryMb()),
+		timeout: time.Duration(timeout) * time.Second,
 		execs: map[string]*execution{},
 	}
 	sb.jwt = jwt(time.Now().Add(time.Hour), sb.id)
@@ -484,4 +486,16 @@ func (s *Server) Vanish(id string) error {
 	}
 	s.end(sb, "vanished")
 	return nil
+}
+
+// Resources says what sandbox id asked for: its CPU in milli-cores, its
+// memory in MiB, and its timeout.
+func (s *Server) Resources(id string) (milliCPU, memoryMiB int, timeout time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.sandboxes[id]
+	if sb == nil {
+		return 0, 0, 0
+	}
+	return sb.milliCPU, sb.memoryMiB, sb.timeout
 }

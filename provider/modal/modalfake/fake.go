@@ -102,7 +102,8 @@ type Options struct {
 	// means 100.
 	PageSize int
 	// Latency delays every call, of the control plane and the router
-	// alike (a stream's opening, not its messages).
+	// alike (a stream's opening, not its messages), and every read of a
+	// tunnel's client (so a request through it).
 	Latency time.Duration
 	// Logger receives what the fake does; nil means slog.Default().
 	Logger *slog.Logger
@@ -128,25 +129,24 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 
-	cp, rt       *grpc.Server
-	cpL, rtL     net.Listener
-	ca           *authority
-	caFile       string
-	authToken    string
-	ctx          context.Context
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup
-	mu           sync.Mutex
-	apps         map[string]*app     // by name
-	images       map[string][]string // by id: its Dockerfile commands
-	sandboxes    map[string]*sandbox // by id
-	tasks        map[string]*sandbox // by task id
-	faults       []*Fault
-	violations   []string
-	requests     map[string]int
-	closed       bool
-	envID        string
-	createSerial int
+	cp, rt     *grpc.Server
+	cpL, rtL   net.Listener
+	ca         *authority
+	caFile     string
+	authToken  string
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	mu         sync.Mutex
+	apps       map[string]*app     // by name
+	images     map[string][]string // by id: its Dockerfile commands
+	sandboxes  map[string]*sandbox // by id
+	tasks      map[string]*sandbox // by task id
+	faults     []*Fault
+	violations []string
+	requests   map[string]int
+	closed     bool
+	envID      string
 }
 
 type app struct {

@@ -119,7 +119,7 @@ func (s *Server) forward(sb *sandbox, t *tunnel, c net.Conn) {
 	}
 	defer t.untrack(in)
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(in, c); closeWrite(in); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(in, &slowReader{r: c, d: s.opts.Latency}); closeWrite(in); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(c, in); closeWrite(c); done <- struct{}{} }()
 	<-done
 	<-done
@@ -163,4 +163,19 @@ func (t *tunnel) close() {
 	for c := range conns {
 		c.Close()
 	}
+}
+
+// slowReader delays each read by d: a request through a tunnel takes
+// Options.Latency more, as a call of the control plane does.
+type slowReader struct {
+	r io.Reader
+	d time.Duration
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 && s.d > 0 {
+		time.Sleep(s.d)
+	}
+	return n, err
 }
