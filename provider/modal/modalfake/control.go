@@ -165,7 +165,7 @@ func (c *control) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Re
 		id: "sb2-" + randomHex(12), taskID: "ta-" + randomHex(12), appID: req.GetAppId(), name: name,
 		tags: tags, created: time.Now(), milliCPU: int(res.GetMilliCpu()), memoryMiB: int(res.GetMemoryMb()),
 		timeout: time.Duration(timeout) * time.Second,
-		execs: map[string]*execution{},
+		execs:   map[string]*execution{},
 	}
 	sb.jwt = jwt(time.Now().Add(time.Hour), sb.id)
 

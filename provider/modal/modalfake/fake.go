@@ -65,6 +65,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -251,7 +252,8 @@ func (s *Server) Violations() []string {
 
 // Requests says how many calls the fake has had of a method
 // ("SandboxCreateV2", "TaskExecStart"), "tunnel" for the connections
-// through tunnels, and "unauthenticated" for those refused.
+// through tunnels, "tunnel-read" for the reads of their clients' bytes
+// (about one a request), and "unauthenticated" for the calls refused.
 func (s *Server) Requests(method string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -259,13 +261,13 @@ func (s *Server) Requests(method string) int {
 }
 
 // AllRequests is how many calls the fake has had, of every method, and
-// tunnel connections: the round trips its clients made.
+// reads through tunnels: the round trips its clients made.
 func (s *Server) AllRequests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
 	for k, c := range s.requests {
-		if k != "unauthenticated" {
+		if k != "unauthenticated" && k != "tunnel" {
 			n += c
 		}
 	}
@@ -443,4 +445,11 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Counts is Requests of every method that had any.
+func (s *Server) Counts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.requests)
 }

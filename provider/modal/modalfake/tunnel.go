@@ -119,7 +119,7 @@ func (s *Server) forward(sb *sandbox, t *tunnel, c net.Conn) {
 	}
 	defer t.untrack(in)
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(in, &slowReader{r: c, d: s.opts.Latency}); closeWrite(in); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(in, &slowReader{r: c, d: s.opts.Latency, count: func() { s.count("tunnel-read") }}); closeWrite(in); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(c, in); closeWrite(c); done <- struct{}{} }()
 	<-done
 	<-done
@@ -167,14 +167,18 @@ func (t *tunnel) close() {
 
 // slowReader delays each read by d: a request through a tunnel takes
 // Options.Latency more, as a call of the control plane does.
+// Each read is counted: near enough a request through the tunnel, its
+// round trip.
 type slowReader struct {
-	r io.Reader
-	d time.Duration
+	r     io.Reader
+	d     time.Duration
+	count func()
 }
 
 func (s *slowReader) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
-	if n > 0 && s.d > 0 {
+	if n > 0 {
+		s.count()
 		time.Sleep(s.d)
 	}
 	return n, err
