@@ -119,7 +119,11 @@ func (s *Server) forward(sb *sandbox, t *tunnel, c net.Conn) {
 	}
 	defer t.untrack(in)
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(in, &slowReader{r: c, d: s.opts.Latency, count: func() { s.count("tunnel-read") }}); closeWrite(in); done <- struct{}{} }()
+	go func() {
+		_, _ = io.Copy(in, &slowReader{r: c, d: s.opts.Latency, count: func() { s.count("tunnel-read") }})
+		closeWrite(in)
+		done <- struct{}{}
+	}()
 	go func() { _, _ = io.Copy(c, in); closeWrite(c); done <- struct{}{} }()
 	<-done
 	<-done
