@@ -121,6 +121,14 @@ type Fault struct {
 	Message    string
 	RetryAfter time.Duration
 	Drop       bool
+	// Hold, when set, makes the call wait, before it is handled, until
+	// Hold is closed (or the call's context ends), saying on Held (when
+	// set, without blocking) that it waits; the call is then handled
+	// as Code (when set) or Drop say, else normally.
+	Hold <-chan struct{}
+	Held chan<- struct{}
+	// Skip is how many calls of Method pass before it hits.
+	Skip int
 	// Times is how many calls it hits; zero means one.
 	Times int
 }
@@ -307,6 +315,10 @@ func (s *Server) fault(method string) *Fault {
 	defer s.mu.Unlock()
 	for i, f := range s.faults {
 		if f.Method == "" || f.Method == method {
+			if f.Skip > 0 {
+				f.Skip--
+				continue
+			}
 			f.Times--
 			if f.Times <= 0 {
 				s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
@@ -345,6 +357,12 @@ func (s *Server) unary(auth func(ctx context.Context, method string) error) grpc
 			return nil, err
 		}
 		f := s.fault(m)
+		if err := hold(ctx, f); err != nil {
+			return nil, err
+		}
+		if f != nil && f.Code == codes.OK && !f.Drop {
+			f = nil // a hold alone
+		}
 		if f != nil && !f.Drop {
 			return nil, faultErr(f)
 		}
@@ -365,7 +383,11 @@ func (s *Server) stream(auth func(ctx context.Context, method string) error) grp
 		if err := s.enter(ss.Context(), m, auth); err != nil {
 			return err
 		}
-		if f := s.fault(m); f != nil {
+		f := s.fault(m)
+		if err := hold(ss.Context(), f); err != nil {
+			return err
+		}
+		if f != nil && f.Code != codes.OK {
 			return faultErr(f)
 		}
 		err := h(srv, ss)
@@ -373,6 +395,25 @@ func (s *Server) stream(auth func(ctx context.Context, method string) error) grp
 			s.violation("%s: a method the fake does not implement", m)
 		}
 		return err
+	}
+}
+
+// hold waits as f's Hold says.
+func hold(ctx context.Context, f *Fault) error {
+	if f == nil || f.Hold == nil {
+		return nil
+	}
+	if f.Held != nil {
+		select {
+		case f.Held <- struct{}{}:
+		default:
+		}
+	}
+	select {
+	case <-f.Hold:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
 	}
 }
 
@@ -452,4 +493,17 @@ func (s *Server) Counts() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return maps.Clone(s.requests)
+}
+
+// IDs are the ids of the running sandboxes.
+func (s *Server) IDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id, sb := range s.sandboxes {
+		if sb.machine != nil && !sb.finished() {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
