@@ -359,6 +359,24 @@ func (a *API) Upload(ctx context.Context, m remote.Machine, p string, r io.Reade
 	if err != nil {
 		return a.classify("upload", err)
 	}
+	// The SDK writes an exec's input with no context of the caller's:
+	// the writes go on in the background, and the upload gives up on
+	// them when ctx ends.
+	done := make(chan error, 1)
+	go func() { done <- a.send(cp, p, r) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return a.classify("upload", ctx.Err())
+	}
+	return a.waitOK(ctx, "upload", cp)
+}
+
+// send writes r to cp's input, in chunks of uploadChunk, then ends it.
+func (a *API) send(cp *modal.ContainerProcess, p string, r io.Reader) error {
 	buf := make([]byte, uploadChunk)
 	var sent int64
 	for {
@@ -381,7 +399,7 @@ func (a *API) Upload(ctx context.Context, m remote.Machine, p string, r io.Reade
 	if err := cp.Stdin.Close(); err != nil {
 		return a.classify("upload", err)
 	}
-	return a.waitOK(ctx, "upload", cp)
+	return nil
 }
 
 // waitOK waits for cp, an error quoting its stderr unless it exits 0.

@@ -219,13 +219,17 @@ func (c *control) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Re
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.Internal, "could not start the sandbox: %v", err)
 	}
-	s.mu.Lock()
-	sb.machine = m
-	s.mu.Unlock()
 	for _, p := range ports {
-		t, err := s.openTunnel(sb, p)
+		t, err := s.openTunnel(sb, m, p)
 		if err != nil {
-			s.end(sb, "its tunnel failed")
+			for _, t := range sb.tunnels {
+				t.close()
+			}
+			_ = m.Destroy(context.WithoutCancel(s.ctx))
+			s.mu.Lock()
+			delete(s.sandboxes, sb.id)
+			delete(s.tasks, sb.taskID)
+			s.mu.Unlock()
 			return nil, status.Errorf(codes.Internal, "tunnel: %v", err)
 		}
 		sb.tunnels = append(sb.tunnels, t)
@@ -233,6 +237,15 @@ func (c *control) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Re
 	sb.timer = time.AfterFunc(time.Duration(timeout)*time.Second, func() {
 		s.finish(sb, pb.GenericResult_GENERIC_STATUS_TIMEOUT, "Sandbox timed out")
 	})
+	// Published once whole: calls about it see it from here on.
+	s.mu.Lock()
+	sb.machine = m
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		s.end(sb, "the fake closed")
+		return nil, status.Error(codes.Unavailable, "the fake is closed")
+	}
 	return pb.SandboxCreateV2Response_builder{
 		SandboxId: sb.id, TaskId: sb.taskID, Tunnels: tunnelData(sb),
 		CommandRouterAccess: pb.CommandRouterAccess_builder{Jwt: sb.jwt, Url: s.RouterURL()}.Build(),
@@ -436,35 +449,39 @@ func (c *control) EnvironmentList(ctx context.Context, _ *emptypb.Empty) (*pb.En
 }
 
 // finish ends sb with a result: its processes and machine go, and its
-// tunnels close.
+// tunnels close; then the result is there, as Modal reports a sandbox
+// finished once it has stopped.
 func (s *Server) finish(sb *sandbox, st pb.GenericResult_GenericStatus, msg string) {
+	s.stop(sb, msg)
+	code := int32(0)
+	if st == pb.GenericResult_GENERIC_STATUS_TERMINATED {
+		code = 137
+	}
 	sb.mu.Lock()
 	if sb.result == nil {
-		code := int32(0)
-		if st == pb.GenericResult_GENERIC_STATUS_TERMINATED {
-			code = 137
-		}
 		sb.result = pb.GenericResult_builder{Status: st, Exception: msg, Exitcode: code}.Build()
 	}
 	sb.mu.Unlock()
-	s.end(sb, msg)
 }
 
-// end removes sb's machine and tunnels.
+// end ends sb as terminated, for a reason of the fake's.
 func (s *Server) end(sb *sandbox, why string) {
+	s.finish(sb, pb.GenericResult_GENERIC_STATUS_TERMINATED, why)
+}
+
+// stop removes sb's machine and tunnels.
+func (s *Server) stop(sb *sandbox, why string) {
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
-	sb.mu.Lock()
-	if sb.result == nil {
-		sb.result = pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_TERMINATED, Exception: why, Exitcode: 137}.Build()
-	}
-	sb.mu.Unlock()
 	for _, t := range sb.tunnels {
 		t.close()
 	}
-	if sb.machine != nil {
-		if err := sb.machine.Destroy(context.WithoutCancel(s.ctx)); err != nil {
+	s.mu.Lock()
+	m := sb.machine
+	s.mu.Unlock()
+	if m != nil {
+		if err := m.Destroy(context.WithoutCancel(s.ctx)); err != nil {
 			s.log.Warn("modalfake: destroy a machine", "sandbox", sb.id, "err", err)
 		}
 	}

@@ -94,8 +94,9 @@ func copyBounded(o *output, r io.Reader) {
 func (s *Server) task(id string) (*sandbox, error) {
 	s.mu.Lock()
 	sb := s.tasks[id]
+	made := sb != nil && sb.machine != nil
 	s.mu.Unlock()
-	if sb == nil || sb.machine == nil {
+	if !made {
 		return nil, status.Errorf(codes.NotFound, "task %s not found", id)
 	}
 	if sb.finished() {

@@ -14,6 +14,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/berth-dev/berth/provider/remote/remotefake"
 )
 
 // authority is the fake's CA, which signs the tunnels' certificate.
@@ -73,7 +75,7 @@ type tunnel struct {
 }
 
 // openTunnel starts the tunnel of port of sb.
-func (s *Server) openTunnel(sb *sandbox, port int) (*tunnel, error) {
+func (s *Server) openTunnel(sb *sandbox, m *remotefake.Machine, port int) (*tunnel, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -89,7 +91,7 @@ func (s *Server) openTunnel(sb *sandbox, port int) (*tunnel, error) {
 				return
 			}
 			s.count("tunnel")
-			go s.forward(sb, t, c)
+			go s.forward(sb, m, t, c)
 		}
 	}()
 	return t, nil
@@ -102,13 +104,13 @@ func (t *tunnel) addr() (string, int) {
 }
 
 // forward copies c both ways to the tunnel's port in sb's machine.
-func (s *Server) forward(sb *sandbox, t *tunnel, c net.Conn) {
+func (s *Server) forward(sb *sandbox, m *remotefake.Machine, t *tunnel, c net.Conn) {
 	if !t.track(c) {
 		return
 	}
 	defer t.untrack(c)
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	in, err := sb.machine.Dial(ctx, t.port)
+	in, err := m.Dial(ctx, t.port)
 	cancel()
 	if err != nil {
 		s.log.Debug("modalfake: tunnel", "sandbox", sb.id, "port", t.port, "err", err)
