@@ -28,7 +28,6 @@ type modalWorld struct {
 
 // newModalWorld starts the server and the fake for the test; the
 // workers' token is id and secret, their daemons' secret daemonSecret.
-// hold, when set, holds the call that the fault f names.
 func newModalWorld(t *testing.T, id, secret, daemonSecret string) *modalWorld {
 	t.Helper()
 	w := &modalWorld{remoteWorld: newRemoteWorld(t)}
@@ -172,4 +171,43 @@ func TestModalWorkerKilledMidCreate(t *testing.T) {
 		t.Errorf("%d sandboxes created, want 1", n)
 	}
 	_ = w2 // serves the reaper
+}
+
+// TestModalCreateRetriedAfterKill is TestE2BCreateRetriedAfterKill on
+// modal: the only worker is killed as in TestModalWorkerKilledMidCreate,
+// and the run left be: another host's worker retries the Create, which
+// finds the sandbox the first made by its name, finds its daemon
+// answering or starts it, and goes on. One sandbox is made, the
+// command's result arrives, and the run's end terminates the sandbox.
+func TestModalCreateRetriedAfterKill(t *testing.T) {
+	w := newModalWorld(t, "ak-create-retried", "as-create-retried", "create retried secret")
+	release, held := make(chan struct{}), make(chan struct{}, 1)
+	w.fake.Inject(modalfake.Fault{Method: "TaskExecWait", Skip: 1, Hold: release, Held: held})
+	w1 := w.startWorker(t, "first worker", "modal-host-1", 0)
+	run, err := w.c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, workflows.Run,
+		workflows.RunInput{Provider: "modal", Argv: []string{"sh", "-c", "echo made once"}})
+	if err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(2 * time.Minute):
+		close(release)
+		t.Fatal("the wait for the daemon's start never came")
+	}
+	w1.kill(t)
+	close(release)
+	w.startWorker(t, "second worker", "modal-host-2", 0)
+	var out workflows.RunOutput
+	if err := run.Get(t.Context(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.ExitCode != 0 || string(out.Stdout.Inline) != "made once\n" {
+		t.Errorf("the run after its Create was retried: exit %d, stdout %q, stderr %q", out.ExitCode, out.Stdout.Inline, out.Stderr.Inline)
+	}
+	if n := w.fake.Requests("SandboxCreateV2"); n != 1 {
+		t.Errorf("%d sandboxes created, want 1", n)
+	}
+	testkit.Eventually(t, "the run's sandbox ended", time.Minute, func() bool { return len(w.fake.IDs()) == 0 })
 }
