@@ -104,11 +104,13 @@ func New(cfg Config) (*API, error) {
 
 // newClient makes the SDK's client, for serverURL when set.
 func newClient(params *modal.ClientParams, serverURL string) (*modal.Client, error) {
+	// Held for a client of no URL of its own too: it must not read the
+	// variable another has set for its moment.
+	envMu.Lock()
+	defer envMu.Unlock()
 	if serverURL == "" {
 		return modal.NewClientWithOptions(params)
 	}
-	envMu.Lock()
-	defer envMu.Unlock()
 	old, had := os.LookupEnv("MODAL_SERVER_URL")
 	os.Setenv("MODAL_SERVER_URL", strings.TrimRight(serverURL, "/"))
 	defer func() {
