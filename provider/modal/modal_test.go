@@ -311,3 +311,42 @@ func TestProviderCheck(t *testing.T) {
 		t.Errorf("Check of a service gone: %v, want ErrProviderUnavailable", err)
 	}
 }
+
+// TestServerURLScoped: APIs made at once with server URLs of their own
+// each reach their own server, and the environment is left as it was.
+func TestServerURLScoped(t *testing.T) {
+	f1, f2 := newFake(t, modalfake.Options{}), newFake(t, modalfake.Options{})
+	t.Setenv("MODAL_SERVER_URL", "http://127.0.0.1:1")
+	apis := make([]*modal.API, 8)
+	errs := make(chan error)
+	for i := range apis {
+		go func() {
+			f := f1
+			if i%2 == 1 {
+				f = f2
+			}
+			var err error
+			apis[i], err = modal.New(modal.Config{ServerURL: f.URL(), TokenID: testTokenID, TokenSecret: testTokenSecret})
+			errs <- err
+		}()
+	}
+	for range apis {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range apis {
+		defer a.Close()
+	}
+	for _, a := range apis {
+		if err := a.Check(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n1, n2 := f1.Requests("AppGetOrCreate"), f2.Requests("AppGetOrCreate"); n1 != 4 || n2 != 4 {
+		t.Errorf("checks reached the fakes %d and %d times, want 4 each", n1, n2)
+	}
+	if v := os.Getenv("MODAL_SERVER_URL"); v != "http://127.0.0.1:1" {
+		t.Errorf("$MODAL_SERVER_URL is %q after, want it as it was", v)
+	}
+}
