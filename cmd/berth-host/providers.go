@@ -8,4 +8,5 @@ import (
 	_ "github.com/berth-dev/berth/provider/e2b"
 	_ "github.com/berth-dev/berth/provider/gvisor"
 	_ "github.com/berth-dev/berth/provider/linux"
+	_ "github.com/berth-dev/berth/provider/modal"
 )
