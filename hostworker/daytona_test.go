@@ -50,9 +50,9 @@ func newDaytonaWorld(t *testing.T, key, secret string) *daytonaWorld {
 	w.creates = func() int { return w.fake.Requests("POST /sandbox") }
 	// The Create activity asks the API for the daemon's preview URL once
 	// the daemon is started, to reach it.
-	w.midCreate = func(r *http.Request) bool {
+	w.holdCreate = w.holdAtGate(func(r *http.Request) bool {
 		return r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/api/sandbox/") && strings.HasSuffix(r.URL.Path, "/preview-url")
-	}
-	w.midCreateWhat = "the request for the daemon's preview URL"
+	})
+	w.midCreate = "the request for the daemon's preview URL"
 	return w
 }

@@ -26,6 +26,9 @@ var remoteProviders = []struct {
 	{"daytona", func(t *testing.T, key, secret string) *remoteWorld {
 		return newDaytonaWorld(t, key, secret).remoteWorld
 	}},
+	{"modal", func(t *testing.T, key, secret string) *remoteWorld {
+		return newModalWorld(t, "ak-"+key, "as-"+key, secret).remoteWorld
+	}},
 }
 
 // eachRemote runs test on every hosted provider, in parallel.
@@ -106,7 +109,7 @@ func TestRemoteWorkerKilledMidCommand(t *testing.T) {
 // holding the Create activity's request between the service's making
 // the machine and the activity's end (w.midCreate), and returns once
 // that request is held and its sandbox made.
-func holdMidCreate(t *testing.T, name string, w *remoteWorld, w1 *remoteWorker, argv ...string) client.WorkflowRun {
+func holdMidCreate(t *testing.T, name string, w *remoteWorld, w1 *remoteWorker, held <-chan struct{}, argv ...string) client.WorkflowRun {
 	t.Helper()
 	run, err := w.c.ExecuteWorkflow(t.Context(), client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, workflows.Run,
 		workflows.RunInput{Provider: name, Argv: argv})
@@ -114,15 +117,15 @@ func holdMidCreate(t *testing.T, name string, w *remoteWorld, w1 *remoteWorker, 
 		t.Fatal(err)
 	}
 	select {
-	case <-w.gate.held:
+	case <-held:
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("%s never came", w.midCreateWhat)
+		t.Fatalf("%s never came", w.midCreate)
 	}
 	if ids := w.sandboxes(); len(ids) != 1 {
-		t.Fatalf("the fake's sandboxes at %s: %v, want one", w.midCreateWhat, ids)
+		t.Fatalf("the fake's sandboxes at %s: %v, want one", w.midCreate, ids)
 	}
 	if !w.activityOn(t, run.GetID(), "Create", w1) {
-		t.Fatalf("the Create activity is not running on the first worker at %s", w.midCreateWhat)
+		t.Fatalf("the Create activity is not running on the first worker at %s", w.midCreate)
 	}
 	return run
 }
@@ -137,14 +140,15 @@ func holdMidCreate(t *testing.T, name string, w *remoteWorld, w1 *remoteWorker, 
 // sandbox.
 func TestRemoteWorkerKilledMidCreate(t *testing.T) {
 	eachRemote(t, func(t *testing.T, name string, w *remoteWorld) {
-		w.gate.setHold(w.midCreate)
+		held, release := w.holdCreate(t)
+		defer release()
 		w1 := w.startWorker(t, "first worker", name+"-host-1", 0)
-		run := holdMidCreate(t, name, w, w1, "true")
+		run := holdMidCreate(t, name, w, w1, held, "true")
 		w1.kill(t)
 		if err := w.c.TerminateWorkflow(t.Context(), run.GetID(), "", "its worker died mid-create"); err != nil {
 			t.Fatal(err)
 		}
-		w.gate.setHold(nil)
+		release()
 
 		w2 := w.startWorker(t, "second worker", name+"-host-2", time.Hour)
 		var st workflows.ReaperStatus
@@ -179,11 +183,12 @@ func TestRemoteWorkerKilledMidCreate(t *testing.T) {
 // end destroys the sandbox.
 func TestRemoteCreateRetriedAfterKill(t *testing.T) {
 	eachRemote(t, func(t *testing.T, name string, w *remoteWorld) {
-		w.gate.setHold(w.midCreate)
+		held, release := w.holdCreate(t)
+		defer release()
 		w1 := w.startWorker(t, "first worker", name+"-host-1", 0)
-		run := holdMidCreate(t, name, w, w1, "sh", "-c", "echo made once")
+		run := holdMidCreate(t, name, w, w1, held, "sh", "-c", "echo made once")
 		w1.kill(t)
-		w.gate.setHold(nil)
+		release()
 		w.startWorker(t, "second worker", name+"-host-2", 0)
 		var out workflows.RunOutput
 		if err := run.Get(t.Context(), &out); err != nil {

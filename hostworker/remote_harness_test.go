@@ -118,11 +118,22 @@ type remoteWorld struct {
 	machineOf func(id string) (*remotefake.Machine, error)
 	// creates counts the sandboxes the service was asked to make.
 	creates func() int
-	// midCreate picks, for the gate to hold, a request the Create
-	// activity makes after the service has made the machine and before
-	// the activity completes; midCreateWhat names it.
-	midCreate     func(*http.Request) bool
-	midCreateWhat string
+	// holdCreate makes the Create activities that follow wait in a
+	// request they make after the service has made the machine and
+	// before they complete: held gets a value for each request held,
+	// and release (which may be called again) lets the rest go by.
+	// midCreate names the request.
+	holdCreate func(t *testing.T) (held <-chan struct{}, release func())
+	midCreate  string
+}
+
+// holdAtGate is a holdCreate for a world whose gate sees the request
+// pick picks.
+func (w *remoteWorld) holdAtGate(pick func(*http.Request) bool) func(t *testing.T) (<-chan struct{}, func()) {
+	return func(t *testing.T) (<-chan struct{}, func()) {
+		w.gate.setHold(pick)
+		return w.gate.held, func() { w.gate.setHold(nil) }
+	}
 }
 
 // newRemoteWorld starts the server and the farm for the test, and builds
@@ -184,8 +195,8 @@ func newE2BWorld(t *testing.T, key, secret string) *e2bWorld {
 	w.sandboxes = w.fake.Sandboxes
 	w.machineOf = w.farm.Machine
 	w.creates = func() int { return w.fake.Requests("POST /sandboxes") }
-	w.midCreate = func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Path == "/files" }
-	w.midCreateWhat = "the daemon's upload"
+	w.holdCreate = w.holdAtGate(func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Path == "/files" })
+	w.midCreate = "the daemon's upload"
 	return w
 }
 

@@ -1,14 +1,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
+	"github.com/berth-dev/berth/provider/modal"
+	"github.com/berth-dev/berth/provider/modal/modalfake"
+	"github.com/berth-dev/berth/provider/remote/remotefake"
 )
 
 // cloudProviders are the hosted providers, each against its fake: what
@@ -19,6 +25,42 @@ var cloudProviders = []struct {
 }{
 	{"e2b", func(t *testing.T) ([]string, []string) { _, f, e := startE2B(t); return f, e }},
 	{"daytona", func(t *testing.T) ([]string, []string) { _, f, e := startDaytona(t); return f, e }},
+	{"modal", startModal},
+}
+
+// startModal starts a fake Modal on loopback, its sandboxes containers
+// of a farm of the test's own, and returns the flags and environment
+// that make a berth dev serve it as provider modal.
+func startModal(t *testing.T) (flags, env []string) {
+	t.Helper()
+	if err := remoteImage(); err != nil {
+		t.Fatal(err)
+	}
+	farm, err := remotefake.NewFarm(context.WithoutCancel(t.Context()), remotefake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { farm.Close() })
+	const id, secret = "ak-cli-test-modal", "as-cli-test-modal-secret"
+	fake, err := modalfake.New(context.WithoutCancel(t.Context()), modalfake.Options{Farm: farm, TokenID: id, TokenSecret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		fake.Close()
+		if v := fake.Violations(); len(v) > 0 {
+			t.Errorf("berth broke Modal's protocol:\n%s", strings.Join(v, "\n"))
+		}
+	})
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(ca, fake.CAPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flags = []string{"--provider-config", "modal.server-url=" + fake.URL(), "--provider-config", "modal.tunnel-ca-file=" + ca}
+	env = []string{modal.DefaultTokenIDEnv + "=" + id, modal.DefaultTokenSecretEnv + "=" + secret,
+		modal.DefaultSecretEnv + "=the cli tests' modal secret", "MODAL_CONFIG_PATH=" + filepath.Join(dir, "no-modal.toml")}
+	return flags, env
 }
 
 // tourWorkspace makes, under tour/ in the workspace, what a move must

@@ -25,9 +25,10 @@
 // What differs from a sandbox on berth's host:
 //
 //   - A Modal sandbox's timeout is fixed when it is made: it is the
-//     sandbox's lifetime, capped at MaxTimeout (24 h), which is then
-//     berth's lifetime too (Machine.ExpiresAt); KeepAlive has nothing to
-//     renew. Modal's idle timeout is off unless Config.IdleTimeout sets
+//     sandbox's lifetime, capped at MaxTimeout (24 h) (Machine.ExpiresAt);
+//     KeepAlive has nothing to renew. The provider's MaxLifetime says so,
+//     and the sandbox handle moves a berth sandbox that lives longer to
+//     a new Modal sandbox, with its workspace, before the end. Modal's idle timeout is off unless Config.IdleTimeout sets
 //     it: berth's lease governs idleness.
 //   - Modal keeps no memory over a snapshot of berth's use: berth's
 //     Pause is the daemon's (every process stopped), and the sandbox

@@ -50,6 +50,9 @@ func Open(ctx context.Context, pc provider.Config) (*API, remote.Config, error) 
 		return nil, rc, err
 	}
 	rc.User = api.cfg.User
+	// Modal ends a sandbox at its timeout, which cannot be moved on: a
+	// berth sandbox that lives longer moves to a new one before it.
+	rc.MaxLifetime = MaxTimeout
 	if rc.Port == 0 {
 		rc.Port = api.cfg.Port
 	}

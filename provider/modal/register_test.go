@@ -38,7 +38,7 @@ func TestOpen(t *testing.T) {
 	if c.ServerURL != "http://127.0.0.1:1" || c.App != "mine" || c.Image != "ubuntu:24.04" || c.IdleTimeout != 10*time.Minute || c.User != "agent" || c.Environment != "dev" || c.Port != 4000 {
 		t.Errorf("API config: %+v", c)
 	}
-	if rc.Port != 4000 || rc.User != "agent" {
+	if rc.Port != 4000 || rc.User != "agent" || rc.MaxLifetime != MaxTimeout {
 		t.Errorf("remote config: %+v", rc)
 	}
 	if len(rc.Secret) == 0 || bytes.Contains(rc.Secret, []byte("as-one-secret")) {
