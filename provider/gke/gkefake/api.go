@@ -78,6 +78,7 @@ func parsePath(p string) (apiRequest, bool) {
 
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Authorization") != "Bearer "+s.opts.Token {
+		s.log.Info("gkefake: unauthorized", "path", r.URL.Path, "authorized", r.Header.Get("Authorization") != "", "n", len(r.Header.Get("Authorization")))
 		s.begin("unauthorized")
 		writeStatus(w, apierrors.NewUnauthorized("Unauthorized"))
 		return
@@ -399,7 +400,7 @@ func (s *Server) list(q apiRequest, r *http.Request) (runtime.Object, error) {
 			return nil, apierrors.NewResourceExpired("the continue token is not valid: " + c)
 		}
 	}
-	gvk := q.gvr.GroupVersion().WithKind(resourceKinds[q.gvr.Resource] + "List")
+	gvk := q.gvr.GroupVersion().WithKind(resourceKinds[q.gvr.Resource])
 	all, err := s.tracker(q.gvr).List(q.gvr, gvk, q.namespace)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"os"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -144,6 +145,13 @@ func (s *Server) reconcile(c *extv1beta1.SandboxClaim) error {
 	}
 	if p, err := m.Start(s.ctx, remotefake.Command{Argv: []string{"mkdir", "-p", RuntimeDir}}); err == nil {
 		_, _ = p.Wait()
+	}
+	for in, host := range s.opts.ImageFiles {
+		if err := copyIn(s.ctx, m, in, host); err != nil {
+			_ = m.Destroy(context.WithoutCancel(s.ctx))
+			s.setSandboxReady(ns, sb.Name, false, "PodFailed")
+			return err
+		}
 	}
 	s.mu.Lock()
 	s.machines[machineKey(ns, sb.Name)] = m
@@ -300,4 +308,13 @@ func randomSuffix() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)[:5]
+}
+
+func copyIn(ctx context.Context, m *remotefake.Machine, in, host string) error {
+	f, err := os.Open(host)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return m.WriteFile(ctx, in, f, 0o755)
 }

@@ -76,6 +76,7 @@ package gkefake
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -87,13 +88,16 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 	agentsfake "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned/fake"
 	extfake "sigs.k8s.io/agent-sandbox/clients/k8s/extensions/clientset/versioned/fake"
+	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/berth-dev/berth/provider/remote/remotefake"
 )
@@ -116,6 +120,10 @@ type Options struct {
 	// ReadyDelay is how long a new Sandbox waits, after its machine is
 	// up, before it is Ready.
 	ReadyDelay time.Duration
+	// ImageFiles are files every machine has from the start, as the
+	// template's image would: the path in the machine to the path on
+	// this host (a daemon baked into the image, say), mode 0755.
+	ImageFiles map[string]string
 	// Tick is how often the controller looks at expiry; zero means 50 ms.
 	Tick time.Duration
 	// Logger receives what the fake does; nil means slog.Default().
@@ -193,12 +201,14 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		s.cancel()
 		return nil, err
 	}
-	s.api = httptest.NewServer(http.HandlerFunc(s.serveAPI))
+	// TLS, as client-go sends a bearer token over nothing else.
+	s.api = httptest.NewTLSServer(http.HandlerFunc(s.serveAPI))
 	s.router = httptest.NewServer(http.HandlerFunc(s.serveRouter))
 	return s, nil
 }
 
-// URL is the Kubernetes API's base URL.
+// URL is the Kubernetes API's base URL (https, its certificate in the
+// kubeconfig Kubeconfig writes).
 func (s *Server) URL() string { return s.api.URL }
 
 // RouterURL is the sandbox router's base URL.
@@ -208,7 +218,8 @@ func (s *Server) RouterURL() string { return s.router.URL }
 // the context named context, to path, mode 0600.
 func (s *Server) Kubeconfig(path, context string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["fake"] = &clientcmdapi.Cluster{Server: s.api.URL}
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.api.Certificate().Raw})
+	cfg.Clusters["fake"] = &clientcmdapi.Cluster{Server: s.api.URL, CertificateAuthorityData: ca}
 	cfg.AuthInfos["fake"] = &clientcmdapi.AuthInfo{Token: s.opts.Token}
 	cfg.Contexts[context] = &clientcmdapi.Context{Cluster: "fake", AuthInfo: "fake", Namespace: "default"}
 	cfg.CurrentContext = context
@@ -391,3 +402,20 @@ func (s *Server) Vanish(ns, name string) {
 func metaNow() metav1.Time { return metav1.NewTime(time.Now().Truncate(time.Second)) }
 
 func lower(s string) string { return strings.ToLower(s) }
+
+// AddTemplate adds a SandboxTemplate named name to namespace ns, and a
+// SandboxWarmPool of the same name, of no replicas, naming it: what an
+// operator applies before claims can name the pool.
+func (s *Server) AddTemplate(ns, name string) error {
+	t := &extv1beta1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: newUIDType(), CreationTimestamp: metaNow()}}
+	t.Spec.PodTemplate.Spec.Containers = []corev1.Container{{Name: "runtime", Image: remotefake.DefaultImage}}
+	s.stamp(t)
+	if err := s.ext.Tracker().Create(templatesGVR, t, ns); err != nil {
+		return err
+	}
+	p := &extv1beta1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: newUIDType(), CreationTimestamp: metaNow()}}
+	p.Spec.Replicas = ptr.To(int32(0))
+	p.Spec.TemplateRef.Name = name
+	s.stamp(p)
+	return s.ext.Tracker().Create(warmpoolsGVR, p, ns)
+}
