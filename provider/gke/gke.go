@@ -107,7 +107,7 @@ func New(cfg Config) (*API, error) {
 	}
 	runtime, err := agentsclient.NewClient(context.Background(), agentsclient.Options{
 		Namespace: cfg.Namespace, APIURL: cfg.RouterURL, RestConfig: rc,
-		Logger: logr.Discard(), RequestTimeout: requestTimeout, MaxUploadSize: maxUpload,
+		Logger: logr.Discard(), Quiet: true, RequestTimeout: requestTimeout, MaxUploadSize: maxUpload,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: gke provider: %s", errdefs.ErrBadInput, firstLine(err.Error()))
@@ -561,7 +561,7 @@ func (a *API) Start(ctx context.Context, m remote.Machine, argv []string, env ma
 	}
 	script := `. "./$1" && rm -f "./$1" && shift && ` +
 		`{ test -x "$1" || { echo "no executable $1 in the sandbox" >&2; exit 127; }; } && ` +
-		`nohup "$@" </dev/null >/dev/null 2>&1 &`
+		`{ nohup "$@" </dev/null >/dev/null 2>&1 & }`
 	return a.run(ctx, h, "start command", append([]string{"sh", "-c", script, "sh", envFile}, argv...))
 }
 
