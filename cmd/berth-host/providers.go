@@ -4,9 +4,9 @@ package main
 // provider.Register, and `berth worker --provider NAME` opens it.
 import (
 	_ "github.com/berth-dev/berth/provider/daytona"
-	_ "github.com/berth-dev/berth/provider/gke"
 	_ "github.com/berth-dev/berth/provider/docker"
 	_ "github.com/berth-dev/berth/provider/e2b"
+	_ "github.com/berth-dev/berth/provider/gke"
 	_ "github.com/berth-dev/berth/provider/gvisor"
 	_ "github.com/berth-dev/berth/provider/linux"
 )
