@@ -78,7 +78,7 @@ func parsePath(p string) (apiRequest, bool) {
 
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Authorization") != "Bearer "+s.opts.Token {
-		s.log.Info("gkefake: unauthorized", "path", r.URL.Path, "authorized", r.Header.Get("Authorization") != "", "n", len(r.Header.Get("Authorization")))
+		s.log.Info("gkefake: unauthorized", "path", r.URL.Path, "authorization", r.Header.Get("Authorization") != "")
 		s.begin("unauthorized")
 		writeStatus(w, apierrors.NewUnauthorized("Unauthorized"))
 		return

@@ -84,7 +84,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -400,8 +399,6 @@ func (s *Server) Vanish(ns, name string) {
 
 // metaNow is the time as the API server writes it.
 func metaNow() metav1.Time { return metav1.NewTime(time.Now().Truncate(time.Second)) }
-
-func lower(s string) string { return strings.ToLower(s) }
 
 // AddTemplate adds a SandboxTemplate named name to namespace ns, and a
 // SandboxWarmPool of the same name, of no replicas, naming it: what an

@@ -319,7 +319,7 @@ func shlexSplit(s string) ([]string, error) {
 		case c == '\\':
 			inWord = true
 			if i+1 >= len(s) {
-				return nil, errors.New("No escaped character")
+				return nil, errors.New("no escaped character")
 			}
 			i++
 			cur.WriteByte(s[i])
@@ -327,7 +327,7 @@ func shlexSplit(s string) ([]string, error) {
 			inWord = true
 			j := strings.IndexByte(s[i+1:], '\'')
 			if j < 0 {
-				return nil, errors.New("No closing quotation")
+				return nil, errors.New("no closing quotation")
 			}
 			cur.WriteString(s[i+1 : i+1+j])
 			i += j + 1
@@ -341,7 +341,7 @@ func shlexSplit(s string) ([]string, error) {
 				cur.WriteByte(s[i])
 			}
 			if i >= len(s) {
-				return nil, errors.New("No closing quotation")
+				return nil, errors.New("no closing quotation")
 			}
 		default:
 			inWord = true
