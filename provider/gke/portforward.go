@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport/spdy"
+	"k8s.io/streaming/pkg/httpstream"
 )
 
 // The port forward's protocol and stream headers (k8s.io/api/core/v1's
@@ -67,7 +67,7 @@ func (p *portForward) dial(ctx context.Context, ns, pod string, port int) (net.C
 	}
 	done := make(chan result, 1)
 	go func() {
-		d := spdy.NewDialer(p.upgrader, &http.Client{Transport: p.rt}, http.MethodPost, u)
+		d := spdy.NewDialerForStreaming(p.upgrader, &http.Client{Transport: p.rt}, http.MethodPost, u)
 		c, proto, err := d.Dial(portForwardProtocol)
 		if err == nil && proto != portForwardProtocol {
 			c.Close()

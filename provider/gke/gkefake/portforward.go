@@ -2,11 +2,11 @@ package gkefake
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/httpstream"
-	"k8s.io/apimachinery/pkg/util/httpstream/spdy"
+	"k8s.io/streaming/pkg/httpstream"
+	"k8s.io/streaming/pkg/httpstream/spdy"
 
 	"github.com/berth-dev/berth/provider/remote/remotefake"
 )
@@ -120,9 +120,9 @@ func (s *Server) servePortForward(w http.ResponseWriter, r *http.Request) {
 }
 
 // forward copies between the data stream and port in m. Every message
-// the client sends (a write after a pause) waits the fake's latency, one
-// round trip to the API server and the kubelet, and is counted as
-// "portforward trip".
+// the client sends (its first bytes, or its first after an answer from
+// the pod) waits the fake's latency, one round trip to the API server
+// and the kubelet, and is counted as "portforward trip".
 func (s *Server) forward(m *remotefake.Machine, port int, data, errs httpstream.Stream) {
 	defer data.Close()
 	defer errs.Close()
@@ -132,23 +132,35 @@ func (s *Server) forward(m *remotefake.Machine, port int, data, errs httpstream.
 		return
 	}
 	defer c.Close()
+	var answered atomic.Bool
+	answered.Store(true)
 	done := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(data, c)
-		close(done)
+		defer close(done)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				answered.Store(true)
+				if _, werr := data.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	buf := make([]byte, 32<<10)
-	last := time.Time{}
 	for {
 		n, err := data.Read(buf)
 		if n > 0 {
-			if time.Since(last) > 2*time.Millisecond {
+			if answered.Swap(false) {
 				s.begin("portforward trip")
 			}
 			if _, werr := c.Write(buf[:n]); werr != nil {
 				break
 			}
-			last = time.Now()
 		}
 		if err != nil {
 			break
