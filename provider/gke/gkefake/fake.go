@@ -94,6 +94,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	agentsfake "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned/fake"
 	extfake "sigs.k8s.io/agent-sandbox/clients/k8s/extensions/clientset/versioned/fake"
 	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
@@ -415,4 +416,17 @@ func (s *Server) AddTemplate(ns, name string) error {
 	p.Spec.TemplateRef.Name = name
 	s.stamp(p)
 	return s.ext.Tracker().Create(warmpoolsGVR, p, ns)
+}
+
+// Sandboxes lists the names of the Sandboxes of namespace ns.
+func (s *Server) Sandboxes(ns string) []string {
+	list, err := s.agents.Tracker().List(sandboxesGVR, sandboxesGVR.GroupVersion().WithKind("Sandbox"), ns)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, sb := range list.(*sandboxv1beta1.SandboxList).Items {
+		out = append(out, sb.Name)
+	}
+	return out
 }
