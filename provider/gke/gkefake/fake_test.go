@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +27,8 @@ import (
 	agentsclientset "sigs.k8s.io/agent-sandbox/clients/k8s/clientset/versioned"
 	extclientset "sigs.k8s.io/agent-sandbox/clients/k8s/extensions/clientset/versioned"
 	extv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+
+	"github.com/berth-dev/berth/provider/remote/remotefake"
 )
 
 const ns = "default"
@@ -220,9 +223,7 @@ func TestPortForward(t *testing.T) {
 	if _, err := ext.ExtensionsV1beta1().SandboxClaims(ns).Create(t.Context(), newClaim("pf", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var m interface {
-		WriteFile(context.Context, string, io.Reader, os.FileMode) error
-	}
+	var m *remotefake.Machine
 	waitFor(t, "the machine", func() bool { mm, ok := s.Machine(ns, "pf"); m = mm; return ok })
 	self, err := os.Open(os.Args[0])
 	if err != nil {
@@ -232,17 +233,26 @@ func TestPortForward(t *testing.T) {
 	if err := m.WriteFile(t.Context(), RuntimeDir+"/srv", self, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c, err := agentsclient.NewClient(t.Context(), agentsclient.Options{APIURL: s.RouterURL(), RestConfig: rc, Quiet: true})
+	srv, err := m.Start(t.Context(), remotefake.Command{Argv: []string{RuntimeDir + "/srv"}, Env: map[string]string{serveEnv: "9001"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := c.GetSandbox(t.Context(), "pf", ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res, err := h.Run(t.Context(), fmt.Sprintf(`sh -c '%s=9001 nohup ./srv </dev/null >/dev/null 2>&1 &'`, serveEnv)); err != nil || res.ExitCode != 0 {
-		t.Fatalf("start the server: %+v, %v", res, err)
-	}
+	defer srv.Signal(context.Background(), syscall.SIGKILL)
+	waitFor(t, "the server in the machine", func() bool {
+		c, err := m.Dial(t.Context(), 9001)
+		if err != nil {
+			select {
+			case <-srv.Done():
+				b, _ := io.ReadAll(srv.Stderr())
+				code, _ := srv.Wait()
+				t.Fatalf("the server exited %d: %s", code, b)
+			default:
+			}
+			return false
+		}
+		c.Close()
+		return true
+	})
 
 	rt, up, err := spdy.RoundTripperFor(rc)
 	if err != nil {
