@@ -84,6 +84,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -326,7 +327,11 @@ func failed(w http.ResponseWriter, f *Fault, gr schema.GroupResource, name strin
 	if msg == "" {
 		msg = http.StatusText(f.Status)
 	}
-	writeStatus(w, statusError(f.Status, msg, gr, name))
+	se := statusError(f.Status, msg, gr, name)
+	if n, err := strconv.Atoi(f.RetryAfter); err == nil && se.ErrStatus.Details != nil && f.Status == http.StatusTooManyRequests {
+		se.ErrStatus.Details.RetryAfterSeconds = int32(n)
+	}
+	writeStatus(w, se)
 	return true
 }
 
