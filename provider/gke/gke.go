@@ -179,9 +179,11 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 		ObjectMeta: metav1.ObjectMeta{Name: claimName(req.Name), Namespace: a.cfg.Namespace, Labels: kl, Annotations: ann},
 		Spec: extv1beta1.SandboxClaimSpec{
 			WarmPoolRef: extv1beta1.SandboxWarmPoolRef{Name: pool},
-			// The pod, and so the Sandbox's pod template, carries them
-			// too: a Sandbox whose claim has gone still says whose it is.
-			AdditionalPodMetadata: sandboxv1beta1.PodMetadata{Labels: maps.Clone(kl), Annotations: maps.Clone(ann)},
+			// The pod, and so the Sandbox's pod template, carries the
+			// annotations too: a Sandbox whose claim has gone still says
+			// whose it is. Not the labels: the controller takes pod
+			// labels of its allowed domains only.
+			AdditionalPodMetadata: sandboxv1beta1.PodMetadata{Annotations: maps.Clone(ann)},
 		},
 	}
 	if req.Lifetime > 0 {
@@ -215,7 +217,7 @@ func (a *API) waitReady(ctx context.Context, name string) (remote.Machine, error
 			if err != nil {
 				return remote.Machine{}, a.classify("get sandbox", err)
 			}
-			if !carries(sb.Spec.PodTemplate.ObjectMeta.Labels, kubeLabels(labelsOf(c.Annotations))) {
+			if pa := sb.Spec.PodTemplate.ObjectMeta.Annotations; pa[annotationName] != c.Annotations[annotationName] || pa[annotationLabels] != c.Annotations[annotationLabels] {
 				return remote.Machine{}, fmt.Errorf("%w: gke: sandbox %s does not carry its claim's labels", errdefs.ErrProviderUnavailable, sb.Name)
 			}
 			return a.machine(c, sb), nil

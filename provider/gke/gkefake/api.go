@@ -244,6 +244,11 @@ func (s *Server) decodeBody(q apiRequest, r *http.Request) (runtime.Object, meta
 				errs = append(errs, "spec.additionalPodMetadata.labels "+k+": invalid")
 			}
 		}
+		for k := range c.Spec.AdditionalPodMetadata.Annotations {
+			if len(validation.IsQualifiedName(k)) > 0 {
+				errs = append(errs, "spec.additionalPodMetadata.annotations "+k+": invalid")
+			}
+		}
 	}
 	if len(errs) > 0 {
 		sort.Strings(errs)

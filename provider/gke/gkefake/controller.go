@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
@@ -91,6 +93,10 @@ func (s *Server) reconcile(c *extv1beta1.SandboxClaim) error {
 		return err
 	}
 	pool := obj.(*extv1beta1.SandboxWarmPool)
+	if err := validatePodMetadata(c.Spec.AdditionalPodMetadata); err != nil {
+		s.setClaimReady(ns, c.Name, "", nil, false, "InvalidMetadata", "invalid additionalPodMetadata: "+err.Error())
+		return err
+	}
 	obj, err = s.ext.Tracker().Get(templatesGVR, ns, pool.Spec.TemplateRef.Name)
 	if err != nil {
 		s.setClaimReady(ns, c.Name, "", nil, false, "TemplateNotFound", fmt.Sprintf("SandboxTemplate %q not found", pool.Spec.TemplateRef.Name))
@@ -317,4 +323,34 @@ func copyIn(ctx context.Context, m *remotefake.Machine, in, host string) error {
 	}
 	defer f.Close()
 	return m.WriteFile(ctx, in, f, 0o755)
+}
+
+// validatePodMetadata checks a claim's additionalPodMetadata as the
+// claim controller does: pod labels only of the allowed domains (its
+// default, sandbox.users.io), annotations of no restricted domain.
+func validatePodMetadata(pm sandboxv1beta1.PodMetadata) error {
+	for k, v := range pm.Labels {
+		domain, _, ok := strings.Cut(k, "/")
+		if !ok {
+			return fmt.Errorf("label %q must have a domain prefix", k)
+		}
+		if domain != "sandbox.users.io" && !strings.HasSuffix(domain, ".sandbox.users.io") {
+			return fmt.Errorf("label domain %q is not in the allowlist", domain)
+		}
+		if len(validation.IsValidLabelValue(v)) > 0 {
+			return fmt.Errorf("invalid label value %q", v)
+		}
+	}
+	for k := range pm.Annotations {
+		if len(validation.IsQualifiedName(k)) > 0 {
+			return fmt.Errorf("invalid annotation key %q", k)
+		}
+		domain, _, _ := strings.Cut(k, "/")
+		for _, d := range []string{"kubernetes.io", "k8s.io", "agents.x-k8s.io"} {
+			if domain == d || strings.HasSuffix(domain, "."+d) {
+				return fmt.Errorf("restricted system domain: %q", k)
+			}
+		}
+	}
+	return nil
 }

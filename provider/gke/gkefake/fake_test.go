@@ -87,7 +87,7 @@ func newClaim(name string, labels map[string]string) *extv1beta1.SandboxClaim {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: extv1beta1.SandboxClaimSpec{
 			WarmPoolRef:           extv1beta1.SandboxWarmPoolRef{Name: "tmpl"},
-			AdditionalPodMetadata: sandboxv1beta1.PodMetadata{Labels: labels},
+			AdditionalPodMetadata: sandboxv1beta1.PodMetadata{Annotations: labels},
 		},
 	}
 }
@@ -135,7 +135,7 @@ func TestClaimLifecycle(t *testing.T) {
 	if ref := metav1.GetControllerOf(sb); ref == nil || ref.UID != ready.UID {
 		t.Errorf("sandbox's controller: %+v", ref)
 	}
-	if sb.Spec.PodTemplate.ObjectMeta.Labels["n"] != "c1" || sb.Labels[extv1beta1.SandboxIDLabel] != string(ready.UID) || sb.Status.ServiceFQDN == "" {
+	if sb.Spec.PodTemplate.ObjectMeta.Annotations["n"] != "c1" || sb.Labels[extv1beta1.SandboxIDLabel] != string(ready.UID) || sb.Status.ServiceFQDN == "" {
 		t.Errorf("sandbox %+v", sb.ObjectMeta)
 	}
 	if _, ok := s.Machine(ns, sb.Name); !ok {
@@ -395,5 +395,28 @@ func TestFaultsAndExpiry(t *testing.T) {
 				waitFor(t, "the machine to go", func() bool { _, ok := s.Machine(ns, "e"); return !ok })
 			}
 		})
+	}
+}
+
+// TestInvalidPodMetadata: pod labels outside the controller's allowed
+// domains leave the claim Ready=False, InvalidMetadata, with no Sandbox.
+func TestInvalidPodMetadata(t *testing.T) {
+	s := newFake(t, Options{})
+	agents, ext := clientsets(t, restConfig(t, s))
+	c := newClaim("im", nil)
+	c.Spec.AdditionalPodMetadata.Labels = map[string]string{"team": "a"}
+	if _, err := ext.ExtensionsV1beta1().SandboxClaims(ns).Create(t.Context(), c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "InvalidMetadata", func() bool {
+		got, err := ext.ExtensionsV1beta1().SandboxClaims(ns).Get(t.Context(), "im", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cond := apimeta.FindStatusCondition(got.Status.Conditions, string(sandboxv1beta1.SandboxConditionReady))
+		return cond != nil && cond.Reason == "InvalidMetadata"
+	})
+	if _, err := agents.AgentsV1beta1().Sandboxes(ns).Get(t.Context(), "im", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a Sandbox of an invalid claim: %v", err)
 	}
 }
