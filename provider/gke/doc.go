@@ -9,8 +9,9 @@
 // SandboxClaim named for berth's machine name (so a Create retried after
 // a lost answer finds the claim it made), naming the configured
 // SandboxWarmPool (which names the SandboxTemplate), with berth's labels
-// on the claim and, through additionalPodMetadata, on its Sandbox's pod
-// template, and a shutdown time at the end of the sandbox's lifetime,
+// on the claim and, as annotations through additionalPodMetadata (the
+// controller takes pod labels of its allowed domains only), on its
+// Sandbox's pod template, and a shutdown time at the end of the sandbox's lifetime,
 // which KeepAlive moves on. Create waits, polling with backoff, for the
 // claim's Sandbox to be Ready. berth-sandboxd is uploaded through the
 // runtime's /upload (and moved into place, mode 0755, by one /execute),
@@ -31,7 +32,7 @@
 //   - A claim past its shutdown time is ended by the controller; one
 //     whose Sandbox the controller left behind (users report it) is
 //     still listed, by the controller's created-by label and berth's
-//     labels on its pod template, so berth's reaper deletes it.
+//     annotations on its pod template, so berth's reaper deletes it.
 //   - The runtime must run as root, so that the daemon it starts owns the
 //     sandbox, as on every provider; the daemon runs commands as the
 //     template's unprivileged user.

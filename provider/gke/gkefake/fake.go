@@ -43,7 +43,10 @@
 // v1beta1). The loop makes, for a new claim, a Sandbox named like the
 // claim, owned by it, from the template's blueprint, with the claim's
 // identity labels (agents.x-k8s.io/claim-uid, created-by) and its
-// additionalPodMetadata on the pod template, and a machine for its pod;
+// additionalPodMetadata on the pod template (checked as the controller
+// checks it: pod labels of the domain sandbox.users.io only, no
+// annotation of a system domain; else Ready=False, InvalidMetadata), and
+// a machine for its pod;
 // it then sets the Sandbox's status (serviceFQDN, service, podIPs,
 // selector, the Ready condition with reason DependenciesReady) and the
 // claim's (status.sandbox.name and podIPs, Ready). A missing pool or
