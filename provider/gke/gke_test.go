@@ -263,3 +263,59 @@ func TestErrors(t *testing.T) {
 		t.Error("the token is in the fake's logs")
 	}
 }
+
+// TestServiceEndpoint: with endpoint "service", the daemon's port is the
+// Sandbox's Service address, for a berth inside the cluster, with no
+// transport of the provider's.
+func TestServiceEndpoint(t *testing.T) {
+	f := newFake(t, gkefake.Options{})
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := f.Kubeconfig(kc, "fake"); err != nil {
+		t.Fatal(err)
+	}
+	api, err := gke.New(gke.Config{Kubeconfig: kc, Template: testTemplate, RouterURL: f.RouterURL(), Endpoint: gke.EndpointService})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := api.Create(t.Context(), remote.CreateRequest{Name: "berth-svc-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Delete(context.Background(), m)
+	ep, err := api.Endpoint(t.Context(), m, 49999)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep.URL != "http://berth-svc-1.default.svc.cluster.local:49999" || ep.Transport != nil {
+		t.Errorf("endpoint %+v", ep)
+	}
+}
+
+// TestNoTokenInLogs: a whole sandbox's life, and a refused key, log
+// nothing that holds the cluster's token.
+func TestNoTokenInLogs(t *testing.T) {
+	f := newFake(t, gkefake.Options{})
+	var logs bytes.Buffer
+	ctx := provider.WithLogger(t.Context(), slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	pc := settings(t, f)
+	p, err := provider.Open(ctx, gke.Name, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(ctx, provider.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := p.(provider.Checker); !ok || c.Check(ctx) != nil {
+		t.Errorf("check: %v", ok)
+	}
+	if strings.Contains(logs.String(), testToken) {
+		t.Error("the token is in the provider's logs")
+	}
+}
