@@ -29,6 +29,7 @@ var remoteProviders = []struct {
 	{"modal", func(t *testing.T, key, secret string) *remoteWorld {
 		return newModalWorld(t, "ak-"+key, "as-"+key, secret).remoteWorld
 	}},
+	{"gke", func(t *testing.T, key, secret string) *remoteWorld { return newGKEWorld(t, key, secret).remoteWorld }},
 }
 
 // eachRemote runs test on every hosted provider, in parallel.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
+	"github.com/berth-dev/berth/provider/gke/gkefake"
 	"github.com/berth-dev/berth/provider/modal"
 	"github.com/berth-dev/berth/provider/modal/modalfake"
 	"github.com/berth-dev/berth/provider/remote/remotefake"
@@ -26,6 +27,43 @@ var cloudProviders = []struct {
 	{"e2b", func(t *testing.T) ([]string, []string) { _, f, e := startE2B(t); return f, e }},
 	{"daytona", func(t *testing.T) ([]string, []string) { _, f, e := startDaytona(t); return f, e }},
 	{"modal", startModal},
+	{"gke", startGKE},
+}
+
+// startGKE starts a fake cluster running agent-sandbox on loopback, its
+// pods containers of a farm of the test's own, and returns the flags and
+// environment that make a berth dev serve it as provider gke.
+func startGKE(t *testing.T) (flags, env []string) {
+	t.Helper()
+	if err := remoteImage(); err != nil {
+		t.Fatal(err)
+	}
+	farm, err := remotefake.NewFarm(context.WithoutCancel(t.Context()), remotefake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { farm.Close() })
+	fake, err := gkefake.New(context.WithoutCancel(t.Context()), gkefake.Options{Farm: farm, Token: "the cli tests' cluster token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		fake.Close()
+		if v := fake.Violations(); len(v) > 0 {
+			t.Errorf("berth broke the Kubernetes API or the router:\n%s", strings.Join(v, "\n"))
+		}
+	})
+	if err := fake.AddTemplate("default", "berth-runtime"); err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := fake.Kubeconfig(kc, "fake"); err != nil {
+		t.Fatal(err)
+	}
+	flags = []string{"--provider-config", "gke.kubeconfig=" + kc, "--provider-config", "gke.template=berth-runtime",
+		"--provider-config", "gke.router-url=" + fake.RouterURL()}
+	env = []string{"BERTH_GKE_SECRET=the cli tests' gke secret"}
+	return flags, env
 }
 
 // startModal starts a fake Modal on loopback, its sandboxes containers
