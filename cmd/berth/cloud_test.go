@@ -19,7 +19,9 @@ import (
 )
 
 // cloudProviders are the hosted providers, each against its fake: what
-// a berth dev is given to serve it.
+// a berth dev is given to serve it. Every value of env is a secret (but
+// those of variables that name paths), as is the cluster token gke's
+// kubeconfig holds.
 var cloudProviders = []struct {
 	name  string
 	start func(t *testing.T) (flags, env []string)
@@ -29,6 +31,9 @@ var cloudProviders = []struct {
 	{"modal", startModal},
 	{"gke", startGKE},
 }
+
+// gkeToken is the bearer token the fake cluster takes.
+const gkeToken = "the cli tests' cluster token"
 
 // startGKE starts a fake cluster running agent-sandbox on loopback, its
 // pods containers of a farm of the test's own, and returns the flags and
@@ -43,7 +48,7 @@ func startGKE(t *testing.T) (flags, env []string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { farm.Close() })
-	fake, err := gkefake.New(context.WithoutCancel(t.Context()), gkefake.Options{Farm: farm, Token: "the cli tests' cluster token"})
+	fake, err := gkefake.New(context.WithoutCancel(t.Context()), gkefake.Options{Farm: farm, Token: gkeToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,9 +131,15 @@ const tourListing = `cd tour && find . -mindepth 1 -printf '%P %y %m ' -a \( -ty
 func TestCloudTour(t *testing.T) {
 	t.Parallel()
 	var flags, env []string
+	secrets := map[string]string{"gke's cluster token": gkeToken}
 	for _, p := range cloudProviders {
 		f, e := p.start(t)
 		flags, env = append(flags, f...), append(env, e...)
+		for _, kv := range e {
+			if k, v, _ := strings.Cut(kv, "="); !strings.HasSuffix(k, "_PATH") {
+				secrets["$"+k] = v
+			}
+		}
 	}
 	model := fakemodel.New(t)
 	env = append(env, "BERTH_MODEL="+fakemodel.Model, "OPENAI_BASE_URL="+model.URL, "OPENAI_API_KEY="+fakemodel.Key)
@@ -138,10 +149,16 @@ func TestCloudTour(t *testing.T) {
 	t.Cleanup(func() { stopDev(t, dev, &devLog) })
 	dumpOnFailure(t, "berth dev", &devLog)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	var printed strings.Builder // all the commands printed, to look for the secrets in
 	ok := func(args ...string) string {
 		t.Helper()
-		return runOK(t, berth, append([]string{"--address", addr}, args...)...)
+		out := runOK(t, berth, append([]string{"--address", addr}, args...)...)
+		printed.WriteString(out)
+		return out
 	}
+	// What a sandbox's processes can see: their environment and argv,
+	// every process's that the sandbox user may read.
+	const seen = `env; for p in /proc/[0-9]*; do cat $p/cmdline $p/environ; done 2>/dev/null; true`
 
 	tour := []string{"linux"}
 	for _, p := range cloudProviders {
@@ -169,6 +186,12 @@ func TestCloudTour(t *testing.T) {
 		if got := ok("sandbox", "exec", id, "--", "sh", "-c", tourListing); got != want {
 			t.Errorf("after the switch %s to %s the workspace lists as\n%s\nwant\n%s", tour[i], to, got, want)
 		}
+		inSandbox := ok("sandbox", "exec", id, "--", "sh", "-c", seen)
+		for what, secret := range secrets {
+			if strings.Contains(inSandbox, secret) {
+				t.Errorf("a process in the sandbox on %s sees %s", to, what)
+			}
+		}
 	}
 
 	session := strings.TrimSpace(ok("session", "new", "--provider", "linux"))
@@ -188,6 +211,17 @@ func TestCloudTour(t *testing.T) {
 			t.Errorf("turn %d, on %s: berth session send printed\n%s\nwant the trail\n%sand the model's answer", i, at, out, trail)
 		}
 	}
+	// The secrets are berth dev's alone.
+	for what, secret := range secrets {
+		if strings.Contains(printed.String(), secret) {
+			t.Errorf("a berth command printed %s", what)
+		}
+		if strings.Contains(devLog.String(), secret) {
+			t.Errorf("berth dev's log holds %s", what)
+		}
+	}
+	inNoHistory(t, addr, id, secrets)
+
 	// The model saw one conversation: the last request carries every
 	// turn before it.
 	reqs := model.Requests()

@@ -248,6 +248,15 @@ func TestDaytonaCLI(t *testing.T) {
 	if strings.Contains(devLog.String(), daytonaKey) {
 		t.Error("berth dev's log holds the Daytona API key")
 	}
+	inNoHistory(t, addr, id, map[string]string{"the Daytona API key": daytonaKey})
+}
+
+// inNoHistory fails the test if any workflow run's history on the
+// server at addr holds one of secrets (by what each is). It waits until
+// the workflow id is listed, so that the run that used the secrets is
+// among those read.
+func inNoHistory(t *testing.T, addr, id string, secrets map[string]string) {
+	t.Helper()
 	c := dial1(t, addr)
 	var all []*workflowpb.WorkflowExecutionInfo
 	testkit.Eventually(t, "the sandbox's workflow listed", 30*time.Second, func() bool {
@@ -279,9 +288,11 @@ func TestDaytonaCLI(t *testing.T) {
 			}
 			hist.Write(b)
 		}
-		if bytes.Contains(hist.Bytes(), []byte(daytonaKey)) {
-			t.Errorf("the history of %s %s holds the Daytona API key", e.GetType().GetName(), e.GetExecution().GetWorkflowId())
+		for what, secret := range secrets {
+			if bytes.Contains(hist.Bytes(), []byte(secret)) {
+				t.Errorf("the history of %s %s holds %s", e.GetType().GetName(), e.GetExecution().GetWorkflowId(), what)
+			}
 		}
 	}
-	t.Logf("the key is in none of %d workflow runs' histories", len(all))
+	t.Logf("the secrets are in none of %d workflow runs' histories", len(all))
 }
