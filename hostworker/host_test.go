@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/hostworker"
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
@@ -65,15 +67,20 @@ func TestHostProviders(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue},
-		workflows.Providers, workflows.ProvidersInput{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []sandbox.HostProviders
-	if err := run.Get(ctx, &got); err != nil {
-		t.Fatal(err)
-	}
+	// The server lists the host among the queue's pollers once its
+	// worker's first poll has reached it, a moment after StartHost.
+	testkit.Eventually(t, "the host listed", 30*time.Second, func() bool {
+		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue},
+			workflows.Providers, workflows.ProvidersInput{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run.Get(ctx, &got); err != nil {
+			t.Fatal(err)
+		}
+		return len(got) > 0
+	})
 	if len(got) != 1 || got[0].Host != sandbox.DefaultQueue || got[0].Unreachable {
 		t.Fatalf("hosts: %+v, want the one, on %s", got, sandbox.DefaultQueue)
 	}

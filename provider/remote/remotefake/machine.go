@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"sync"
 
 	"github.com/moby/moby/client"
@@ -97,8 +98,22 @@ func (m *Machine) Pause(ctx context.Context) error {
 	if err := m.check(true); err != nil || m.Paused() {
 		return err
 	}
-	if _, err := m.farm.docker.ContainerPause(ctx, m.container, client.ContainerPauseOptions{}); err != nil {
-		return fmt.Errorf("remotefake: pause machine %q: %v", m.id, oneLine(err))
+	// runc gives up freezing a cgroup whose processes keep forking or
+	// sit in the kernel ("unable to freeze"), which a busy machine's may
+	// for a moment: a VM's pause, which the fakes stand for, does not.
+	for attempt := 1; ; attempt++ {
+		_, err := m.farm.docker.ContainerPause(ctx, m.container, client.ContainerPauseOptions{})
+		if err == nil {
+			break
+		}
+		if attempt == 5 || !strings.Contains(err.Error(), "unable to freeze") {
+			return fmt.Errorf("remotefake: pause machine %q: %v", m.id, oneLine(err))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("remotefake: pause machine %q: %v", m.id, oneLine(err))
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
 	}
 	m.mu.Lock()
 	m.paused = true
