@@ -96,6 +96,9 @@ func New(ctx context.Context, cfg Config) (*API, error) {
 	if cfg.DaemonPath == "" {
 		cfg.DaemonPath = remote.DefaultRemotePath
 	}
+	if cfg.MaxLifetime <= 0 || cfg.MaxLifetime > MaxLifetime {
+		cfg.MaxLifetime = MaxLifetime
+	}
 	if cfg.UploadChunk <= 0 {
 		cfg.UploadChunk = DefaultUploadChunk
 	}
@@ -168,7 +171,7 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 	case req.CPU > 0 || req.Memory > 0 || req.Disk > 0:
 		return remote.Machine{}, fmt.Errorf("%w: %s: a session has its code interpreter's size", errdefs.ErrUnsupported, Name)
 	}
-	timeout := min(max(req.Lifetime, minTimeout), MaxLifetime).Round(time.Second)
+	timeout := min(max(req.Lifetime, minTimeout), a.cfg.MaxLifetime).Round(time.Second)
 	doc := labelsDoc{Labels: maps.Clone(req.Labels), Timeout: int64(timeout / time.Second)}
 	sum, err := a.byName(ctx, req.Name)
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {

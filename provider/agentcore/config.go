@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"time"
 
 	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/provider"
@@ -32,6 +33,10 @@ type Config struct {
 	// larger file goes in pieces joined in the session. Zero means
 	// DefaultUploadChunk.
 	UploadChunk int
+	// MaxLifetime is the service's longest session, which a session's
+	// timeout is capped at; zero means MaxLifetime (8 h). Tests shorten
+	// it, with a fake's.
+	MaxLifetime time.Duration
 	Logger      *slog.Logger
 }
 

@@ -92,6 +92,9 @@ type Options struct {
 	// MaxSessions bounds the READY sessions at once
 	// (ServiceQuotaExceededException past it); zero means 100.
 	MaxSessions int
+	// MaxTimeout bounds a session's timeout; zero means MaxTimeout (8
+	// h), the service's.
+	MaxTimeout time.Duration
 	// Latency delays every request.
 	Latency time.Duration
 	// MaxOutput bounds what executeCommand returns of each stream; zero
@@ -158,6 +161,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if opts.MaxSessions == 0 {
 		opts.MaxSessions = 100
+	}
+	if opts.MaxTimeout == 0 {
+		opts.MaxTimeout = MaxTimeout
 	}
 	if opts.MaxOutput == 0 {
 		opts.MaxOutput = 16 << 20

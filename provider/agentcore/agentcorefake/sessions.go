@@ -63,8 +63,8 @@ func (s *Server) start(w http.ResponseWriter, req *request) {
 	timeout := defaultTimeout
 	if in.SessionTimeoutSeconds != nil {
 		timeout = time.Duration(*in.SessionTimeoutSeconds) * time.Second
-		if timeout < time.Second || timeout > MaxTimeout {
-			s.invalid(w, req, "sessionTimeoutSeconds %d is not within 1 to 28800", *in.SessionTimeoutSeconds)
+		if timeout < time.Second || timeout > s.opts.MaxTimeout {
+			s.invalid(w, req, "sessionTimeoutSeconds %d is not within 1 to %d", *in.SessionTimeoutSeconds, int(s.opts.MaxTimeout/time.Second))
 			return
 		}
 	}
