@@ -38,7 +38,7 @@ func TestClassify(t *testing.T) {
 		{apiErr("ConflictException", 409, "conflict"), errdefs.ErrAlreadyExists},
 		{apiErr("InternalServerException", 500, "oops"), errdefs.ErrProviderUnavailable},
 		{apiErr("SomethingNew", 503, "down"), errdefs.ErrProviderUnavailable},
-		{apiErr("SomethingNew", 400, "echo " + secret), errdefs.ErrBadInput},
+		{apiErr("SomethingNew", 400, "echo "+secret), errdefs.ErrBadInput},
 		{errors.New("dial tcp: connection refused " + secret), errdefs.ErrProviderUnavailable},
 		{context.DeadlineExceeded, errdefs.ErrProviderUnavailable},
 		{context.Canceled, errdefs.ErrCanceled},

@@ -380,4 +380,3 @@ func (b *bodySender) stop() {
 		_ = b.src.Close()
 	})
 }
-
