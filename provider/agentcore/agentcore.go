@@ -3,7 +3,7 @@ package agentcore
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -68,9 +68,10 @@ const (
 	// MaxLifetime is the longest session: a session ends at its
 	// timeout, whatever it does, and cannot be kept alive.
 	MaxLifetime = 8 * time.Hour
-	// minTimeout is the shortest session timeout the service
-	// recommends.
-	minTimeout = 60 * time.Second
+	// minTimeout is the shortest session timeout the service takes.
+	// (It recommends 60 s; a sandbox's lifetime shorter than that is
+	// the session's all the same, so that the session ends with it.)
+	minTimeout = time.Second
 	maxName    = 100
 	listPage   = 100
 	maxPages   = 50
@@ -142,12 +143,16 @@ func (a *API) classify(op string, err error) error {
 	return classify(op, err, a.secretKey, a.accessKey)
 }
 
-// clientToken is the idempotency token of the start of the session
-// named name: a start sent again after a lost answer makes no second
-// session.
-func clientToken(name string) string {
-	sum := sha256.Sum256([]byte("berth agentcore session\x00" + name))
-	return "berth-" + hex.EncodeToString(sum[:20])
+// clientToken is the idempotency token of one Create's start of a
+// session: the SDK's retries of the start, after a lost answer, carry
+// it and make no second session. It is new for every Create: a token
+// the service has seen answers the session it made then, which may
+// have ended since (a sandbox destroyed and made again under its
+// name); a Create retried by berth finds the session by name instead.
+func clientToken() string {
+	b := make([]byte, 20)
+	_, _ = rand.Read(b)
+	return "berth-" + hex.EncodeToString(b)
 }
 
 // labelsDoc is the labels file of a session.
@@ -171,7 +176,8 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 	case req.CPU > 0 || req.Memory > 0 || req.Disk > 0:
 		return remote.Machine{}, fmt.Errorf("%w: %s: a session has its code interpreter's size", errdefs.ErrUnsupported, Name)
 	}
-	timeout := min(max(req.Lifetime, minTimeout), a.cfg.MaxLifetime).Round(time.Second)
+	timeout := min(max(req.Lifetime, minTimeout), a.cfg.MaxLifetime)
+	timeout = (timeout + time.Second - 1).Truncate(time.Second)
 	doc := labelsDoc{Labels: maps.Clone(req.Labels), Timeout: int64(timeout / time.Second)}
 	sum, err := a.byName(ctx, req.Name)
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
@@ -182,7 +188,7 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 			CodeInterpreterIdentifier: &a.cfg.Identifier,
 			Name:                      &req.Name,
 			SessionTimeoutSeconds:     aws.Int32(int32(timeout / time.Second)),
-			ClientToken:               aws.String(clientToken(req.Name)),
+			ClientToken:               aws.String(clientToken()),
 		})
 		if serr != nil {
 			serr = a.classify("start session", serr)

@@ -39,12 +39,12 @@ const callTries = 3
 
 // bodyGather is how long a request's body is gathered once some of it
 // has come, so that a short body goes in one call with its start.
-const bodyGather = 2 * time.Millisecond
+const bodyGather = 5 * time.Millisecond
 
-// maxBodyPiece bounds one Read of a streamed request body; a piece
-// larger than agentcoreinit.MaxInline goes to the session in a file
-// first.
-const maxBodyPiece = 4 << 20
+// maxBodyPiece bounds the body one call carries, so that a large body
+// streams through in bounded memory; a piece larger than
+// agentcoreinit.MaxInline goes to the session in a file first.
+const maxBodyPiece = 1 << 20
 
 // Endpoint implements remote.API: the session has no port to reach,
 // so every request to the daemon is carried by the relay (package
@@ -146,6 +146,12 @@ func (t *relayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		open.EOF = eof
 		body.sent = int64(len(first))
+		if !eof {
+			// The rest of the body goes in writes, which need the
+			// request open: the open waits for no answer, which may
+			// need the rest.
+			open.Wait = 0
+		}
 	}
 	r, err := t.call(ctx, open)
 	if err != nil {
@@ -262,7 +268,7 @@ type piece struct {
 }
 
 func newBodySender(t *relayTransport, id string, body io.ReadCloser) *bodySender {
-	b := &bodySender{t: t, id: id, pieces: make(chan piece, 4), quit: make(chan struct{}), src: body}
+	b := &bodySender{t: t, id: id, pieces: make(chan piece), quit: make(chan struct{}), src: body}
 	go b.pump()
 	return b
 }
@@ -270,12 +276,12 @@ func newBodySender(t *relayTransport, id string, body io.ReadCloser) *bodySender
 // pump reads the body, as it comes, into pieces.
 func (b *bodySender) pump() {
 	defer close(b.pieces)
+	buf := make([]byte, 256<<10)
 	for {
-		buf := make([]byte, maxBodyPiece)
 		n, err := b.src.Read(buf)
 		if n > 0 || err != nil {
 			select {
-			case b.pieces <- piece{data: buf[:n], err: err}:
+			case b.pieces <- piece{data: append([]byte(nil), buf[:n]...), err: err}:
 			case <-b.quit:
 				return
 			}
