@@ -2,7 +2,9 @@ package agentcore_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -203,6 +205,70 @@ func checkErr(t *testing.T, what string, err, kind error) {
 		t.Errorf("%s: %q is more than one line", what, err)
 	case strings.Contains(err.Error(), testSecret) || strings.Contains(err.Error(), "wrong/secret"):
 		t.Errorf("%s: %q holds the secret key", what, err)
+	}
+}
+
+// TestNoSecretOutside: neither the AWS credentials nor the daemon's
+// bearer token is in a command the session runs (its argv), nor in the
+// provider's log, even when a create fails and its session's stop
+// fails too.
+func TestNoSecretOutside(t *testing.T) {
+	f := newFake(t, agentcorefake.Options{})
+	pc := settings(t, f)
+	var logs bytes.Buffer
+	ctx := provider.WithLogger(t.Context(), slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	p, err := provider.Open(ctx, agentcore.Name, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := p.Create(ctx, provider.Spec{Env: map[string]string{"GIVEN": "to commands"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if r, err := sb.Exec(ctx, provider.ExecRequest{Shell: "echo $GIVEN", Stdout: &out}); err != nil || r.ExitCode != 0 || out.String() != "to commands\n" {
+		t.Errorf("exec: %+v, %v, %q", r, err, out.String())
+	}
+	sb.Destroy(ctx)
+	f.Inject(agentcorefake.Fault{Op: "startCommandExecution", Exception: "AccessDeniedException", Message: "denied " + testSecret})
+	f.Inject(agentcorefake.Fault{Op: "StopCodeInterpreterSession", Exception: "InternalServerException", Times: 3})
+	_, err = p.Create(ctx, provider.Spec{})
+	checkErr(t, "a create whose daemon cannot start", err, errdefs.ErrProviderAuth)
+	// The daemon's token is an HMAC of the session's name under the
+	// secret: found in the start file only, never in a command.
+	for _, cmd := range f.Commands() {
+		for _, bad := range []string{testSecret, testKeyID, "the agentcore tests' secret", `"token"`, "BERTH_SANDBOXD_CONFIG="} {
+			if strings.Contains(cmd, bad) {
+				t.Errorf("a command holds %q: %.200s", bad, cmd)
+			}
+		}
+	}
+	calls := 0
+	for _, cmd := range f.Commands() {
+		_, rest, ok := strings.Cut(cmd, "<<'BERTH_RELAY'\n")
+		if !ok {
+			continue
+		}
+		line, _, _ := strings.Cut(rest, "\n")
+		raw, err := base64.StdEncoding.DecodeString(line)
+		if err != nil {
+			t.Fatalf("a relay call that is not base64: %.100s", line)
+		}
+		calls++
+		if bytes.Contains(raw, []byte("Authorization")) || bytes.Contains(raw, []byte("Bearer")) {
+			t.Errorf("a relay call carries the daemon's token: %.300s", raw)
+		}
+	}
+	if calls == 0 {
+		t.Error("the fake saw no relay call")
+	}
+	if !strings.Contains(logs.String(), "remote: deleting a machine") {
+		t.Errorf("the log has not the failed create's: %s", logs.String())
+	}
+	for _, bad := range []string{testSecret, testKeyID} {
+		if strings.Contains(logs.String(), bad) {
+			t.Errorf("the log holds %q", bad)
+		}
 	}
 }
 

@@ -147,6 +147,7 @@ type Server struct {
 	faults     []*Fault
 	violations []string
 	requests   map[string]int
+	commands   []string // the last maxCommands commands run, for Commands
 	closed     bool
 	wg         sync.WaitGroup
 }
@@ -491,6 +492,27 @@ func newID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// maxCommands bounds what Commands keeps.
+const maxCommands = 1000
+
+// Commands returns the text of the last commands executeCommand and
+// startCommandExecution ran (at most 1000), oldest first: what a
+// session's process list could show.
+func (s *Server) Commands() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.commands...)
+}
+
+func (s *Server) ran(cmd string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.commands) == maxCommands {
+		s.commands = s.commands[1:]
+	}
+	s.commands = append(s.commands, cmd)
 }
 
 // Sessions lists the ids of the sessions that are READY.

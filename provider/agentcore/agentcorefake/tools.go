@@ -243,6 +243,7 @@ func (s *Server) executeCommand(ctx context.Context, ss *session, args *toolArgu
 	if args.Command == nil || *args.Command == "" {
 		return result{}, bad("no command")
 	}
+	s.ran(*args.Command)
 	start := time.Now()
 	out, errOut, code, err := s.run(ctx, ss, []string{"/bin/sh", "-c", *args.Command}, "")
 	if err != nil {
@@ -279,6 +280,7 @@ func (s *Server) startTask(ctx context.Context, ss *session, args *toolArguments
 	if args.Command == nil || *args.Command == "" {
 		return result{}, bad("no command")
 	}
+	s.ran(*args.Command)
 	p, err := ss.machine.Start(ctx, remotefake.Command{Argv: []string{"/bin/sh", "-c", *args.Command}})
 	if err != nil {
 		return result{}, err
