@@ -313,6 +313,9 @@ func TestHardLifetime(t *testing.T) {
 	if got := m.ExpiresAt.Sub(m.CreatedAt); got != hard {
 		t.Errorf("the session's ExpiresAt is %v after its start, want %v", got, hard)
 	}
+	if info, err := sb.Info(t.Context()); err != nil || info.ExpiresAt.Sub(m.CreatedAt) != hard {
+		t.Errorf("Info: ExpiresAt %v after the start, %v; want the session's end, %v", info.ExpiresAt.Sub(m.CreatedAt), err, hard)
+	}
 	if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); err != nil {
 		t.Fatalf("exec before the end: %v", err)
 	}
