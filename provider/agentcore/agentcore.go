@@ -86,10 +86,6 @@ const (
 	callTimeout = time.Minute
 )
 
-// lifetimeLabel is package remote's label of a sandbox's lifetime, in
-// seconds, which Create caps at the session's timeout.
-const lifetimeLabel = "berth.lifetime"
-
 var identifierRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
 
 // New returns the API over AgentCore, its credentials and region from
@@ -183,10 +179,6 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 	timeout := min(max(req.Lifetime, minTimeout), a.cfg.MaxLifetime)
 	timeout = (timeout + time.Second - 1).Truncate(time.Second)
 	doc := labelsDoc{Labels: maps.Clone(req.Labels), Timeout: int64(timeout / time.Second)}
-	if _, ok := doc.Labels[lifetimeLabel]; ok && req.Lifetime > timeout {
-		// The sandbox ends with its session: its Info says so.
-		doc.Labels[lifetimeLabel] = strconv.FormatInt(doc.Timeout, 10)
-	}
 	sum, err := a.byName(ctx, req.Name)
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return remote.Machine{}, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/berth-dev/berth/provider/agentcore"
 	"github.com/berth-dev/berth/provider/agentcore/agentcorefake"
 	"github.com/berth-dev/berth/provider/remote"
+	"github.com/berth-dev/berth/provider/remote/remotefake"
 )
 
 func newAPI(t *testing.T, f *agentcorefake.Server) *agentcore.API {
@@ -313,8 +315,10 @@ func TestHardLifetime(t *testing.T) {
 	if got := m.ExpiresAt.Sub(m.CreatedAt); got != hard {
 		t.Errorf("the session's ExpiresAt is %v after its start, want %v", got, hard)
 	}
-	if info, err := sb.Info(t.Context()); err != nil || info.ExpiresAt.Sub(m.CreatedAt) != hard {
-		t.Errorf("Info: ExpiresAt %v after the start, %v; want the session's end, %v", info.ExpiresAt.Sub(m.CreatedAt), err, hard)
+	// The sandbox's lifetime is the one asked: its session's end is the
+	// machine's, which the main session re-creates before.
+	if info, err := sb.Info(t.Context()); err != nil || info.ExpiresAt.Sub(info.CreatedAt) != time.Hour {
+		t.Errorf("Info: ExpiresAt %v after the start, %v; want the lifetime asked", info.ExpiresAt.Sub(info.CreatedAt), err)
 	}
 	if _, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}}); err != nil {
 		t.Fatalf("exec before the end: %v", err)
@@ -323,5 +327,48 @@ func TestHardLifetime(t *testing.T) {
 	_, err = sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"true"}})
 	if !errors.Is(err, errdefs.ErrSandboxLost) {
 		t.Errorf("exec after the session's end: %v, want ErrSandboxLost", err)
+	}
+}
+
+// TestUploadInPieces: a file larger than a writeFiles of the API goes
+// in pieces, joined in the session into the whole file, mode 0755, and
+// the API's directory is root's alone.
+func TestUploadInPieces(t *testing.T) {
+	f := newFake(t, agentcorefake.Options{})
+	awsEnv(t)
+	a, err := agentcore.New(t.Context(), agentcore.Config{EndpointURL: f.URL(), UploadChunk: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := create(t, a, "berth-upload", nil)
+	data := bytes.Repeat([]byte("0123456789abcdef"), 5<<16+3) // 5 MiB and 48 bytes
+	writes := f.Requests("writeFiles")
+	if err := a.Upload(t.Context(), m, "/opt/berth/bin/tool", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Requests("writeFiles") - writes; n != 6 {
+		t.Errorf("%d writeFiles for 5 MiB in pieces of 1 MiB, want 6", n)
+	}
+	r, err := f.Machine(m.ID).ReadFile(t.Context(), "/opt/berth/bin/tool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r)
+	r.Close()
+	if !bytes.Equal(got, data) {
+		t.Errorf("the uploaded file: %d bytes, want %d", len(got), len(data))
+	}
+	p, err := f.Machine(m.ID).Start(t.Context(), remotefake.Command{Argv: []string{"stat", "-c", "%a %U", "/opt/berth/bin/tool", "/opt/berth-agentcore"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(p.Stdout())
+	p.Wait()
+	if string(out) != "755 root\n700 root\n" {
+		t.Errorf("modes: %q", out)
+	}
+	if ls, _ := f.Machine(m.ID).ReadFile(t.Context(), "/opt/berth/bin/tool.part0"); ls != nil {
+		ls.Close()
+		t.Error("a piece is left beside the file")
 	}
 }
