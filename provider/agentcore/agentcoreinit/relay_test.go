@@ -178,3 +178,28 @@ func TestCall(t *testing.T) {
 }
 
 func writeFile(p string, b []byte) error { return os.WriteFile(p, b, 0o600) }
+
+// TestOpenSentAgain: an open with a body file sent again (its reply
+// lost) finds the request the first made, though the file is gone; an
+// open whose body file is not there starts nothing.
+func TestOpenSentAgain(t *testing.T) {
+	dir := t.TempDir()
+	s := NewServer(daemon(t), "tok", dir)
+	if err := writeFile(filepath.Join(dir, "p1"), []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	c := Call{Op: OpOpen, ID: "o", Method: "POST", Target: "/echo", BodyFile: "p1", Wait: time.Second}
+	if r := s.Handle(c); r.Error != "" || string(r.Data) != "abc" {
+		t.Fatalf("open: %+v", r)
+	}
+	if r := s.Handle(c); r.Error != "" || r.BodyOffset != 3 || string(r.Data) != "abc" {
+		t.Fatalf("the open sent again: %+v", r)
+	}
+	s.Handle(Call{Op: OpClose, ID: "o"})
+	if r := s.Handle(Call{Op: OpOpen, ID: "n", Method: "POST", Target: "/echo", BodyFile: "none"}); r.Error == "" {
+		t.Errorf("an open with no body file: %+v", r)
+	}
+	if r := s.Handle(Call{Op: OpRead, ID: "n"}); !strings.HasPrefix(r.Error, NoStream) {
+		t.Errorf("the request of a failed open: %+v", r)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -146,11 +147,15 @@ func (srv *Server) Handle(call Call) Reply {
 	call.Wait = min(max(call.Wait, 0), MaxWait)
 	switch call.Op {
 	case OpOpen:
-		s, err := srv.open(call)
+		s, created, err := srv.open(call)
 		if err != nil {
 			return Reply{Error: err.Error()}
 		}
 		if r, ok := srv.write(s, call); !ok {
+			if created {
+				// A request whose start cannot be had is no request.
+				srv.drop(call.ID)
+			}
 			return r
 		}
 		return srv.read(call.ID, s, call)
@@ -188,12 +193,12 @@ func (srv *Server) get(id string) *stream {
 
 // open starts the request of call, or finds the one an earlier open of
 // its ID started (a call sent again).
-func (srv *Server) open(call Call) (*stream, error) {
+func (srv *Server) open(call Call) (*stream, bool, error) {
 	if s := srv.get(call.ID); s != nil {
-		return s, nil
+		return s, false, nil
 	}
 	if !strings.HasPrefix(call.Target, "/") {
-		return nil, errors.New("relay: the target is not a path")
+		return nil, false, errors.New("relay: the target is not a path")
 	}
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
@@ -206,14 +211,14 @@ func (srv *Server) open(call Call) (*stream, error) {
 		s.mu.Unlock()
 	}
 	if live >= MaxStreams {
-		return nil, fmt.Errorf("relay: %d requests under way already", live)
+		return nil, false, fmt.Errorf("relay: %d requests under way already", live)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &stream{cancel: cancel, changed: make(chan struct{}), touched: time.Now()}
 	req, err := http.NewRequestWithContext(ctx, call.Method, "http://"+srv.target+call.Target, s)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("relay: %v", err)
+		return nil, false, fmt.Errorf("relay: %v", err)
 	}
 	for k, vs := range call.Header {
 		switch http.CanonicalHeaderKey(k) {
@@ -232,7 +237,7 @@ func (srv *Server) open(call Call) (*stream, error) {
 	}
 	srv.streams[call.ID] = s
 	go s.run(srv.client, req)
-	return s, nil
+	return s, true, nil
 }
 
 // run sends the request and takes in its answer, holding at most
@@ -282,6 +287,12 @@ func (srv *Server) write(s *stream, call Call) (Reply, bool) {
 	if call.BodyFile != "" {
 		b, err := srv.bodyFile(call.BodyFile)
 		if err != nil {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if errors.Is(err, fs.ErrNotExist) && s.bodyOff > call.BodyOffset {
+				// A call sent again: its file was taken the first time.
+				return Reply{BodyOffset: s.bodyOff}, true
+			}
 			return Reply{Error: err.Error()}, false
 		}
 		data = b
