@@ -30,6 +30,9 @@ var remoteProviders = []struct {
 		return newModalWorld(t, "ak-"+key, "as-"+key, secret).remoteWorld
 	}},
 	{"gke", func(t *testing.T, key, secret string) *remoteWorld { return newGKEWorld(t, key, secret).remoteWorld }},
+	// AgentCore's credentials are the fake's own (AWS's shape); key is
+	// not used.
+	{"agentcore", func(t *testing.T, _, secret string) *remoteWorld { return newAgentCoreWorld(t, secret).remoteWorld }},
 }
 
 // eachRemote runs test on every hosted provider, in parallel.

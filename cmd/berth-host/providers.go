@@ -3,6 +3,7 @@ package main
 // The providers a host can serve: each registers itself by name with
 // provider.Register, and `berth worker --provider NAME` opens it.
 import (
+	_ "github.com/berth-dev/berth/provider/agentcore"
 	_ "github.com/berth-dev/berth/provider/daytona"
 	_ "github.com/berth-dev/berth/provider/docker"
 	_ "github.com/berth-dev/berth/provider/e2b"

@@ -30,12 +30,21 @@
 // (package provider/remote/remoteinit):
 //
 //	berth-sandboxd serve --listen :PORT
+//
+// In an Amazon Bedrock AgentCore Code Interpreter session, which has no
+// inbound port, it is also the relay that carries requests to the daemon,
+// one command of the service at a time (package
+// provider/agentcore/agentcoreinit):
+//
+//	berth-sandboxd relay serve --socket PATH --target HOST:PORT
+//	berth-sandboxd relay call --socket PATH
 package main
 
 import (
 	"fmt"
 	"os"
 
+	"github.com/berth-dev/berth/provider/agentcore/agentcoreinit"
 	"github.com/berth-dev/berth/provider/docker/dockerinit"
 	"github.com/berth-dev/berth/provider/gvisor/gvisorinit"
 	"github.com/berth-dev/berth/provider/linux/linuxinit"
@@ -47,10 +56,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "run" {
 		os.Exit(runkey.Main(os.Args[2:]))
 	}
-	linuxinit.Main()  // does not return when started by the linux provider
-	dockerinit.Main() // nor when started by the docker provider
-	gvisorinit.Main() // nor by the gvisor provider
-	remoteinit.Main() // nor as serve, by the remote providers
+	linuxinit.Main()     // does not return when started by the linux provider
+	dockerinit.Main()    // nor when started by the docker provider
+	gvisorinit.Main()    // nor by the gvisor provider
+	remoteinit.Main()    // nor as serve, by the remote providers
+	agentcoreinit.Main() // nor as relay, in an AgentCore session
 	fmt.Fprintln(os.Stderr, "berth-sandboxd is started by berth's linux, docker and gvisor providers, as: berth-sandboxd serve --listen :PORT by the remote ones, or as: berth-sandboxd run --key KEY -- CMD ARGS...")
 	os.Exit(2)
 }

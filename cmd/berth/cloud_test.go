@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/fakemodel"
 	"github.com/berth-dev/berth/internal/testkit"
+	"github.com/berth-dev/berth/provider/agentcore/agentcorefake"
 	"github.com/berth-dev/berth/provider/gke/gkefake"
 	"github.com/berth-dev/berth/provider/modal"
 	"github.com/berth-dev/berth/provider/modal/modalfake"
@@ -21,7 +22,8 @@ import (
 // cloudProviders are the hosted providers, each against its fake: what
 // a berth dev is given to serve it. Every value of env is a secret (but
 // those of variables that name paths), as is the cluster token gke's
-// kubeconfig holds.
+// kubeconfig holds; not paths, AWS's region, nor its switch for the
+// instance's metadata.
 var cloudProviders = []struct {
 	name  string
 	start func(t *testing.T) (flags, env []string)
@@ -30,6 +32,39 @@ var cloudProviders = []struct {
 	{"daytona", func(t *testing.T) ([]string, []string) { _, f, e := startDaytona(t); return f, e }},
 	{"modal", startModal},
 	{"gke", startGKE},
+	{"agentcore", startAgentCore},
+}
+
+// startAgentCore starts a fake AgentCore on loopback, its sessions
+// containers of a farm of the test's own, and returns the flags and
+// environment that make a berth dev serve it as provider agentcore: AWS
+// credentials of the fake's, and none of this machine's files.
+func startAgentCore(t *testing.T) (flags, env []string) {
+	t.Helper()
+	if err := remoteImage(); err != nil {
+		t.Fatal(err)
+	}
+	farm, err := remotefake.NewFarm(context.WithoutCancel(t.Context()), remotefake.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { farm.Close() })
+	const keyID, secret = "AKIACLITESTAGENTCORE", "cli/test/agentcore/secret"
+	fake, err := agentcorefake.New(context.WithoutCancel(t.Context()), agentcorefake.Options{Farm: farm, AccessKeyID: keyID, SecretAccessKey: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		fake.Close()
+		if v := fake.Violations(); len(v) > 0 {
+			t.Errorf("berth broke AgentCore's API:\n%s", strings.Join(v, "\n"))
+		}
+	})
+	flags = []string{"--provider-config", "agentcore.endpoint-url=" + fake.URL()}
+	env = []string{"AWS_ACCESS_KEY_ID=" + keyID, "AWS_SECRET_ACCESS_KEY=" + secret, "AWS_REGION=us-west-2",
+		"AWS_CONFIG_FILE=/nonexistent", "AWS_SHARED_CREDENTIALS_FILE=/nonexistent", "AWS_EC2_METADATA_DISABLED=true",
+		"BERTH_AGENTCORE_SECRET=the cli tests' agentcore secret"}
+	return flags, env
 }
 
 // gkeToken is the bearer token the fake cluster takes.
@@ -136,7 +171,7 @@ func TestCloudTour(t *testing.T) {
 		f, e := p.start(t)
 		flags, env = append(flags, f...), append(env, e...)
 		for _, kv := range e {
-			if k, v, _ := strings.Cut(kv, "="); !strings.HasSuffix(k, "_PATH") {
+			if k, v, _ := strings.Cut(kv, "="); !strings.HasSuffix(k, "_PATH") && !strings.HasSuffix(k, "_FILE") && k != "AWS_REGION" && k != "AWS_EC2_METADATA_DISABLED" {
 				secrets["$"+k] = v
 			}
 		}
