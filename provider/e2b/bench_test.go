@@ -16,6 +16,7 @@ import (
 	"github.com/berth-dev/berth/provider/e2b/e2bapi"
 	"github.com/berth-dev/berth/provider/e2b/e2bfake"
 	"github.com/berth-dev/berth/provider/remote"
+	"github.com/berth-dev/berth/provider/remote/remotetest"
 )
 
 // benchLatency is what the fake adds to every request, as a hosted
@@ -91,33 +92,7 @@ func BenchmarkExec(b *testing.B) {
 	ref := e2bapi.SandboxRef{ID: det.SandboxID, EnvdAccessToken: det.EnvdAccessToken}
 	no := false
 
-	b.Run("berth", func(b *testing.B) {
-		start := rt.n.Load()
-		for b.Loop() {
-			res, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"true"}})
-			if err != nil || res.ExitCode != 0 {
-				b.Fatalf("exec true: %+v, %v", res, err)
-			}
-		}
-		b.ReportMetric(float64(rt.n.Load()-start)/float64(b.N), "trips/exec")
-		b.ReportMetric(float64(createTrips), "trips/create")
-		b.ReportMetric(float64(writeTrips), "trips/write")
-	})
-	// The floor of a call to the daemon: one round trip through the
-	// proxy that does nothing in the sandbox.
-	b.Run("berth-renew", func(b *testing.B) {
-		l, ok := sb.(provider.Leaser)
-		if !ok {
-			b.Fatalf("%T renews no lease", sb)
-		}
-		start := rt.n.Load()
-		for b.Loop() {
-			if err := l.Renew(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(rt.n.Load()-start)/float64(b.N), "trips/renew")
-	})
+	remotetest.BenchDaemon(b, ctx, sb, func() int { return int(rt.n.Load()) }, int(createTrips), int(writeTrips))
 	b.Run("direct", func(b *testing.B) {
 		start := rt.n.Load()
 		for b.Loop() {

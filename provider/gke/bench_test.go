@@ -14,6 +14,7 @@ import (
 	"github.com/berth-dev/berth/provider/gke"
 	"github.com/berth-dev/berth/provider/gke/gkefake"
 	"github.com/berth-dev/berth/provider/remote"
+	"github.com/berth-dev/berth/provider/remote/remotetest"
 )
 
 // benchLatency is what the fake adds to every request, and to every
@@ -81,31 +82,7 @@ func BenchmarkExec(b *testing.B) {
 	}
 	defer h.Disconnect(ctx)
 
-	b.Run("berth", func(b *testing.B) {
-		start := f.AllRequests()
-		for b.Loop() {
-			res, err := sb.Exec(ctx, provider.ExecRequest{Argv: []string{"true"}})
-			if err != nil || res.ExitCode != 0 {
-				b.Fatalf("exec true: %+v, %v", res, err)
-			}
-		}
-		b.ReportMetric(float64(f.AllRequests()-start)/float64(b.N), "trips/exec")
-		b.ReportMetric(float64(createTrips), "trips/create")
-		b.ReportMetric(float64(writeTrips), "trips/write")
-	})
-	b.Run("berth-renew", func(b *testing.B) {
-		l, ok := sb.(provider.Leaser)
-		if !ok {
-			b.Fatalf("%T renews no lease", sb)
-		}
-		start := f.AllRequests()
-		for b.Loop() {
-			if err := l.Renew(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(f.AllRequests()-start)/float64(b.N), "trips/renew")
-	})
+	remotetest.BenchDaemon(b, ctx, sb, f.AllRequests, createTrips, writeTrips)
 	b.Run("direct", func(b *testing.B) {
 		start := f.AllRequests()
 		for b.Loop() {
