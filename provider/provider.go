@@ -171,8 +171,10 @@ type Capabilities struct {
 	Memory bool `json:"memory"`
 	Pids   bool `json:"pids"`
 	Disk   bool `json:"disk"` // Resources.Disk: the workspace's bytes and files
-	// Network policies other than NetworkNone.
-	Network bool `json:"network"`
+	// Network: a sandbox can have NetworkOpen. NetworkAllow: the
+	// provider enforces NetworkAllow's rules (see Network).
+	Network      bool `json:"network"`
+	NetworkAllow bool `json:"network_allow,omitempty"`
 	// RootFS: Spec.RootFS is honoured; Image: Spec.Image is.
 	RootFS bool `json:"rootfs"`
 	Image  bool `json:"image"`
@@ -203,7 +205,7 @@ type Spec struct {
 	// Dir is the default working directory of commands, a workspace path.
 	Dir       string    `json:"dir,omitempty"`
 	Resources Resources `json:"resources,omitzero"`
-	Network   Network   `json:"network,omitempty"`
+	Network   Network   `json:"network,omitzero"`
 	// Labels are kept with the sandbox and matched by List. Berth uses them
 	// to name the workflow that owns a sandbox.
 	Labels map[string]string `json:"labels,omitempty"`
@@ -237,17 +239,6 @@ type Resources struct {
 	// a provider uses quotas), and nothing outside it is affected.
 	Disk int64 `json:"disk,omitempty"`
 }
-
-// Network is a sandbox's network policy.
-type Network string
-
-const (
-	// NetworkNone gives the sandbox a loopback interface of its own and
-	// nothing else. It is the default.
-	NetworkNone Network = ""
-	// NetworkOpen gives the sandbox outbound access.
-	NetworkOpen Network = "open"
-)
 
 // State is where a sandbox is in its lifecycle.
 type State string

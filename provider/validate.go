@@ -86,12 +86,7 @@ func ValidateSpec(spec Spec) error {
 	if spec.Lease != 0 && spec.Lease < MinLease {
 		return fmt.Errorf("%w: lease %v is shorter than %v", errdefs.ErrBadInput, spec.Lease, MinLease)
 	}
-	switch spec.Network {
-	case NetworkNone, NetworkOpen:
-	default:
-		return fmt.Errorf("%w: unknown network policy %q", errdefs.ErrBadInput, spec.Network)
-	}
-	return nil
+	return spec.Network.Validate()
 }
 
 // The smallest limits a sandbox can start and run a shell under. Below

@@ -204,7 +204,7 @@ func capabilities(c *provider.Capabilities) string {
 		name string
 	}{
 		{c.Pause, "pause"}, {c.CPU, "cpu"}, {c.Memory, "memory"}, {c.Pids, "pids"}, {c.Disk, "disk"},
-		{c.Network, "network"}, {c.RootFS, "rootfs"}, {c.Image, "image"}, {c.HostBound, "host-bound"},
+		{c.Network, "network"}, {c.NetworkAllow, "network-allow"}, {c.RootFS, "rootfs"}, {c.Image, "image"}, {c.HostBound, "host-bound"},
 	} {
 		if f.on {
 			has = append(has, f.name)

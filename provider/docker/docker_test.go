@@ -340,7 +340,7 @@ func TestNetwork(t *testing.T) {
 	if out := sh(t, create(t, p, provider.Spec{ID: "closed"}), "ls /sys/class/net"); strings.Fields(out)[0] != "lo" || len(strings.Fields(out)) != 1 {
 		t.Errorf("a sandbox with no network has interfaces %q, want lo alone", out)
 	}
-	if out := sh(t, create(t, p, provider.Spec{ID: "open", Network: provider.NetworkOpen}), "ls /sys/class/net"); !strings.Contains(out, "eth0") {
+	if out := sh(t, create(t, p, provider.Spec{ID: "open", Network: provider.Network{Mode: provider.NetworkOpen}}), "ls /sys/class/net"); !strings.Contains(out, "eth0") {
 		t.Errorf("a sandbox with an open network has interfaces %q, want eth0 among them", out)
 	}
 }
@@ -354,7 +354,7 @@ func TestSweep(t *testing.T) {
 	sb := create(t, p, provider.Spec{ID: "kept"})
 	// A warm container of a process that is gone, and an old slot that
 	// nothing names.
-	w, err := p.startWarm(t.Context(), testImage, p.resources(provider.Resources{}), provider.NetworkNone)
+	w, err := p.startWarm(t.Context(), testImage, p.resources(provider.Resources{}), provider.Network{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -188,7 +188,7 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, err
 	// it) and workspace size; CPU and process limits are changed on the
 	// one taken.
 	def := p.resources(provider.Resources{})
-	pooled := spec.Image == p.cfg.Image && spec.Network == provider.NetworkNone && res.Memory == def.Memory && res.Disk == def.Disk
+	pooled := spec.Image == p.cfg.Image && spec.Network.Mode == provider.NetworkNone && res.Memory == def.Memory && res.Disk == def.Disk
 	if pooled {
 		defer p.pool.fill(spec.Image)
 		// A warm container may have died while it waited (killed from

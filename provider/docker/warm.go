@@ -295,7 +295,7 @@ func (p *Provider) containerConfig(image string, uid int) *container.Config {
 func (p *Provider) hostConfig(dir string, res provider.Resources, network provider.Network) *container.HostConfig {
 	tmp := int64(float64(res.Memory) * p.cfg.Limits.TmpFraction)
 	netMode := container.NetworkMode("none")
-	if network == provider.NetworkOpen {
+	if network.Mode == provider.NetworkOpen {
 		netMode = "bridge"
 	}
 	bind := func(src, dst string, ro bool) mount.Mount {
@@ -376,7 +376,7 @@ func (q *pool) fill(image string) {
 		q.wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*startTimeout)
 			defer cancel()
-			w, err := q.p.startWarm(ctx, image, q.p.resources(provider.Resources{}), provider.NetworkNone)
+			w, err := q.p.startWarm(ctx, image, q.p.resources(provider.Resources{}), provider.Network{})
 			q.mu.Lock()
 			defer q.mu.Unlock()
 			q.filling--

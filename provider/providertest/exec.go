@@ -38,6 +38,7 @@ func execTests() []test {
 		{name: "BadRequest", fn: testBadRequest},
 		{name: "NonRoot", fn: testNonRoot},
 		{name: "NoNetwork", fn: testNoNetwork},
+		{name: "NetworkNotOffered", fn: testNetworkNotOffered},
 		{name: "Loopback", fn: testLoopback},
 		{name: "Streaming", fn: testStreaming},
 		{name: "BinaryOutput", fn: testBinaryOutput},
@@ -386,9 +387,10 @@ func testNonRoot(t *testing.T, s *suite) {
 }
 
 // testNoNetwork checks NetworkNone, the default: a loopback interface of
-// the sandbox's own and nothing else. A listener on the host's loopback
-// is the easiest thing for a sandbox that shares the host's network to
-// reach.
+// the sandbox's own and nothing else, and no route. A listener on the
+// host's loopback is the easiest thing for a sandbox that shares the
+// host's network to reach. The test sends nothing to any other address:
+// with no interface but lo and no route, nothing else is reachable.
 func testNoNetwork(t *testing.T, s *suite) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -411,17 +413,29 @@ func testNoNetwork(t *testing.T, s *suite) {
 	_, sb := s.sandbox(t)
 	out := mustPython(t, sb, `
 import socket, sys
-for host, port in (("127.0.0.1", int(sys.argv[1])), ("1.1.1.1", 443), ("8.8.8.8", 53)):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(3)
-    try:
-        s.connect((host, port))
-        print("connected to %s:%d" % (host, port))
-    except OSError as e:
-        print("no connection to %s:%d: %s" % (host, port, e))
-    finally:
-        s.close()
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.settimeout(3)
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+    print("connected to the host's loopback")
+except OSError as e:
+    print("no connection to 127.0.0.1: %s" % e)
+finally:
+    s.close()
 print("interfaces: " + " ".join(sorted(name for _, name in socket.if_nameindex())))
+routes = 0
+for path in ("/proc/net/route", "/proc/net/ipv6_route"):
+    try:
+        with open(path) as f:
+            for line in f.read().splitlines():
+                fields = line.split()
+                # /proc/net/route has a header; loopback routes are lo's.
+                if fields and fields[0] != "Iface" and "lo" not in fields:
+                    routes += 1
+                    print("route: " + line)
+    except OSError:
+        pass
+print("routes: %d" % routes)
 `, port)
 	t.Logf("from the sandbox:\n%s", out)
 	if strings.Contains(out, "connected to") {
@@ -429,6 +443,9 @@ print("interfaces: " + " ".join(sorted(name for _, name in socket.if_nameindex()
 	}
 	if n := accepted.Load(); n != 0 {
 		t.Errorf("the host's loopback listener accepted %d connections from the sandbox", n)
+	}
+	if !strings.Contains(out, "routes: 0\n") {
+		t.Errorf("with NetworkNone the sandbox has a route:\n%s", out)
 	}
 	if !strings.Contains(out, "interfaces: lo\n") {
 		t.Errorf("with NetworkNone the sandbox should have a loopback interface and nothing else:\n%s", out)
@@ -678,4 +695,31 @@ func tail(s string) string {
 		return s
 	}
 	return "..." + s[len(s)-max:]
+}
+
+// testNetworkNotOffered checks that a provider refuses, rather than
+// ignores, a network policy it does not offer.
+func testNetworkNotOffered(t *testing.T, s *suite) {
+	caps := s.open(t).Capabilities()
+	policies := map[string]struct {
+		offered bool
+		net     provider.Network
+	}{
+		"Open":  {caps.Network, provider.Network{Mode: provider.NetworkOpen}},
+		"Allow": {caps.NetworkAllow, provider.Network{Mode: provider.NetworkAllow, Hosts: []string{"pypi.org"}}},
+	}
+	for name, pol := range policies {
+		if pol.offered {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			spec := s.adjust(s.newSpec(t))
+			spec.Network = pol.net
+			sb, err := s.open(t).Create(timeout(t, opTimeout), spec)
+			if err == nil {
+				destroyOnCleanup(t, sb)
+			}
+			checkErrIs(t, err, errdefs.ErrUnsupported, "Create with a network policy the provider does not offer")
+		})
+	}
 }

@@ -151,7 +151,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		return nil, fmt.Errorf("%w: %s: a root filesystem on berth's host cannot reach a hosted machine (use Image)", errdefs.ErrUnsupported, p.Name())
 	case spec.Resources.Pids != 0:
 		return nil, fmt.Errorf("%w: %s: no process limit", errdefs.ErrUnsupported, p.Name())
-	case spec.Network != provider.NetworkNone:
+	case spec.Network.Mode != provider.NetworkNone:
 		// The API says nothing of a machine's network: it is the
 		// service's, or its template's.
 		return nil, fmt.Errorf("%w: %s: no network policy", errdefs.ErrUnsupported, p.Name())

@@ -350,7 +350,7 @@ func TestRefused(t *testing.T) {
 	for name, spec := range map[string]provider.Spec{
 		"RootFS": {RootFS: "/srv/root"},
 		"Pids":   {Resources: provider.Resources{Pids: 100}},
-		"Open":   {Network: provider.NetworkOpen},
+		"Open":   {Network: provider.Network{Mode: provider.NetworkOpen}},
 	} {
 		if sb, err := p.Create(t.Context(), spec); !errors.Is(err, errdefs.ErrUnsupported) {
 			if err == nil {

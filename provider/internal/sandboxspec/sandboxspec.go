@@ -19,7 +19,9 @@ type Offer struct {
 	Name    string // the provider's, for errors
 	MinDisk int64  // the smallest workspace
 	RootFS  bool   // root filesystem directories (Spec.RootFS)
-	Network bool   // networks beyond loopback
+	Network bool   // NetworkOpen
+	// NetworkAllow: the provider enforces NetworkAllow's rules.
+	NetworkAllow bool
 }
 
 // Check checks that spec is valid and asks for what o offers.
@@ -33,8 +35,11 @@ func (o Offer) Check(spec provider.Spec) error {
 	if spec.Image != "" && spec.RootFS != "" {
 		return fmt.Errorf("%w: a sandbox has an image or a root filesystem, not both", errdefs.ErrBadInput)
 	}
-	if spec.Network != provider.NetworkNone && !o.Network {
+	switch {
+	case spec.Network.Mode == provider.NetworkOpen && !o.Network:
 		return fmt.Errorf("%w: the %s provider offers no network beyond loopback", errdefs.ErrUnsupported, o.Name)
+	case spec.Network.Mode == provider.NetworkAllow && !o.NetworkAllow:
+		return fmt.Errorf("%w: the %s provider cannot enforce a network allow list", errdefs.ErrUnsupported, o.Name)
 	}
 	if d := spec.Resources.Disk; d != 0 && d < o.MinDisk {
 		return fmt.Errorf("%w: a workspace of %d bytes is below the minimum of %d (16 MiB)", errdefs.ErrBadInput, d, o.MinDisk)

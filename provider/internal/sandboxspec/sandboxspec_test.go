@@ -34,8 +34,8 @@ func TestCheck(t *testing.T) {
 		{"rootfs relative, though a directory", all, provider.Spec{RootFS: "."}, errdefs.ErrBadInput},
 		{"rootfs a file", all, provider.Spec{RootFS: file}, errdefs.ErrBadInput},
 		{"rootfs missing", all, provider.Spec{RootFS: filepath.Join(dir, "none")}, errdefs.ErrBadInput},
-		{"network offered", all, provider.Spec{Network: provider.NetworkOpen}, nil},
-		{"network not offered", bare, provider.Spec{Network: provider.NetworkOpen}, errdefs.ErrUnsupported},
+		{"network offered", all, provider.Spec{Network: provider.Network{Mode: provider.NetworkOpen}}, nil},
+		{"network not offered", bare, provider.Spec{Network: provider.Network{Mode: provider.NetworkOpen}}, errdefs.ErrUnsupported},
 		{"disk at the minimum", bare, provider.Spec{Resources: provider.Resources{Disk: minDisk}}, nil},
 		{"disk below the minimum", bare, provider.Spec{Resources: provider.Resources{Disk: minDisk - 1}}, errdefs.ErrBadInput},
 	}
