@@ -315,8 +315,12 @@ func testBadSpec(t *testing.T, s *suite) {
 		{"NegativeDisk", func(sp *provider.Spec) { sp.Resources.Disk = -1 }},
 		{"NegativeLifetime", func(sp *provider.Spec) { sp.Lifetime = -time.Second }},
 		{"UnknownNetwork", func(sp *provider.Spec) { sp.Network.Mode = "bogus" }},
-		{"NetworkRulesWithoutAllow", func(sp *provider.Spec) { sp.Network = provider.Network{Mode: provider.NetworkOpen, Hosts: []string{"pypi.org"}} }},
-		{"NetworkBadHost", func(sp *provider.Spec) { sp.Network = provider.Network{Mode: provider.NetworkAllow, Hosts: []string{"evil example"}} }},
+		{"NetworkRulesWithoutAllow", func(sp *provider.Spec) {
+			sp.Network = provider.Network{Mode: provider.NetworkOpen, Hosts: []string{"pypi.org"}}
+		}},
+		{"NetworkBadHost", func(sp *provider.Spec) {
+			sp.Network = provider.Network{Mode: provider.NetworkAllow, Hosts: []string{"evil example"}}
+		}},
 		{"EnvNameWithEquals", func(sp *provider.Spec) { sp.Env = map[string]string{"A=B": "x"} }},
 		{"EnvNameEmpty", func(sp *provider.Spec) { sp.Env = map[string]string{"": "x"} }},
 		{"EnvValueNUL", func(sp *provider.Spec) { sp.Env = map[string]string{"A": "x\x00y"} }},
