@@ -66,7 +66,7 @@ const (
 	DefaultPort         = 49999
 	DefaultRemotePath   = "/opt/berth/berth-sandboxd"
 	DefaultUser         = "user"
-	DefaultReadyTimeout = 20 * time.Second
+	DefaultReadyTimeout = 60 * time.Second
 	// DaemonName is the daemon binary's name, looked for beside the
 	// running executable.
 	DaemonName = "berth-sandboxd"
