@@ -38,6 +38,9 @@ type RunOptions struct {
 	Memory    int64
 	Disk      int64
 	Pids      int64
+	// Network is what the command may reach beyond its loopback; the
+	// zero policy is loopback only.
+	Network Network
 	// Queue is the task queue of the workers that serve it; empty means
 	// DefaultQueue.
 	Queue string
@@ -72,6 +75,7 @@ func (c *Client) Run(ctx context.Context, opts RunOptions) (*Run, error) {
 		Provider: opts.Provider, Image: opts.Image, Env: opts.Env, Argv: opts.Argv, Timeout: opts.Timeout,
 		Stdin: opts.Stdin, MaxOutput: opts.MaxOutput,
 		Resources: provider.Resources{CPU: opts.CPU, Memory: opts.Memory, Disk: opts.Disk, Pids: opts.Pids},
+		Network:   opts.Network,
 	}
 	for _, f := range opts.Files {
 		in.Files = append(in.Files, provider.File{Path: f.Path, Data: f.Data, Mode: f.Mode})

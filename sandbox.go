@@ -135,6 +135,9 @@ func (s *Sandbox) Fork(ctx context.Context, opts SandboxOptions) (*Sandbox, erro
 		ID: opts.ID, Provider: opts.Provider, Image: opts.Image, Env: opts.Env, Labels: opts.Labels,
 		Resources: in.Resources, MaxLifetime: opts.Lifetime, IdleTimeout: opts.IdleTimeout, HibernateAfter: opts.HibernateAfter,
 	}
+	if opts.Network.Mode != NetworkNone {
+		req.Network = &opts.Network
+	}
 	var out workflows.ForkResponse
 	if err := s.update(ctx, workflows.UpdateFork, &out, req); err != nil {
 		return nil, err
@@ -150,6 +153,17 @@ func (s *Sandbox) Fork(ctx context.Context, opts SandboxOptions) (*Sandbox, erro
 // provider's default): its workspace goes along, its processes do not.
 func (s *Sandbox) Switch(ctx context.Context, provider, image string) error {
 	return s.update(ctx, workflows.UpdateSwitch, nil, workflows.SwitchRequest{Provider: provider, Image: image})
+}
+
+// SetNetwork replaces the sandbox's network policy, in place for its new
+// connections. A provider that cannot change a running sandbox's policy
+// fails with Unsupported and leaves it as it was: Hibernate first, and
+// the sandbox wakes under the new one.
+func (s *Sandbox) SetNetwork(ctx context.Context, n Network) error {
+	if err := n.Validate(); err != nil {
+		return err
+	}
+	return s.update(ctx, workflows.UpdateNetwork, nil, n)
 }
 
 // Pause freezes the sandbox now; its next command resumes it.

@@ -82,6 +82,10 @@ type SandboxOptions struct {
 	// HibernateAfter checkpoints it and frees what it holds; Never turns
 	// either off. Lifetime destroys it whatever it does.
 	IdleTimeout, HibernateAfter, Lifetime time.Duration
+	// Network is what the sandbox may reach beyond its loopback; the
+	// zero policy is loopback only. A provider that cannot enforce it
+	// refuses the sandbox (Unsupported).
+	Network Network
 	// FromSnapshot fills the workspace from a snapshot.
 	FromSnapshot string
 	// Queue is the task queue of the workers that serve it; empty means
@@ -95,7 +99,7 @@ func (o SandboxOptions) input() workflows.SandboxInput {
 		Provider: o.Provider, Image: o.Image, Env: o.Env, Labels: o.Labels,
 		Resources:   provider.Resources{CPU: o.CPU, Memory: o.Memory, Disk: o.Disk, Pids: o.Pids},
 		MaxLifetime: o.Lifetime, IdleTimeout: o.IdleTimeout, HibernateAfter: o.HibernateAfter,
-		FromSnapshot: o.FromSnapshot,
+		Network: o.Network, FromSnapshot: o.FromSnapshot,
 	}
 }
 
@@ -104,13 +108,29 @@ func optionsOf(id string, in workflows.SandboxInput) SandboxOptions {
 		ID: id, Provider: in.Provider, Image: in.Image, Env: in.Env, Labels: in.Labels,
 		CPU: in.Resources.CPU, Memory: in.Resources.Memory, Disk: in.Resources.Disk, Pids: in.Resources.Pids,
 		IdleTimeout: in.IdleTimeout, HibernateAfter: in.HibernateAfter, Lifetime: in.MaxLifetime,
-		FromSnapshot: in.FromSnapshot,
+		Network: in.Network, FromSnapshot: in.FromSnapshot,
 	}
 	if in.OwnSnapshot {
 		o.FromSnapshot = "" // a fork's copy of its parent, berth's own
 	}
 	return o
 }
+
+// Network is a sandbox's network policy: none (loopback only, the
+// default), allow with hosts, wildcards, CIDRs and ports, or open. See
+// provider.Network; NetworkPreset names ready-made ones.
+type Network = provider.Network
+
+// The network policies' modes.
+const (
+	NetworkNone  = provider.NetworkNone
+	NetworkAllow = provider.NetworkAllow
+	NetworkOpen  = provider.NetworkOpen
+)
+
+// NetworkPreset returns the ready-made policy named name ("registries":
+// the public package registries, over HTTPS), and whether there is one.
+func NetworkPreset(name string) (Network, bool) { return provider.NetworkPreset(name) }
 
 // Sandboxes creates and finds standalone sandboxes: each lives in a
 // workflow of its own, whose Updates are its operations
@@ -308,6 +328,8 @@ type SandboxStatus struct {
 	// OutputStored is the command output stored so far, counted against
 	// its output budget.
 	OutputStored int64
+	// Network is its network policy now.
+	Network Network
 	// Options are the settings it was created with, as switches and
 	// forks changed them.
 	Options SandboxOptions
@@ -327,9 +349,10 @@ func statusOf(id string, st workflows.SandboxStatus) SandboxStatus {
 		Created: st.Created, LastActive: st.LastActive,
 		Held: st.Held, HeldSince: st.HeldSince, Active: st.Active, ActiveSince: st.ActiveSince,
 		OutputStored: st.OutputStored, Options: optionsOf(id, st.Config), MovesAt: st.MovesAt,
+		Network: st.Network,
 	}
 	if out.Provider == "" {
-		out.Provider, out.State = st.Config.Provider, StateCreating
+		out.Provider, out.State, out.Network = st.Config.Provider, StateCreating, st.Config.Network
 	}
 	if out.Image == "" {
 		out.Image = st.Config.Image

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/agent/chat"
+	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
 )
 
@@ -89,6 +90,10 @@ type SessionInput struct {
 	// have images.
 	Provider string `json:"provider,omitempty"`
 	Image    string `json:"image,omitempty"`
+	// Network is what the sandbox may reach beyond its loopback; the
+	// zero policy is loopback only. provider.NetworkPreset("registries")
+	// is one for installing packages.
+	Network provider.Network `json:"network,omitzero"`
 	// SystemPrompt is the agent's instructions; empty means
 	// DefaultSystemPrompt. The workspace's AGENTS.md joins it.
 	SystemPrompt string `json:"system_prompt,omitempty"`

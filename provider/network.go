@@ -251,3 +251,38 @@ func parseCIDRRule(s string) (netip.Prefix, error) {
 func badNetwork(format string, args ...any) error {
 	return fmt.Errorf("%w: network policy: %s", errdefs.ErrBadInput, fmt.Sprintf(format, args...))
 }
+
+// networkPresets are named policies front ends offer by name
+// (--network registries). "registries" lets a coding agent install
+// packages: the public registries of Python (pip), JavaScript (npm,
+// yarn), Go (the module proxy and checksum database), Rust (cargo) and
+// Ruby (gem), over HTTPS alone.
+var networkPresets = map[string][]string{
+	"registries": {
+		"pypi.org", "files.pythonhosted.org",
+		"registry.npmjs.org", "registry.yarnpkg.com",
+		"proxy.golang.org", "sum.golang.org",
+		"crates.io", "index.crates.io", "static.crates.io",
+		"rubygems.org", "index.rubygems.org",
+	},
+}
+
+// NetworkPreset returns the policy named name, and whether there is one.
+// Each call returns a policy of its own, which the caller may extend.
+func NetworkPreset(name string) (Network, bool) {
+	hosts, ok := networkPresets[name]
+	if !ok {
+		return Network{}, false
+	}
+	return Network{Mode: NetworkAllow, Hosts: slices.Clone(hosts), Ports: []uint16{443}}, true
+}
+
+// NetworkPresetNames lists the presets NetworkPreset knows, sorted.
+func NetworkPresetNames() []string {
+	names := make([]string, 0, len(networkPresets))
+	for n := range networkPresets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}

@@ -164,3 +164,27 @@ func TestNetworkJSON(t *testing.T) {
 		t.Errorf("a spec of the earlier form decoded as %+v, %v", spec.Network, err)
 	}
 }
+
+// TestNetworkPreset: every preset is a valid allow policy over HTTPS,
+// and an unknown name is none.
+func TestNetworkPreset(t *testing.T) {
+	names := NetworkPresetNames()
+	if len(names) == 0 {
+		t.Fatal("no presets")
+	}
+	for _, name := range names {
+		n, ok := NetworkPreset(name)
+		if !ok || n.Mode != NetworkAllow || n.Validate() != nil {
+			t.Errorf("preset %s: %+v, %v", name, n, n.Validate())
+		}
+		if !n.AllowsHost(n.Hosts[0], 443) || n.AllowsHost(n.Hosts[0], 80) {
+			t.Errorf("preset %s reaches %s on 443 only", name, n.Hosts[0])
+		}
+	}
+	if reg, _ := NetworkPreset("registries"); !reg.AllowsHost("pypi.org", 443) || !reg.AllowsHost("registry.npmjs.org", 443) || reg.AllowsHost("evil.example", 443) {
+		t.Errorf("registries: %+v", reg)
+	}
+	if _, ok := NetworkPreset("nosuch"); ok {
+		t.Error("an unknown preset")
+	}
+}

@@ -159,6 +159,15 @@ type Leaser interface {
 	Renew(ctx context.Context) error
 }
 
+// NetworkUpdater is implemented by sandboxes whose network policy can
+// change while they run. UpdateNetwork replaces the policy as a whole,
+// at once for new connections; connections open when it changes may
+// stay open. A policy the provider cannot enforce (see Capabilities)
+// is an error wrapping errdefs.ErrUnsupported, and leaves the old one.
+type NetworkUpdater interface {
+	UpdateNetwork(ctx context.Context, n Network) error
+}
+
 // Capabilities says what a provider does natively. What it lacks, callers
 // emulate (a sandbox that cannot pause is snapshotted and destroyed).
 type Capabilities struct {

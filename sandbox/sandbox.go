@@ -294,6 +294,8 @@ type Status struct {
 	// Resources are the limits asked for; zero fields are the provider's
 	// defaults.
 	Resources provider.Resources `json:"resources,omitzero"`
+	// Network is the sandbox's network policy.
+	Network provider.Network `json:"network,omitzero"`
 	// OutputStored is the command output stored so far, which counts
 	// against the sandbox's output budget.
 	OutputStored int64 `json:"output_stored,omitempty"`
@@ -316,7 +318,7 @@ func (s *Sandbox) Status() Status {
 	return Status{ID: s.st.Ref.ID, Provider: s.st.Ref.Provider, Image: s.st.Config.Spec.Image, State: s.st.State,
 		Generation: s.st.Generation, Commands: s.st.Commands,
 		Checkpoint: s.st.Checkpoint, LastActive: s.st.LastActive,
-		Resources: s.st.Config.Spec.Resources, OutputStored: s.st.OutputStored,
+		Resources: s.st.Config.Spec.Resources, Network: s.st.Config.Spec.Network, OutputStored: s.st.OutputStored,
 		Held: s.st.Held, HeldSince: s.st.HeldSince, Active: s.st.Active, ActiveSince: s.st.ActiveSince,
 		MovesAt: s.movesAt()}
 }

@@ -3,6 +3,8 @@ package session
 import (
 	"strings"
 	"time"
+
+	"github.com/berth-dev/berth/provider"
 )
 
 // The manager workflow's name, its default id, and the names of its
@@ -74,12 +76,14 @@ type Ref struct {
 // CreateRequest starts a session. Empty fields take the agent's
 // defaults (agent.SessionInput); an empty title becomes the ID.
 type CreateRequest struct {
-	Title        string `json:"title,omitempty"`
-	Provider     string `json:"provider,omitempty"`
-	Image        string `json:"image,omitempty"`
-	Approvals    bool   `json:"approvals,omitempty"`
-	SystemPrompt string `json:"system_prompt,omitempty"`
-	MaxSteps     int    `json:"max_steps,omitempty"`
+	Title    string `json:"title,omitempty"`
+	Provider string `json:"provider,omitempty"`
+	Image    string `json:"image,omitempty"`
+	// Network, when set, is the session sandbox's network policy.
+	Network      *provider.Network `json:"network,omitempty"`
+	Approvals    bool              `json:"approvals,omitempty"`
+	SystemPrompt string            `json:"system_prompt,omitempty"`
+	MaxSteps     int               `json:"max_steps,omitempty"`
 }
 
 // RenameRequest gives a session a new title.

@@ -377,6 +377,9 @@ func (m *manager) create(ctx workflow.Context, req CreateRequest) (Info, error) 
 	} else if req.Image != "" {
 		in.Image = req.Image
 	}
+	if req.Network != nil {
+		in.Network = *req.Network
+	}
 	if req.SystemPrompt != "" {
 		in.SystemPrompt = req.SystemPrompt
 	}

@@ -39,6 +39,9 @@ type RunInput struct {
 	// transfer.DefaultMaxOutput.
 	MaxOutput int64              `json:"max_output,omitempty"`
 	Resources provider.Resources `json:"resources,omitzero"`
+	// Network is what the command may reach beyond its loopback; the
+	// zero policy is loopback only.
+	Network provider.Network `json:"network,omitzero"`
 }
 
 // RunOutput is what became of the command (package ops' result of a
@@ -139,7 +142,7 @@ func Run(ctx workflow.Context, in RunInput) (_ RunOutput, err error) {
 	defer func() { failed = result == nil }()
 	// A one-shot job is never idle long enough to pause.
 	sbx, err = sandbox.New(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image},
-		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env), sandbox.WithRecovery(sandbox.Fail),
+		sandbox.WithResources(in.Resources), sandbox.WithEnv(in.Env), sandbox.WithNetwork(in.Network), sandbox.WithRecovery(sandbox.Fail),
 		sandbox.WithIdleTimeout(sandbox.NoIdleTimeout), sandbox.WithHibernateAfter(sandbox.NoIdleTimeout))
 	if err != nil {
 		return RunOutput{}, err

@@ -26,6 +26,9 @@ type SandboxInput struct {
 	Env       map[string]string  `json:"env,omitempty"`
 	Resources provider.Resources `json:"resources,omitzero"`
 	Labels    map[string]string  `json:"labels,omitempty"`
+	// Network is what the sandbox may reach beyond its loopback; the
+	// zero policy is loopback only. UpdateNetwork changes it.
+	Network provider.Network `json:"network,omitzero"`
 	// MaxLifetime ends the sandbox, and its workflow, after this long;
 	// zero means provider.DefaultLifetime.
 	MaxLifetime time.Duration `json:"max_lifetime,omitempty"`
@@ -79,6 +82,7 @@ const (
 	UpdateHibernate  = "berth.hibernate"    // nothing -> nothing
 	UpdateStop       = "berth.stop"         // nothing -> nothing
 	UpdateReady      = "berth.ready"        // nothing -> SandboxStatus, once the sandbox exists
+	UpdateNetwork    = "berth.network"      // provider.Network -> nothing
 	QuerySandbox     = ops.QuerySandbox     // -> SandboxStatus
 )
 
@@ -128,6 +132,8 @@ type ForkRequest struct {
 	MaxLifetime    time.Duration      `json:"max_lifetime,omitempty"`
 	IdleTimeout    time.Duration      `json:"idle_timeout,omitempty"`
 	HibernateAfter time.Duration      `json:"hibernate_after,omitempty"`
+	// Network, when set, replaces the parent's network policy.
+	Network *provider.Network `json:"network,omitempty"`
 }
 
 // forkInput is the input of the Sandbox workflow a fork starts: the
@@ -144,6 +150,9 @@ func forkInput(parent SandboxInput, req ForkRequest, snap string) SandboxInput {
 	}
 	in.Env = merge(in.Env, req.Env)
 	in.Labels = merge(in.Labels, req.Labels)
+	if req.Network != nil {
+		in.Network = *req.Network
+	}
 	delete(in.Labels, sandbox.LabelWorkflowID)
 	delete(in.Labels, sandbox.LabelRunID)
 	r := req.Resources
@@ -224,7 +233,7 @@ func (in SandboxInput) Validate() error {
 			return fmt.Errorf("snapshot: %w", err)
 		}
 	}
-	return provider.ValidateSpec(provider.Spec{Env: in.Env, Labels: in.Labels, Resources: in.Resources})
+	return provider.ValidateSpec(provider.Spec{Env: in.Env, Labels: in.Labels, Resources: in.Resources, Network: in.Network})
 }
 
 // Sandbox keeps a sandbox alive until it is stopped (UpdateStop, or the
@@ -238,7 +247,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 	}
 	opts := []sandbox.Option{
 		sandbox.WithEnv(in.Env), sandbox.WithResources(in.Resources), sandbox.WithLabels(in.Labels),
-		sandbox.WithMaxLifetime(in.MaxLifetime),
+		sandbox.WithMaxLifetime(in.MaxLifetime), sandbox.WithNetwork(in.Network),
 		sandbox.WithIdleTimeout(in.IdleTimeout), sandbox.WithHibernateAfter(in.HibernateAfter),
 	}
 	switch {
@@ -389,6 +398,7 @@ func (s *standalone) register(ctx workflow.Context) error {
 		{UpdatePause, s.pause, s.validateOpen},
 		{UpdateResume, s.resume, s.validateOpen},
 		{UpdateHibernate, s.hibernate, s.validateOpen},
+		{UpdateNetwork, s.setNetwork, s.validateNetwork},
 		{UpdateStop, s.stop, nil},
 		{UpdateReady, s.readyStatus, nil},
 	}
@@ -457,6 +467,25 @@ func (s *standalone) fork(ctx workflow.Context, req ForkRequest) (ForkResponse, 
 		return ForkResponse{}, updateError(fmt.Errorf("start the fork: %w", err))
 	}
 	return ForkResponse{ID: started.ID}, nil
+}
+
+func (s *standalone) validateNetwork(ctx workflow.Context, n provider.Network) error {
+	if err := n.Validate(); err != nil {
+		return updateError(err)
+	}
+	return s.validateOpen(ctx)
+}
+
+func (s *standalone) setNetwork(ctx workflow.Context, n provider.Network) error {
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	if err := s.sbx.SetNetwork(ctx, n); err != nil {
+		return updateError(err)
+	}
+	// Forks, and the workflow's next run, start from the settings.
+	s.config.Network = n
+	return nil
 }
 
 // SwitchRequest moves a sandbox to another provider (or image): its

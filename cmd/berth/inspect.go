@@ -49,6 +49,8 @@ type inspection struct {
 	// secrets, and stay in the workflow.
 	EnvKeys      []string `json:"env_keys"`
 	FromSnapshot string   `json:"from_snapshot"`
+	// Network is the sandbox's network policy now.
+	Network berth.Network `json:"network"`
 }
 
 // inspect turns a sandbox's status into what inspect prints, at now.
@@ -81,6 +83,7 @@ func inspect(id string, st berth.SandboxStatus, now time.Time) inspection {
 		Hibernate: timeout(cfg.HibernateAfter, berth.DefaultHibernateAfter),
 		Lifetime:  *timeout(max(cfg.Lifetime, 0), berth.DefaultLifetime),
 		EnvKeys:   []string{}, FromSnapshot: cfg.FromSnapshot, Image: cfg.Image,
+		Network: st.Network,
 	}
 	if !st.MovesAt.IsZero() {
 		in.MovesAt = &st.MovesAt
@@ -127,6 +130,7 @@ func (in inspection) writeText(w io.Writer) error {
 		{"idle_timeout_seconds", opt(in.Idle)}, {"hibernate_after_seconds", opt(in.Hibernate)},
 		{"lifetime_seconds", secs(in.Lifetime)},
 		{"env_keys", strings.Join(in.EnvKeys, " ")}, {"from_snapshot", in.FromSnapshot},
+		{"network", describeNetwork(in.Network)},
 	}
 	var b strings.Builder
 	for _, l := range lines {

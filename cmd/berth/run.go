@@ -29,6 +29,7 @@ func newRun(cf *connFlags) *cobra.Command {
 		maxOutput  string
 		detach     bool
 		stdin      bool
+		network    networkFlags
 		res        *resultFlags
 	)
 	cmd := &cobra.Command{
@@ -67,6 +68,9 @@ always follows "--", and "berth run -- ls" runs ls.`,
 					return usageError{fmt.Errorf("--max-output: %w", err)}
 				}
 			}
+			if in.Network, err = network.policy(); err != nil {
+				return usageError{err}
+			}
 			if stdin {
 				if in.Stdin, err = readStdin(os.Stdin); err != nil {
 					return err
@@ -97,6 +101,7 @@ always follows "--", and "berth run -- ls" runs ls.`,
 	f.DurationVar(&in.Timeout, "timeout", 0, "end the command after this long (e.g. 30s; default "+defaultTimeout+")")
 	f.Float64Var(&in.CPU, "cpu", 0, "CPU cores (default "+defaultCPU+")")
 	f.StringVar(&memory, "memory", "", "memory limit (e.g. 512Mi; default "+defaultMemory+")")
+	network.register(f)
 	f.BoolVar(&detach, "detach", false, "print the run's workflow id and return at once")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send standard input to the command (at most 2 MiB)")
 	f.StringVar(&maxOutput, "max-output", "", "store at most this much of each output stream, its start and its end (default 256Mi)")

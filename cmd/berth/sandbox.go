@@ -38,7 +38,7 @@ docs/protocol.md).`,
 	}
 	cmd.AddCommand(newSandboxCreate(cf), newSandboxExec(cf), newSandboxAttach(cf), newSandboxKill(cf), newSandboxShell(cf), newSandboxCp(cf), newSandboxLs(cf), newSandboxRm(cf),
 		newSandboxInspect(cf),
-		newSandboxSnapshot(cf), newSandboxFork(cf), newSandboxSwitch(cf),
+		newSandboxSnapshot(cf), newSandboxFork(cf), newSandboxSwitch(cf), newSandboxNetwork(cf),
 		newSandboxSimple(cf, opPause, (*berth.Sandbox).Pause, "Freeze a sandbox now (the next command resumes it)"),
 		newSandboxSimple(cf, opResume, (*berth.Sandbox).Resume, "Resume a paused or hibernated sandbox"),
 		newSandboxSimple(cf, opHibernate, (*berth.Sandbox).Hibernate, "Checkpoint a sandbox and free everything it holds"))
@@ -54,6 +54,7 @@ type settingsFlags struct {
 	cpu                   float64
 	idle, hibernate, life time.Duration
 	noIdle, noHibernate   bool
+	network               networkFlags
 }
 
 // register declares the flags; inherit says a zero value means the
@@ -66,6 +67,7 @@ func (s *settingsFlags) register(f *pflag.FlagSet, inherit bool) {
 		return " (default " + d + ")"
 	}
 	f.StringArrayVar(&s.env, "env", nil, "K=V: set an environment variable for every command (repeatable)")
+	s.network.register(f)
 	f.Float64Var(&s.cpu, "cpu", 0, "CPU cores"+dflt(defaultCPU))
 	f.StringVar(&s.memory, "memory", "", "memory limit, at least 16Mi (e.g. 512Mi, 2Gi)"+dflt(defaultMemory))
 	f.StringVar(&s.disk, "disk", "", "workspace size and files, at least 16Mi (e.g. 20Gi)"+dflt(defaultDisk))
@@ -82,6 +84,11 @@ func (s *settingsFlags) parse(o *berth.SandboxOptions) (err error) {
 		return err
 	}
 	o.CPU = s.cpu
+	if s.network.changed() {
+		if o.Network, err = s.network.policy(); err != nil {
+			return err
+		}
+	}
 	for _, b := range []struct {
 		flag, v string
 		dst     *int64
@@ -176,6 +183,7 @@ const (
 	opSnapshot   = "snapshot"
 	opFork       = "fork"
 	opSwitch     = "switch"
+	opNetwork    = "network"
 	opPause      = "pause"
 	opResume     = "resume"
 	opHibernate  = "hibernate"

@@ -103,14 +103,22 @@ func dash(s string) string {
 
 func newSessionNew(sf *sessionFlags) *cobra.Command {
 	var (
-		req session.CreateRequest
-		out *format
+		req     session.CreateRequest
+		network networkFlags
+		out     *format
 	)
 	cmd := &cobra.Command{
 		Use:   "new",
 		Short: "Start a session and print its id",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: sf.runE(func(cmd *cobra.Command, _ []string, s *berth.Sessions) error {
+			if network.changed() {
+				n, err := network.policy()
+				if err != nil {
+					return usageError{err}
+				}
+				req.Network = &n
+			}
 			info, err := s.Create(cmd.Context(), req)
 			if err != nil {
 				return err
@@ -122,6 +130,7 @@ func newSessionNew(sf *sessionFlags) *cobra.Command {
 	f.StringVar(&req.Title, "title", "", "the session's title (default: its id)")
 	f.StringVar(&req.Provider, "provider", "", "where its sandbox lives (default linux; berth providers lists them)")
 	f.StringVar(&req.Image, "image", "", "its sandbox's image (default: the provider's)")
+	network.register(f)
 	f.BoolVar(&req.Approvals, "approvals", false, "make every shell command wait for berth session approve")
 	f.IntVar(&req.MaxSteps, "max-steps", 0, fmt.Sprintf("model calls a turn may make (default %d)", agent.DefaultMaxSteps))
 	f.StringVar(&req.SystemPrompt, "instructions", "", "the agent's instructions (default: berth's; AGENTS.md in the workspace joins them)")
