@@ -142,7 +142,7 @@ func (tp *Topology) Namespace(suffix string) (string, netns.NsHandle) {
 	}
 	t.Cleanup(func() {
 		ns.Close()
-		if err := netns.DeleteNamed(name); err != nil {
+		if err := netns.DeleteNamed(name); err != nil && !os.IsNotExist(err) {
 			t.Errorf("delete network namespace %s: %v", name, err)
 		}
 	})

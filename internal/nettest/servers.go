@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -178,8 +179,7 @@ func (tp *Topology) StartProxy(port uint16) *Proxy {
 				default:
 				}
 			}
-			c.Write([]byte("proxy\n"))
-			c.Close()
+			go answerProxied(c)
 		}
 	}()
 	t.Cleanup(func() { ln.Close(); <-done })
@@ -211,4 +211,14 @@ func OriginalDst(c net.Conn) (netip.AddrPort, error) {
 	b := sa.Multiaddr
 	port := uint16(b[2])<<8 | uint16(b[3])
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]}), port), nil
+}
+
+// answerProxied says "proxy", then reads what the client sends until it
+// is done, so that closing does not reset the connection.
+func answerProxied(c net.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(serveTimeout))
+	c.Write([]byte("proxy\n"))
+	c.(*net.TCPConn).CloseWrite()
+	io.Copy(io.Discard, io.LimitReader(c, 1<<16))
 }

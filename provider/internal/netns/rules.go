@@ -94,7 +94,7 @@ func (r ruleset) write(c *nftables.Conn) error {
 		}
 		sets[s.name] = set
 	}
-	in4 := lookup(sets["l4"])
+	in4 := append([]expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}}, lookup(sets["l4"])...)
 	rule := func(ch *nftables.Chain, exprs ...[]expr.Any) {
 		var all []expr.Any
 		for _, e := range exprs {
