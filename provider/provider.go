@@ -159,6 +159,16 @@ type Leaser interface {
 	Renew(ctx context.Context) error
 }
 
+// NetworkUpdater is implemented by sandboxes whose network policy can
+// change while they run.
+type NetworkUpdater interface {
+	// UpdateNetwork makes n the sandbox's policy, at once for new
+	// connections. Its errors wrap errdefs.ErrBadInput for a policy that
+	// does not validate, and errdefs.ErrUnsupported for one the provider
+	// cannot enforce.
+	UpdateNetwork(ctx context.Context, n Network) error
+}
+
 // Capabilities says what a provider does natively. What it lacks, callers
 // emulate (a sandbox that cannot pause is snapshotted and destroyed).
 type Capabilities struct {

@@ -343,16 +343,19 @@ func (m *Manager) Link(id string) (*Link, error) {
 // none is not an error.
 func (m *Manager) Detach(ctx context.Context, id string) error {
 	rec, err := m.lookup(id)
-	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
+		// The slot is taken before the kernel holds anything, and freed
+		// after: a sandbox without one has nothing to remove (and a
+		// sandbox without a network costs no netlink call here).
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	if err := m.removeKernel(id); err != nil {
 		return fmt.Errorf("network of %s: %w", id, err)
 	}
-	if rec != nil {
-		return m.release(rec)
-	}
-	return nil
+	return m.release(rec)
 }
 
 // removeKernel deletes what the kernel holds of id: its veth (and with
