@@ -160,11 +160,13 @@ type Leaser interface {
 }
 
 // NetworkUpdater is implemented by sandboxes whose network policy can
-// change while they run. UpdateNetwork replaces the policy as a whole,
-// at once for new connections; connections open when it changes may
-// stay open. A policy the provider cannot enforce (see Capabilities)
-// is an error wrapping errdefs.ErrUnsupported, and leaves the old one.
+// change while they run.
 type NetworkUpdater interface {
+	// UpdateNetwork replaces the sandbox's policy as a whole, at once for
+	// new connections; connections open when it changes may stay open.
+	// Its errors wrap errdefs.ErrBadInput for a policy that does not
+	// validate, and errdefs.ErrUnsupported for one the provider cannot
+	// enforce, which leaves the old one.
 	UpdateNetwork(ctx context.Context, n Network) error
 }
 

@@ -2,9 +2,11 @@ package linux
 
 import (
 	"log/slog"
+	"net/netip"
 	"path/filepath"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/netns"
 	"github.com/berth-dev/berth/provider/internal/settings"
 	"github.com/berth-dev/berth/provider/linux/linuxinit"
 )
@@ -54,9 +56,44 @@ type Config struct {
 	// Another cache directory may be shared only by providers with the
 	// same UIDBase.
 	ImageDir string
+	// Network gives sandboxes networks beyond loopback (NetworkAllow
+	// and NetworkOpen) when its ProxyAddr is set; zero means loopback
+	// only, as before.
+	Network NetworkConfig
 	// Logger receives the provider's own events. Nil discards them.
 	Logger *slog.Logger
 }
+
+// NetworkConfig is the host side of sandboxes' networks (see package
+// netns and docs/network.md): a sandbox whose spec asks for a network
+// gets a veth into Uplink, an address from Pool, and nftables rules in
+// Uplink that send its TCP to names through the egress proxy at
+// ProxyAddr and drop what its policy does not allow. A sandbox of
+// NetworkNone gets none of it.
+type NetworkConfig struct {
+	// ProxyAddr is the egress proxy's address and port in Uplink; zero
+	// turns networks off.
+	ProxyAddr netip.AddrPort
+	// Uplink is the path of the network namespace the host ends live
+	// in. Zero means the host's own.
+	Uplink string
+	// Pool is the sandboxes' addresses, cut in /30s. Zero means
+	// netns.DefaultPool, 100.96.0.0/16.
+	Pool netip.Prefix
+	// DNSAddr is where the DNS stub that answers sandboxes listens, in
+	// Uplink. Zero means ProxyAddr's address, port 53.
+	DNSAddr netip.AddrPort
+	// MaxConns bounds a sandbox's connections at once, ConnRate and
+	// ConnBurst its new connections a second. Zero means 256, 64 and
+	// 256.
+	MaxConns, ConnRate, ConnBurst uint32
+	// Resolver answers NetworkOpen sandboxes' names on the host. Nil
+	// means net.DefaultResolver.
+	Resolver netns.Resolver
+}
+
+// enabled says whether sandboxes can have networks.
+func (n NetworkConfig) enabled() bool { return n.ProxyAddr.IsValid() }
 
 // KernelLimits bound a sandbox's share of kernel resources counted per
 // user rather than per cgroup, and of its own memory. What a sandbox's

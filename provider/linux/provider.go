@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/provider/image"
 	"github.com/berth-dev/berth/provider/internal/clients"
 	"github.com/berth-dev/berth/provider/internal/idlock"
+	"github.com/berth-dev/berth/provider/internal/netns"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/provider/internal/sandboxspec"
 	"github.com/berth-dev/berth/provider/internal/warmpool"
@@ -50,6 +51,8 @@ type Provider struct {
 	closing  context.CancelFunc
 
 	clients clients.Cache
+	// net plumbs sandboxes' networks; nil when Config.Network is off.
+	net *netns.Manager
 
 	mu   sync.Mutex
 	held map[string]*os.File // by sandbox id: see holdWorkspace
@@ -92,6 +95,12 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, images: images, held: map[string]*os.File{}}
+	if cfg.Network.enabled() {
+		if p.net, err = p.openNetwork(); err != nil {
+			images.Close()
+			return nil, fmt.Errorf("linux provider: %w", err)
+		}
+	}
 	p.pool = p.newPool()
 	p.sweepWarm()
 	p.sweepTrash()
@@ -112,6 +121,9 @@ func (p *Provider) Close() error {
 	p.pool.Close()
 	p.cleanups.Wait()
 	p.releaseWorkspaces()
+	if p.net != nil {
+		p.net.Close()
+	}
 	return p.images.Close()
 }
 
@@ -122,7 +134,8 @@ func (p *Provider) Name() string { return Name }
 
 // Capabilities implements provider.Provider.
 func (p *Provider) Capabilities() provider.Capabilities {
-	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true, RootFS: true, Image: true}
+	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true, RootFS: true, Image: true,
+		Network: p.net != nil, NetworkAllow: p.net != nil}
 }
 
 // Create implements provider.Provider.
@@ -149,11 +162,17 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 	if err != nil {
 		return nil, fmt.Errorf("linux sandbox %s: %w", spec.ID, err)
 	}
+	if spec.Network.Mode != provider.NetworkNone {
+		if _, err := p.net.Attach(ctx, spec.ID, "", rec.PID, spec.Network); err != nil {
+			_ = p.remove(ctx, spec.ID, rec)
+			return nil, fmt.Errorf("linux sandbox %s: %w", spec.ID, err)
+		}
+	}
 	return p.handle(rec), nil
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	return sandboxspec.Offer{Name: Name, MinDisk: MinDisk, RootFS: true}.Check(spec)
+	return sandboxspec.Offer{Name: Name, MinDisk: MinDisk, RootFS: true, Network: p.net != nil, NetworkAllow: p.net != nil}.Check(spec)
 }
 
 // Get implements provider.Provider.
@@ -204,6 +223,11 @@ func (p *Provider) remove(ctx context.Context, id string, rec *record) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	p.clients.Forget(id)
+	if p.net != nil {
+		if err := p.net.Detach(ctx, id); err != nil {
+			return fmt.Errorf("destroy %s: %w", id, err)
+		}
+	}
 	if rec != nil {
 		// A frozen daemon cannot die. Reading the freezer's state costs
 		// less than loading the cgroups, which the cleanup does.

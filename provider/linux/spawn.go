@@ -153,8 +153,12 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte("-1000"), 0); err != nil {
 		p.log.Debug("protect daemon from the out-of-memory killer", "err", err)
 	}
-	err = sendJSON(ctl, linuxinit.WarmMsg{NewRoot: p.newRoot(), RootFS: rootfs != "",
-		Limits: p.cfg.Limits.daemon(), TmpSize: p.cfg.Limits.tmpSize(memory)}, lnFile)
+	wm := linuxinit.WarmMsg{NewRoot: p.newRoot(), RootFS: rootfs != "",
+		Limits: p.cfg.Limits.daemon(), TmpSize: p.cfg.Limits.tmpSize(memory)}
+	if p.net != nil {
+		wm.ResolvConf = p.net.ResolvConf()
+	}
+	err = sendJSON(ctl, wm, lnFile)
 	// The daemon holds the listening socket now, and alone: should it
 	// die, connecting fails at once instead of waiting in the backlog.
 	lnFile.Close()

@@ -59,6 +59,9 @@ type Harness struct {
 	// then end a command holding nearly all the memory; the memory test
 	// says so instead of failing, and still requires the daemon to serve.
 	ApproximateMemory string
+	// Network, if set, names test hosts for the Network group, which
+	// skips without it.
+	Network *NetworkTargets
 }
 
 // Run runs the conformance suite against the provider h opens.
@@ -84,6 +87,7 @@ func Run(t *testing.T, h Harness) {
 		{"Limits", limitTests()},
 		{"Memory", memoryTests()},
 		{"Attack", attackTests()},
+		{"Network", networkTests()},
 	} {
 		t.Run(g.name, func(t *testing.T) { g.run(t, s) })
 	}

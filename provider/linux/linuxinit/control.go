@@ -54,6 +54,10 @@ type WarmMsg struct {
 	Limits Limits `json:"limits"`
 	// TmpSize is the size of /tmp and of /dev/shm, in bytes.
 	TmpSize int64 `json:"tmp_size"`
+	// ResolvConf, if not empty, is the sandbox's /etc/resolv.conf (on
+	// the host's root, where the host's is a regular file): the DNS stub
+	// of the provider's network, instead of the host's resolvers.
+	ResolvConf string `json:"resolv_conf,omitempty"`
 }
 
 // Limits are the per-user kernel limits a daemon sets in its sandbox:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,8 +30,10 @@ var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 // /proc and /dev. newRoot is a directory shared by every sandbox; the
 // tmpfs mounted on it is this daemon's alone, in its own mount namespace.
 // rootfs, if not nil, is the root filesystem as a detached mount (see
-// sendRootFS). /tmp and /dev/shm hold tmpSize bytes each.
-func prepareRoot(newRoot string, rootfs *os.File, tmpSize int64) error {
+// sendRootFS). /tmp and /dev/shm hold tmpSize bytes each. resolvConf,
+// if not empty, is the host root's /etc/resolv.conf instead of the
+// host's (see WarmMsg.ResolvConf).
+func prepareRoot(newRoot string, rootfs *os.File, tmpSize int64, resolvConf string) error {
 	// Nothing mounted from here on may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
@@ -45,7 +48,7 @@ func prepareRoot(newRoot string, rootfs *os.File, tmpSize int64) error {
 		}
 	} else if err := bindHost(at); err != nil {
 		return err
-	} else if err := overlayEtc(at); err != nil {
+	} else if err := overlayEtc(at, resolvConf); err != nil {
 		return fmt.Errorf("/etc: %w", err)
 	}
 	if err := os.Mkdir(at("workspace"), 0o755); err != nil {
@@ -263,12 +266,21 @@ var sandboxEtc = sandboxspec.Etc()
 // overlayEtc binds sandboxEtc over the host's /etc bound at at("etc").
 // The files are written in a tmpfs of their own, detached once they are
 // bound, so that the sandbox sees them only where they belong.
-func overlayEtc(at func(string) string) error {
+func overlayEtc(at func(string) string, resolvConf string) error {
+	files := sandboxEtc
+	if resolvConf != "" {
+		// Bound only over a regular file: a bind follows a symbolic
+		// link, which would lead it out of the sandbox's /etc.
+		if fi, err := os.Lstat(filepath.Join(at("etc"), "resolv.conf")); err == nil && fi.Mode().IsRegular() {
+			files = maps.Clone(sandboxEtc)
+			files["resolv.conf"] = resolvConf
+		}
+	}
 	dir := at(".etc")
 	if err := mountNew("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
 		return err
 	}
-	for name, content := range sandboxEtc {
+	for name, content := range files {
 		src, dst := filepath.Join(dir, name), filepath.Join(at("etc"), name)
 		if _, err := os.Stat(dst); err != nil {
 			continue // a bind needs a file to cover
