@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -38,6 +39,13 @@ func (c Credential) GoString() string { return c.String() }
 // LogValue logs the credential without its value.
 func (c Credential) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("host", c.Host), slog.String("header", c.Header), slog.String("value", "REDACTED"))
+}
+
+// MarshalJSON writes the credential without its value, for a log
+// handler or an encoder that reaches it inside another value: a
+// credential is handed to the proxy in memory and never travels as JSON.
+func (c Credential) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct{ Host, Header, Value string }{c.Host, c.Header, "REDACTED"})
 }
 
 // reservedHeaders are headers the proxy does not let a credential set:
