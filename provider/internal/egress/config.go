@@ -48,6 +48,8 @@ const (
 	maxLeaves = 1024
 	// chunk is the most bytes relayed between two bandwidth checks.
 	chunk = 256 << 10
+	// unboundedChunk is chunk when the bandwidth is Unlimited.
+	unboundedChunk = 16 << 20
 )
 
 // Unlimited, given as Config.Bandwidth, turns the bandwidth bound off.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -142,11 +143,14 @@ func TestRebindingResolver(t *testing.T) {
 		}
 		return []netip.Addr{netip.MustParseAddr("127.0.0.2")}
 	})
+	var mu sync.Mutex
 	var dialed []string
 	e := w.proxy(t, func(c *Config) {
 		c.Forbidden = nil // the defaults, loopback included
 		// Records the dials and makes none: the test sends nothing beyond loopback.
 		c.Dial = func(_ context.Context, _, addr string) (net.Conn, error) {
+			mu.Lock()
+			defer mu.Unlock()
 			dialed = append(dialed, addr)
 			return nil, errors.New("test dialer dials nothing")
 		}
@@ -162,6 +166,8 @@ func TestRebindingResolver(t *testing.T) {
 			t.Errorf("after connection %d the name was resolved %d times, want %d", i, n, i+1)
 		}
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if want := netip.AddrPortFrom(public, w.p80).String(); len(dialed) != 1 || dialed[0] != want {
 		t.Errorf("dialed %v, want only %s, the address checked", dialed, want)
 	}

@@ -119,9 +119,13 @@ func (p *Proxy) splice(tc *trackedConn, prefix []byte, up net.Conn) {
 // sandbox stalls is ended by the other direction's giving up.
 func (p *Proxy) copyDir(ctx context.Context, dst, src net.Conn, lim *rate.Limiter, last *atomic.Int64) error {
 	idle := p.cfg.IdleTimeout
+	size := int64(chunk)
+	if lim.Limit() == rate.Inf {
+		size = unboundedChunk // fewer rounds: nothing to pay between them
+	}
 	for {
 		_ = src.SetReadDeadline(time.Now().Add(idle))
-		lr := &io.LimitedReader{R: src, N: chunk}
+		lr := &io.LimitedReader{R: src, N: size}
 		n, err := io.Copy(dst, lr)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())

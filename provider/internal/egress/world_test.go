@@ -37,12 +37,11 @@ var (
 const secret = "Bearer s3cret-7f1e9a"
 
 type upstream struct {
-	name   string
-	conns  atomic.Int64 // connections accepted, either port
-	mu     sync.Mutex
-	auths  []string // the Authorization of each request
-	hosts  []string
-	server []*http.Server
+	name  string
+	conns atomic.Int64 // connections accepted, either port
+	mu    sync.Mutex
+	auths []string // the Authorization of each request
+	hosts []string
 }
 
 func (u *upstream) seen() ([]string, []string) {
@@ -363,9 +362,9 @@ func (e *env) explicitClient(src string, roots *x509.CertPool) *http.Client {
 	}}
 }
 
-func (w *world) pypiTLS() netip.AddrPort { return netip.AddrPortFrom(pypiIP, w.p443) }
+func (w *world) pypiTLS() netip.AddrPort  { return netip.AddrPortFrom(pypiIP, w.p443) }
 func (w *world) pypiHTTP() netip.AddrPort { return netip.AddrPortFrom(pypiIP, w.p80) }
-func (w *world) evilTLS() netip.AddrPort { return netip.AddrPortFrom(evilIP, w.p443) }
+func (w *world) evilTLS() netip.AddrPort  { return netip.AddrPortFrom(evilIP, w.p443) }
 func (w *world) evilHTTP() netip.AddrPort { return netip.AddrPortFrom(evilIP, w.p80) }
 
 func get(c *http.Client, u string, hdr ...string) (int, string, error) {
@@ -396,4 +395,8 @@ func (e *env) proxyRoots() *x509.CertPool {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(e.p.CACertPEM())
 	return pool
+}
+
+func newTestLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
