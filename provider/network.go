@@ -286,3 +286,50 @@ func NetworkPresetNames() []string {
 	slices.Sort(names)
 	return names
 }
+
+// NetworkHost is a host rule of a policy, parsed: what a provider that
+// hands the policy to a service of its own translates.
+type NetworkHost struct {
+	// Name is lower case, without a trailing dot; for a wildcard, the
+	// suffix the names it covers end in.
+	Name     string
+	Wildcard bool
+	// Port is the rule's own port; zero means the policy's ports.
+	Port uint16
+}
+
+// Pattern is the rule without its port: "pypi.org", "*.npmjs.org".
+func (h NetworkHost) Pattern() string {
+	if h.Wildcard {
+		return "*." + h.Name
+	}
+	return h.Name
+}
+
+// HostRules parses the policy's host rules; an invalid one is an error
+// wrapping errdefs.ErrBadInput, as Validate says.
+func (n Network) HostRules() ([]NetworkHost, error) {
+	out := make([]NetworkHost, 0, len(n.Hosts))
+	for _, h := range n.Hosts {
+		r, err := parseHostRule(h)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, NetworkHost{Name: r.name, Wildcard: r.wildcard, Port: r.port})
+	}
+	return out, nil
+}
+
+// CIDRRules parses the policy's CIDR rules, a single address becoming a
+// range of one; an invalid one is an error wrapping errdefs.ErrBadInput.
+func (n Network) CIDRRules() ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(n.CIDRs))
+	for _, c := range n.CIDRs {
+		p, err := parseCIDRRule(c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}

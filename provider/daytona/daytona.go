@@ -96,9 +96,15 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 	if len(req.Labels) > maxLabels {
 		return remote.Machine{}, fmt.Errorf("%w: daytona: %d labels, at most %d", errdefs.ErrBadInput, len(req.Labels), maxLabels)
 	}
+	blockAll, allowList, err := egress(req.Network)
+	if err != nil {
+		return remote.Machine{}, err
+	}
 	base := types.SandboxBaseParams{
-		Name:   req.Name,
-		Labels: maps.Clone(req.Labels),
+		Name:             req.Name,
+		NetworkBlockAll:  blockAll,
+		NetworkAllowList: allowList,
+		Labels:           maps.Clone(req.Labels),
 		// The toolbox acts as root, so that the daemon does: it owns
 		// the machine, as on every provider, and runs commands as
 		// DefaultUser.

@@ -184,11 +184,16 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 	md[MetadataName] = req.Name
 	lifetime := a.lifetime(req.Lifetime)
 	secure, no := true, false
+	internet, network, err := egress(req.Network)
+	if err != nil {
+		return remote.Machine{}, err
+	}
 	// Before the call, so that ExpiresAt is no later than E2B's end.
 	now := time.Now()
 	sb, err := a.c.CreateSandbox(ctx, e2bapi.NewSandbox{
 		TemplateID: template, Timeout: ptr(e2bapi.Seconds(lifetime)),
 		AutoPause: &no, Secure: &secure, Metadata: md,
+		AllowInternetAccess: &internet, Network: network,
 	})
 	if err != nil {
 		return remote.Machine{}, err

@@ -214,6 +214,9 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 		Tags:           tags,
 		EncryptedPorts: []int{a.cfg.Port},
 	}
+	if err := egress(params, req.Network); err != nil {
+		return remote.Machine{}, err
+	}
 	// The V2 backend's calls are named so, whatever the profile says:
 	// List and FromName then see every sandbox berth makes.
 	sb, err := a.c.Sandboxes.ExperimentalCreate(ctx, app, img, params)

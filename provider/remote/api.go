@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/berth-dev/berth/provider"
 )
 
 // API is what a hosted service offers for its machines, as a provider
@@ -83,6 +85,11 @@ type CreateRequest struct {
 	// Lifetime is how long the service keeps the machine unless
 	// KeepAlive says otherwise.
 	Lifetime time.Duration
+	// Network is the machine's egress policy, one its API's
+	// NetworkSupport holds; an API that is no NetworkPolicer is only
+	// ever given NetworkNone, and may leave the machine its service's
+	// network.
+	Network provider.Network
 }
 
 // Machine is one machine as the service describes it.

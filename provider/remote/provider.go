@@ -81,10 +81,14 @@ func (p *checkedProvider) Check(ctx context.Context) error { return p.checker.Ch
 func (p *Provider) Name() string { return p.api.Name() }
 
 // Capabilities implements provider.Provider. Limits are the service's
-// to enforce, and berth cannot tell that it does; the network is the
-// service's too.
+// to enforce, and berth cannot tell that it does; so is the network,
+// where the API hands the service a policy (NetworkPolicer).
 func (p *Provider) Capabilities() provider.Capabilities {
-	return provider.Capabilities{Pause: true, Image: true, MaxLifetime: p.cfg.MaxLifetime}
+	c := provider.Capabilities{Pause: true, Image: true, MaxLifetime: p.cfg.MaxLifetime}
+	if s, ok := p.networkSupport(); ok {
+		c.Network, c.NetworkAllow = s.Open, s.Hosts || s.CIDRs
+	}
+	return c
 }
 
 // machine is what the provider keeps of one sandbox's machine, shared
@@ -151,10 +155,9 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		return nil, fmt.Errorf("%w: %s: a root filesystem on berth's host cannot reach a hosted machine (use Image)", errdefs.ErrUnsupported, p.Name())
 	case spec.Resources.Pids != 0:
 		return nil, fmt.Errorf("%w: %s: no process limit", errdefs.ErrUnsupported, p.Name())
-	case spec.Network.Mode != provider.NetworkNone:
-		// The API says nothing of a machine's network: it is the
-		// service's, or its template's.
-		return nil, fmt.Errorf("%w: %s: no network policy", errdefs.ErrUnsupported, p.Name())
+	}
+	if err := p.checkNetwork(spec.Network); err != nil {
+		return nil, err
 	}
 	if spec.ID == "" {
 		spec.ID = records.NewID()
@@ -195,6 +198,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		Name: name, Labels: labels, Image: spec.Image,
 		CPU: spec.Resources.CPU, Memory: spec.Resources.Memory, Disk: spec.Resources.Disk,
 		Lifetime: min(spec.Lifetime, p.maxLifetime()),
+		Network:  spec.Network,
 	})
 	if err != nil {
 		return nil, err

@@ -152,6 +152,8 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			})
 		case r.Method == http.MethodPut && rest == "/labels":
 			s.replaceLabels(w, r, id)
+		case r.Method == http.MethodPost && rest == "/network-settings":
+			s.setNetwork(w, r, id)
 		case r.Method == http.MethodGet && strings.HasPrefix(rest, "/ports/") && strings.HasSuffix(rest, "/preview-url"):
 			s.previewURL(w, r, id, p["port"])
 		case r.Method == http.MethodGet && rest == "/toolbox-proxy-url":
@@ -878,6 +880,31 @@ func (s *Server) replaceLabels(w http.ResponseWriter, r *http.Request, idOrName 
 	})
 }
 
+// setNetwork changes a sandbox's outbound policy: the fields given
+// replace the sandbox's, those left out stay. The fake's machines have
+// no network of their own: the policy is kept and answered, not
+// enforced.
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, idOrName string) {
+	var req struct {
+		BlockAll  *bool   `json:"networkBlockAll"`
+		AllowList *string `json:"networkAllowList"`
+	}
+	if err := decode(r, &req); err != nil {
+		writeAPIError(w, r, http.StatusBadRequest, "Invalid request body")
+		return
+	}
+	s.withSandbox(w, r, idOrName, func(sb *sandbox) {
+		if req.BlockAll != nil {
+			sb.blockAll = *req.BlockAll
+		}
+		if req.AllowList != nil {
+			sb.allowList = req.AllowList
+		}
+		sb.touch()
+		writeJSON(w, http.StatusOK, s.sandboxJSON(sb))
+	})
+}
+
 func (s *Server) previewURL(w http.ResponseWriter, r *http.Request, idOrName, portText string) {
 	port, err := strconv.ParseFloat(portText, 64)
 	if err != nil || port != math.Trunc(port) || port < 1 || port > 65535 {
@@ -948,4 +975,18 @@ func (s *Server) Resources(idOrName string) (cpu, memoryGiB, diskGiB int) {
 		return sb.cpu, sb.mem, sb.disk
 	}
 	return 0, 0, 0
+}
+
+// Network returns the outbound policy Daytona holds for a sandbox: its
+// networkBlockAll and networkAllowList ("" when none is set).
+func (s *Server) Network(idOrName string) (blockAll bool, allowList string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb := s.find(idOrName); sb != nil {
+		if sb.allowList != nil {
+			allowList = *sb.allowList
+		}
+		return sb.blockAll, allowList
+	}
+	return false, ""
 }

@@ -134,8 +134,26 @@ type NewSandbox struct {
 	// Secure makes envd ask for the sandbox's envdAccessToken.
 	Secure              *bool             `json:"secure,omitempty"`
 	AllowInternetAccess *bool             `json:"allow_internet_access,omitempty"`
+	Network             *NetworkConfig    `json:"network,omitempty"`
 	Metadata            map[string]string `json:"metadata,omitempty"`
 	EnvVars             map[string]string `json:"envVars,omitempty"`
+}
+
+// NetworkConfig is the spec's SandboxNetworkConfig, the part berth sets:
+// AllowOut lists CIDRs, addresses and names ("example.com",
+// "*.example.com") the sandbox may reach, whatever DenyOut (CIDRs)
+// or allow_internet_access false deny.
+type NetworkConfig struct {
+	AllowOut []string `json:"allowOut,omitempty"`
+	DenyOut  []string `json:"denyOut,omitempty"`
+}
+
+// NetworkUpdate is the spec's SandboxNetworkUpdateConfig: it replaces a
+// running sandbox's egress rules, a field left out clearing its own.
+type NetworkUpdate struct {
+	AllowOut            []string `json:"allowOut,omitempty"`
+	DenyOut             []string `json:"denyOut,omitempty"`
+	AllowInternetAccess *bool    `json:"allow_internet_access,omitempty"`
 }
 
 // Sandbox is the spec's Sandbox: what create and connect answer.
@@ -164,6 +182,10 @@ type SandboxDetail struct {
 	ListedSandbox
 	EnvdAccessToken string  `json:"envdAccessToken,omitempty"`
 	Domain          *string `json:"domain,omitempty"`
+	// AllowInternetAccess is null when it was not set; Network is the
+	// sandbox's egress rules.
+	AllowInternetAccess *bool          `json:"allowInternetAccess,omitempty"`
+	Network             *NetworkConfig `json:"network,omitempty"`
 }
 
 // ListedSandbox is the spec's ListedSandbox (GET /v2/sandboxes).
@@ -309,6 +331,16 @@ func (c *Client) SetTimeout(ctx context.Context, id string, timeout time.Duratio
 		Timeout int32 `json:"timeout"`
 	}{Seconds(timeout)}
 	_, err := c.do(ctx, "set sandbox timeout", http.MethodPost, "/sandboxes/"+id+"/timeout", nil, body, nil, http.StatusNoContent)
+	return err
+}
+
+// UpdateNetwork replaces a running sandbox's egress rules
+// (PUT /sandboxes/{id}/network).
+func (c *Client) UpdateNetwork(ctx context.Context, id string, u NetworkUpdate) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	_, err := c.do(ctx, "update sandbox network", http.MethodPut, "/sandboxes/"+id+"/network", nil, u, nil, http.StatusNoContent)
 	return err
 }
 

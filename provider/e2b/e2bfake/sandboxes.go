@@ -34,6 +34,12 @@ type sandbox struct {
 	envdToken      string // empty unless created secure
 	machine        *remotefake.Machine
 
+	// Guarded by Server.mu: the egress rules, as E2B keeps them. The
+	// fake's machines have no network of their own: the rules are
+	// kept, checked against the spec, and answered, not enforced.
+	internet *bool
+	network  *egressRules
+
 	// Guarded by Server.mu.
 	endAt  time.Time
 	paused bool
@@ -46,6 +52,13 @@ type sandbox struct {
 	connMu      sync.Mutex
 	conns       map[*trackedConn]bool // proxied connections into it
 	connsClosed bool
+}
+
+// egressRules are the spec's SandboxNetworkConfig, as far as berth sets
+// it.
+type egressRules struct {
+	AllowOut []string `json:"allowOut,omitempty"`
+	DenyOut  []string `json:"denyOut,omitempty"`
 }
 
 func randomID(n int) string {
@@ -81,6 +94,8 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 			s.connect(w, r, id)
 		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/timeout"):
 			s.setTimeout(w, r, id)
+		case r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/network"):
+			s.setNetwork(w, r, id)
 		default:
 			writeError(w, http.StatusNotImplemented, "the fake does not serve this operation")
 		}
@@ -116,6 +131,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Secure     bool              `json:"secure"`
 		Metadata   map[string]string `json:"metadata"`
 		EnvVars    map[string]string `json:"envVars"`
+		Internet   *bool             `json:"allow_internet_access"`
+		Network    *egressRules      `json:"network"`
 	}
 	if err := decode(r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "unreadable body")
@@ -140,7 +157,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		id: "i" + randomID(10), templateID: req.TemplateID,
 		metadata: req.Metadata, envVars: req.EnvVars,
 		startedAt: time.Now().UTC(), autoPause: req.AutoPause,
-		procs: map[uint32]*remotefake.Process{},
+		procs:    map[uint32]*remotefake.Process{},
+		internet: req.Internet, network: req.Network,
 	}
 	if req.Secure {
 		sb.envdToken = randomID(16)
@@ -283,6 +301,12 @@ func (s *Server) listedJSON(sb *sandbox, detail bool) map[string]any {
 	if detail && sb.envdToken != "" {
 		v["envdAccessToken"] = sb.envdToken
 	}
+	if detail {
+		v["allowInternetAccess"] = sb.internet
+		if sb.network != nil {
+			v["network"] = sb.network
+		}
+	}
 	return v
 }
 
@@ -418,6 +442,36 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, id string) {
 	v := s.sandboxJSON(sb)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusCreated, v)
+}
+
+// setNetwork replaces a running sandbox's egress rules, as
+// SandboxNetworkUpdateConfig says: a field left out clears its own.
+func (s *Server) setNetwork(w http.ResponseWriter, r *http.Request, id string) {
+	var req struct {
+		egressRules
+		Internet *bool `json:"allow_internet_access"`
+	}
+	if err := decode(r, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "unreadable body")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.sandboxes[id]
+	switch {
+	case sb == nil:
+		notFound(w, id)
+		return
+	case sb.paused:
+		writeError(w, http.StatusConflict, "sandbox "+id+" is paused")
+		return
+	}
+	sb.internet, sb.network = req.Internet, nil
+	if len(req.AllowOut)+len(req.DenyOut) > 0 {
+		rules := req.egressRules
+		sb.network = &rules
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, id string) {

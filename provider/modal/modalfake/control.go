@@ -45,6 +45,9 @@ type sandbox struct {
 	machine                      *remotefake.Machine
 	tunnels                      []*tunnel
 	timer                        *time.Timer
+	// network is the outbound access asked for: kept and answered, not
+	// enforced (the fake's machines have no network of their own).
+	network *pb.NetworkAccess
 
 	mu     sync.Mutex
 	result *pb.GenericResult // once it has finished
@@ -166,6 +169,7 @@ func (c *control) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Re
 		tags: tags, created: time.Now(), milliCPU: int(res.GetMilliCpu()), memoryMiB: int(res.GetMemoryMb()),
 		timeout: time.Duration(timeout) * time.Second,
 		execs:   map[string]*execution{},
+		network: def.GetNetworkAccess(),
 	}
 	sb.jwt = jwt(time.Now().Add(time.Hour), sb.id)
 
@@ -507,6 +511,20 @@ func (s *Server) Vanish(id string) error {
 
 // Resources says what sandbox id asked for: its CPU in milli-cores, its
 // memory in MiB, and its timeout.
+// Network returns the outbound access a sandbox was made with: its
+// type (OPEN, BLOCKED, ALLOWLIST; "" when none was asked) and its
+// allow lists.
+func (s *Server) Network(id string) (kind string, cidrs, domains []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb := s.sandboxes[id]
+	if sb == nil || sb.network == nil {
+		return "", nil, nil
+	}
+	n := sb.network
+	return strings.TrimPrefix(n.GetNetworkAccessType().String(), "NETWORK_ACCESS_TYPE_"), n.GetAllowedCidrs(), n.GetAllowedDomains()
+}
+
 func (s *Server) Resources(id string) (milliCPU, memoryMiB int, timeout time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
