@@ -13,6 +13,7 @@
 package nettest
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -75,8 +76,9 @@ type Host struct {
 	Addr netip.Addr
 	NS   netns.NsHandle
 
-	mu   sync.Mutex
-	hits []Hit
+	mu       sync.Mutex
+	hits     []Hit
+	requests []Request
 }
 
 // Hit is one connection or datagram a host received.
@@ -315,6 +317,39 @@ func Dial(ns netns.NsHandle, network, addr string, timeout time.Duration) (net.C
 	var c net.Conn
 	err := In(ns, func() (err error) { c, err = net.DialTimeout(network, addr, timeout); return err })
 	return c, err
+}
+
+// DialUplink connects from the uplink namespace, as a host-side
+// service there (an egress proxy) dials its upstreams.
+func (tp *Topology) DialUplink(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := In(tp.UplinkNS, func() (err error) {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// UplinkAddrs are the uplink namespace's own addresses: "the host's",
+// which nothing of a sandbox may reach.
+func (tp *Topology) UplinkAddrs() ([]netip.Addr, error) {
+	nl, err := netlink.NewHandleAt(tp.UplinkNS)
+	if err != nil {
+		return nil, err
+	}
+	defer nl.Close()
+	addrs, err := nl.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if x, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, x.Unmap())
+		}
+	}
+	return out, nil
 }
 
 // TLSConfig trusts the topology's CA.

@@ -60,3 +60,32 @@ func TestContainedRefusesRoutesOut(t *testing.T) {
 		})
 	}
 }
+
+func TestHostsRecordRequestsAndServeBytes(t *testing.T) {
+	tp := New(t)
+	c, err := tp.DialUplink(t.Context(), "tcp4", netip.AddrPortFrom(PyPIAddr, HTTPPort).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /bytes/100000 HTTP/1.0\r\nHost: pypi.org\r\nX-Probe: 1\r\n\r\n")
+	b, _ := io.ReadAll(c)
+	if _, body, _ := strings.Cut(string(b), "\r\n\r\n"); len(body) != 100000 {
+		t.Errorf("/bytes/100000 served %d bytes", len(body))
+	}
+	reqs := tp.Hosts["pypi.org"].Requests()
+	if len(reqs) != 1 || reqs[0].Host != "pypi.org" || reqs[0].Path != "/bytes/100000" || reqs[0].Header.Get("X-Probe") != "1" {
+		t.Errorf("requests = %+v", reqs)
+	}
+	addrs, err := tp.UplinkAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, a := range addrs {
+		found = found || a == HostAddr
+	}
+	if !found {
+		t.Errorf("uplink addresses %v lack %s", addrs, HostAddr)
+	}
+}

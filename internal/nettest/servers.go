@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +34,12 @@ func pemBlock(typ string, der []byte) []byte {
 func (tp *Topology) serve(h *Host, cert tls.Certificate) {
 	t := tp.t
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.request(r)
+		if n, ok := bytesPath(r.URL.Path); ok {
+			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+			io.CopyN(w, zeros{}, n)
+			return
+		}
 		fmt.Fprintf(w, "%s\n", h.Name)
 	})
 	for _, port := range []int{HTTPPort, TLSPort} {
@@ -62,6 +70,57 @@ func (tp *Topology) serve(h *Host, cert tls.Certificate) {
 		}
 	}()
 	t.Cleanup(func() { pc.Close(); <-done })
+}
+
+// MaxBytes bounds what GET /bytes/<n> serves.
+const MaxBytes = 1 << 30
+
+// bytesPath reads /bytes/<n>: a download of n zero bytes, for
+// benchmarks.
+func bytesPath(path string) (int64, bool) {
+	s, ok := strings.CutPrefix(path, "/bytes/")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > MaxBytes {
+		return 0, false
+	}
+	return n, true
+}
+
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) {
+	clear(b)
+	return len(b), nil
+}
+
+// maxRequests bounds the requests a host records.
+const maxRequests = 1024
+
+// Request is an HTTP request a host served (over HTTP or TLS).
+type Request struct {
+	TLS    bool
+	Host   string
+	Path   string
+	Header http.Header
+}
+
+func (h *Host) request(r *http.Request) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.requests) < maxRequests {
+		h.requests = append(h.requests, Request{TLS: r.TLS != nil, Host: r.Host, Path: r.URL.Path, Header: r.Header.Clone()})
+	}
+}
+
+// Requests are the HTTP requests h served so far (the first
+// maxRequests).
+func (h *Host) Requests() []Request {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Request(nil), h.requests...)
 }
 
 type hitListener struct {

@@ -90,6 +90,15 @@ type NetworkConfig struct {
 	// Resolver answers NetworkOpen sandboxes' names on the host. Nil
 	// means net.DefaultResolver.
 	Resolver netns.Resolver
+	// Egress is the proxy listening at ProxyAddr (an *egress.Proxy
+	// serving there with Serve), told of each NetworkAllow sandbox's
+	// address and policy. Nil: it learns of them some other way (or
+	// refuses every connection, knowing no sandbox).
+	Egress Egress
+	// Credentials says which credentials the proxy adds to a sandbox's
+	// requests (see network.go and docs/network.md, "Secrets"). Nil:
+	// none.
+	Credentials func(sandboxID string, policy provider.Network) []Credential
 }
 
 // enabled says whether sandboxes can have networks.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 
 	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/egress"
 	"github.com/berth-dev/berth/provider/internal/netns"
 )
 
@@ -17,6 +19,34 @@ const networkDir = ".network"
 
 var _ provider.NetworkUpdater = (*sandbox)(nil)
 
+// Egress is the egress proxy's registration, as *egress.Proxy offers it.
+type Egress interface {
+	Register(src netip.Addr, sandboxID string, policy provider.Network, creds []Credential) (unregister func(), err error)
+}
+
+var _ Egress = (*egress.Proxy)(nil)
+
+// Credential is a header the egress proxy adds to a sandbox's requests
+// to a host: the sandbox uses the secret and never holds it. The host
+// configures credentials (NetworkConfig.Credentials); no spec, and so
+// no workflow history, carries one.
+type Credential = egress.Credential
+
+// registrar tells the proxy of sandboxes for netns, with the
+// credentials the host gives each.
+type registrar struct {
+	egress Egress
+	creds  func(sandboxID string, policy provider.Network) []Credential
+}
+
+func (r registrar) Register(src netip.Addr, id string, policy provider.Network) (func(), error) {
+	var creds []Credential
+	if r.creds != nil {
+		creds = r.creds(id, policy)
+	}
+	return r.egress.Register(src, id, policy, creds)
+}
+
 // openNetwork opens the network manager and sweeps what sandboxes that
 // are gone left of their networks: a process that crashed before
 // destroying them.
@@ -24,7 +54,7 @@ func (p *Provider) openNetwork() (*netns.Manager, error) {
 	n := p.cfg.Network
 	m, err := netns.New(netns.Config{Uplink: n.Uplink, Pool: n.Pool, ProxyAddr: n.ProxyAddr, DNSAddr: n.DNSAddr,
 		StateDir: filepath.Join(p.cfg.StateDir, networkDir), MaxConns: n.MaxConns, ConnRate: n.ConnRate,
-		ConnBurst: n.ConnBurst, Resolver: n.Resolver, Logger: p.log})
+		ConnBurst: n.ConnBurst, Resolver: n.Resolver, Proxy: n.registrar(), Logger: p.log})
 	if err != nil {
 		return nil, err
 	}
@@ -32,6 +62,14 @@ func (p *Provider) openNetwork() (*netns.Manager, error) {
 		p.log.Warn("sweep networks of sandboxes that are gone", "err", err)
 	}
 	return m, nil
+}
+
+// registrar is the netns.Registrar of n, or nil without n.Egress.
+func (n NetworkConfig) registrar() netns.Registrar {
+	if n.Egress == nil {
+		return nil
+	}
+	return registrar{egress: n.Egress, creds: n.Credentials}
 }
 
 // alive says whether the sandbox id exists and its daemon lives.

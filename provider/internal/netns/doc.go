@@ -43,6 +43,18 @@
 // IPv6 is turned off in the sandbox's namespace, and its packets are
 // dropped on the uplink side all the same.
 //
+// # The egress proxy
+//
+// The proxy knows a sandbox by the source address of its connections.
+// A Manager with Config.Proxy tells it of each NetworkAllow sandbox's
+// address and policy before its rules send it anything (Attach), again
+// when the policy changes (Update: the old registration, and the
+// connections it admitted, end first), and no more once the link goes
+// (Detach, Sweep, Close). The proxy keeps this in memory while the
+// links outlive the process, so a Manager that opens registers every
+// NetworkAllow sandbox its state files record again (New, Reregister;
+// Sweep for the sandboxes it keeps).
+//
 // # DNS
 //
 // The sandbox is given no resolver of the host's. Its /etc/resolv.conf

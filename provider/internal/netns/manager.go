@@ -65,7 +65,12 @@ type Config struct {
 	// Resolver answers NetworkOpen sandboxes' names. Nil means
 	// net.DefaultResolver.
 	Resolver Resolver
-	Logger   *slog.Logger
+	// Proxy, if set, is told of every NetworkAllow sandbox's address
+	// and policy as it is attached, updated and detached (see
+	// Registrar). Nil: the proxy at ProxyAddr learns of sandboxes some
+	// other way.
+	Proxy  Registrar
+	Logger *slog.Logger
 }
 
 // Manager plumbs sandboxes' network namespaces.
@@ -78,6 +83,9 @@ type Manager struct {
 
 	mu   sync.Mutex
 	next int // a hint: the slot after the last taken
+
+	regMu sync.Mutex
+	regs  map[netip.Addr]registration // what this Manager told Config.Proxy
 }
 
 // Link is a sandbox's network as Attach made it.
@@ -128,7 +136,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger}
+	m := &Manager{cfg: cfg, log: cfg.Logger, regs: map[netip.Addr]registration{}}
 	var err error
 	if cfg.Uplink == "" {
 		m.uplink, err = netns.GetFromPid(os.Getpid())
@@ -151,11 +159,19 @@ func New(cfg Config) (*Manager, error) {
 		m.Close()
 		return nil, fmt.Errorf("network: DNS stub on %s: %w", cfg.DNSAddr, err)
 	}
+	// A proxy that restarted with this process knows none of the
+	// sandboxes whose links outlived it.
+	if err := m.Reregister(context.Background()); err != nil {
+		m.log.Warn("network: register sandboxes with the egress proxy again", "err", err)
+	}
 	return m, nil
 }
 
-// Close stops the DNS stub. Links stay.
+// Close stops the DNS stub and unregisters what the Manager registered
+// with Config.Proxy. Links stay: a Manager opened later registers them
+// again.
 func (m *Manager) Close() error {
+	m.unregisterAll()
 	if m.dns != nil {
 		m.dns.close()
 	}
@@ -238,6 +254,11 @@ func (m *Manager) Attach(ctx context.Context, id, nsPath string, pid int, policy
 	if err := m.nl.LinkSetUp(host); err != nil {
 		return nil, fmt.Errorf("network of %s: %w", id, err)
 	}
+	// The proxy knows the sandbox before the rules send it anything.
+	if err := m.register(id, addr, policy); err != nil {
+		return nil, fmt.Errorf("network of %s: %w", id, err)
+	}
+	undo = append(undo, func() { m.unregister(addr) })
 	if err := m.writeRules(id, veth, addr, policy); err != nil {
 		return nil, fmt.Errorf("network of %s: %w", id, err)
 	}
@@ -322,7 +343,14 @@ func (m *Manager) Update(ctx context.Context, id string, policy provider.Network
 		return err
 	}
 	_, addr := m.addrs(rec.Slot)
+	if err := m.register(id, addr, policy); err != nil {
+		return fmt.Errorf("network of %s: %w", id, err)
+	}
 	if err := m.writeRules(id, vethName(id), addr, policy); err != nil {
+		// The rules are the old ones still: so is the proxy's policy.
+		if rerr := m.register(id, addr, rec.Policy); rerr != nil {
+			m.log.Warn("network: register the old policy again", "sandbox", id, "err", rerr)
+		}
 		return fmt.Errorf("network of %s: %w", id, err)
 	}
 	rec.Policy = policy
@@ -352,6 +380,8 @@ func (m *Manager) Detach(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	_, addr := m.addrs(rec.Slot)
+	m.unregister(addr)
 	if err := m.removeKernel(id); err != nil {
 		return fmt.Errorf("network of %s: %w", id, err)
 	}
@@ -381,7 +411,8 @@ func (m *Manager) removeKernel(id string) error {
 
 // Sweep removes the links, tables and slots of sandboxes for which live
 // is false: those a crash left behind. Tables named TablePrefix… in the
-// uplink with no slot are removed as well.
+// uplink with no slot are removed as well. The sandboxes it keeps are
+// registered with Config.Proxy again (see Reregister).
 func (m *Manager) Sweep(ctx context.Context, live func(id string) bool) error {
 	recs, err := m.records()
 	if err != nil {
@@ -392,8 +423,13 @@ func (m *Manager) Sweep(ctx context.Context, live func(id string) bool) error {
 	for _, rec := range recs {
 		if rec.ID != "" && live(rec.ID) {
 			recorded[rec.ID] = true
+			if err := m.reregister(rec); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
+		_, addr := m.addrs(rec.Slot)
+		m.unregister(addr)
 		if rec.ID != "" {
 			if err := m.removeKernel(rec.ID); err != nil {
 				errs = append(errs, err)
