@@ -334,7 +334,8 @@ func TestWarmContainerDied(t *testing.T) {
 	sh(t, sb, "true")
 }
 
-// TestNetwork: loopback alone by default; Docker's bridge when asked.
+// TestNetwork: loopback alone by default; Docker's bridge when asked
+// without Config.Network, which then refuses allow lists.
 func TestNetwork(t *testing.T) {
 	p := newTestProvider(t, Config{Pool: -1})
 	if out := sh(t, create(t, p, provider.Spec{ID: "closed"}), "ls /sys/class/net"); strings.Fields(out)[0] != "lo" || len(strings.Fields(out)) != 1 {
@@ -354,7 +355,7 @@ func TestSweep(t *testing.T) {
 	sb := create(t, p, provider.Spec{ID: "kept"})
 	// A warm container of a process that is gone, and an old slot that
 	// nothing names.
-	w, err := p.startWarm(t.Context(), testImage, p.resources(provider.Resources{}), provider.Network{})
+	w, err := p.startWarm(t.Context(), testImage, p.resources(provider.Resources{}), false)
 	if err != nil {
 		t.Fatal(err)
 	}
