@@ -344,6 +344,10 @@ func TestNetwork(t *testing.T) {
 	if out := sh(t, create(t, p, provider.Spec{ID: "open", Network: provider.Network{Mode: provider.NetworkOpen}}), "ls /sys/class/net"); !strings.Contains(out, "eth0") {
 		t.Errorf("a sandbox with an open network has interfaces %q, want eth0 among them", out)
 	}
+	_, err := p.Create(t.Context(), provider.Spec{ID: "allow", Network: provider.Network{Mode: provider.NetworkAllow, Hosts: []string{"pypi.org"}}})
+	if !errors.Is(err, errdefs.ErrUnsupported) {
+		t.Errorf("an allow list without Config.Network: %v, want unsupported", err)
+	}
 }
 
 // TestSweep: a provider opened after a creator died removes the warm
