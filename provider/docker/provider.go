@@ -60,7 +60,7 @@ type Provider struct {
 	log    *slog.Logger
 	docker *client.Client
 	pool   *pool
-	host   *hostImage // nil when the configuration names the default image
+	host   *hostImage     // nil when the configuration names the default image
 	net    *netns.Manager // nil without Config.Network
 
 	clients clients.Cache

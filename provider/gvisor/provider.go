@@ -48,7 +48,7 @@ type Provider struct {
 	pool     *warmpool.Pool[*container]
 	cleanups sync.WaitGroup // removals of destroyed sandboxes' containers
 
-	images *image.Cache // root filesystems of Spec.Image
+	images *image.Cache   // root filesystems of Spec.Image
 	net    *netns.Manager // nil without Config.Network
 
 	clients clients.Cache
