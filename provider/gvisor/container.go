@@ -107,9 +107,9 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 		b.resolvConf = p.net.ResolvConf()
 	}
 	if plan != nil {
-		ns, err := p.attachNew(ctx, plan)
-		if err != nil {
-			return nil, err
+		ns, aerr := p.attachNew(ctx, plan)
+		if aerr != nil {
+			return nil, aerr
 		}
 		// The sandbox process holds the namespace once started.
 		defer ns.Close()

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,14 +27,42 @@ type netEnv struct {
 }
 
 // newNetProvider opens a provider whose sandboxes' networks go into the
-// contained topology's uplink. pool is Config.Pool.
-func newNetProvider(t *testing.T, pool int) *netEnv {
+// contained topology's uplink. pool is Config.Pool, addrs
+// Config.Network.Pool.
+func newNetProvider(t *testing.T, pool int, addrs netip.Prefix) *netEnv {
 	tp := nettest.New(t)
 	proxy := tp.StartProxy(15001)
 	p := newTestProvider(t, Config{Pool: pool,
-		Network: NetworkConfig{ProxyAddr: proxy.Addr, Uplink: tp.Uplink, Resolver: tp.Resolver()}})
+		Network: NetworkConfig{ProxyAddr: proxy.Addr, Uplink: tp.Uplink, Pool: addrs, Resolver: tp.Resolver()}})
 	t.Cleanup(func() { destroyAll(t, p) })
 	return &netEnv{tp: tp, proxy: proxy, p: p}
+}
+
+// TestNetworkPoolFull fills the address pool: the next sandbox of a
+// network is refused (ErrQuota) after its container was made, and
+// nothing of it is left; a sandbox of none is still made, and once a
+// slot is free a network sandbox is again.
+func TestNetworkPoolFull(t *testing.T) {
+	e := newNetProvider(t, -1, netip.MustParsePrefix("100.96.0.0/29")) // one slot
+	policy := provider.Network{Mode: provider.NetworkAllow, CIDRs: []string{nettest.PyPIAddr.String()}}
+	a := create(t, e.p, provider.Spec{ID: "first", Network: policy})
+	_, err := e.p.Create(t.Context(), provider.Spec{ID: "second", Network: policy})
+	if !errors.Is(err, errdefs.ErrQuota) {
+		t.Fatalf("a sandbox past the pool: %v, want quota", err)
+	}
+	e.left(t, "second")
+	if _, err := e.p.Get(t.Context(), "second"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a sandbox whose network failed exists: %v", err)
+	}
+	e.p.cleanups.Wait()
+	if entries, _ := os.ReadDir(filepath.Join(e.p.cfg.StateDir, containersDir)); len(entries) != 1 {
+		t.Errorf("containers left: %d, want the first sandbox's alone", len(entries))
+	}
+	create(t, e.p, provider.Spec{ID: "closed"})
+	if err := a.Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	create(t, e.p, provider.Spec{ID: "second", Network: policy})
 }
 
 func (e *netEnv) targets() *providertest.NetworkTargets {
@@ -62,7 +92,7 @@ func (e *netEnv) targets() *providertest.NetworkTargets {
 // ranges, none, live updates. gVisor's own network stack sends their
 // packets down the veth, where the host's rules hold them.
 func TestNetworkConformance(t *testing.T) {
-	e := newNetProvider(t, 0)
+	e := newNetProvider(t, 0, netip.Prefix{})
 	// A service of "the host", which no sandbox may reach.
 	ln, err := nettest.Listen(e.tp.UplinkNS, "tcp4", netip.AddrPortFrom(nettest.HostAddr, 8080).String())
 	if err != nil {
@@ -83,7 +113,7 @@ func TestNetworkConformance(t *testing.T) {
 // stub, and connects: the connection reaches the proxy, aimed at the
 // service address. An unlisted name does not resolve.
 func TestNetworkNamesGoToTheProxy(t *testing.T) {
-	e := newNetProvider(t, -1)
+	e := newNetProvider(t, -1, netip.Prefix{})
 	sb := create(t, e.p, provider.Spec{ID: "names", Network: provider.Network{Mode: provider.NetworkAllow, Hosts: []string{"pypi.org"}}})
 	out := sh(t, sb, `cat /etc/resolv.conf; /usr/bin/python3 -c '
 import socket
@@ -134,7 +164,7 @@ func run(t *testing.T, sb provider.Sandbox, argv ...string) int {
 // the next sweep removes, and that a provider opened after a crash
 // sweeps as it opens.
 func TestNetworkDestroyAndKill(t *testing.T) {
-	e := newNetProvider(t, -1)
+	e := newNetProvider(t, -1, netip.Prefix{})
 	policy := provider.Network{Mode: provider.NetworkAllow, CIDRs: []string{nettest.PyPIAddr.String()}}
 	a := create(t, e.p, provider.Spec{ID: "net-destroyed", Network: policy})
 	b := create(t, e.p, provider.Spec{ID: "net-killed", Network: policy})
@@ -175,7 +205,7 @@ func TestNetworkDestroyAndKill(t *testing.T) {
 // it survives; gVisor's stack takes interfaces only as it starts, so a
 // sandbox without a network is refused one, and left as it was.
 func TestNetworkUpdate(t *testing.T) {
-	e := newNetProvider(t, -1)
+	e := newNetProvider(t, -1, netip.Prefix{})
 	probe := `/usr/bin/python3 -c '
 import socket
 try:
@@ -260,5 +290,38 @@ func (e *netEnv) kept(t *testing.T, id string) {
 	}
 	if len(left) != 4 {
 		t.Errorf("%s's network holds %q, want its veth, table, record and slot", id, left)
+	}
+}
+
+// BenchmarkCreateNetwork measures creating a sandbox and getting the
+// result of /bin/true in it, with an allow list and with none, on a
+// provider with Config.Network and no pool: what a network adds to a
+// cold creation. Destroying it is not timed.
+func BenchmarkCreateNetwork(b *testing.B) {
+	allow := provider.Network{Mode: provider.NetworkAllow, Hosts: []string{"pypi.org"}}
+	for _, c := range []struct {
+		name   string
+		policy provider.Network
+	}{{"none", provider.Network{}}, {"allow", allow}} {
+		b.Run(c.name, func(b *testing.B) {
+			tp := nettest.New(b)
+			proxy := tp.StartProxy(15001)
+			p := newTestProvider(b, Config{Pool: -1, Network: NetworkConfig{ProxyAddr: proxy.Addr, Uplink: tp.Uplink}})
+			for b.Loop() {
+				sb, err := p.Create(b.Context(), provider.Spec{Network: c.policy})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res, err := sb.Exec(b.Context(), provider.ExecRequest{Argv: []string{"/bin/true"}}); err != nil || res.ExitCode != 0 {
+					b.Fatalf("exec: %+v, %v", res, err)
+				}
+				b.StopTimer()
+				if err := sb.Destroy(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				p.cleanups.Wait()
+				b.StartTimer()
+			}
+		})
 	}
 }
