@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -39,9 +40,12 @@ func newNetProvider(t *testing.T, pool int, addrs netip.Prefix) *netEnv {
 // nothing of it is left; a sandbox of none is still made, and once a
 // slot is free a network sandbox is again.
 func TestNetworkPoolFull(t *testing.T) {
-	e := newNetProvider(t, -1, netip.MustParsePrefix("100.96.0.0/29")) // one slot
+	e := newNetProvider(t, -1, netip.MustParsePrefix("100.96.0.0/28")) // the smallest: three slots
 	policy := provider.Network{Mode: provider.NetworkAllow, CIDRs: []string{nettest.PyPIAddr.String()}}
-	a := create(t, e.p, provider.Spec{ID: "first", Network: policy})
+	var a *sandbox
+	for i := range 3 {
+		a = create(t, e.p, provider.Spec{ID: "first" + strconv.Itoa(i), Network: policy})
+	}
 	_, err := e.p.Create(t.Context(), provider.Spec{ID: "second", Network: policy})
 	if !errors.Is(err, errdefs.ErrQuota) {
 		t.Fatalf("a sandbox past the pool: %v, want quota", err)
@@ -50,8 +54,8 @@ func TestNetworkPoolFull(t *testing.T) {
 	if _, err := e.p.Get(t.Context(), "second"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("a sandbox whose network failed exists: %v", err)
 	}
-	if ids := containers(t, e.p); len(ids) != 1 {
-		t.Errorf("containers left: %d, want the first sandbox's alone", len(ids))
+	if ids := containers(t, e.p); len(ids) != 3 {
+		t.Errorf("containers left: %d, want the first sandboxes' alone", len(ids))
 	}
 	create(t, e.p, provider.Spec{ID: "closed"})
 	if err := a.Destroy(t.Context()); err != nil {
