@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/netns"
 	"github.com/berth-dev/berth/provider/internal/settings"
 )
 
@@ -64,6 +66,11 @@ type Config struct {
 	// PullTimeout bounds pulling an image that is not on the host. Zero
 	// means 10 minutes.
 	PullTimeout time.Duration
+	// Network polices sandboxes' networks (NetworkAllow, and NetworkOpen
+	// without private, metadata or host ranges) when its ProxyAddr is
+	// set. Zero means no allow lists, and NetworkOpen on Docker's bridge,
+	// unpoliced, as before (see docs/providers/docker.md).
+	Network NetworkConfig
 	// Logger receives the provider's own events (image pulls among
 	// them). Nil discards them.
 	Logger *slog.Logger
@@ -75,6 +82,40 @@ type Config struct {
 	hostBounds rootBounds
 	hostWait   time.Duration
 }
+
+// NetworkConfig is the host side of sandboxes' networks (see package
+// netns and docs/network.md): a sandbox whose spec asks for a network
+// gets, in its container's network namespace (Docker's "none"), a veth
+// into Uplink, an address from Pool, and nftables rules in Uplink that
+// send its TCP to names through the egress proxy at ProxyAddr and drop
+// what its policy does not allow. A sandbox of NetworkNone gets none of
+// it.
+type NetworkConfig struct {
+	// ProxyAddr is the egress proxy's address and port in Uplink; zero
+	// turns the policed networks off.
+	ProxyAddr netip.AddrPort
+	// Uplink is the path of the network namespace the host ends live
+	// in. Zero means the host's own.
+	Uplink string
+	// Pool is the sandboxes' addresses, cut in /30s. Zero means
+	// netns.DefaultPool, 100.96.0.0/16. Two providers (of different
+	// state directories) on one Uplink need a Pool and a DNSAddr each:
+	// each knows only its own sandboxes.
+	Pool netip.Prefix
+	// DNSAddr is where the DNS stub that answers sandboxes listens, in
+	// Uplink. Zero means ProxyAddr's address, port 53.
+	DNSAddr netip.AddrPort
+	// MaxConns bounds a sandbox's connections at once, ConnRate and
+	// ConnBurst its new connections a second. Zero means 256, 64 and
+	// 256.
+	MaxConns, ConnRate, ConnBurst uint32
+	// Resolver answers NetworkOpen sandboxes' names on the host. Nil
+	// means net.DefaultResolver.
+	Resolver netns.Resolver
+}
+
+// enabled says whether sandboxes' networks are policed.
+func (n NetworkConfig) enabled() bool { return n.ProxyAddr.IsValid() }
 
 // Limits bound what one sandbox may take of the kernel's counters that
 // are kept per user or per process rather than per cgroup.

@@ -17,9 +17,9 @@
 // /workspace or Spec.Dir). Its ENV is the commands' base environment.
 // Its VOLUMEs become bounded tmpfs (see below); one at or below a path
 // berth mounts (/run/berth, /.berth, /dev/shm, /etc/passwd, /etc/group,
-// below /workspace) is refused as errdefs.ErrBadInput. The host
-// reaches the daemon's sockets by descriptor (package hostsock): a link
-// put at their names is refused, never followed.
+// /etc/resolv.conf, below /workspace) is refused as errdefs.ErrBadInput.
+// The host reaches the daemon's sockets by descriptor (package
+// hostsock): a link put at their names is refused, never followed.
 //
 // # Isolation
 //
@@ -29,7 +29,7 @@
 // provider's filter and Landlock rules stacked on it by the daemon (no
 // AF_VSOCK, AF_ALG, AF_PACKET..., no fanotify, no inotify watches for
 // reads); its own cgroup, IPC, PID and UTS namespaces; no network but
-// loopback unless the spec asks for NetworkOpen (Docker's bridge).
+// loopback unless the spec asks for one (see Network below).
 // Commands run as an unprivileged user with no capabilities. The
 // writable places are /workspace, /tmp and /dev/shm, nosuid and nodev.
 // The daemon's operations on the workspace's contents run as that user
@@ -82,6 +82,19 @@
 // the provider's state directory, so any process on the host that opens
 // the provider on the same directory finds it by id. Containers carry
 // berth's labels (dev.berth.provider=docker and the state directory).
+//
+// # Network
+//
+// Every container is of Docker's network mode none. With
+// Config.Network, a sandbox of NetworkAllow or NetworkOpen gets its
+// network from package netns, as linux sandboxes do, once its container
+// runs and before Create returns: a veth into the uplink moved into the
+// namespace of the container's first process, and nftables rules in
+// the uplink (NetworkOpen without private, metadata or host ranges);
+// every container's /etc/resolv.conf is a bind naming the DNS stub.
+// UpdateNetwork changes the rules, attaches or detaches while it runs.
+// Without Config.Network, NetworkOpen is Docker's bridge, unpoliced, as
+// before, and NetworkAllow is refused.
 //
 // # Warm pool
 //

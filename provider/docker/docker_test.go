@@ -334,7 +334,8 @@ func TestWarmContainerDied(t *testing.T) {
 	sh(t, sb, "true")
 }
 
-// TestNetwork: loopback alone by default; Docker's bridge when asked.
+// TestNetwork: loopback alone by default; Docker's bridge when asked
+// without Config.Network, which then refuses allow lists.
 func TestNetwork(t *testing.T) {
 	p := newTestProvider(t, Config{Pool: -1})
 	if out := sh(t, create(t, p, provider.Spec{ID: "closed"}), "ls /sys/class/net"); strings.Fields(out)[0] != "lo" || len(strings.Fields(out)) != 1 {
@@ -342,6 +343,10 @@ func TestNetwork(t *testing.T) {
 	}
 	if out := sh(t, create(t, p, provider.Spec{ID: "open", Network: provider.Network{Mode: provider.NetworkOpen}}), "ls /sys/class/net"); !strings.Contains(out, "eth0") {
 		t.Errorf("a sandbox with an open network has interfaces %q, want eth0 among them", out)
+	}
+	_, err := p.Create(t.Context(), provider.Spec{ID: "allow", Network: provider.Network{Mode: provider.NetworkAllow, Hosts: []string{"pypi.org"}}})
+	if !errors.Is(err, errdefs.ErrUnsupported) {
+		t.Errorf("an allow list without Config.Network: %v, want unsupported", err)
 	}
 }
 
@@ -354,7 +359,7 @@ func TestSweep(t *testing.T) {
 	sb := create(t, p, provider.Spec{ID: "kept"})
 	// A warm container of a process that is gone, and an old slot that
 	// nothing names.
-	w, err := p.startWarm(t.Context(), testImage, p.resources(provider.Resources{}), provider.Network{})
+	w, err := p.startWarm(t.Context(), testImage, p.resources(provider.Resources{}), false)
 	if err != nil {
 		t.Fatal(err)
 	}

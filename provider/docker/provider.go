@@ -23,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/provider/internal/clients"
 	"github.com/berth-dev/berth/provider/internal/hostsock"
 	"github.com/berth-dev/berth/provider/internal/idlock"
+	"github.com/berth-dev/berth/provider/internal/netns"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/provider/internal/sandboxspec"
 	"github.com/berth-dev/berth/provider/internal/settings"
@@ -59,7 +60,8 @@ type Provider struct {
 	log    *slog.Logger
 	docker *client.Client
 	pool   *pool
-	host   *hostImage // nil when the configuration names the default image
+	host   *hostImage     // nil when the configuration names the default image
+	net    *netns.Manager // nil without Config.Network
 
 	clients clients.Cache
 }
@@ -103,6 +105,12 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("docker provider: %w", err)
 	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, docker: cli}
+	if cfg.Network.enabled() {
+		if _, err := p.openNetwork(ctx); err != nil {
+			cli.Close()
+			return nil, fmt.Errorf("docker provider: %w", err)
+		}
+	}
 	p.pool = &pool{p: p, size: cfg.Pool}
 	p.sweepWarm(ctx)
 	if cfg.Image == "" {
@@ -121,6 +129,9 @@ func (p *Provider) Close() error {
 	}
 	p.pool.close()
 	p.clients.Close()
+	if p.net != nil {
+		p.net.Close()
+	}
 	return p.docker.Close()
 }
 
@@ -136,10 +147,12 @@ func (p *Provider) Report() string {
 	return p.host.report()
 }
 
-// Capabilities implements provider.Provider.
+// Capabilities implements provider.Provider. NetworkOpen is offered
+// with Config.Network or without (then on Docker's bridge, unpoliced);
+// NetworkAllow only with it.
 func (p *Provider) Capabilities() provider.Capabilities {
 	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true,
-		Network: true, Image: true}
+		Network: true, NetworkAllow: p.net != nil, Image: true}
 }
 
 // Create implements provider.Provider.
@@ -165,15 +178,34 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, err
 	}
+	if p.net != nil {
+		// Without a record, whatever link the id has is a crashed
+		// creator's.
+		if err := p.net.Detach(ctx, spec.ID); err != nil {
+			return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+		}
+	}
 	rec, err := p.create(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 	}
-	return p.handle(rec), nil
+	sb = p.handle(rec)
+	if p.net != nil && spec.Network.Mode != provider.NetworkNone {
+		// After the record: a sweep sees a sandbox whose link it must
+		// keep; before Create returns: nothing of the sandbox's runs
+		// without its rules.
+		if err := p.attach(ctx, rec, spec.Network); err != nil {
+			if derr := sb.destroy(context.WithoutCancel(ctx), rec); derr != nil {
+				p.log.Warn("remove a sandbox whose network failed", "id", spec.ID, "err", derr)
+			}
+			return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+		}
+	}
+	return sb, nil
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	return (sandboxspec.Offer{Name: Name, MinDisk: MinDisk, Network: true}).Check(spec)
+	return (sandboxspec.Offer{Name: Name, MinDisk: MinDisk, Network: true, NetworkAllow: p.net != nil}).Check(spec)
 }
 
 // create makes a sandbox, from a warm container if one fits.
@@ -188,7 +220,10 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, err
 	// it) and workspace size; CPU and process limits are changed on the
 	// one taken.
 	def := p.resources(provider.Resources{})
-	pooled := spec.Image == p.cfg.Image && spec.Network.Mode == provider.NetworkNone && res.Memory == def.Memory && res.Disk == def.Disk
+	// A warm container has no network: one is attached to it once
+	// claimed, unless it would be Docker's bridge.
+	bridged := p.net == nil && spec.Network.Mode != provider.NetworkNone
+	pooled := spec.Image == p.cfg.Image && !bridged && res.Memory == def.Memory && res.Disk == def.Disk
 	if pooled {
 		defer p.pool.fill(spec.Image)
 		// A warm container may have died while it waited (killed from
@@ -209,7 +244,7 @@ func (p *Provider) create(ctx context.Context, spec provider.Spec) (*record, err
 	if err := p.ensureImage(ctx, spec.Image); err != nil {
 		return nil, err
 	}
-	w, err := p.startWarm(ctx, spec.Image, res, spec.Network)
+	w, err := p.startWarm(ctx, spec.Image, res, bridged)
 	if err != nil {
 		return nil, err
 	}

@@ -186,7 +186,17 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return s.destroy(ctx, rec)
+}
+
+// destroy removes a sandbox; the caller holds its lock.
+func (s *sandbox) destroy(ctx context.Context, rec *record) error {
 	s.p.clients.Forget(rec.ID)
+	if s.p.net != nil {
+		if err := s.p.net.Detach(ctx, rec.ID); err != nil {
+			return fmt.Errorf("destroy %s: %w", rec.ID, err)
+		}
+	}
 	if err := s.p.removeSlot(ctx, rec.Container, rec.UID); err != nil {
 		return fmt.Errorf("destroy %s: %w", rec.ID, err)
 	}

@@ -83,7 +83,7 @@ func claimMsg(env map[string]string, dir string, expires time.Time, lease time.D
 
 // startWarm makes and starts a container of image with limits res, and
 // waits until its daemon serves.
-func (p *Provider) startWarm(ctx context.Context, image string, res provider.Resources, network provider.Network) (w *warm, err error) {
+func (p *Provider) startWarm(ctx context.Context, image string, res provider.Resources, bridged bool) (w *warm, err error) {
 	img, err := p.docker.ImageInspect(ctx, image)
 	if err != nil {
 		return nil, fmt.Errorf("inspect image %.200q: %v", image, oneLine(err))
@@ -125,7 +125,12 @@ func (p *Provider) startWarm(ctx context.Context, image string, res provider.Res
 	if err := writeUsers(dir, uid); err != nil {
 		return nil, err
 	}
-	hc := p.hostConfig(dir, res, network)
+	if p.net != nil {
+		if err := os.WriteFile(filepath.Join(dir, resolvConf), []byte(p.net.ResolvConf()), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	hc := p.hostConfig(dir, res, bridged)
 	// The image's volumes would be Docker volumes, on the host's disk
 	// and bounded by nothing (but for Landlock, which keeps commands
 	// from writing anywhere but /workspace, /tmp and /dev, where the
@@ -219,7 +224,7 @@ func (p *Provider) logs(id string) string {
 // mounted are the paths berth mounts in every container. An image's
 // VOLUME may name /workspace or /tmp (berth's own mount wins there), but
 // no other of them, nor any path below one.
-var mounted = []string{daemonPath, dockerinit.RunDir, provider.Workspace, "/tmp", "/dev/shm", "/etc/passwd", "/etc/group"}
+var mounted = []string{daemonPath, dockerinit.RunDir, provider.Workspace, "/tmp", "/dev/shm", "/etc/passwd", "/etc/group", "/etc/resolv.conf"}
 
 // checkVolumes refuses an image that declares a VOLUME over a path berth
 // mounts: Docker would mount the volume over berth's daemon or its
@@ -292,15 +297,32 @@ func (p *Provider) containerConfig(image string, uid int) *container.Config {
 	}
 }
 
-func (p *Provider) hostConfig(dir string, res provider.Resources, network provider.Network) *container.HostConfig {
+// hostConfig is a container's: of network mode none (policed networks
+// are attached to it once it runs, see network.go), or Docker's bridge
+// when bridged.
+func (p *Provider) hostConfig(dir string, res provider.Resources, bridged bool) *container.HostConfig {
 	tmp := int64(float64(res.Memory) * p.cfg.Limits.TmpFraction)
 	netMode := container.NetworkMode("none")
-	if network.Mode == provider.NetworkOpen {
+	if bridged {
 		netMode = "bridge"
 	}
 	bind := func(src, dst string, ro bool) mount.Mount {
 		return mount.Mount{Type: mount.TypeBind, Source: src, Target: dst, ReadOnly: ro,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}}
+	}
+	mounts := []mount.Mount{
+		bind(p.cfg.DaemonPath, daemonPath, true),
+		bind(filepath.Join(dir, runDir), dockerinit.RunDir, false),
+		bind(filepath.Join(dir, workspaceDir), provider.Workspace, false),
+		bind(filepath.Join(dir, "passwd"), "/etc/passwd", true),
+		bind(filepath.Join(dir, "group"), "/etc/group", true),
+	}
+	if p.net != nil {
+		// Docker writes no resolv.conf of its own where one is mounted:
+		// every container, warm ones too (a sandbox of NetworkNone may
+		// get a network later), names the DNS stub, never the host's
+		// resolvers.
+		mounts = append(mounts, bind(filepath.Join(dir, resolvConf), "/etc/resolv.conf", true))
 	}
 	pids := res.Pids
 	return &container.HostConfig{
@@ -318,13 +340,7 @@ func (p *Provider) hostConfig(dir string, res provider.Resources, network provid
 		Tmpfs:     map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", tmp)},
 		ShmSize:   tmp,
 		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
-		Mounts: []mount.Mount{
-			bind(p.cfg.DaemonPath, daemonPath, true),
-			bind(filepath.Join(dir, runDir), dockerinit.RunDir, false),
-			bind(filepath.Join(dir, workspaceDir), provider.Workspace, false),
-			bind(filepath.Join(dir, "passwd"), "/etc/passwd", true),
-			bind(filepath.Join(dir, "group"), "/etc/group", true),
-		},
+		Mounts:    mounts,
 		Resources: container.Resources{
 			Memory:     res.Memory,
 			MemorySwap: res.Memory, // no swap
@@ -376,7 +392,7 @@ func (q *pool) fill(image string) {
 		q.wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*startTimeout)
 			defer cancel()
-			w, err := q.p.startWarm(ctx, image, q.p.resources(provider.Resources{}), provider.Network{})
+			w, err := q.p.startWarm(ctx, image, q.p.resources(provider.Resources{}), false)
 			q.mu.Lock()
 			defer q.mu.Unlock()
 			q.filling--

@@ -83,6 +83,9 @@ type bundleSpec struct {
 	openFiles int64
 	cgroup    string // cgroupsPath
 	hostStat  bool   // the daemon is passed its memory cgroup's memory.stat
+	// netns is the network namespace the sandbox joins, "" for a new
+	// one; resolvConf, if not "", is its /etc/resolv.conf.
+	netns, resolvConf string
 }
 
 // writeBundle makes the container's directory: its root of mount points
@@ -135,18 +138,24 @@ func writeBundle(b bundleSpec) error {
 	if err := os.WriteFile(filepath.Join(root, gvisorinit.DaemonPath), nil, 0o755); err != nil {
 		return err
 	}
+	// The sandbox's own passwd, hosts..., over the host's; its own
+	// resolv.conf over the host's or the image's.
+	etc := map[string]string{}
 	if b.rootfs == "" {
-		// The sandbox's own passwd, hosts..., over the host's.
-		for _, name := range slices.Sorted(maps.Keys(sandboxEtc)) {
-			if _, err := os.Stat(filepath.Join("/etc", name)); err != nil {
-				continue // a bind needs a file to cover
-			}
-			f := filepath.Join(b.dir, etcDir, name)
-			if err := os.WriteFile(f, []byte(sandboxEtc[name]), 0o644); err != nil {
-				return err
-			}
-			bindRO(f, "/etc/"+name)
+		maps.Copy(etc, sandboxEtc)
+	}
+	if b.resolvConf != "" && regularEtcFile(src, "resolv.conf") {
+		etc["resolv.conf"] = b.resolvConf
+	}
+	for _, name := range slices.Sorted(maps.Keys(etc)) {
+		if _, err := os.Stat(filepath.Join(src, "etc", name)); err != nil {
+			continue // a bind needs a file to cover
 		}
+		f := filepath.Join(b.dir, etcDir, name)
+		if err := os.WriteFile(f, []byte(etc[name]), 0o644); err != nil {
+			return err
+		}
+		bindRO(f, "/etc/"+name)
 	}
 	tmpSize := "size=" + strconv.FormatInt(b.resources.Memory/4, 10)
 	mounts = append([]specs.Mount{
@@ -204,7 +213,7 @@ func writeBundle(b bundleSpec) error {
 			CgroupsPath: b.cgroup,
 			Resources:   res,
 			Namespaces: []specs.LinuxNamespace{
-				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace, Path: b.netns}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
 			},
 		},
@@ -214,6 +223,18 @@ func writeBundle(b bundleSpec) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(b.dir, "config.json"), data, 0o600)
+}
+
+// regularEtcFile says whether root's etc/name is a regular file, with
+// no symbolic link on the way: a bind over it stays in the sandbox's
+// /etc.
+func regularEtcFile(root, name string) bool {
+	fi, err := os.Lstat(filepath.Join(root, "etc"))
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	fi, err = os.Lstat(filepath.Join(root, "etc", name))
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // hostMemory is the host's memory limit of a sandbox limited to memory

@@ -3,12 +3,14 @@ package gvisor
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 
 	"github.com/berth-dev/berth/errdefs"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/netns"
 	"github.com/berth-dev/berth/provider/internal/settings"
 	"github.com/berth-dev/berth/provider/internal/wsimage"
 )
@@ -46,9 +48,48 @@ type Config struct {
 	// OpenFiles is RLIMIT_NOFILE of every process in a sandbox. Zero
 	// means 1024.
 	OpenFiles int64
+	// Network gives sandboxes networks beyond loopback (NetworkAllow
+	// and NetworkOpen) when its ProxyAddr is set; zero means loopback
+	// only, as before.
+	Network NetworkConfig
 	// Logger receives the provider's own events. Nil discards them.
 	Logger *slog.Logger
 }
+
+// NetworkConfig is the host side of sandboxes' networks (see package
+// netns and docs/network.md): a sandbox whose spec asks for a network
+// starts in a network namespace of its own holding a veth into Uplink,
+// with an address from Pool, which gVisor's network stack takes over
+// (runsc --network=sandbox), and nftables rules in Uplink that send its
+// TCP to names through the egress proxy at ProxyAddr and drop what its
+// policy does not allow. A sandbox of NetworkNone gets none of it
+// (runsc --network=none).
+type NetworkConfig struct {
+	// ProxyAddr is the egress proxy's address and port in Uplink; zero
+	// turns networks off.
+	ProxyAddr netip.AddrPort
+	// Uplink is the path of the network namespace the host ends live
+	// in. Zero means the host's own.
+	Uplink string
+	// Pool is the sandboxes' addresses, cut in /30s. Zero means
+	// netns.DefaultPool, 100.96.0.0/16. Two providers (of different
+	// state directories) on one Uplink need a Pool and a DNSAddr each:
+	// each knows only its own sandboxes.
+	Pool netip.Prefix
+	// DNSAddr is where the DNS stub that answers sandboxes listens, in
+	// Uplink. Zero means ProxyAddr's address, port 53.
+	DNSAddr netip.AddrPort
+	// MaxConns bounds a sandbox's connections at once, ConnRate and
+	// ConnBurst its new connections a second. Zero means 256, 64 and
+	// 256.
+	MaxConns, ConnRate, ConnBurst uint32
+	// Resolver answers NetworkOpen sandboxes' names on the host. Nil
+	// means net.DefaultResolver.
+	Resolver netns.Resolver
+}
+
+// enabled says whether sandboxes can have networks.
+func (n NetworkConfig) enabled() bool { return n.ProxyAddr.IsValid() }
 
 // Defaults of Config.
 const (

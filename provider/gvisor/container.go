@@ -68,8 +68,9 @@ func (c *container) release() {
 	c.owner.Close()
 }
 
-// startContainer makes a container's bundle and workspace and starts it.
-func (p *Provider) startContainer(ctx context.Context, rootfs string, res provider.Resources) (c *container, err error) {
+// startContainer makes a container's bundle and workspace and starts
+// it, with the network of plan unless it is nil.
+func (p *Provider) startContainer(ctx context.Context, rootfs string, res provider.Resources, plan *netPlan) (c *container, err error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	cid := "g-" + randid.Hex(8)
@@ -100,16 +101,35 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 	if stat != nil {
 		defer stat.Close() // the sandbox has its own once started
 	}
-	err = writeBundle(bundleSpec{dir: dir, rootfs: rootfs, daemon: p.cfg.DaemonPath, resources: res,
-		openFiles: p.cfg.OpenFiles, cgroup: cgroupPath(cid), hostStat: stat != nil})
-	if err != nil {
+	b := bundleSpec{dir: dir, rootfs: rootfs, daemon: p.cfg.DaemonPath, resources: res,
+		openFiles: p.cfg.OpenFiles, cgroup: cgroupPath(cid), hostStat: stat != nil}
+	if p.net != nil {
+		b.resolvConf = p.net.ResolvConf()
+	}
+	if plan != nil {
+		ns, aerr := p.attachNew(ctx, plan)
+		if aerr != nil {
+			return nil, aerr
+		}
+		// The sandbox process holds the namespace once started.
+		defer ns.Close()
+		defer func() {
+			if err != nil {
+				if derr := p.net.Detach(context.WithoutCancel(ctx), plan.id); derr != nil {
+					p.log.Warn("remove the network of a container that failed to start", "id", plan.id, "err", derr)
+				}
+			}
+		}()
+		b.netns = netnsPath(ns)
+	}
+	if err := writeBundle(b); err != nil {
 		return nil, err
 	}
 	err = wsimage.Make(filepath.Join(dir, imageFile), filepath.Join(dir, workspaceDir), res.Disk, sandboxUID, sandboxGID)
 	if err != nil {
 		return nil, err
 	}
-	pid, err := p.runContainer(ctx, cid, dir, stat)
+	pid, err := p.runContainer(ctx, cid, dir, stat, plan != nil)
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,13 @@
 //     (Resources.Disk, 10 GiB sparse by default), mounted on the host in
 //     the container's directory and bound in; /tmp and /dev/shm tmpfs of a
 //     quarter of the memory limit each, in the sandbox's memory;
-//   - no network (--network=none): loopback only;
+//   - no network (--network=none): loopback only; unless, with
+//     Config.Network, the spec asks for one: then the provider makes a
+//     network namespace, attaches it (package netns: a veth into the
+//     uplink, nftables rules there) and names it in the bundle before
+//     runsc starts (--network=sandbox), for gVisor's network stack
+//     takes the interfaces it finds as it boots, and never after; its
+//     packets leave through the veth, where the rules hold them;
 //   - memory: gVisor's kernel keeps all the sandbox's memory and has no
 //     limit of its own, and the host's cgroup limit, reached, would kill
 //     it and lose the sandbox; so the daemon enforces Resources.Memory

@@ -300,7 +300,7 @@ func TestConfig(t *testing.T) {
 // containers a dead process left, and not those of a live one.
 func TestSweep(t *testing.T) {
 	p := newTestProvider(t, Config{Pool: -1})
-	c, err := p.startContainer(t.Context(), "", p.cfg.Defaults)
+	c, err := p.startContainer(t.Context(), "", p.cfg.Defaults, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestSweep(t *testing.T) {
 // still run, and teardown must end them and leave nothing.
 func TestTeardownForgottenContainer(t *testing.T) {
 	p := newTestProvider(t, Config{Pool: -1})
-	c, err := p.startContainer(t.Context(), "", p.cfg.Defaults)
+	c, err := p.startContainer(t.Context(), "", p.cfg.Defaults, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

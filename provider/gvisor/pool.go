@@ -16,7 +16,7 @@ func (p *Provider) newPool() *warmpool.Pool[*container] {
 	return &warmpool.Pool[*container]{
 		Size: p.cfg.Pool,
 		Start: func(ctx context.Context) (*container, error) {
-			return p.startContainer(ctx, "", p.cfg.Defaults)
+			return p.startContainer(ctx, "", p.cfg.Defaults, nil)
 		},
 		Alive:   func(c *container) bool { return hostproc.Alive(c.pid, c.pidStart) },
 		Discard: p.discard,

@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/provider/internal/clients"
 	"github.com/berth-dev/berth/provider/internal/hostproc"
 	"github.com/berth-dev/berth/provider/internal/idlock"
+	"github.com/berth-dev/berth/provider/internal/netns"
 	"github.com/berth-dev/berth/provider/internal/records"
 	"github.com/berth-dev/berth/provider/internal/sandboxspec"
 	"github.com/berth-dev/berth/provider/internal/settings"
@@ -47,7 +48,8 @@ type Provider struct {
 	pool     *warmpool.Pool[*container]
 	cleanups sync.WaitGroup // removals of destroyed sandboxes' containers
 
-	images *image.Cache // root filesystems of Spec.Image
+	images *image.Cache   // root filesystems of Spec.Image
+	net    *netns.Manager // nil without Config.Network
 
 	clients clients.Cache
 }
@@ -77,6 +79,12 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("gvisor provider: %w", err)
 	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, images: images}
+	if cfg.Network.enabled() {
+		if err := p.openNetwork(); err != nil {
+			images.Close()
+			return nil, fmt.Errorf("gvisor provider: %w", err)
+		}
+	}
 	p.pool = p.newPool()
 	p.sweep(context.Background())
 	return p, nil
@@ -88,6 +96,9 @@ func (p *Provider) Close() error {
 	p.pool.Close()
 	p.cleanups.Wait()
 	p.clients.Close()
+	if p.net != nil {
+		p.net.Close()
+	}
 	return p.images.Close()
 }
 
@@ -96,7 +107,8 @@ func (p *Provider) Name() string { return Name }
 
 // Capabilities implements provider.Provider.
 func (p *Provider) Capabilities() provider.Capabilities {
-	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true, RootFS: true, Image: true}
+	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true, RootFS: true, Image: true,
+		Network: p.net != nil, NetworkAllow: p.net != nil}
 }
 
 // Create implements provider.Provider.
@@ -123,9 +135,23 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		}
 	}
 	res := p.resources(spec.Resources)
-	c := p.takeWarm(spec.RootFS, res)
+	var plan *netPlan
+	if p.net != nil {
+		// Without a record, whatever link the id has is a crashed
+		// creator's.
+		if err := p.net.Detach(ctx, spec.ID); err != nil {
+			return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
+		}
+		if spec.Network.Mode != provider.NetworkNone {
+			plan = &netPlan{id: spec.ID, policy: spec.Network}
+		}
+	}
+	var c *container
+	if plan == nil {
+		c = p.takeWarm(spec.RootFS, res)
+	}
 	if c == nil {
-		if c, err = p.startContainer(ctx, spec.RootFS, res); err != nil {
+		if c, err = p.startContainer(ctx, spec.RootFS, res, plan); err != nil {
 			return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 		}
 	}
@@ -135,13 +161,18 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		if terr := p.teardown(context.WithoutCancel(ctx), c.id); terr != nil {
 			p.log.Warn("remove a container whose claim failed", "container", c.id, "err", terr)
 		}
+		if plan != nil {
+			if derr := p.net.Detach(context.WithoutCancel(ctx), spec.ID); derr != nil {
+				p.log.Warn("remove the network of a sandbox whose claim failed", "id", spec.ID, "err", derr)
+			}
+		}
 		return nil, fmt.Errorf("create sandbox %s: %w", spec.ID, err)
 	}
 	return p.handle(rec), nil
 }
 
 func (p *Provider) checkSpec(spec provider.Spec) error {
-	return sandboxspec.Offer{Name: Name, MinDisk: MinDisk, RootFS: true}.Check(spec)
+	return sandboxspec.Offer{Name: Name, MinDisk: MinDisk, RootFS: true, Network: p.net != nil, NetworkAllow: p.net != nil}.Check(spec)
 }
 
 func (p *Provider) resources(r provider.Resources) provider.Resources {
@@ -229,6 +260,11 @@ func (p *Provider) named(cid string) bool {
 // them: see sweep). The caller holds the sandbox's lock.
 func (p *Provider) remove(ctx context.Context, rec *record) error {
 	p.clients.Forget(rec.ID)
+	if p.net != nil {
+		if err := p.net.Detach(ctx, rec.ID); err != nil {
+			return fmt.Errorf("destroy %s: %w", rec.ID, err)
+		}
+	}
 	if rec.alive() {
 		if err := killProcess(context.WithoutCancel(ctx), rec.PID); err != nil {
 			return fmt.Errorf("destroy %s: %w", rec.ID, err)

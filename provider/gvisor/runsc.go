@@ -16,18 +16,25 @@ import (
 
 // runscCmd is the runsc binary on the provider's runsc state directory
 // with the flags every sandbox shares:
-//   - no network at all (--network=none): the sandbox has loopback only;
+//   - no network at all (--network=none), the sandbox has loopback
+//     only, unless networked: then gVisor's network stack takes over
+//     the interfaces of the namespace the bundle names
+//     (--network=sandbox), which the host polices from outside;
 //   - the root filesystem's overlay off (--overlay2=none): the root is
 //     read-only mount points, and a writable upper layer in memory would
 //     be a second, unbounded /tmp;
 //   - --host-uds=create: a unix socket the daemon binds in its bound run
 //     directory is a socket of the host's, which is how the host reaches
 //     it. Sandboxes may create sockets, never connect to the host's.
-func (p *Provider) runscCmd(ctx context.Context, logFile string, args ...string) *exec.Cmd {
+func (p *Provider) runscCmd(ctx context.Context, logFile string, networked bool, args ...string) *exec.Cmd {
+	network := "none"
+	if networked {
+		network = "sandbox"
+	}
 	full := []string{
 		"--root", filepath.Join(p.cfg.StateDir, runscDir),
 		"--platform", p.cfg.Platform,
-		"--network", "none",
+		"--network", network,
 		"--overlay2", "none",
 		"--host-uds", "create",
 		"--file-access", "exclusive",
@@ -40,7 +47,7 @@ func (p *Provider) runscCmd(ctx context.Context, logFile string, args ...string)
 
 // runsc runs a runsc command and returns its standard output.
 func (p *Provider) runsc(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := p.runscCmd(ctx, "", args...)
+	cmd := p.runscCmd(ctx, "", false, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -61,7 +68,7 @@ func (p *Provider) runsc(ctx context.Context, args ...string) ([]byte, error) {
 // It returns the pid of the sandbox process, which runsc writes to a
 // file as it starts it: asking runsc state for it would start runsc
 // once more, a tenth of a cold creation's time.
-func (p *Provider) runContainer(ctx context.Context, cid, dir string, stat *os.File) (int, error) {
+func (p *Provider) runContainer(ctx context.Context, cid, dir string, stat *os.File, networked bool) (int, error) {
 	logf, err := os.OpenFile(filepath.Join(dir, daemonLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err
@@ -73,7 +80,7 @@ func (p *Provider) runContainer(ctx context.Context, cid, dir string, stat *os.F
 		cmd0 := 3 // the first of cmd.ExtraFiles
 		args = append(args, "--pass-fd", fmt.Sprintf("%d:%d", cmd0, gvisorinit.HostStatFD))
 	}
-	cmd := p.runscCmd(ctx, filepath.Join(dir, runscLog), append(args, cid)...)
+	cmd := p.runscCmd(ctx, filepath.Join(dir, runscLog), networked, append(args, cid)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if stat != nil {
 		cmd.ExtraFiles = []*os.File{stat}
