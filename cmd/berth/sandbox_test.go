@@ -212,6 +212,33 @@ func TestSandboxCLI(t *testing.T) {
 		t.Errorf("after waking: %q", out)
 	}
 
+	// Network: this host's linux provider has no networks set up, so a
+	// policy beyond none is refused in one line, at create and live,
+	// and the sandbox keeps none.
+	oneLineErr := func(what, errOut string, code, wantCode int, want string) {
+		t.Helper()
+		// A usage error's second line is the hint to --help.
+		first, rest, _ := strings.Cut(strings.TrimSpace(errOut), "\n")
+		if code != wantCode || !strings.Contains(first, want) || rest != "" && !strings.HasPrefix(rest, "Run 'berth") {
+			t.Errorf("%s: exit %d, %q; want exit %d, one line with %q", what, code, errOut, wantCode, want)
+		}
+	}
+	before := len(sandboxDirs(t, data))
+	_, errOut, code = sb("create", "--network", "registries")
+	oneLineErr("create --network registries", errOut, code, 125, "Unsupported")
+	_, errOut, code = sb("network", id, "--network", "open")
+	oneLineErr("network --network open", errOut, code, 125, "Unsupported")
+	_, errOut, code = sb("network", id, "--allow-host", "pypi.org/simple")
+	oneLineErr("network with a malformed host", errOut, code, 2, "pypi.org/simple")
+	_, errOut, code = sb("network", id)
+	oneLineErr("network without a policy", errOut, code, 2, "--network is required")
+	if out := ok("inspect", id); !strings.Contains(out, "\nnetwork: none\n") {
+		t.Errorf("inspect after refused network changes:\n%s", out)
+	}
+	if after := len(sandboxDirs(t, data)); after != before {
+		t.Errorf("a refused create left %d sandboxes", after-before)
+	}
+
 	ok("rm", id, fork)
 	if st := state(id); st != "absent" {
 		t.Errorf("removed sandbox listed as %s", st)
