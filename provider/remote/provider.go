@@ -38,8 +38,8 @@ type Provider struct {
 	api         API
 	pauser      Pauser      // the API's own pause, or nil
 	snapshotter Snapshotter // the API's filesystem snapshots, or nil
-	cfg    Config
-	err    error // the Config's, returned by every call
+	cfg         Config
+	err         error // the Config's, returned by every call
 
 	mu       sync.Mutex
 	machines map[string]*machine // by sandbox id
