@@ -36,7 +36,7 @@ sleep 1000 > /dev/null 2>&1 &`
 // stateScript describes what populateScript made, and whether its
 // sleep runs.
 const stateScript = `cd /workspace; for p in exe ro empty link dangling d d/deep hard; do stat -c '%n %a %U %F %s %N' "$p"; done
-./exe; cat d/deep /home/user/.cache/tool; [ hard -ef exe ] && echo hard-linked
+./exe; cat d/deep; cat /home/user/.cache/tool 2>/dev/null || echo no-outside; [ hard -ef exe ] && echo hard-linked
 grep -qx sleep /proc/[0-9]*/comm 2>/dev/null && echo sleeping || echo no-sleep`
 
 func sh(t *testing.T, sb provider.Sandbox, script string) string {
