@@ -117,6 +117,11 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (refs.Sandbox, 
 	if err != nil {
 		return refs.Sandbox{}, err
 	}
+	return a.refOf(ctx, in, p, sb), nil
+}
+
+// refOf is the reference of sb, made by p from in.
+func (a *Activities) refOf(ctx context.Context, in CreateInput, p provider.Provider, sb provider.Sandbox) refs.Sandbox {
 	// A host-bound sandbox's operations go to its host; the others' to
 	// the queue this creation came from, whose workers serve its
 	// provider.
@@ -135,7 +140,10 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (refs.Sandbox, 
 	if limit := p.Capabilities().MaxLifetime; limit > 0 && limit < lifetime {
 		ref.MaxLifetime = limit
 	}
-	return ref, nil
+	if _, ok := p.(provider.Waker); ok && p.Capabilities().Hibernate {
+		ref.Hibernate = true
+	}
+	return ref
 }
 
 // Destroy destroys a sandbox; one that is already gone is not an error.

@@ -170,6 +170,42 @@ type NetworkUpdater interface {
 	UpdateNetwork(ctx context.Context, n Network) error
 }
 
+// Hibernator is implemented by sandboxes whose provider can keep their
+// whole filesystem (not the workspace alone) at its service, to make a
+// new sandbox from it later (Waker.Wake): Modal's suspend. Hibernate
+// only keeps; it does not end the sandbox. The caller destroys it once
+// it has recorded the Hibernation, so that no crash between the two
+// ends a sandbox whose keeping nobody knows of.
+type Hibernator interface {
+	// Hibernate keeps the sandbox's filesystem, within the provider's
+	// own timeout: past it, an error wrapping errdefs.ErrTimeout. id
+	// (see ValidateID) names this hibernation: a call with the id of
+	// one that was kept (a retry after a lost answer) returns what that
+	// one kept, where the service can tell, and keeps nothing more.
+	Hibernate(ctx context.Context, id string) (Hibernation, error)
+}
+
+// Waker is implemented by providers whose sandboxes are Hibernators.
+type Waker interface {
+	// Wake makes spec's sandbox, running, from what h kept, its
+	// filesystem as it was; the processes are new. It is idempotent by
+	// spec.ID, as Create is. What h kept having expired, or gone, is
+	// an error wrapping errdefs.ErrNotFound.
+	Wake(ctx context.Context, spec Spec, h Hibernation) (Sandbox, error)
+	// Discard drops what h kept; what is gone already is no error.
+	Discard(ctx context.Context, h Hibernation) error
+}
+
+// Hibernation is what a Hibernator kept: plain data, for workflow
+// state.
+type Hibernation struct {
+	// Ref names it at the provider's service (a Modal image's id).
+	Ref string `json:"ref"`
+	// ExpiresAt is when the service drops it: a wake must start well
+	// before.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
 // Capabilities says what a provider does natively. What it lacks, callers
 // emulate (a sandbox that cannot pause is snapshotted and destroyed).
 type Capabilities struct {
@@ -194,6 +230,8 @@ type Capabilities struct {
 	// limit); zero means no such limit. The sandbox handle carries the
 	// workspace to a new sandbox before it, so a sandbox outlives it.
 	MaxLifetime time.Duration `json:"max_lifetime,omitempty"`
+	// Hibernate: sandboxes implement Hibernator and the provider Waker.
+	Hibernate bool `json:"hibernate,omitempty"`
 }
 
 // Spec describes a sandbox to create. The zero value is a usable

@@ -25,6 +25,10 @@ type Sandbox struct {
 	// sandbox lives as long as its spec says. The handle moves the
 	// workspace to a new sandbox before then.
 	MaxLifetime time.Duration `json:"max_lifetime,omitempty"`
+	// Hibernate: the provider keeps a sandbox's whole filesystem itself
+	// (provider.Hibernator), and the handle hibernates the sandbox so,
+	// its own checkpoint kept besides.
+	Hibernate bool `json:"hibernate,omitempty"`
 }
 
 // Snapshot describes a snapshot in the store, for front ends.

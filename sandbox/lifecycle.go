@@ -7,9 +7,11 @@ import (
 
 	"github.com/berth-dev/berth/errdefs"
 
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/refs"
 )
 
@@ -198,6 +200,9 @@ func (s *Sandbox) hibernate(ctx workflow.Context) error {
 			return err
 		}
 	}
+	if s.st.Ref.Hibernate && workflow.GetVersion(ctx, nativeHibernateVersion, workflow.DefaultVersion, 1) == 1 {
+		return s.hibernateNative(ctx)
+	}
 	if err := s.checkpoint(ctx); err != nil {
 		return s.markLost(ctx, err)
 	}
@@ -206,15 +211,148 @@ func (s *Sandbox) hibernate(ctx workflow.Context) error {
 	return nil
 }
 
-// wake re-creates a hibernated sandbox from its checkpoint.
+// nativeHibernateVersion marks the histories in which a sandbox whose
+// provider keeps filesystems itself (refs.Sandbox.Hibernate) is
+// hibernated so too.
+const nativeHibernateVersion = "native-hibernation"
+
+// hibernateNative hibernates a sandbox whose provider can keep its
+// whole filesystem (Modal's snapshot): that, and berth's checkpoint of
+// the workspace besides, taken at once, before the sandbox is
+// destroyed.
+//
+// The checkpoint is always taken, not only when the native snapshot
+// fails: the snapshot can fail later still, when the sandbox is gone
+// and nothing else could be read from it (it expires while the sandbox
+// sleeps, the service drops it, the wake from it fails), and only a
+// checkpoint taken before the destroy can serve then. Taken at the same
+// time, the two cost the longer of them, not their sum; the native one
+// buys a wake that is one creation, with the whole filesystem (what was
+// installed outside the workspace too). If the checkpoint fails the
+// sandbox stays as it was, as without native hibernation.
+//
+// Retries are safe: the native activity is keyed by the hibernation's
+// number (a retry returns the snapshot the first attempt took), and the
+// sandbox is destroyed only once both results are in history. A worker
+// that dies in between leaves the sandbox running, whole, for the
+// retried activities.
+func (s *Sandbox) hibernateNative(ctx workflow.Context) error {
+	s.st.Hibernations++
+	ref := s.st.Ref
+	o := s.hibernateOpts(ref.Queue)
+	native := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, o), acts.Hibernate,
+		activities.HibernateInput{Sandbox: ref, ID: fmt.Sprintf("h%d", s.st.Hibernations)})
+	cerr := s.checkpoint(ctx)
+	h, nerr := result[provider.Hibernation](ctx, native, o.TaskQueue)
+	if cerr != nil {
+		if nerr == nil {
+			s.discardNative(ctx, ref, h)
+		}
+		return s.markLost(ctx, cerr)
+	}
+	if nerr != nil {
+		workflow.GetLogger(ctx).Warn("native hibernation failed; the checkpoint serves", "sandbox", ref.ID, "error", nerr)
+	} else {
+		s.st.Native = &h
+	}
+	s.destroy(ctx, ref)
+	s.set(ctx, StateHibernated)
+	return nil
+}
+
+// nativeWakeMargin: a native snapshot that expires sooner than this is
+// not woken from, so that it cannot expire while the sandbox is made.
+const nativeWakeMargin = 5 * time.Minute
+
+// wake re-creates a hibernated sandbox: from its native snapshot when
+// it has one that has not expired, else, or when that wake fails, from
+// its checkpoint. The fallback makes the sandbox of the same id, so
+// that one an attempt of the native wake made is found and filled, not
+// left behind.
 func (s *Sandbox) wake(ctx workflow.Context) error {
-	ref, err := s.provision(ctx, s.st.Config.Provider, s.nextID())
+	id := s.nextID()
+	if n := s.st.Native; n != nil {
+		old := s.st.Ref
+		if workflow.Now(ctx).Before(n.ExpiresAt.Add(-nativeWakeMargin)) {
+			ref, err := s.wakeNative(ctx, id, *n)
+			if err == nil {
+				s.st.Ref, s.st.Native = ref, nil
+				// The workspace is the checkpoint's, but nothing says
+				// which of its files changed since: the next snapshot
+				// reads them all.
+				s.st.RestoredFrom, s.st.RestoredAt = "", time.Time{}
+				s.set(ctx, StateRunning)
+				s.leaveNative(ctx, old, *n)
+				return nil
+			}
+			workflow.GetLogger(ctx).Warn("native wake failed; waking from the checkpoint", "sandbox", id, "error", err)
+		}
+		ref, err := s.provision(ctx, s.st.Config.Provider, id)
+		if err != nil {
+			return err
+		}
+		s.st.Ref, s.st.Native = ref, nil
+		s.set(ctx, StateRunning)
+		s.leaveNative(ctx, old, *n)
+		return nil
+	}
+	ref, err := s.provision(ctx, s.st.Config.Provider, id)
 	if err != nil {
 		return err
 	}
 	s.st.Ref = ref
 	s.set(ctx, StateRunning)
 	return nil
+}
+
+// wakeNative makes sandbox id from native snapshot h.
+func (s *Sandbox) wakeNative(ctx workflow.Context, id string, h provider.Hibernation) (refs.Sandbox, error) {
+	spec := s.st.Config.Spec
+	spec.ID = id
+	queue, err := s.createQueue(ctx, s.st.Config.Provider)
+	if err != nil {
+		return refs.Sandbox{}, err
+	}
+	// As a creation, it runs to its end, so that what it made is known.
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	o := s.lifecycle(queue)
+	o.RetryPolicy = nativeRetry()
+	ref, err := call[refs.Sandbox](dctx, o, acts.Wake, activities.WakeInput{Provider: s.st.Config.Provider, Spec: spec, From: h})
+	if err == nil && ctx.Err() != nil {
+		s.destroy(dctx, ref)
+		return ref, temporal.NewCanceledError("canceled while the sandbox was being woken")
+	}
+	return ref, err
+}
+
+// leaveNative drops native snapshot h, of sandbox ref, once the
+// sandbox no longer needs it, without making the caller wait; a failure
+// leaves it to its expiry.
+func (s *Sandbox) leaveNative(ctx workflow.Context, ref refs.Sandbox, h provider.Hibernation) {
+	s.st.behind++
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	workflow.Go(dctx, func(ctx workflow.Context) {
+		defer func() { s.st.behind-- }()
+		s.discardNative(ctx, ref, h)
+	})
+}
+
+// discardNative drops native snapshot h of sandbox ref; a failure
+// leaves it to its expiry.
+func (s *Sandbox) discardNative(ctx workflow.Context, ref refs.Sandbox, h provider.Hibernation) {
+	_, err := call[struct{}](ctx, s.opts(ref.Queue, 0), acts.DiscardHibernation, activities.DiscardInput{Provider: ref.Provider, From: h})
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("discard native snapshot", "snapshot", h.Ref, "error", err)
+	}
+}
+
+// dropNative discards the native snapshot of a hibernated sandbox, as
+// it stops.
+func (s *Sandbox) dropNative(ctx workflow.Context) {
+	if n := s.st.Native; n != nil {
+		s.discardNative(ctx, s.st.Ref, *n)
+		s.st.Native = nil
+	}
 }
 
 // markLost notes that err revealed the sandbox lost and returns err.

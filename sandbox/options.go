@@ -376,6 +376,21 @@ func transferOptions(queue string) workflow.ActivityOptions {
 	return runOptions(queue, transferTimeout, transferHeartbeat)
 }
 
+// nativeRetry is the retry policy of a native hibernation and wake: a
+// few attempts, since berth's checkpoint serves when they fail.
+func nativeRetry() *temporal.RetryPolicy {
+	return &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second, MaximumAttempts: 3}
+}
+
+// hibernateOpts are those of a native hibernation: as long as a
+// snapshot may take (the provider bounds it by its own timeout, within
+// transferTimeout), heartbeating.
+func (s *Sandbox) hibernateOpts(queue string) workflow.ActivityOptions {
+	o := s.opts(queue, transferTimeout)
+	o.RetryPolicy = nativeRetry()
+	return o
+}
+
 // opts are runOptions with the sandbox's heartbeat and host timeouts.
 func (s *Sandbox) opts(queue string, runFor time.Duration) workflow.ActivityOptions {
 	return s.hostTimeout(runOptions(queue, runFor, s.beat))

@@ -87,6 +87,11 @@ type state struct {
 	// move to a new one before its service ends it; see expiry.go.
 	RenewFor string    `json:"renew_for,omitempty"`
 	RenewAt  time.Time `json:"renew_at,omitzero"`
+	// Native is what the provider kept of a hibernated sandbox, when it
+	// keeps filesystems itself (see hibernateNative); Hibernations
+	// counts the native hibernations, for their ids.
+	Native       *provider.Hibernation `json:"native,omitempty"`
+	Hibernations int                   `json:"hibernations,omitempty"`
 
 	busy     bool   // a transition is in flight
 	notLocal string // a queue whose sandboxes this workflow's worker does not host
@@ -573,6 +578,7 @@ func (s *Sandbox) Stop(ctx workflow.Context) error {
 		}
 	}
 	s.dropCheckpoint(ctx)
+	s.dropNative(ctx)
 	s.set(ctx, StateStopped)
 	return nil
 }

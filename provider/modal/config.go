@@ -35,6 +35,15 @@ type Config struct {
 	// IdleTimeout is Modal's idle timeout for berth's sandboxes; zero
 	// turns it off (berth's lease governs idleness).
 	IdleTimeout time.Duration
+	// SnapshotTimeout bounds one filesystem snapshot of berth's
+	// hibernation; past it the snapshot fails and berth's own
+	// checkpoint serves. Zero means DefaultSnapshotTimeout, never the
+	// SDK's 55 s, which large filesystems outlast.
+	SnapshotTimeout time.Duration
+	// SnapshotTTL is how long Modal keeps a hibernation's snapshot,
+	// which berth records and wakes from only before; zero means
+	// DefaultSnapshotTTL, never the SDK's unrecorded 30 days.
+	SnapshotTTL time.Duration
 	// TunnelCA is a PEM file of certificate authorities trusted, besides
 	// the system's, for the TLS of sandboxes' tunnels (a test's CA).
 	TunnelCA string
@@ -58,10 +67,21 @@ const (
 	// MaxTimeout is the longest timeout Modal gives a sandbox: berth's
 	// lifetime of a sandbox on Modal is capped at it.
 	MaxTimeout = 24 * time.Hour
+	// DefaultSnapshotTimeout and MaxSnapshotTimeout bound a filesystem
+	// snapshot: the longest stays well within the 30 minutes berth's
+	// activities give a snapshot.
+	DefaultSnapshotTimeout = 10 * time.Minute
+	MaxSnapshotTimeout     = 25 * time.Minute
+	// DefaultSnapshotTTL and MaxSnapshotTTL bound how long Modal keeps
+	// a hibernation's snapshot. A hibernation that lasts longer wakes
+	// from berth's checkpoint, which it always keeps too.
+	DefaultSnapshotTTL = 7 * 24 * time.Hour
+	MaxSnapshotTTL     = 365 * 24 * time.Hour
 )
 
 // ParseConfig reads the API's settings: server-url, app, environment,
-// image, user, idle-timeout (a duration), tunnel-ca-file, and the token
+// image, user, idle-timeout, snapshot-timeout and snapshot-ttl
+// (durations), tunnel-ca-file, and the token
 // from the environment variables token-id-env and token-secret-env
 // (default MODAL_TOKEN_ID and MODAL_TOKEN_SECRET) or the files
 // token-id-file and token-secret-file.
@@ -75,6 +95,8 @@ func ParseConfig(pc provider.Config) (Config, error) {
 		"image":             settings.String(&c.Image),
 		"user":              settings.String(&c.User),
 		"idle-timeout":      settings.Duration(&c.IdleTimeout),
+		"snapshot-timeout":  settings.Duration(&c.SnapshotTimeout),
+		"snapshot-ttl":      settings.Duration(&c.SnapshotTTL),
 		"tunnel-ca-file":    settings.String(&c.TunnelCA),
 		"token-id-env":      settings.String(&idEnv),
 		"token-id-file":     settings.String(&idFile),
@@ -140,6 +162,19 @@ func (c *Config) check() error {
 	}
 	if c.IdleTimeout < 0 || c.IdleTimeout%time.Second != 0 {
 		return fmt.Errorf("%w: modal: idle-timeout %v is not a whole number of seconds", errdefs.ErrBadInput, c.IdleTimeout)
+	}
+	if c.SnapshotTimeout == 0 {
+		c.SnapshotTimeout = DefaultSnapshotTimeout
+	}
+	if c.SnapshotTimeout < time.Second || c.SnapshotTimeout > MaxSnapshotTimeout {
+		return fmt.Errorf("%w: modal: snapshot-timeout %v is not between 1s and %v", errdefs.ErrBadInput, c.SnapshotTimeout, MaxSnapshotTimeout)
+	}
+	if c.SnapshotTTL == 0 {
+		c.SnapshotTTL = DefaultSnapshotTTL
+	}
+	// Modal takes whole seconds, from one second on.
+	if c.SnapshotTTL < time.Second || c.SnapshotTTL > MaxSnapshotTTL || c.SnapshotTTL%time.Second != 0 {
+		return fmt.Errorf("%w: modal: snapshot-ttl %v is not a whole number of seconds between 1s and %v", errdefs.ErrBadInput, c.SnapshotTTL, MaxSnapshotTTL)
 	}
 	if c.Port == 0 {
 		c.Port = defaultPort

@@ -32,8 +32,16 @@
 //     it: berth's lease governs idleness.
 //   - Modal keeps no memory over a snapshot of berth's use: berth's
 //     Pause is the daemon's (every process stopped), and the sandbox
-//     runs on. Modal's filesystem snapshots are not used; berth's own
-//     checkpoints, through the daemon, are.
+//     runs on.
+//   - Hibernation is Modal's suspend: the API is a remote.Snapshotter
+//     whose Snapshot is Sandbox.SnapshotFilesystem with
+//     Config.SnapshotTimeout and Config.SnapshotTTL always given (never
+//     the SDK's 55 s and 30 days), the image's id and expiry recorded
+//     in a tag of the sandbox under the hibernation's id, so that a
+//     retry returns it; a wake makes the new sandbox from the image
+//     (CreateRequest.Snapshot), and package remote starts the daemon in
+//     it as at a create. The sandbox handle keeps its own checkpoint
+//     besides, for when the image fails or expires.
 //   - CPU and memory are Modal's requests (milli-CPU, MiB rounded up); a
 //     disk size is not Modal's to set, and is refused.
 //   - The SDK reads its server URL only from $MODAL_SERVER_URL or

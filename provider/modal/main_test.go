@@ -35,6 +35,10 @@ func TestMain(m *testing.M) {
 		serve(port)
 		return
 	}
+	if arg := os.Getenv(childHibernateEnv); arg != "" {
+		hibernateChild(arg)
+		return
+	}
 	os.Exit(run(m))
 }
 

@@ -39,8 +39,9 @@ type API struct {
 }
 
 var (
-	_ remote.API     = (*API)(nil)
-	_ remote.Checker = (*API)(nil)
+	_ remote.API         = (*API)(nil)
+	_ remote.Checker     = (*API)(nil)
+	_ remote.Snapshotter = (*API)(nil)
 )
 
 // Tags berth keeps on a sandbox besides its labels: its name (which
@@ -49,6 +50,10 @@ var (
 const (
 	tagName    = "berth.name"
 	tagCreated = "berth.created"
+	// tagSnapshot is the filesystem snapshot Snapshot took of the
+	// sandbox, "KEY IMAGE-ID EXPIRY-UNIX-MS": a retry returns it.
+	tagSnapshot = "berth.snapshot"
+	ownTags     = 3
 )
 
 // Bounds of what berth sends and reads.
@@ -186,11 +191,7 @@ func (a *API) Create(ctx context.Context, req remote.CreateRequest) (remote.Mach
 	if err != nil {
 		return remote.Machine{}, err
 	}
-	ref := a.cfg.Image
-	if req.Image != "" {
-		ref = req.Image
-	}
-	img, err := a.imageOf(ctx, app, ref)
+	img, err := a.createImage(ctx, app, req)
 	if err != nil {
 		return remote.Machine{}, err
 	}
@@ -259,12 +260,13 @@ func (a *API) machine(ctx context.Context, sb *modal.Sandbox) (remote.Machine, e
 	if err != nil {
 		return remote.Machine{}, a.classify("get tags", err)
 	}
-	if len(tags) > maxLabels+2 {
+	if len(tags) > maxLabels+ownTags {
 		return remote.Machine{}, fmt.Errorf("%w: modal: sandbox %s has %d tags", errdefs.ErrProviderUnavailable, sb.SandboxID, len(tags))
 	}
 	m := remote.Machine{ID: sb.SandboxID, Name: tags[tagName], Labels: maps.Clone(tags), State: remote.MachineRunning}
 	delete(m.Labels, tagName)
 	delete(m.Labels, tagCreated)
+	delete(m.Labels, tagSnapshot)
 	if ms, err := strconv.ParseInt(tags[tagCreated], 10, 64); err == nil && ms > 0 {
 		m.CreatedAt = time.UnixMilli(ms)
 		m.ExpiresAt = m.CreatedAt.Add(a.timeoutOf(m))

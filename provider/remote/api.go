@@ -76,6 +76,9 @@ type CreateRequest struct {
 	// Image is the service's template, snapshot or image to start from;
 	// empty means the provider's default.
 	Image string
+	// Snapshot, when set, is a Snapshotter's snapshot to start from
+	// instead of Image: the machine's filesystem is the snapshotted one.
+	Snapshot string
 	// CPU (cores), Memory (bytes) and Disk (bytes) are the machine's
 	// size; zero means the service's default. A service that sizes
 	// machines by template refuses them with errdefs.ErrUnsupported.

@@ -25,7 +25,10 @@
 // every process a command left behind; at the lifetime it ends them, and
 // the machine too when the service sets the machine no time limit of
 // its own. Pause is the service's when the API is a [Pauser], else the
-// daemon's. An API that is a [Checker] makes the provider a
+// daemon's. An API that is a [Snapshotter] makes the provider a
+// [provider.Waker] and its sandboxes [provider.Hibernator]s: the
+// service keeps a machine's filesystem, and a wake makes a machine from
+// it and starts the daemon there as Create does. An API that is a [Checker] makes the provider a
 // [provider.Checker]: berth providers then asks whether the service
 // answers and takes the key.
 //

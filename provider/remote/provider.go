@@ -35,10 +35,11 @@ const NamePrefix = "berth-"
 
 // Provider is a provider.Provider over a hosted service's API.
 type Provider struct {
-	api    API
-	pauser Pauser // the API's own pause, or nil
-	cfg    Config
-	err    error // the Config's, returned by every call
+	api         API
+	pauser      Pauser      // the API's own pause, or nil
+	snapshotter Snapshotter // the API's filesystem snapshots, or nil
+	cfg         Config
+	err         error // the Config's, returned by every call
 
 	mu       sync.Mutex
 	machines map[string]*machine // by sandbox id
@@ -53,10 +54,17 @@ type Provider struct {
 func New(api API, cfg Config) provider.Provider {
 	p := &Provider{api: api, machines: map[string]*machine{}, creating: map[string]*sync.Mutex{}, endings: map[string]*time.Timer{}}
 	p.pauser, _ = api.(Pauser)
+	p.snapshotter, _ = api.(Snapshotter)
 	p.err = cfg.setDefaults()
 	p.cfg = cfg
-	if c, ok := api.(Checker); ok {
+	c, checks := api.(Checker)
+	switch {
+	case checks && p.snapshotter != nil:
+		return &checkedWaker{checkedProvider{Provider: p, checker: c}, waker{p}}
+	case checks:
 		return &checkedProvider{Provider: p, checker: c}
+	case p.snapshotter != nil:
+		return &wakerProvider{p, waker{p}}
 	}
 	return p
 }
@@ -84,7 +92,7 @@ func (p *Provider) Name() string { return p.api.Name() }
 // to enforce, and berth cannot tell that it does; so is the network,
 // where the API hands the service a policy (NetworkPolicer).
 func (p *Provider) Capabilities() provider.Capabilities {
-	c := provider.Capabilities{Pause: true, Image: true, MaxLifetime: p.cfg.MaxLifetime}
+	c := provider.Capabilities{Pause: true, Image: true, MaxLifetime: p.cfg.MaxLifetime, Hibernate: p.snapshotter != nil}
 	if s, ok := p.networkSupport(); ok {
 		c.Network, c.NetworkAllow = s.Open, s.Hosts || s.CIDRs
 	}
@@ -144,6 +152,16 @@ func (p *Provider) lockCreate(id string) func() {
 
 // Create implements provider.Provider.
 func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.Sandbox, error) {
+	sb, err := p.create(ctx, spec, "")
+	if err != nil {
+		return nil, err
+	}
+	return p.public(sb), nil
+}
+
+// create makes spec's machine, from the API's snapshot when snapshot is
+// not empty, and starts its daemon; or finds what an earlier call made.
+func (p *Provider) create(ctx context.Context, spec provider.Spec, snapshot string) (*sandbox, error) {
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -195,7 +213,7 @@ func (p *Provider) Create(ctx context.Context, spec provider.Spec) (provider.San
 		labels[labelLease] = strconv.FormatInt(spec.Lease.Milliseconds(), 10)
 	}
 	m, err = p.api.Create(ctx, CreateRequest{
-		Name: name, Labels: labels, Image: spec.Image,
+		Name: name, Labels: labels, Image: spec.Image, Snapshot: snapshot,
 		CPU: spec.Resources.CPU, Memory: spec.Resources.Memory, Disk: spec.Resources.Disk,
 		Lifetime: min(spec.Lifetime, p.maxLifetime()),
 		Network:  spec.Network,
@@ -390,7 +408,11 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Sandbox, error)
 	if m.Labels[LabelSandbox] != id || p.ended(ctx, m) {
 		return nil, fmt.Errorf("%w: sandbox %s", errdefs.ErrNotFound, id)
 	}
-	return p.handle(ctx, id, m)
+	sb, err := p.handle(ctx, id, m)
+	if err != nil {
+		return nil, err
+	}
+	return p.public(sb), nil
 }
 
 // List implements provider.Provider. A machine's state is the

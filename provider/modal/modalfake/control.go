@@ -182,7 +182,8 @@ func (c *control) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Re
 		s.mu.Unlock()
 		return nil, status.Error(codes.NotFound, "app not found")
 	}
-	if _, ok := s.images[def.GetImageId()]; !ok {
+	fromSnapshot := s.fsImage(def.GetImageId())
+	if _, ok := s.images[def.GetImageId()]; !ok && fromSnapshot == nil {
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.NotFound, "image %s not found", def.GetImageId())
 	}
@@ -222,6 +223,16 @@ func (c *control) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Re
 		delete(s.tasks, sb.taskID)
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.Internal, "could not start the sandbox: %v", err)
+	}
+	if fromSnapshot != nil {
+		if err := s.restore(ctx, m, fromSnapshot); err != nil {
+			_ = m.Destroy(context.WithoutCancel(s.ctx))
+			s.mu.Lock()
+			delete(s.sandboxes, sb.id)
+			delete(s.tasks, sb.taskID)
+			s.mu.Unlock()
+			return nil, status.Errorf(codes.Internal, "could not start the sandbox from image %s: %v", fromSnapshot.id, err)
+		}
 	}
 	for _, p := range ports {
 		t, err := s.openTunnel(sb, m, p)
@@ -374,7 +385,10 @@ func (c *control) SandboxTagsGetV2(ctx context.Context, req *pb.SandboxTagsGetRe
 	if err != nil {
 		return nil, err
 	}
-	return pb.SandboxTagsGetResponse_builder{Tags: tagList(sb.tags)}.Build(), nil
+	c.s.mu.Lock()
+	tags := tagList(sb.tags) // SandboxTagsSetV2 replaces them
+	c.s.mu.Unlock()
+	return pb.SandboxTagsGetResponse_builder{Tags: tags}.Build(), nil
 }
 
 func (c *control) SandboxTerminateV2(ctx context.Context, req *pb.SandboxTerminateRequest) (*pb.SandboxTerminateResponse, error) {

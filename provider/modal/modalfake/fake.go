@@ -51,9 +51,17 @@
 // stream) and read again from any offset, their input written at
 // offsets, so that the SDK's retries neither lose nor repeat bytes.
 //
+// TaskSnapshotFilesystem saves the sandbox's filesystem beyond the
+// farm's image (remotefake.Machine.SaveFilesystem) as an image that
+// lives for the request's TTL; ImageFromId finds it, ImageDelete drops
+// it, and SandboxCreateV2 of it restores the filesystem into the new
+// sandbox's machine before it answers.
+//
 // Faults are injected with [Server.Inject] (a status code, with a retry
-// policy detail when set, or the work done and its answer lost),
-// [Server.Vanish] loses a sandbox, and Options.Latency delays every call.
+// policy detail when set, or the work done and its answer lost; a Hold
+// on TaskSnapshotFilesystem makes a snapshot outlast the SDK's
+// timeout), [Server.Vanish] loses a sandbox, [Server.ExpireImage]
+// expires a snapshot, and Options.Latency delays every call.
 package modalfake
 
 import (
@@ -138,24 +146,26 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 
-	cp, rt     *grpc.Server
-	cpL, rtL   net.Listener
-	ca         *authority
-	caFile     string
-	authToken  string
-	ctx        context.Context
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-	mu         sync.Mutex
-	apps       map[string]*app     // by name
-	images     map[string][]string // by id: its Dockerfile commands
-	sandboxes  map[string]*sandbox // by id
-	tasks      map[string]*sandbox // by task id
-	faults     []*Fault
-	violations []string
-	requests   map[string]int
-	closed     bool
-	envID      string
+	cp, rt      *grpc.Server
+	cpL, rtL    net.Listener
+	ca          *authority
+	caFile      string
+	authToken   string
+	ctx         context.Context
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	mu          sync.Mutex
+	apps        map[string]*app     // by name
+	images      map[string][]string // by id: its Dockerfile commands
+	fsImages    map[string]*fsImage // by id: the filesystem snapshots
+	snapshotIDs map[string]string   // the image of each snapshot request's id
+	sandboxes   map[string]*sandbox // by id
+	tasks       map[string]*sandbox // by task id
+	faults      []*Fault
+	violations  []string
+	requests    map[string]int
+	closed      bool
+	envID       string
 }
 
 type app struct {
@@ -171,6 +181,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		opts.PageSize = 100
 	}
 	s := &Server{opts: opts, log: opts.Logger, apps: map[string]*app{}, images: map[string][]string{},
+		fsImages: map[string]*fsImage{}, snapshotIDs: map[string]string{},
 		sandboxes: map[string]*sandbox{}, tasks: map[string]*sandbox{}, requests: map[string]int{},
 		envID: "en-" + randomHex(8)}
 	if s.log == nil {
