@@ -203,7 +203,7 @@ func capabilities(c *provider.Capabilities) string {
 		on   bool
 		name string
 	}{
-		{c.Pause, "pause"}, {c.CPU, "cpu"}, {c.Memory, "memory"}, {c.Pids, "pids"}, {c.Disk, "disk"},
+		{c.Pause, "pause"}, {c.Hibernate, "hibernate"}, {c.CPU, "cpu"}, {c.Memory, "memory"}, {c.Pids, "pids"}, {c.Disk, "disk"},
 		{c.Network, "network"}, {c.NetworkAllow, "network-allow"}, {c.RootFS, "rootfs"}, {c.Image, "image"}, {c.HostBound, "host-bound"},
 	} {
 		if f.on {
