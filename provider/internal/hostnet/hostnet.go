@@ -175,8 +175,11 @@ func (h *Host) Credentials(string, provider.Network) []egress.Credential {
 
 // Close stops the proxy. Its address stays: the rules of
 // sandboxes that outlive this process name its address, and the next
-// start listens on it again.
+// start listens on it again. A nil Host closes as nothing.
 func (h *Host) Close() error {
+	if h == nil {
+		return nil
+	}
 	h.once.Do(func() {
 		h.Proxy.Close()
 		if err := <-h.done; err != nil && !errors.Is(err, egress.ErrClosed) {
@@ -264,7 +267,9 @@ func Open(ctx context.Context, name string, s Settings, d Defaults, log *slog.Lo
 		undo, err := proxy.Register(netip.IPv4Unspecified(), "network-credentials",
 			provider.Network{Mode: provider.NetworkAllow, Hosts: []string{"check.invalid"}}, creds)
 		if err != nil {
-			return fail(fmt.Errorf("%w: %s provider: network-credentials %s: %v", errdefs.ErrBadInput, name, s.Credentials, errors.Unwrap(err)))
+			msg := strings.TrimPrefix(err.Error(), `egress: sandbox "network-credentials": `)
+			msg = strings.ReplaceAll(msg, errdefs.ErrBadInput.Error()+": ", "")
+			return fail(fmt.Errorf("%w: %s provider: network-credentials: %s: %s", errdefs.ErrBadInput, name, s.Credentials, msg))
 		}
 		undo()
 	}
@@ -398,7 +403,7 @@ func readCredentials(path string) ([]egress.Credential, error) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, errors.Unwrap(err)
+		return nil, fmt.Errorf("%s: %v", path, errors.Unwrap(err))
 	}
 	defer f.Close()
 	fi, err := f.Stat()
@@ -430,7 +435,7 @@ func readCredentials(path string) ([]egress.Credential, error) {
 		case errors.As(err, &syn):
 			return nil, fmt.Errorf("%s is not valid JSON (at byte %d)", path, syn.Offset)
 		case errors.As(err, &typ):
-			return nil, fmt.Errorf("%s: %s must be a list of {host, header, value} of strings", path, typ.Field)
+			return nil, fmt.Errorf("%s must be a list of {host, header, value} of strings (%q is not)", path, typ.Field)
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 			return nil, fmt.Errorf("%s is not valid JSON (it ends early)", path)
 		default:
@@ -448,4 +453,34 @@ func readCredentials(path string) ([]egress.Credential, error) {
 		out[i] = egress.Credential{Host: c.Host, Header: c.Header, Value: c.Value}
 	}
 	return out, nil
+}
+
+// Egress is the egress proxy's registration, as *egress.Proxy offers
+// it: a provider's NetworkConfig.Egress.
+type Egress interface {
+	Register(src netip.Addr, sandboxID string, policy provider.Network, creds []egress.Credential) (unregister func(), err error)
+}
+
+var _ Egress = (*egress.Proxy)(nil)
+
+// Registrar is the netns.Registrar that tells e of sandboxes, with the
+// credentials creds (nil: none) gives each; nil without e.
+func Registrar(e Egress, creds func(sandboxID string, policy provider.Network) []egress.Credential) netns.Registrar {
+	if e == nil {
+		return nil
+	}
+	return registrar{egress: e, creds: creds}
+}
+
+type registrar struct {
+	egress Egress
+	creds  func(sandboxID string, policy provider.Network) []egress.Credential
+}
+
+func (r registrar) Register(src netip.Addr, id string, policy provider.Network) (func(), error) {
+	var creds []egress.Credential
+	if r.creds != nil {
+		creds = r.creds(id, policy)
+	}
+	return r.egress.Register(src, id, policy, creds)
 }
