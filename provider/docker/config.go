@@ -15,6 +15,8 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/egress"
+	"github.com/berth-dev/berth/provider/internal/hostnet"
 	"github.com/berth-dev/berth/provider/internal/netns"
 	"github.com/berth-dev/berth/provider/internal/settings"
 )
@@ -71,6 +73,11 @@ type Config struct {
 	// set. Zero means no allow lists, and NetworkOpen on Docker's bridge,
 	// unpoliced, as before (see docs/providers/docker.md).
 	Network NetworkConfig
+	// netSettings are the network settings of provider.Open, which
+	// register.go starts hostNet from; Close stops it.
+	netSettings hostnet.Settings
+	hostNet     *hostnet.Host
+
 	// Logger receives the provider's own events (image pulls among
 	// them). Nil discards them.
 	Logger *slog.Logger
@@ -112,7 +119,23 @@ type NetworkConfig struct {
 	// Resolver answers NetworkOpen sandboxes' names on the host. Nil
 	// means net.DefaultResolver.
 	Resolver netns.Resolver
+	// Egress is the proxy listening at ProxyAddr (an egress proxy
+	// serving there), told of each NetworkAllow sandbox's address and
+	// policy. Nil: it learns of them some other way (or refuses every
+	// connection, knowing no sandbox).
+	Egress Egress
+	// Credentials says which credentials the proxy adds to a sandbox's
+	// requests (see docs/network.md, "Secrets"). Nil: none.
+	Credentials func(sandboxID string, policy provider.Network) []Credential
 }
+
+// Egress is the egress proxy's registration, as its *egress.Proxy
+// offers it.
+type Egress = hostnet.Egress
+
+// Credential is a header the egress proxy adds to a sandbox's requests
+// to a host; the sandbox never holds it.
+type Credential = egress.Credential
 
 // enabled says whether sandboxes' networks are policed.
 func (n NetworkConfig) enabled() bool { return n.ProxyAddr.IsValid() }
@@ -238,7 +261,7 @@ func fromProviderConfig(pc provider.Config) (Config, error) {
 		"uid-count":    settings.Int(&c.UIDCount),
 		"pool":         settings.Int(&c.Pool),
 		"pull-timeout": settings.Duration(&c.PullTimeout),
-	})
+	}, c.netSettings.Decoders())
 	return c, err
 }
 
@@ -263,4 +286,12 @@ func checkStatic(path string) error {
 		}
 	}
 	return nil
+}
+
+// networkDefaults are the network settings' defaults (see package
+// hostnet and docs/providers/docker.md). The linux, docker and gvisor
+// providers' differ, so that all three run on one host: each has a
+// pool, a proxy and a DNS stub of its own.
+func networkDefaults() hostnet.Defaults {
+	return hostnet.Defaults{Pool: netip.MustParsePrefix("100.97.0.0/16"), ProxyPort: 15002, DNSPort: 15054}
 }

@@ -33,17 +33,6 @@ import (
 // Name is the provider's registered name.
 const Name = "docker"
 
-func init() {
-	provider.Register(Name, func(ctx context.Context, pc provider.Config) (provider.Provider, error) {
-		cfg, err := fromProviderConfig(pc)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Logger = provider.LoggerFrom(ctx)
-		return New(ctx, cfg)
-	})
-}
-
 // Labels berth puts on every container it makes.
 const (
 	LabelProvider = "dev.berth.provider" // "docker"
@@ -132,6 +121,7 @@ func (p *Provider) Close() error {
 	if p.net != nil {
 		p.net.Close()
 	}
+	p.cfg.hostNet.Close()
 	return p.docker.Close()
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/berth-dev/berth/errdefs"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/egress"
+	"github.com/berth-dev/berth/provider/internal/hostnet"
 	"github.com/berth-dev/berth/provider/internal/netns"
 	"github.com/berth-dev/berth/provider/internal/settings"
 	"github.com/berth-dev/berth/provider/internal/wsimage"
@@ -52,6 +54,11 @@ type Config struct {
 	// and NetworkOpen) when its ProxyAddr is set; zero means loopback
 	// only, as before.
 	Network NetworkConfig
+	// netSettings are the network settings of provider.Open, which
+	// register.go starts hostNet from; Close stops it.
+	netSettings hostnet.Settings
+	hostNet     *hostnet.Host
+
 	// Logger receives the provider's own events. Nil discards them.
 	Logger *slog.Logger
 }
@@ -86,7 +93,23 @@ type NetworkConfig struct {
 	// Resolver answers NetworkOpen sandboxes' names on the host. Nil
 	// means net.DefaultResolver.
 	Resolver netns.Resolver
+	// Egress is the proxy listening at ProxyAddr (an egress proxy
+	// serving there), told of each NetworkAllow sandbox's address and
+	// policy. Nil: it learns of them some other way (or refuses every
+	// connection, knowing no sandbox).
+	Egress Egress
+	// Credentials says which credentials the proxy adds to a sandbox's
+	// requests (see docs/network.md, "Secrets"). Nil: none.
+	Credentials func(sandboxID string, policy provider.Network) []Credential
 }
+
+// Egress is the egress proxy's registration, as its *egress.Proxy
+// offers it.
+type Egress = hostnet.Egress
+
+// Credential is a header the egress proxy adds to a sandbox's requests
+// to a host; the sandbox never holds it.
+type Credential = egress.Credential
 
 // enabled says whether sandboxes can have networks.
 func (n NetworkConfig) enabled() bool { return n.ProxyAddr.IsValid() }
@@ -157,6 +180,14 @@ func fromProviderConfig(pc provider.Config) (Config, error) {
 		"daemon":     settings.String(&c.DaemonPath),
 		"pool":       settings.Int(&c.Pool),
 		"open-files": settings.Int64(&c.OpenFiles),
-	})
+	}, c.netSettings.Decoders())
 	return c, err
+}
+
+// networkDefaults are the network settings' defaults (see package
+// hostnet and docs/providers/gvisor.md). The linux, docker and gvisor
+// providers' differ, so that all three run on one host: each has a
+// pool, a proxy and a DNS stub of its own.
+func networkDefaults() hostnet.Defaults {
+	return hostnet.Defaults{Pool: netip.MustParsePrefix("100.98.0.0/16"), ProxyPort: 15003, DNSPort: 15055}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/hostnet"
 	"github.com/berth-dev/berth/provider/internal/netns"
 )
 
@@ -28,7 +29,7 @@ func (p *Provider) openNetwork() error {
 	n := p.cfg.Network
 	m, err := netns.New(netns.Config{Uplink: n.Uplink, Pool: n.Pool, ProxyAddr: n.ProxyAddr, DNSAddr: n.DNSAddr,
 		StateDir: filepath.Join(p.cfg.StateDir, networkDir), MaxConns: n.MaxConns, ConnRate: n.ConnRate,
-		ConnBurst: n.ConnBurst, Resolver: n.Resolver, Logger: p.log})
+		ConnBurst: n.ConnBurst, Resolver: n.Resolver, Proxy: hostnet.Registrar(n.Egress, n.Credentials), Logger: p.log})
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/hostnet"
 	"github.com/berth-dev/berth/provider/internal/netns"
 	"github.com/berth-dev/berth/provider/internal/settings"
 	"github.com/berth-dev/berth/provider/linux/linuxinit"
@@ -62,6 +63,11 @@ type Config struct {
 	Network NetworkConfig
 	// Logger receives the provider's own events. Nil discards them.
 	Logger *slog.Logger
+
+	// netSettings are the network settings of provider.Open, which
+	// register.go starts hostNet from; Close stops it.
+	netSettings hostnet.Settings
+	hostNet     *hostnet.Host
 }
 
 // NetworkConfig is the host side of sandboxes' networks (see package
@@ -236,6 +242,14 @@ func fromProviderConfig(pc provider.Config) (Config, error) {
 		"image-dir": settings.String(&c.ImageDir),
 		"uid-base":  settings.Int(&c.UIDBase),
 		"pool":      settings.Int(&c.Pool),
-	})
+	}, c.netSettings.Decoders())
 	return c, err
+}
+
+// networkDefaults are the network settings' defaults (see package
+// hostnet and docs/providers/linux.md). The linux, docker and gvisor
+// providers' differ, so that all three run on one host: each has a
+// pool, a proxy and a DNS stub of its own.
+func networkDefaults() hostnet.Defaults {
+	return hostnet.Defaults{Pool: netns.DefaultPool, ProxyPort: 15001, DNSPort: 15053}
 }

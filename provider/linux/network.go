@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"path/filepath"
 
 	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/egress"
+	"github.com/berth-dev/berth/provider/internal/hostnet"
 	"github.com/berth-dev/berth/provider/internal/netns"
 )
 
@@ -20,32 +20,13 @@ const networkDir = ".network"
 var _ provider.NetworkUpdater = (*sandbox)(nil)
 
 // Egress is the egress proxy's registration, as *egress.Proxy offers it.
-type Egress interface {
-	Register(src netip.Addr, sandboxID string, policy provider.Network, creds []Credential) (unregister func(), err error)
-}
-
-var _ Egress = (*egress.Proxy)(nil)
+type Egress = hostnet.Egress
 
 // Credential is a header the egress proxy adds to a sandbox's requests
 // to a host: the sandbox uses the secret and never holds it. The host
 // configures credentials (NetworkConfig.Credentials); no spec, and so
 // no workflow history, carries one.
 type Credential = egress.Credential
-
-// registrar tells the proxy of sandboxes for netns, with the
-// credentials the host gives each.
-type registrar struct {
-	egress Egress
-	creds  func(sandboxID string, policy provider.Network) []Credential
-}
-
-func (r registrar) Register(src netip.Addr, id string, policy provider.Network) (func(), error) {
-	var creds []Credential
-	if r.creds != nil {
-		creds = r.creds(id, policy)
-	}
-	return r.egress.Register(src, id, policy, creds)
-}
 
 // openNetwork opens the network manager and sweeps what sandboxes that
 // are gone left of their networks: a process that crashed before
@@ -65,12 +46,7 @@ func (p *Provider) openNetwork() (*netns.Manager, error) {
 }
 
 // registrar is the netns.Registrar of n, or nil without n.Egress.
-func (n NetworkConfig) registrar() netns.Registrar {
-	if n.Egress == nil {
-		return nil
-	}
-	return registrar{egress: n.Egress, creds: n.Credentials}
-}
+func (n NetworkConfig) registrar() netns.Registrar { return hostnet.Registrar(n.Egress, n.Credentials) }
 
 // alive says whether the sandbox id exists and its daemon lives.
 func (p *Provider) alive(id string) bool {

@@ -3,7 +3,6 @@ package linux
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,73 +12,15 @@ import (
 	"github.com/berth-dev/berth/internal/nettest"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/egress"
+	"github.com/berth-dev/berth/provider/internal/egresstest"
 )
 
 // egressPort is where the tests' egress proxy listens, on
 // nettest.HostAddr in the uplink.
 const egressPort = 15001
 
-// startEgress runs a real egress proxy in tp's uplink, as a host runs
-// one in its own namespace: it listens on HostAddr:port there, resolves
-// names with the topology's DNS server, dials from the uplink, and knows
-// the uplink's addresses as the host's own. mod, if set, changes its
-// configuration before it starts.
-func startEgress(t testing.TB, tp *nettest.Topology, port uint16, mod func(*egress.Config)) (*egress.Proxy, netip.AddrPort) {
-	t.Helper()
-	cfg := egress.Config{
-		Resolver:  tp.Resolver(),
-		Forbidden: testForbidden(t),
-		HostAddrs: tp.UplinkAddrs,
-		Dial:      tp.DialUplink,
-		RootCAs:   tp.CA,
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	p, err := egress.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := netip.AddrPortFrom(nettest.HostAddr, port)
-	ln, err := nettest.Listen(tp.UplinkNS, "tcp4", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(ln) }()
-	t.Cleanup(func() {
-		p.Close()
-		if err := <-done; !errors.Is(err, egress.ErrClosed) {
-			t.Errorf("egress proxy: %v", err)
-		}
-	})
-	return p, addr
-}
-
-// testForbidden is egress.DefaultForbidden less any range the
-// topology's public test hosts lie in (none, today: they are in
-// TEST-NET-3, which is not forbidden), checked to still forbid the
-// metadata service and the private host. The host's own address is
-// refused by HostAddrs, whatever the ranges.
-func testForbidden(t testing.TB) []netip.Prefix {
-	t.Helper()
-	var out []netip.Prefix
-	for _, p := range egress.DefaultForbidden() {
-		if !p.Contains(nettest.PyPIAddr) && !p.Contains(nettest.EvilAddr) {
-			out = append(out, p)
-		}
-	}
-	for _, a := range []netip.Addr{nettest.MetadataAddr, nettest.PrivateAddr} {
-		in := false
-		for _, p := range out {
-			in = in || p.Contains(a)
-		}
-		if !in {
-			t.Fatalf("the test's forbidden ranges let %s through", a)
-		}
-	}
-	return out
-}
+// startEgress runs a real egress proxy in tp's uplink (egresstest.Start).
+var startEgress = egresstest.Start
 
 // egressProbe runs cases from inside a sandbox, printing one line for
 // each: "<case> ok <what came back>" or "<case> err <exception>".

@@ -30,17 +30,6 @@ import (
 // Name is the provider's registered name.
 const Name = "linux"
 
-func init() {
-	provider.Register(Name, func(ctx context.Context, pc provider.Config) (provider.Provider, error) {
-		cfg, err := fromProviderConfig(pc)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Logger = provider.LoggerFrom(ctx)
-		return New(cfg)
-	})
-}
-
 // Provider makes sandboxes on this host.
 type Provider struct {
 	cfg      Config
@@ -124,6 +113,7 @@ func (p *Provider) Close() error {
 	if p.net != nil {
 		p.net.Close()
 	}
+	p.cfg.hostNet.Close()
 	return p.images.Close()
 }
 
