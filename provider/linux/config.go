@@ -105,6 +105,14 @@ type NetworkConfig struct {
 	// requests (see network.go and docs/network.md, "Secrets"). Nil:
 	// none.
 	Credentials func(sandboxID string, policy provider.Network) []Credential
+	// ProxyCA is the egress proxy's authority (PEM, egress's
+	// CACertPEM), given to sandboxes to trust when Credentials gives
+	// any: the proxy terminates HTTPS to the hosts a credential names
+	// with certificates of it. Every sandbox of a network finds the
+	// system bundle and it in linuxinit.CABundle, and the usual
+	// variables name it (see caEnv). Nil: sandboxes trust their system
+	// bundle alone, and credentials apply to plain HTTP only.
+	ProxyCA []byte
 }
 
 // enabled says whether sandboxes can have networks.

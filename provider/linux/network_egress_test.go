@@ -320,3 +320,119 @@ for h in sorted(found):
     print(h.decode())
 print("files", n)
 `
+
+// trustProbe prints, for https://pypi.org/ fetched with Python's default
+// context (which reads SSL_CERT_FILE), what came back and who issued the
+// certificate; for evil.example, allowed and without a credential, who
+// issued its certificate and whether the test CA alone verifies it; and
+// the CA variables the sandbox's commands get.
+const trustProbe = `
+import os, socket, ssl, sys, urllib.request
+open("/tmp/testca.pem", "w").write(sys.argv[1])
+def issuer(host, ctx):
+    s = ctx.wrap_socket(socket.create_connection((host, 443), timeout=5), server_hostname=host)
+    try:
+        return dict(x[0] for x in s.getpeercert()["issuer"])["commonName"]
+    finally:
+        s.close()
+def run(name, f):
+    try:
+        print(name, "ok", f())
+    except Exception as e:
+        print(name, "err", type(e).__name__)
+run("pypi_body", lambda: urllib.request.urlopen("https://pypi.org/", timeout=5).read().decode().strip())
+run("pypi_issuer", lambda: issuer("pypi.org", ssl.create_default_context()))
+run("pypi_testca", lambda: issuer("pypi.org", ssl.create_default_context(cafile="/tmp/testca.pem")))
+run("evil_issuer", lambda: issuer("evil.example", ssl.create_default_context()))
+run("evil_testca", lambda: issuer("evil.example", ssl.create_default_context(cafile="/tmp/testca.pem")))
+for k in ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"]:
+    print(k, "ok", os.environ.get(k, "-"))
+`
+
+// TestEgressCredentialHTTPS: with the proxy's authority given to its
+// sandboxes, a credential reaches pypi.org over HTTPS, from a client
+// that verifies with its default trust; evil.example, allowed without a
+// credential, is still relayed untouched and its own certificate
+// verified; the secret is nowhere the sandbox can read.
+func TestEgressCredentialHTTPS(t *testing.T) {
+	secret := "Bearer " + randHex(t)
+	var ca []byte
+	e := newNetProvider(t, func(n *NetworkConfig) {
+		n.Credentials = func(string, provider.Network) []Credential {
+			return []Credential{{Host: "pypi.org:443", Header: "Authorization", Value: secret}}
+		}
+		ca = n.Egress.(*egress.Proxy).CACertPEM()
+		n.ProxyCA = ca
+	})
+	policy := provider.Network{Mode: provider.NetworkAllow, Hosts: []string{"pypi.org", "evil.example"}}
+	// A TLS client the sandbox's user configures keeps its own setting.
+	sb := create(t, e.p, provider.Spec{ID: "egress-https", Network: policy, Env: map[string]string{"GIT_SSL_CAINFO": "/workspace/mine.pem"}})
+	var out, errOut strings.Builder
+	res, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", trustProbe, string(e.tp.CAPEM)}, Stdout: &out, Stderr: &errOut})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("probe: exit %d, %v; stderr: %s", res.ExitCode, err, errOut.String())
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		name, rest, _ := strings.Cut(line, " ")
+		got[name] = rest
+	}
+	t.Logf("from inside the sandbox: %q", got)
+	for name, want := range map[string]string{
+		"pypi_body":   "ok pypi.org",
+		"pypi_issuer": "ok berth egress proxy", // terminated, to add the credential
+		"pypi_testca": "err SSLCertVerificationError",
+		// Relayed: the host's own certificate, which the test CA alone
+		// verifies and the default trust (system and proxy) does not.
+		"evil_issuer":   "err SSLCertVerificationError",
+		"evil_testca":   "ok berth nettest CA",
+		"SSL_CERT_FILE": "ok /berth/ca-bundle.pem", "REQUESTS_CA_BUNDLE": "ok /berth/ca-bundle.pem",
+		"PIP_CERT": "ok /berth/ca-bundle.pem", "CURL_CA_BUNDLE": "ok /berth/ca-bundle.pem",
+		"NODE_EXTRA_CA_CERTS": "ok /berth/proxy-ca.pem", "GIT_SSL_CAINFO": "ok /workspace/mine.pem",
+	} {
+		if got[name] != want {
+			t.Errorf("%s: %q, want %q", name, got[name], want)
+		}
+	}
+	var with int
+	for _, r := range e.tp.Hosts["pypi.org"].Requests() {
+		switch a := r.Header.Get("Authorization"); {
+		case r.TLS && a == secret:
+			with++
+		case a != "":
+			t.Errorf("pypi.org got Authorization %q over TLS %v", a, r.TLS)
+		}
+	}
+	if with != 1 {
+		t.Errorf("HTTPS requests with the credential: %d, want 1", with)
+	}
+	// The bundle is the system's, then the proxy's authority, and
+	// neither the sandbox nor the sandbox's user can change it.
+	bundle := shOut(t, sb, "cat /berth/ca-bundle.pem")
+	system, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	if !strings.HasPrefix(bundle, string(system)) || !strings.HasSuffix(bundle, string(ca)) || len(system) == 0 {
+		t.Errorf("the bundle (%d bytes) is not the host's system bundle (%d bytes) and the proxy's authority", len(bundle), len(system))
+	}
+	if r := providertestRun(t, sb, "/bin/sh", "-c", "echo x >> /berth/ca-bundle.pem"); r == 0 {
+		t.Error("the sandbox wrote to its bundle")
+	}
+	// The secret: nowhere the sandbox can read.
+	out.Reset()
+	res, err = sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", hexRuns + "\nfor d, _, fs in os.walk('/berth'):\n    print(len(fs), 'trust files')"}, Stdout: &out, Stderr: &errOut})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("hex runs: exit %d, %v; %s", res.ExitCode, err, errOut.String())
+	}
+	if strings.Contains(out.String(), secret[len("Bearer "):]) || !strings.Contains(out.String(), "2 trust files") {
+		t.Errorf("hex runs: %q", out.String())
+	}
+}
+
+func shOut(t *testing.T, sb provider.Sandbox, script string) string {
+	t.Helper()
+	var out, errOut strings.Builder
+	res, err := sb.Exec(t.Context(), provider.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, Stdout: &out, Stderr: &errOut})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%s: exit %d, %v; %s", script, res.ExitCode, err, errOut.String())
+	}
+	return out.String()
+}

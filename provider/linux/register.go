@@ -36,6 +36,6 @@ func (c *Config) openHostNet(ctx context.Context) error {
 	}
 	c.hostNet = h
 	c.Network = NetworkConfig{ProxyAddr: h.ProxyAddr, Uplink: h.Uplink, Pool: h.Pool, DNSAddr: h.DNSAddr,
-		Resolver: h.Resolver, Egress: h.Proxy, Credentials: h.Credentials}
+		Resolver: h.Resolver, Egress: h.Proxy, Credentials: h.Credentials, ProxyCA: h.ProxyCA()}
 	return nil
 }

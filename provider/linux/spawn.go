@@ -157,6 +157,7 @@ func (p *Provider) startWarm(ctx context.Context, rootfs string, memory, disk in
 		Limits: p.cfg.Limits.daemon(), TmpSize: p.cfg.Limits.tmpSize(memory)}
 	if p.net != nil {
 		wm.ResolvConf = p.net.ResolvConf()
+		wm.ProxyCA = string(p.cfg.Network.ProxyCA)
 	}
 	err = sendJSON(ctl, wm, lnFile)
 	// The daemon holds the listening socket now, and alone: should it
@@ -344,7 +345,7 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec) (*rec
 	w.dir = dir
 	sock := filepath.Join(dir, socketFile)
 	w.socket.Store(&sock)
-	msg := linuxinit.ClaimMsg{ID: spec.ID, Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt, Lease: rec.Lease,
+	msg := linuxinit.ClaimMsg{ID: spec.ID, Env: p.sandboxEnv(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt, Lease: rec.Lease,
 		UserProcesses: p.cfg.Limits.userProcesses(rec.Resources.Pids)}
 	if err := sendJSON(w.ctl, msg, nil); err != nil {
 		return nil, fmt.Errorf("claim daemon: %w", err)

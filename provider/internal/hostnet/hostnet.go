@@ -173,6 +173,18 @@ func (h *Host) Credentials(string, provider.Network) []egress.Credential {
 	return append([]egress.Credential(nil), h.creds...)
 }
 
+// ProxyCA is the proxy's authority (PEM) when the host has
+// credentials, nil when it has none: a sandbox that trusts it can use
+// the credentials over HTTPS, whose TLS the proxy terminates for the
+// hosts they name (and only those; it relays every other host's TLS
+// untouched). It is public. It is the NetworkConfig's ProxyCA.
+func (h *Host) ProxyCA() []byte {
+	if len(h.creds) == 0 {
+		return nil
+	}
+	return h.Proxy.CACertPEM()
+}
+
 // Close stops the proxy. Its address stays: the rules of
 // sandboxes that outlive this process name its address, and the next
 // start listens on it again. A nil Host closes as nothing.

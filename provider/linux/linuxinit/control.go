@@ -58,6 +58,11 @@ type WarmMsg struct {
 	// the host's root, where the host's is a regular file): the DNS stub
 	// of the provider's network, instead of the host's resolvers.
 	ResolvConf string `json:"resolv_conf,omitempty"`
+	// ProxyCA, if not empty, is the egress proxy's authority (PEM),
+	// which the sandbox is to trust for the hosts whose HTTPS the proxy
+	// terminates to add a credential: the daemon writes CABundle (the
+	// root's system bundle and it) and ProxyCA. It is public.
+	ProxyCA string `json:"proxy_ca,omitempty"`
 }
 
 // Limits are the per-user kernel limits a daemon sets in its sandbox:

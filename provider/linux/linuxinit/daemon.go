@@ -112,7 +112,7 @@ func runDaemon(ctl *os.File, cmds *os.File) error {
 	if err := setKernelLimits(wm.Limits); err != nil {
 		return fmt.Errorf("kernel limits: %w", err)
 	}
-	if err := prepareRoot(wm.NewRoot, rootfs, wm.TmpSize, wm.ResolvConf); err != nil {
+	if err := prepareRoot(wm.NewRoot, rootfs, wm.TmpSize, wm.ResolvConf, wm.ProxyCA); err != nil {
 		return fmt.Errorf("set up root filesystem: %w", err)
 	}
 	ws, err := recvFile(ctl, MsgWorkspace)

@@ -20,7 +20,7 @@ import (
 var hostEntries = []string{"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
 // reserved names are mounted by berth whatever the root filesystem holds.
-var reserved = map[string]bool{"workspace": true, "tmp": true, "proc": true, "dev": true, "sys": true}
+var reserved = map[string]bool{"workspace": true, "tmp": true, "proc": true, "dev": true, "sys": true, "berth": true}
 
 // devices are bound from the host into the sandbox's /dev.
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
@@ -32,8 +32,9 @@ var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 // rootfs, if not nil, is the root filesystem as a detached mount (see
 // sendRootFS). /tmp and /dev/shm hold tmpSize bytes each. resolvConf,
 // if not empty, is the host root's /etc/resolv.conf instead of the
-// host's (see WarmMsg.ResolvConf).
-func prepareRoot(newRoot string, rootfs *os.File, tmpSize int64, resolvConf string) error {
+// host's (see WarmMsg.ResolvConf). proxyCA, if not empty, is trusted
+// in TrustDir (see WarmMsg.ProxyCA).
+func prepareRoot(newRoot string, rootfs *os.File, tmpSize int64, resolvConf, proxyCA string) error {
 	// Nothing mounted from here on may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
@@ -50,6 +51,11 @@ func prepareRoot(newRoot string, rootfs *os.File, tmpSize int64, resolvConf stri
 		return err
 	} else if err := overlayEtc(at, resolvConf); err != nil {
 		return fmt.Errorf("/etc: %w", err)
+	}
+	if proxyCA != "" {
+		if err := trustProxyCA(newRoot, proxyCA); err != nil {
+			return fmt.Errorf("%s: %w", TrustDir, err)
+		}
 	}
 	if err := os.Mkdir(at("workspace"), 0o755); err != nil {
 		return err
