@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"bytes"
 	"errors"
 	"net/netip"
 	"os"
@@ -55,6 +56,14 @@ func TestOpenNetworkOn(t *testing.T) {
 	out := sh(t, sb, `/usr/bin/python3 -c 'import urllib.request; print(urllib.request.urlopen("http://pypi.org/", timeout=5).read().decode())'`)
 	if !strings.Contains(out, "pypi.org") {
 		t.Errorf("the sandbox fetched %q", out)
+	}
+	// The host has credentials: the sandbox trusts the proxy's authority.
+	ca := p.cfg.hostNet.Proxy.CACertPEM()
+	if !bytes.Equal(p.cfg.Network.ProxyCA, ca) || len(ca) == 0 {
+		t.Errorf("network config's ProxyCA is not the proxy's authority")
+	}
+	if got := sh(t, sb, `echo "$SSL_CERT_FILE"; cat /berth/proxy-ca.pem`); got != "/berth/ca-bundle.pem\n"+string(ca) {
+		t.Errorf("the sandbox sees %q", got)
 	}
 	var with int
 	for _, r := range tp.Hosts["pypi.org"].Requests() {

@@ -36,7 +36,7 @@ var systemBundles = []string{
 	"etc/ssl/ca-bundle.pem",                            // openSUSE
 	"etc/pki/tls/cacert.pem",                           // OpenELEC
 	"etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", // CentOS, RHEL 7
-	"etc/ssl/cert.pem",                                 // Alpine, macOS-like
+	"etc/ssl/cert.pem",                                 // Alpine
 }
 
 // trustProxyCA writes the bundles of TrustDir in the root built on
