@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -308,18 +309,38 @@ func SharedStore(url string) bool {
 
 // OpenBucket opens a blob store by URL, creating a file store's
 // directory. Only the drivers the binary links (by blank imports of
-// gocloud.dev/blob/...) are known.
+// gocloud.dev/blob/...) are known. A file store whose URL does not say
+// otherwise (a metadata parameter) is opened with metadata=skip: by
+// default fileblob writes a sidecar file of attributes beside every
+// object, with an MD5 of its bytes, and berth reads none of them (the
+// one attribute it uses, ModTime, is the file's own), so every part of
+// an output, upload or snapshot chunk paid for a second file and a hash.
 func OpenBucket(ctx context.Context, url string) (*blob.Bucket, error) {
-	if dir, ok := strings.CutPrefix(url, "file://"); ok {
+	if rest, ok := strings.CutPrefix(url, "file://"); ok {
+		dir, query, _ := strings.Cut(rest, "?")
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, err
 		}
+		url = withoutSidecars(url, query)
 	}
 	b, err := blob.OpenBucket(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("open blob store %s: %w", url, err)
 	}
 	return b, nil
+}
+
+// withoutSidecars adds metadata=skip to a file store's URL, whose query
+// is query, unless the query sets metadata itself.
+func withoutSidecars(url, query string) string {
+	q, err := neturl.ParseQuery(query)
+	switch {
+	case err != nil || q.Has("metadata"):
+		return url // a bad query is the opener's to report
+	case query == "":
+		return strings.TrimSuffix(url, "?") + "?metadata=skip"
+	}
+	return url + "&metadata=skip"
 }
 
 // startReaper starts this host's reaper (berth.Reaper), or tells the

@@ -116,3 +116,49 @@ func shortDataDir(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
+
+// TestOpenBucketFileStore checks that a file store is opened without
+// fileblob's sidecar files unless its URL asks for them, that its
+// objects read back whole either way, and that a bad URL is refused.
+func TestOpenBucketFileStore(t *testing.T) {
+	for _, tc := range []struct {
+		name, query string
+		sidecar     bool
+	}{
+		{"default", "", false},
+		{"other-parameter", "?create_dir=true", false},
+		{"sidecars-asked", "?metadata=", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "blobs")
+			b, err := hostworker.OpenBucket(t.Context(), "file://"+dir+tc.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if err := b.WriteAll(t.Context(), "outputs/x/part-0", []byte("hello"), nil); err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.ReadAll(t.Context(), "outputs/x/part-0")
+			if err != nil || string(got) != "hello" {
+				t.Fatalf("read back %q, %v; want hello", got, err)
+			}
+			entries, err := os.ReadDir(filepath.Join(dir, "outputs", "x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sidecars int
+			for _, e := range entries {
+				if strings.HasSuffix(e.Name(), ".attrs") {
+					sidecars++
+				}
+			}
+			if want := map[bool]int{false: 0, true: 1}[tc.sidecar]; sidecars != want {
+				t.Errorf("%d sidecar files beside the object, want %d", sidecars, want)
+			}
+		})
+	}
+	if _, err := hostworker.OpenBucket(t.Context(), "file://"+t.TempDir()+"?metadata=skip&no_such_parameter=1"); err == nil {
+		t.Error("a file store URL with an unknown parameter opened")
+	}
+}

@@ -50,7 +50,8 @@ func Provider(t testing.TB) *linux.Provider {
 // Bucket opens a blob store in a temporary directory.
 func Bucket(t testing.TB) *blob.Bucket {
 	t.Helper()
-	b, err := fileblob.OpenBucket(t.TempDir(), nil)
+	// As hostworker.OpenBucket opens a file store: no sidecar files.
+	b, err := fileblob.OpenBucket(t.TempDir(), &fileblob.Options{Metadata: fileblob.MetadataDontWrite})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -274,10 +274,15 @@ func (p *Provider) makeStateDir(dir string) (listener *os.File, err error) {
 // user namespace. It must be started with startOwnedBy(owner).
 func (p *Provider) daemonCommand(owner int, log *os.File, files ...*os.File) *exec.Cmd {
 	ids := p.idMap(owner)
+	// One P: a command's way through the daemon (request, fork, wait,
+	// result) is a chain of hand-offs, each a wake-up of an idle P on a
+	// second thread when there are two, and blocking calls (forks, file
+	// operations) release the P anyway. BenchmarkExec: median 2.9 → 2.4
+	// ms, output, export and import rates unchanged.
 	return &exec.Cmd{
 		Path:       fdPath(linuxinit.FDExe),
 		Args:       []string{linuxinit.Arg0},
-		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=2"},
+		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GOMAXPROCS=1"},
 		Dir:        "/",
 		Stdout:     log,
 		Stderr:     log,
