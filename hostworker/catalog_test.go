@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
@@ -28,6 +29,12 @@ func TestCatalogContinuesAsNew(t *testing.T) {
 		workflows.CatalogWorkflowName, workflows.CatalogInput{ContinueAfter: 3}); err != nil {
 		t.Fatal(err)
 	}
+	// Hosts are the activity pollers the server lists: the worker must
+	// have polled once before the first question.
+	testkit.Eventually(t, "the host polling "+sandbox.DefaultQueue, 30*time.Second, func() bool {
+		resp, err := c.DescribeTaskQueue(ctx, sandbox.DefaultQueue, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
+		return err == nil && len(resp.GetPollers()) > 0
+	})
 	cl := berth.New(c, berth.WithRetryFor(-1))
 	const rounds, asks = 4, 3
 	errs := make(chan error, rounds*asks)
