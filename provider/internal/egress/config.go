@@ -81,6 +81,14 @@ type Config struct {
 	// OriginalDst says where a redirected connection was going. Nil:
 	// SO_ORIGINAL_DST.
 	OriginalDst func(net.Conn) (netip.AddrPort, error)
+	// CAFile keeps the proxy's certificate authority (its certificate
+	// and private key, PEM), so that sandboxes that trust it keep
+	// working after a restart: read when the proxy starts, made once
+	// (mode 0600, its directory 0700 if missing) when absent, made anew
+	// when it ends within 30 days. A file others may read or write, or
+	// one that is not an authority, fails New. Empty: an authority in
+	// memory, new at each New.
+	CAFile string
 	// RootCAs verify the real hosts when the proxy re-originates TLS to
 	// add a credential. Nil: the host's roots.
 	RootCAs *x509.CertPool

@@ -58,7 +58,7 @@ type sandbox struct {
 // New makes a proxy; it serves nothing until Serve or ServeExplicit.
 func New(cfg Config) (*Proxy, error) {
 	cfg = cfg.withDefaults()
-	ca, err := newAuthority(time.Now())
+	ca, err := openAuthority(cfg.CAFile, time.Now(), cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
