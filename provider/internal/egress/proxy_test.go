@@ -699,6 +699,21 @@ func TestCloseEndsServe(t *testing.T) {
 	if _, err := e.p.Register(netip.MustParseAddr("127.0.0.5"), "x", w.allow("pypi.org"), nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("Register after Close: %v", err)
 	}
+	// Serve after Close closes its listener: a start and a stop that
+	// race leave no port bound.
+	for name, serve := range map[string]func(net.Listener) error{"Serve": e.p.Serve, "ServeExplicit": e.p.ServeExplicit} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := serve(ln); !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close: %v", name, err)
+		}
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			c.Close()
+			t.Errorf("%s after Close left its listener open", name)
+		}
+	}
 }
 
 func TestDownloadThroughProxy(t *testing.T) {
