@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/provider"
+	"golang.org/x/time/rate"
 )
 
 // The benchmarks compare a direct connection with the same connection
@@ -21,9 +23,10 @@ import (
 const benchSize = 100 << 20
 
 // benchServer answers each connection's request: /big with benchSize
-// bytes (raw, after the request, until the connection closes), anything
-// else with a small HTTP response.
-func benchServer(b *testing.B, addr string) net.Listener {
+// bytes (raw, after the request, until the connection closes), at pace
+// bytes per second if pace > 0, anything else with a small HTTP
+// response.
+func benchServer(b *testing.B, addr string, pace int64) net.Listener {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
@@ -45,8 +48,16 @@ func benchServer(b *testing.B, addr string) net.Listener {
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
 					return
 				}
+				link := rate.NewLimiter(rate.Limit(pace), len(buf))
+				if pace <= 0 {
+					link.SetLimit(rate.Inf)
+				}
 				for left := benchSize; left > 0; left -= len(buf) {
-					if _, err := c.Write(buf[:min(left, len(buf))]); err != nil {
+					n := min(left, len(buf))
+					if err := link.WaitN(context.Background(), n); err != nil {
+						return
+					}
+					if _, err := c.Write(buf[:n]); err != nil {
 						return
 					}
 				}
@@ -68,8 +79,8 @@ type benchPath struct {
 // relay alone: no header is read), by name (the Host is read, resolved
 // and dialed, then the relay), and by name under a bandwidth bound high
 // enough not to slow the download (the accounting's own cost).
-func benchPaths(b *testing.B) []benchPath {
-	srv := benchServer(b, netip.AddrPortFrom(pypiIP, 0).String())
+func benchPaths(b *testing.B, pace int64) []benchPath {
+	srv := benchServer(b, netip.AddrPortFrom(pypiIP, 0).String(), pace)
 	port := uint16(srv.Addr().(*net.TCPAddr).Port)
 	dst := netip.AddrPortFrom(pypiIP, port)
 	byName := (&world{p443: port, p80: port}).allow("bench.example")
@@ -135,12 +146,20 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkDownload is a 100 MB download over loopback (the client
-// reads with io.Copy), direct and through the proxy. Besides the time it
-// reports cpu-ms/op, the CPU the process (client, server and proxy)
-// spent per download: on a shared machine the less noisy figure.
+// reads with io.Copy), direct and through the proxy, as fast as the
+// machine goes ("link=loopback"), and from a server that sends at
+// 1 Gbit/s ("link=1Gbit"), as a fast link to the internet would.
+// Besides the time it reports cpu-ms/op, the CPU the process (client,
+// server and proxy) spent per download: on a shared machine the less
+// noisy figure.
 func BenchmarkDownload(b *testing.B) {
-	for _, path := range benchPaths(b) {
-		b.Run(path.name, func(b *testing.B) {
+	b.Run("link=loopback", func(b *testing.B) { benchDownload(b, 0) })
+	b.Run("link=1Gbit", func(b *testing.B) { benchDownload(b, 1e9/8) })
+}
+
+func benchDownload(b *testing.B, pace int64) {
+	for _, path := range benchPaths(b, pace) {
+		b.Run("path="+path.name, func(b *testing.B) {
 			b.SetBytes(benchSize)
 			cpu := cpuTime()
 			for b.Loop() {
@@ -162,8 +181,8 @@ func BenchmarkDownload(b *testing.B) {
 // latency (an accept, a header read, a lookup on a resolver that answers
 // at once, a dial, the relay's start).
 func BenchmarkFirstByte(b *testing.B) {
-	for _, path := range benchPaths(b) {
-		b.Run(path.name, func(b *testing.B) {
+	for _, path := range benchPaths(b, 0) {
+		b.Run("path="+path.name, func(b *testing.B) {
 			var one [1]byte
 			for b.Loop() {
 				c := path.dial(b)
