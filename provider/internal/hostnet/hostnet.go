@@ -5,10 +5,11 @@
 // credentials, and hands a provider what its NetworkConfig needs.
 //
 // Each provider opens its own: one proxy per provider, on a port of its
-// own, so that nothing is shared between providers of one process and no
-// state outlives a Host but the proxy's address on the uplink's
-// loopback interface, which sandboxes' rules
-// name and which stays for the next start (see docs/network.md).
+// own, so that nothing is shared between providers of one process. Two
+// things outlive a Host, for the next start: the proxy's address on the
+// uplink's loopback interface, which sandboxes' rules name, and the
+// proxy's certificate authority in the provider's state directory
+// (CAPath), which sandboxes trust (see docs/network.md).
 package hostnet
 
 import (
