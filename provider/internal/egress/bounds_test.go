@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,5 +259,50 @@ func TestSilentConnections(t *testing.T) {
 			waitFor(t, func() bool { return e.p.Stats().Active == 0 })
 			works(t, e, "127.0.0.31", "after the timeout")
 		})
+	}
+}
+
+// TestTotalConnsWithinFDLimit: the bound on all sandboxes' connections
+// is at most what half the process's file descriptors allow, so that
+// the sandboxes together cannot starve the rest of the process.
+func TestTotalConnsWithinFDLimit(t *testing.T) {
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	low := old
+	low.Cur = 600
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+	const most = 600 / 2 / fdsPerConn
+	w := newWorld(t)
+	e := w.proxy(t, nil) // MaxConns: the default, 4096
+	e.register(t, "127.0.0.51", w.allow("pypi.org"))
+	e.register(t, "127.0.0.52", w.allow("pypi.org"))
+	open := func(src string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		c, err := d.Dial("tcp", e.xAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	for i := range most {
+		open([]string{"127.0.0.51", "127.0.0.52"}[i%2])
+	}
+	waitFor(t, func() bool { return e.p.Stats().Active == most })
+	c := open("127.0.0.52")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second)) // a failure, not a wait: a refusal closes at once
+	if _, err := io.ReadAll(c); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("a connection beyond the file descriptors' bound was taken")
+	}
+	if n := e.refusals(ReasonTotalConns); n != 1 {
+		t.Errorf("total-conns refusals = %d, want 1", n)
+	}
+	if !strings.Contains(e.logs.String(), "file descriptor limit") {
+		t.Error("the lowered bound was not logged")
 	}
 }
