@@ -152,7 +152,9 @@ func TestOpen(t *testing.T) {
 		// The proxy's authority is the same after a restart: sandboxes
 		// that trusted it still do.
 		if round == 0 {
-			ca = h.ProxyCA()
+			if ca = h.ProxyCA(); len(ca) == 0 {
+				t.Fatal("no authority with credentials")
+			}
 		} else if !bytes.Equal(h.ProxyCA(), ca) {
 			t.Error("the proxy's authority changed across a restart")
 		}
