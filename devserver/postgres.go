@@ -7,14 +7,16 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"strings"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/log"
+	"go.temporal.io/server/common/persistence/sql"
 	"go.temporal.io/server/common/persistence/sql/sqlplugin/postgresql"
+	"go.temporal.io/server/common/resolver"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -129,11 +131,17 @@ func registerNamespace(ctx context.Context, c client.Client, namespace string) e
 	return nil
 }
 
-// schemaHint adds what to do to a start that failed on the database's
-// schema: the server's own message names the version it found.
+// checkSchema runs the server's own check of the databases' schema
+// versions, which the server runs as it starts too: before the start,
+// its failure is one line instead of the server's dependency graph.
+func checkSchema(db stores) error {
+	p := config.Persistence{DefaultStore: db.defaultStore, VisibilityStore: db.visibility, DataStores: db.dataStores, NumHistoryShards: 1}
+	return sql.VerifyCompatibleVersion(p, resolver.NewNoopResolver(), log.NewNoopLogger())
+}
+
+// schemaHint says what to check when the server could not use the
+// database: the server's own message says what it found, and when it
+// could not connect, no more than that.
 func schemaHint(err error) error {
-	if msg := err.Error(); strings.Contains(msg, "schema") || strings.Contains(msg, "does not exist") {
-		return fmt.Errorf("%w (apply Temporal's schema with temporal-sql-tool first: docs/cluster.md)", err)
-	}
-	return err
+	return fmt.Errorf("%w (is PostgreSQL reachable there, with both databases and Temporal's schema applied by temporal-sql-tool? docs/cluster.md)", err)
 }

@@ -246,6 +246,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	var db stores
 	if st.postgres != nil {
 		db = st.postgres.stores()
+		if err := checkSchema(db); err != nil {
+			return nil, fmt.Errorf("devserver: %s: %w", st.postgres, schemaHint(err))
+		}
 	} else {
 		sqlConfig := sqliteConfig(filepath.Join(st.dataDir, dbFileName))
 		if err := prepareDatabase(sqlConfig, st.namespace); err != nil {
