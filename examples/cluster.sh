@@ -179,6 +179,8 @@ start_s3() {
 
 start_server() {
   alive "$dir/server.pid" && { log "the Temporal server already runs"; return; }
+  # A fresh log, so that the wait below reads this start's lines.
+  [ ! -f "$dir/server.log" ] || { cat "$dir/server.log" >>"$dir/server.log.old"; : >"$dir/server.log"; }
   BERTH_POSTGRES_PASSWORD=$(cat "$dir/pg/password") spawn "$dir/server.pid" "$dir/server.log" "$bin/berth-host" server \
     --address "$gw:$temporal_port" --postgres-address "127.0.0.1:$pg_port" --postgres-user temporal --data-dir "$dir/temporal"
   wait_log "$dir/server.log" "berth server is ready" "$dir/server.pid" 120

@@ -111,9 +111,11 @@ func up(t *testing.T) *cluster {
 		}
 		_ = os.RemoveAll(dir)
 	})
+	began := time.Now()
 	if err := c.run(t, "up"); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("up in %v", time.Since(began).Round(time.Millisecond))
 	return c
 }
 
@@ -205,10 +207,12 @@ func TestCluster(t *testing.T) {
 			})
 		})
 	}
+	began := time.Now()
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%d sandboxes created in %v", n, time.Since(began).Round(time.Millisecond))
 	hosts := map[string][]*berth.Sandbox{}
 	for _, s := range sbxs {
 		if err := s.WriteFiles(ctx, berth.File{Path: "who", Data: []byte(s.ID())}); err != nil {
@@ -240,7 +244,7 @@ func TestCluster(t *testing.T) {
 	if err := c.run(t, "kill-server"); err != nil {
 		t.Fatal(err)
 	}
-	began := time.Now()
+	began = time.Now()
 	if err := c.run(t, "start-server"); err != nil {
 		t.Fatal(err)
 	}
