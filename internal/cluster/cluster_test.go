@@ -33,9 +33,10 @@ const (
 
 // cluster is one brought up by examples/cluster.sh.
 type cluster struct {
-	script string
-	env    []string
-	dir    string
+	script  string
+	env     []string
+	dir     string
+	address string // the Temporal frontend's, on the cluster's bridge
 }
 
 // run runs the script with args; its output goes to the test's log.
@@ -88,14 +89,20 @@ func up(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Ports free on loopback are free on the bridge too, unless a
+	// process listens on every address, which would take them there.
 	id := os.Getpid() % 100_000
+	net, port := fmt.Sprintf("100.87.%d", 10+id%240), testkit.FreePort(t)
 	c := &cluster{
-		script: filepath.Join(root, "examples", "cluster.sh"),
-		dir:    dir,
+		script:  filepath.Join(root, "examples", "cluster.sh"),
+		dir:     dir,
+		address: fmt.Sprintf("%s.1:%d", net, port),
 		env: append(os.Environ(),
 			"CLUSTER_DIR="+dir,
 			fmt.Sprintf("CLUSTER_NAME=bc%d", id),
-			fmt.Sprintf("CLUSTER_NET=100.87.%d", 10+id%240),
+			"CLUSTER_NET="+net,
+			fmt.Sprintf("CLUSTER_TEMPORAL_PORT=%d", port),
+			fmt.Sprintf("CLUSTER_S3_PORT=%d", testkit.FreePort(t)),
 			fmt.Sprintf("CLUSTER_PG_PORT=%d", testkit.FreePort(t)),
 			"CLUSTER_HEARTBEAT="+heartbeat.String(),
 			"BERTH_BIN="+bin,
@@ -106,16 +113,25 @@ func up(t *testing.T) *cluster {
 		if t.Failed() {
 			c.logs(t)
 		}
-		if err := c.run(t, "down"); err != nil {
-			t.Error(err)
+		// Twice: down is idempotent, and leaves nothing behind.
+		for range 2 {
+			if err := c.run(t, "down"); err != nil {
+				t.Error(err)
+			}
 		}
-		_ = os.RemoveAll(dir)
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("down left %s: %v", dir, err)
+			_ = os.RemoveAll(dir)
+		}
 	})
 	began := time.Now()
 	if err := c.run(t, "up"); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("up in %v", time.Since(began).Round(time.Millisecond))
+	if err := c.run(t, "status"); err != nil {
+		t.Fatal(err)
+	}
 	return c
 }
 
@@ -125,16 +141,6 @@ func goEnv(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(out))
-}
-
-// address is the Temporal frontend's, on the cluster's bridge.
-func (c *cluster) address() string {
-	for _, kv := range c.env {
-		if v, ok := strings.CutPrefix(kv, "CLUSTER_NET="); ok {
-			return v + ".1:7233"
-		}
-	}
-	panic("no CLUSTER_NET")
 }
 
 // hostOf is the host queue a sandbox's workflow names in its memo.
@@ -186,7 +192,7 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	tc, err := client.DialContext(ctx, client.Options{
-		HostPort: c.address(), Namespace: "default",
+		HostPort: c.address, Namespace: "default",
 		ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}},
 	})
 	if err != nil {
@@ -234,13 +240,17 @@ func TestCluster(t *testing.T) {
 	other := sbxs[0]
 	done := make(chan error, 1)
 	go func() {
-		argv, opts := sh("sleep 2; echo once >> server-restart; cat server-restart")
+		argv, opts := sh("echo once >> server-restart; sleep 3; cat server-restart")
 		res, err := other.Exec(ctx, argv, opts)
 		if err == nil && string(res.Stdout) != "once\n" {
 			err = fmt.Errorf("output %q, want one line", res.Stdout)
 		}
 		done <- err
 	}()
+	testkit.Eventually(t, "the command to run", 30*time.Second, func() bool {
+		_, err := other.ReadFile(ctx, "server-restart")
+		return err == nil
+	})
 	if err := c.run(t, "kill-server"); err != nil {
 		t.Fatal(err)
 	}
@@ -311,6 +321,11 @@ func TestCluster(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.Contains(msg, "write since") || !strings.Contains(msg, checkpoint) {
 		t.Errorf("the loss reads %q; want it to name the file written since checkpoint %s, and the checkpoint", msg, checkpoint)
+	}
+	// The command's retry, bound to the lost host's queue, was never
+	// started by any worker: it timed out waiting to be.
+	if msg := err.Error(); !strings.Contains(msg, "ScheduleToStart") {
+		t.Errorf("the loss reads %q; want the command's retry to have timed out before it started", msg)
 	}
 
 	// Re-created on another host, from the checkpoint: the file
