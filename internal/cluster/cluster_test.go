@@ -281,6 +281,9 @@ func TestCluster(t *testing.T) {
 	if checkpoint == "" {
 		t.Fatal("no checkpoint after a hibernation")
 	}
+	if !inStore(t, filepath.Join(c.dir, "s3", "data", "berth"), checkpoint) {
+		t.Errorf("checkpoint %s is not in the S3 bucket", checkpoint)
+	}
 	if err := victim.WriteFiles(ctx, berth.File{Path: "since", Data: []byte("after the checkpoint\n")}); err != nil {
 		t.Fatal(err)
 	}
@@ -352,6 +355,23 @@ func TestCluster(t *testing.T) {
 	if got := execOK(ctx, t, survivor, "cat who"); got != survivor.ID() {
 		t.Errorf("%s after the loss: %q", survivor.ID(), got)
 	}
+}
+
+// inStore says whether an object of versitygw's bucket directory names
+// the snapshot id.
+func inStore(t *testing.T, bucket, id string) bool {
+	found := false
+	err := filepath.WalkDir(bucket, func(path string, _ os.DirEntry, err error) error {
+		if err == nil && strings.Contains(path, id) {
+			found = true
+			return filepath.SkipAll
+		}
+		return err
+	})
+	if err != nil {
+		t.Errorf("read the bucket: %v", err)
+	}
+	return found
 }
 
 func placement(hosts map[string][]*berth.Sandbox) map[string][]string {
