@@ -94,7 +94,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("docker provider: %w", err)
 	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, docker: cli}
-	if cfg.Network.enabled() {
+	if cfg.Network.Enabled() {
 		if _, err := p.openNetwork(ctx); err != nil {
 			cli.Close()
 			return nil, fmt.Errorf("docker provider: %w", err)

@@ -68,7 +68,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("gvisor provider: %w", err)
 	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, images: images}
-	if cfg.Network.enabled() {
+	if cfg.Network.Enabled() {
 		if err := p.openNetwork(); err != nil {
 			images.Close()
 			return nil, fmt.Errorf("gvisor provider: %w", err)

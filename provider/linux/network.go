@@ -8,7 +8,6 @@ import (
 
 	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/provider/internal/egress"
 	"github.com/berth-dev/berth/provider/internal/hostnet"
 	"github.com/berth-dev/berth/provider/internal/netns"
 	"github.com/berth-dev/berth/provider/linux/linuxinit"
@@ -27,16 +26,13 @@ type Egress = hostnet.Egress
 // to a host: the sandbox uses the secret and never holds it. The host
 // configures credentials (NetworkConfig.Credentials); no spec, and so
 // no workflow history, carries one.
-type Credential = egress.Credential
+type Credential = hostnet.Credential
 
 // openNetwork opens the network manager and sweeps what sandboxes that
 // are gone left of their networks: a process that crashed before
 // destroying them.
 func (p *Provider) openNetwork() (*netns.Manager, error) {
-	n := p.cfg.Network
-	m, err := netns.New(netns.Config{Uplink: n.Uplink, Pool: n.Pool, ProxyAddr: n.ProxyAddr, DNSAddr: n.DNSAddr,
-		StateDir: filepath.Join(p.cfg.StateDir, networkDir), MaxConns: n.MaxConns, ConnRate: n.ConnRate,
-		ConnBurst: n.ConnBurst, Resolver: n.Resolver, Proxy: n.registrar(), Logger: p.log})
+	m, err := netns.New(p.cfg.Network.Manager(filepath.Join(p.cfg.StateDir, networkDir), p.log))
 	if err != nil {
 		return nil, err
 	}
@@ -45,9 +41,6 @@ func (p *Provider) openNetwork() (*netns.Manager, error) {
 	}
 	return m, nil
 }
-
-// registrar is the netns.Registrar of n, or nil without n.Egress.
-func (n NetworkConfig) registrar() netns.Registrar { return hostnet.Registrar(n.Egress, n.Credentials) }
 
 // alive says whether the sandbox id exists and its daemon lives.
 func (p *Provider) alive(id string) bool {

@@ -84,7 +84,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, images: images, held: map[string]*os.File{}}
-	if cfg.Network.enabled() {
+	if cfg.Network.Enabled() {
 		if p.net, err = p.openNetwork(); err != nil {
 			images.Close()
 			return nil, fmt.Errorf("linux provider: %w", err)
