@@ -271,7 +271,7 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec, res p
 	if err := p.writeRecord(rec); err != nil {
 		return nil, err
 	}
-	c := claimMsg(env(spec.Env), spec.Dir, rec.ExpiresAt, rec.Lease, p.cfg.Limits.userProcesses(res.Pids))
+	c := claimMsg(p.cfg.Network.TrustEnv(env(spec.Env), spec.Env), spec.Dir, rec.ExpiresAt, rec.Lease, p.cfg.Limits.userProcesses(res.Pids))
 	if err := w.claim(ctx, c); err != nil {
 		os.Remove(p.recordPath(rec.ID))
 		return nil, err

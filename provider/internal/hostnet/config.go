@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/internal/cabundle"
 	"github.com/berth-dev/berth/provider/internal/egress"
 	"github.com/berth-dev/berth/provider/internal/netns"
 )
@@ -69,6 +70,29 @@ func (n NetworkConfig) Enabled() bool { return n.ProxyAddr.IsValid() }
 
 // Trusted says whether sandboxes are to trust the proxy's authority.
 func (n NetworkConfig) Trusted() bool { return n.Enabled() && len(n.ProxyCA) > 0 }
+
+// TrustEnv adds cabundle.Env to env, a sandbox's environment, when
+// sandboxes trust the proxy's authority, but for the variables spec
+// (the sandbox's own) sets, and returns env. Every sandbox of a
+// network gets them, not only those of NetworkAllow when they start:
+// UpdateNetwork may allow hosts later, and the environment is set once,
+// at the claim. Trusting the authority lets a sandbox reach nothing it
+// could not; only the host's proxy holds its key.
+func (n NetworkConfig) TrustEnv(env, spec map[string]string) map[string]string {
+	if n.Trusted() {
+		cabundle.SetEnv(env, spec)
+	}
+	return env
+}
+
+// TrustCA is the authority a provider's daemons are to install in
+// cabundle.Dir: ProxyCA when sandboxes trust it, else "".
+func (n NetworkConfig) TrustCA() string {
+	if !n.Trusted() {
+		return ""
+	}
+	return string(n.ProxyCA)
+}
 
 // Manager is the configuration of the netns.Manager of n, recording
 // its sandboxes' slots in stateDir.
