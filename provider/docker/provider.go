@@ -142,7 +142,8 @@ func (p *Provider) Report() string {
 // NetworkAllow only with it.
 func (p *Provider) Capabilities() provider.Capabilities {
 	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true,
-		Network: true, NetworkAllow: p.net != nil, Image: true}
+		Network: true, NetworkAllow: p.net != nil, Image: true,
+		NetworkCredentials: p.net != nil && p.cfg.Network.Credentials != nil}
 }
 
 // Create implements provider.Provider.
