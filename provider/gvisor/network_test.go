@@ -5,11 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/hostnet/hostnettest"
 	"github.com/berth-dev/berth/provider/internal/netns"
@@ -29,10 +25,7 @@ var netHarness = hostnettest.Harness{
 	},
 	Kill: func(t *testing.T, _ hostnettest.Provider, sb provider.Sandbox) {
 		s := sb.(*sandbox)
-		if err := unix.Kill(s.rec.PID, unix.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		testkit.Eventually(t, "sandbox process gone", 10*time.Second, func() bool { return !s.rec.alive() })
+		hostnettest.KillProcess(t, s.rec.PID, s.rec.alive)
 	},
 	Residue: func(t *testing.T, hp hostnettest.Provider) int {
 		p := hp.(netProvider)

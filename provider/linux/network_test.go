@@ -3,11 +3,7 @@ package linux
 import (
 	"os"
 	"testing"
-	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/egresstest"
 	"github.com/berth-dev/berth/provider/internal/hostnet/hostnettest"
@@ -44,10 +40,7 @@ var netHarness = hostnettest.Harness{
 	},
 	Kill: func(t *testing.T, _ hostnettest.Provider, sb provider.Sandbox) {
 		s := sb.(*sandbox)
-		if err := unix.Kill(s.rec.PID, unix.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		testkit.Eventually(t, "daemon gone", 5*time.Second, func() bool { return !s.rec.alive() })
+		hostnettest.KillProcess(t, s.rec.PID, s.rec.alive)
 	},
 	AttachLater: true,
 }

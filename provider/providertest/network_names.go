@@ -184,10 +184,16 @@ func (s *suite) probeConfig() string {
 		}
 	}
 	b, _ := json.Marshal(map[string]any{
-		"ca": string(n.HostCA), "allowed": n.AllowedName, "unlisted": n.UnlistedName,
-		"allowed_addr": n.Allowed.Addr().String(), "unlisted_addr": n.Unlisted.Addr().String(),
+		"ca":             string(n.HostCA),
+		"allowed":        n.AllowedName,
+		"unlisted":       n.UnlistedName,
+		"allowed_addr":   n.Allowed.Addr().String(),
+		"unlisted_addr":  n.Unlisted.Addr().String(),
 		"forbidden_addr": forbidden.Addr().String(),
-		"http": n.Allowed.Port(), "tls": n.TLSPort, "udp": n.UDPPort, "other": n.OtherPort,
+		"http":           n.Allowed.Port(),
+		"tls":            n.TLSPort,
+		"udp":            n.UDPPort,
+		"other":          n.OtherPort,
 	})
 	return string(b)
 }
@@ -227,7 +233,9 @@ func refusal(line string) bool {
 
 // answered says whether a probe's line is an answer that names name
 // (every test host's body is its name).
-func answered(line, name string) bool { return strings.HasPrefix(line, "ok") && strings.Contains(line, name) }
+func answered(line, name string) bool {
+	return strings.HasPrefix(line, "ok") && strings.Contains(line, name)
+}
 
 // hostsSkip is networkSkip for the name-based cases, which need the
 // names and the test hosts' CA too.

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -708,6 +709,17 @@ for h in sorted(found):
     print(h.decode())
 print("files", n)
 `
+
+// KillProcess is a Harness.Kill for providers whose sandbox is one
+// host process (linux's daemon, gVisor's sandbox process): it kills pid
+// and waits until alive says it is gone.
+func KillProcess(t *testing.T, pid int, alive func() bool) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "sandbox process gone", 10*time.Second, func() bool { return !alive() })
+}
 
 // RandHex is 32 random hex digits: a secret's shape, which the
 // sandboxes look for.
