@@ -49,3 +49,7 @@ var netHarness = hostnettest.Harness{
 // providertest's Network group (the attack cases among it) and the host
 // side's own.
 func TestHostNetwork(t *testing.T) { hostnettest.Run(t, netHarness) }
+
+// BenchmarkCreateNetwork measures what a network adds to a cold
+// creation (hostnettest.BenchmarkCreate).
+func BenchmarkCreateNetwork(b *testing.B) { hostnettest.BenchmarkCreate(b, netHarness, nil) }

@@ -205,6 +205,11 @@ func testConformance(t *testing.T, h Harness) {
 	if err := tp.Contained(netns.DefaultPool); err != nil {
 		t.Fatal(err)
 	}
+	// The name-based cases were refused by the proxy, as it decides,
+	// and not only by the kernel's rules.
+	if s := e.Proxy.Stats(); s.Refused[egress.ReasonAddrForbidden] == 0 || s.Refused[egress.ReasonHostNotAllowed] == 0 {
+		t.Errorf("proxy refusals = %v, want forbidden addresses and hosts not allowed", s.Refused)
+	}
 	e.noSecret(t, secret)
 }
 
@@ -409,6 +414,23 @@ func testUpdate(t *testing.T, h Harness) {
 	if err := u.UpdateNetwork(t.Context(), provider.Network{Mode: provider.NetworkAllow}); !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("UpdateNetwork with an allow list of nothing: %v, want bad input", err)
 	}
+	// Given back: attached again, or refused and left as it was.
+	err := u.UpdateNetwork(t.Context(), policy)
+	switch {
+	case h.AttachLater && err != nil:
+		t.Errorf("UpdateNetwork giving back a network: %v", err)
+	case h.AttachLater:
+		if out := sandboxtest.Sh(t, sb, reachProbe); !strings.Contains(out, "reached") || strings.Contains(out, "unreached") {
+			t.Errorf("a sandbox given back its network: %q", out)
+		}
+		if err := u.UpdateNetwork(t.Context(), provider.Network{}); err != nil {
+			t.Fatal(err)
+		}
+	case !errors.Is(err, errdefs.ErrUnsupported):
+		t.Errorf("UpdateNetwork giving back a network: %v, want unsupported", err)
+	}
+	e.left(t, "net-update")
+	sandboxtest.Sh(t, sb, "true")
 
 	sandboxtest.Create(t, e.P, provider.Spec{ID: "fill"}) // the warm pool fills from a creation
 	later := sandboxtest.Create(t, e.P, provider.Spec{ID: "net-later"})
@@ -416,7 +438,7 @@ func testUpdate(t *testing.T, h Harness) {
 	if out := sandboxtest.Sh(t, later, reachProbe); !strings.Contains(out, "unreached") {
 		t.Fatalf("a sandbox without a network: %q", out)
 	}
-	err := lu.UpdateNetwork(t.Context(), policy)
+	err = lu.UpdateNetwork(t.Context(), policy)
 	if !h.AttachLater {
 		if !errors.Is(err, errdefs.ErrUnsupported) {
 			t.Errorf("UpdateNetwork giving a network to a sandbox started without: %v, want unsupported", err)
