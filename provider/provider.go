@@ -222,6 +222,11 @@ type Capabilities struct {
 	// provider enforces NetworkAllow's rules (see Network).
 	Network      bool `json:"network"`
 	NetworkAllow bool `json:"network_allow,omitempty"`
+	// NetworkCredentials: the provider's host adds credentials it holds
+	// to sandboxes' requests to the hosts they name (over HTTPS too,
+	// its sandboxes trusting the proxy's authority), and no sandbox
+	// sees one.
+	NetworkCredentials bool `json:"network_credentials,omitempty"`
 	// RootFS: Spec.RootFS is honoured; Image: Spec.Image is.
 	RootFS bool `json:"rootfs"`
 	Image  bool `json:"image"`

@@ -204,7 +204,8 @@ func capabilities(c *provider.Capabilities) string {
 		name string
 	}{
 		{c.Pause, "pause"}, {c.Hibernate, "hibernate"}, {c.CPU, "cpu"}, {c.Memory, "memory"}, {c.Pids, "pids"}, {c.Disk, "disk"},
-		{c.Network, "network"}, {c.NetworkAllow, "network-allow"}, {c.RootFS, "rootfs"}, {c.Image, "image"}, {c.HostBound, "host-bound"},
+		{c.Network, "network"}, {c.NetworkAllow, "network-allow"},
+		{c.NetworkCredentials, "network-credentials"}, {c.RootFS, "rootfs"}, {c.Image, "image"}, {c.HostBound, "host-bound"},
 	} {
 		if f.on {
 			has = append(has, f.name)

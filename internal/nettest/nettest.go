@@ -1,7 +1,7 @@
 // Package nettest builds a small network of namespaces for tests of
 // sandboxes' networks: an uplink namespace with no way off the machine,
 // and test hosts behind it (a package index, an attacker's host, a
-// cloud metadata service, a private-range host), each serving HTTP, TLS
+// git server, a cloud metadata service, a private-range host), each serving HTTP, TLS
 // with a test CA, and UDP, and recording what reaches it; a DNS server
 // that can be told to rebind a name; and, in the uplink itself, an
 // address standing for the host's own.
@@ -41,6 +41,7 @@ var (
 	HostAddr     = netip.MustParseAddr("198.51.100.1") // the uplink's own: "the host"
 	PyPIAddr     = netip.MustParseAddr("203.0.113.10")
 	EvilAddr     = netip.MustParseAddr("203.0.113.66")
+	GitAddr      = netip.MustParseAddr("203.0.113.20") // a host a credential is for
 	MetadataAddr = netip.MustParseAddr("169.254.169.254")
 	PrivateAddr  = netip.MustParseAddr("10.200.0.5")
 	DNSAddr      = netip.MustParseAddr("203.0.113.53")
@@ -51,6 +52,9 @@ const (
 	HTTPPort = 80
 	TLSPort  = 443
 	UDPPort  = 9999 // answers each datagram with the host's name
+	// OtherPort serves HTTP as HTTPPort does: a port an allow list does
+	// not name, whose hits say whether a sandbox got through to it.
+	OtherPort = 8080
 )
 
 // Topology is the network New made.
@@ -59,7 +63,7 @@ type Topology struct {
 	Uplink   string
 	UplinkNS netns.NsHandle
 	// Hosts are the test hosts by name: "pypi.org", "evil.example",
-	// "metadata", "private".
+	// "git.example", "metadata", "private".
 	Hosts map[string]*Host
 	DNS   *DNS
 	// CA signed every test host's certificate.
@@ -115,7 +119,7 @@ func New(t testing.TB) *Topology {
 	for _, h := range []struct {
 		name string
 		addr netip.Addr
-	}{{"pypi.org", PyPIAddr}, {"evil.example", EvilAddr}, {"metadata", MetadataAddr}, {"private", PrivateAddr}} {
+	}{{"pypi.org", PyPIAddr}, {"evil.example", EvilAddr}, {"git.example", GitAddr}, {"metadata", MetadataAddr}, {"private", PrivateAddr}} {
 		host := tp.addHost(h.name, h.addr)
 		tp.serve(host, leafCert(t, ca, caKey, h.name, h.addr))
 		tp.Hosts[h.name] = host

@@ -42,7 +42,7 @@ func (tp *Topology) serve(h *Host, cert tls.Certificate) {
 		}
 		fmt.Fprintf(w, "%s\n", h.Name)
 	})
-	for _, port := range []int{HTTPPort, TLSPort} {
+	for _, port := range []int{HTTPPort, TLSPort, OtherPort} {
 		ln, err := Listen(h.NS, "tcp4", netip.AddrPortFrom(h.Addr, uint16(port)).String())
 		must(t, "listen on "+h.Name, err)
 		ln = &hitListener{Listener: ln, host: h, port: port}
@@ -159,7 +159,7 @@ func (d *DNS) Addr() string { return netip.AddrPortFrom(d.Host.Addr, 53).String(
 func (tp *Topology) startDNS(h *Host) *DNS {
 	t := tp.t
 	d := &DNS{Host: h, a: map[string]netip.Addr{
-		"pypi.org.": PyPIAddr, "evil.example.": EvilAddr,
+		"pypi.org.": PyPIAddr, "evil.example.": EvilAddr, "git.example.": GitAddr,
 	}}
 	pc, err := ListenPacket(h.NS, "udp4", d.Addr())
 	must(t, "listen for DNS", err)

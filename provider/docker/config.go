@@ -15,9 +15,7 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/provider/internal/egress"
 	"github.com/berth-dev/berth/provider/internal/hostnet"
-	"github.com/berth-dev/berth/provider/internal/netns"
 	"github.com/berth-dev/berth/provider/internal/settings"
 )
 
@@ -90,55 +88,9 @@ type Config struct {
 	hostWait   time.Duration
 }
 
-// NetworkConfig is the host side of sandboxes' networks (see package
-// netns and docs/network.md): a sandbox whose spec asks for a network
-// gets, in its container's network namespace (Docker's "none"), a veth
-// into Uplink, an address from Pool, and nftables rules in Uplink that
-// send its TCP to names through the egress proxy at ProxyAddr and drop
-// what its policy does not allow. A sandbox of NetworkNone gets none of
-// it.
-type NetworkConfig struct {
-	// ProxyAddr is the egress proxy's address and port in Uplink; zero
-	// turns the policed networks off.
-	ProxyAddr netip.AddrPort
-	// Uplink is the path of the network namespace the host ends live
-	// in. Zero means the host's own.
-	Uplink string
-	// Pool is the sandboxes' addresses, cut in /30s. Zero means
-	// netns.DefaultPool, 100.96.0.0/16. Two providers (of different
-	// state directories) on one Uplink need a Pool and a DNSAddr each:
-	// each knows only its own sandboxes.
-	Pool netip.Prefix
-	// DNSAddr is where the DNS stub that answers sandboxes listens, in
-	// Uplink. Zero means ProxyAddr's address, port 53.
-	DNSAddr netip.AddrPort
-	// MaxConns bounds a sandbox's connections at once, ConnRate and
-	// ConnBurst its new connections a second. Zero means 256, 64 and
-	// 256.
-	MaxConns, ConnRate, ConnBurst uint32
-	// Resolver answers NetworkOpen sandboxes' names on the host. Nil
-	// means net.DefaultResolver.
-	Resolver netns.Resolver
-	// Egress is the proxy listening at ProxyAddr (an egress proxy
-	// serving there), told of each NetworkAllow sandbox's address and
-	// policy. Nil: it learns of them some other way (or refuses every
-	// connection, knowing no sandbox).
-	Egress Egress
-	// Credentials says which credentials the proxy adds to a sandbox's
-	// requests (see docs/network.md, "Secrets"). Nil: none.
-	Credentials func(sandboxID string, policy provider.Network) []Credential
-}
-
-// Egress is the egress proxy's registration, as its *egress.Proxy
-// offers it.
-type Egress = hostnet.Egress
-
-// Credential is a header the egress proxy adds to a sandbox's requests
-// to a host; the sandbox never holds it.
-type Credential = egress.Credential
-
-// enabled says whether sandboxes' networks are policed.
-func (n NetworkConfig) enabled() bool { return n.ProxyAddr.IsValid() }
+// NetworkConfig is the host side of sandboxes' networks, which the
+// linux, docker and gvisor providers share (see hostnet.NetworkConfig).
+type NetworkConfig = hostnet.NetworkConfig
 
 // Limits bound what one sandbox may take of the kernel's counters that
 // are kept per user or per process rather than per cgroup.

@@ -27,13 +27,17 @@ const (
 
 var _ provider.NetworkUpdater = (*sandbox)(nil)
 
+// Egress is the egress proxy's registration, as *egress.Proxy offers it.
+type Egress = hostnet.Egress
+
+// Credential is a header the egress proxy adds to a sandbox's requests
+// to a host: the sandbox uses the secret and never holds it.
+type Credential = hostnet.Credential
+
 // openNetwork opens the network manager and sweeps what sandboxes that
 // are gone left of their networks.
 func (p *Provider) openNetwork(ctx context.Context) (*netns.Manager, error) {
-	n := p.cfg.Network
-	m, err := netns.New(netns.Config{Uplink: n.Uplink, Pool: n.Pool, ProxyAddr: n.ProxyAddr, DNSAddr: n.DNSAddr,
-		StateDir: filepath.Join(p.cfg.StateDir, networkDir), MaxConns: n.MaxConns, ConnRate: n.ConnRate,
-		ConnBurst: n.ConnBurst, Resolver: n.Resolver, Proxy: hostnet.Registrar(n.Egress, n.Credentials), Logger: p.log})
+	m, err := netns.New(p.cfg.Network.Manager(filepath.Join(p.cfg.StateDir, networkDir), p.log))
 	if err != nil {
 		return nil, err
 	}

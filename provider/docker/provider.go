@@ -94,7 +94,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("docker provider: %w", err)
 	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, docker: cli}
-	if cfg.Network.enabled() {
+	if cfg.Network.Enabled() {
 		if _, err := p.openNetwork(ctx); err != nil {
 			cli.Close()
 			return nil, fmt.Errorf("docker provider: %w", err)
@@ -142,7 +142,8 @@ func (p *Provider) Report() string {
 // NetworkAllow only with it.
 func (p *Provider) Capabilities() provider.Capabilities {
 	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true,
-		Network: true, NetworkAllow: p.net != nil, Image: true}
+		Network: true, NetworkAllow: p.net != nil, Image: true,
+		NetworkCredentials: p.net != nil && p.cfg.Network.Credentials != nil}
 }
 
 // Create implements provider.Provider.
@@ -271,7 +272,7 @@ func (p *Provider) claim(ctx context.Context, w *warm, spec provider.Spec, res p
 	if err := p.writeRecord(rec); err != nil {
 		return nil, err
 	}
-	c := claimMsg(env(spec.Env), spec.Dir, rec.ExpiresAt, rec.Lease, p.cfg.Limits.userProcesses(res.Pids))
+	c := claimMsg(p.cfg.Network.TrustEnv(env(spec.Env), spec.Env), spec.Dir, rec.ExpiresAt, rec.Lease, p.cfg.Limits.userProcesses(res.Pids))
 	if err := w.claim(ctx, c); err != nil {
 		os.Remove(p.recordPath(rec.ID))
 		return nil, err

@@ -28,6 +28,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/docker/dockerinit"
+	"github.com/berth-dev/berth/provider/internal/cabundle"
 	"github.com/berth-dev/berth/provider/internal/hostsock"
 	"github.com/berth-dev/berth/provider/internal/warmclaim"
 	"github.com/berth-dev/berth/sandboxd"
@@ -287,7 +288,7 @@ func (p *Provider) containerConfig(image string, uid int) *container.Config {
 		User:        "0:0",
 		WorkingDir:  "/",
 		Hostname:    "sandbox",
-		Env:         []string{dockerinit.ConfigEnv + "=" + encode(dockerinit.Config{UID: uid, GID: uid})},
+		Env:         []string{dockerinit.ConfigEnv + "=" + encode(dockerinit.Config{UID: uid, GID: uid, ProxyCA: p.trustCA()})},
 		Labels: map[string]string{
 			LabelProvider: Name,
 			LabelStateDir: p.cfg.StateDir,
@@ -295,6 +296,15 @@ func (p *Provider) containerConfig(image string, uid int) *container.Config {
 			LabelOwner:    strconv.Itoa(os.Getpid()),
 		},
 	}
+}
+
+// trustCA is the proxy's authority that containers' daemons install
+// (dockerinit.Config.ProxyCA), "" for none.
+func (p *Provider) trustCA() string {
+	if p.net == nil {
+		return ""
+	}
+	return p.cfg.Network.TrustCA()
 }
 
 // hostConfig is a container's: of network mode none (policed networks
@@ -324,6 +334,12 @@ func (p *Provider) hostConfig(dir string, res provider.Resources, bridged bool) 
 		// resolvers.
 		mounts = append(mounts, bind(filepath.Join(dir, resolvConf), "/etc/resolv.conf", true))
 	}
+	tmpfs := map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", tmp)}
+	if ca := p.trustCA(); ca != "" {
+		// The daemon writes the bundles there as it starts (see
+		// cabundle.Install); of the image's own /berth, nothing shows.
+		tmpfs[cabundle.Dir] = fmt.Sprintf("rw,noexec,nosuid,nodev,size=%d,mode=0755", cabundle.Size(nil, ca)+cabundle.MaxSystemBundle)
+	}
 	pids := res.Pids
 	return &container.HostConfig{
 		NetworkMode:    netMode,
@@ -337,7 +353,7 @@ func (p *Provider) hostConfig(dir string, res provider.Resources, bridged bool) 
 		// CAP_SYS_RESOURCE where the engine runs, which some hosts
 		// lack), and gives its commands 1000: the out-of-memory killer
 		// picks any command before it.
-		Tmpfs:     map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", tmp)},
+		Tmpfs:     tmpfs,
 		ShmSize:   tmp,
 		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
 		Mounts:    mounts,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/gvisor/gvisorinit"
+	"github.com/berth-dev/berth/provider/internal/cabundle"
 	"github.com/berth-dev/berth/provider/internal/sandboxspec"
 )
 
@@ -86,6 +87,9 @@ type bundleSpec struct {
 	// netns is the network namespace the sandbox joins, "" for a new
 	// one; resolvConf, if not "", is its /etc/resolv.conf.
 	netns, resolvConf string
+	// proxyCA, if not "", is the egress proxy's authority, which the
+	// daemon installs on a tmpfs at cabundle.Dir.
+	proxyCA string
 }
 
 // writeBundle makes the container's directory: its root of mount points
@@ -116,7 +120,7 @@ func writeBundle(b bundleSpec) error {
 		}
 		names = nil
 		for _, e := range entries {
-			if !reserved[e.Name()] {
+			if !reserved[e.Name()] && (b.proxyCA == "" || "/"+e.Name() != cabundle.Dir) {
 				names = append(names, e.Name())
 			}
 		}
@@ -137,6 +141,15 @@ func writeBundle(b bundleSpec) error {
 	}
 	if err := os.WriteFile(filepath.Join(root, gvisorinit.DaemonPath), nil, 0o755); err != nil {
 		return err
+	}
+	if b.proxyCA != "" {
+		// The daemon writes the bundles there as it starts, then makes
+		// it read-only (see cabundle.Install).
+		if err := os.Mkdir(filepath.Join(root, cabundle.Dir), 0o755); err != nil && !os.IsExist(err) {
+			return err
+		}
+		mounts = append(mounts, specs.Mount{Destination: cabundle.Dir, Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "nodev", "noexec", "mode=755", "size=" + strconv.Itoa(cabundle.Size(nil, b.proxyCA)+cabundle.MaxSystemBundle)}})
 	}
 	// The sandbox's own passwd, hosts..., over the host's; its own
 	// resolv.conf over the host's or the image's.
@@ -176,7 +189,7 @@ func writeBundle(b bundleSpec) error {
 
 	memory := hostMemory(b.resources.Memory)
 	cfg, err := json.Marshal(gvisorinit.Config{UID: sandboxUID, GID: sandboxGID, Memory: b.resources.Memory,
-		HostMemory: memory, HostStat: b.hostStat})
+		HostMemory: memory, HostStat: b.hostStat, ProxyCA: b.proxyCA})
 	if err != nil {
 		return err
 	}

@@ -105,6 +105,7 @@ func (p *Provider) startContainer(ctx context.Context, rootfs string, res provid
 		openFiles: p.cfg.OpenFiles, cgroup: cgroupPath(cid), hostStat: stat != nil}
 	if p.net != nil {
 		b.resolvConf = p.net.ResolvConf()
+		b.proxyCA = p.cfg.Network.TrustCA()
 	}
 	if plan != nil {
 		ns, aerr := p.attachNew(ctx, plan)
@@ -174,7 +175,7 @@ func (p *Provider) newClient(cid string) *sandboxd.Client {
 // tells the daemon, then records the sandbox.
 func (p *Provider) claim(ctx context.Context, c *container, spec provider.Spec, res provider.Resources) (*record, error) {
 	rec := &record{Base: records.NewBase(spec, res), Container: c.id, PID: c.pid, PIDStart: c.pidStart}
-	msg := warmclaim.Claim{Env: env(spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt, Lease: rec.Lease,
+	msg := warmclaim.Claim{Env: p.cfg.Network.TrustEnv(env(spec.Env), spec.Env), Dir: spec.Dir, ExpiresAt: rec.ExpiresAt, Lease: rec.Lease,
 		UserProcesses: userProcesses(res.Pids)}
 	if err := p.sendClaim(ctx, c.id, msg); err != nil {
 		return nil, fmt.Errorf("claim daemon: %w%s", err, logTail(c.dir))

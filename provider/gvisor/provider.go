@@ -68,7 +68,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("gvisor provider: %w", err)
 	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, images: images}
-	if cfg.Network.enabled() {
+	if cfg.Network.Enabled() {
 		if err := p.openNetwork(); err != nil {
 			images.Close()
 			return nil, fmt.Errorf("gvisor provider: %w", err)
@@ -98,7 +98,8 @@ func (p *Provider) Name() string { return Name }
 // Capabilities implements provider.Provider.
 func (p *Provider) Capabilities() provider.Capabilities {
 	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true, RootFS: true, Image: true,
-		Network: p.net != nil, NetworkAllow: p.net != nil}
+		Network: p.net != nil, NetworkAllow: p.net != nil,
+		NetworkCredentials: p.net != nil && p.cfg.Network.Credentials != nil}
 }
 
 // Create implements provider.Provider.

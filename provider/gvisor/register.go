@@ -35,7 +35,6 @@ func (c *Config) openHostNet(ctx context.Context) error {
 		return err
 	}
 	c.hostNet = h
-	c.Network = NetworkConfig{ProxyAddr: h.ProxyAddr, Uplink: h.Uplink, Pool: h.Pool, DNSAddr: h.DNSAddr,
-		Resolver: h.Resolver, Egress: h.Proxy, Credentials: h.Credentials}
+	c.Network = h.Network()
 	return nil
 }

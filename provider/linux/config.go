@@ -2,7 +2,6 @@ package linux
 
 import (
 	"log/slog"
-	"net/netip"
 	"path/filepath"
 
 	"github.com/berth-dev/berth/provider"
@@ -70,53 +69,9 @@ type Config struct {
 	hostNet     *hostnet.Host
 }
 
-// NetworkConfig is the host side of sandboxes' networks (see package
-// netns and docs/network.md): a sandbox whose spec asks for a network
-// gets a veth into Uplink, an address from Pool, and nftables rules in
-// Uplink that send its TCP to names through the egress proxy at
-// ProxyAddr and drop what its policy does not allow. A sandbox of
-// NetworkNone gets none of it.
-type NetworkConfig struct {
-	// ProxyAddr is the egress proxy's address and port in Uplink; zero
-	// turns networks off.
-	ProxyAddr netip.AddrPort
-	// Uplink is the path of the network namespace the host ends live
-	// in. Zero means the host's own.
-	Uplink string
-	// Pool is the sandboxes' addresses, cut in /30s. Zero means
-	// netns.DefaultPool, 100.96.0.0/16.
-	Pool netip.Prefix
-	// DNSAddr is where the DNS stub that answers sandboxes listens, in
-	// Uplink. Zero means ProxyAddr's address, port 53.
-	DNSAddr netip.AddrPort
-	// MaxConns bounds a sandbox's connections at once, ConnRate and
-	// ConnBurst its new connections a second. Zero means 256, 64 and
-	// 256.
-	MaxConns, ConnRate, ConnBurst uint32
-	// Resolver answers NetworkOpen sandboxes' names on the host. Nil
-	// means net.DefaultResolver.
-	Resolver netns.Resolver
-	// Egress is the proxy listening at ProxyAddr (an *egress.Proxy
-	// serving there with Serve), told of each NetworkAllow sandbox's
-	// address and policy. Nil: it learns of them some other way (or
-	// refuses every connection, knowing no sandbox).
-	Egress Egress
-	// Credentials says which credentials the proxy adds to a sandbox's
-	// requests (see network.go and docs/network.md, "Secrets"). Nil:
-	// none.
-	Credentials func(sandboxID string, policy provider.Network) []Credential
-	// ProxyCA is the egress proxy's authority (PEM, egress's
-	// CACertPEM), given to sandboxes to trust when Credentials gives
-	// any: the proxy terminates HTTPS to the hosts a credential names
-	// with certificates of it. Every sandbox of a network finds the
-	// system bundle and it in linuxinit.CABundle, and the usual
-	// variables name it (see caEnv). Nil: sandboxes trust their system
-	// bundle alone, and credentials apply to plain HTTP only.
-	ProxyCA []byte
-}
-
-// enabled says whether sandboxes can have networks.
-func (n NetworkConfig) enabled() bool { return n.ProxyAddr.IsValid() }
+// NetworkConfig is the host side of sandboxes' networks, which the
+// linux, docker and gvisor providers share (see hostnet.NetworkConfig).
+type NetworkConfig = hostnet.NetworkConfig
 
 // KernelLimits bound a sandbox's share of kernel resources counted per
 // user rather than per cgroup, and of its own memory. What a sandbox's

@@ -8,10 +8,8 @@ import (
 
 	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/provider"
-	"github.com/berth-dev/berth/provider/internal/egress"
 	"github.com/berth-dev/berth/provider/internal/hostnet"
 	"github.com/berth-dev/berth/provider/internal/netns"
-	"github.com/berth-dev/berth/provider/linux/linuxinit"
 )
 
 // networkDir, in the state directory, records the sandboxes' network
@@ -27,16 +25,13 @@ type Egress = hostnet.Egress
 // to a host: the sandbox uses the secret and never holds it. The host
 // configures credentials (NetworkConfig.Credentials); no spec, and so
 // no workflow history, carries one.
-type Credential = egress.Credential
+type Credential = hostnet.Credential
 
 // openNetwork opens the network manager and sweeps what sandboxes that
 // are gone left of their networks: a process that crashed before
 // destroying them.
 func (p *Provider) openNetwork() (*netns.Manager, error) {
-	n := p.cfg.Network
-	m, err := netns.New(netns.Config{Uplink: n.Uplink, Pool: n.Pool, ProxyAddr: n.ProxyAddr, DNSAddr: n.DNSAddr,
-		StateDir: filepath.Join(p.cfg.StateDir, networkDir), MaxConns: n.MaxConns, ConnRate: n.ConnRate,
-		ConnBurst: n.ConnBurst, Resolver: n.Resolver, Proxy: n.registrar(), Logger: p.log})
+	m, err := netns.New(p.cfg.Network.Manager(filepath.Join(p.cfg.StateDir, networkDir), p.log))
 	if err != nil {
 		return nil, err
 	}
@@ -45,9 +40,6 @@ func (p *Provider) openNetwork() (*netns.Manager, error) {
 	}
 	return m, nil
 }
-
-// registrar is the netns.Registrar of n, or nil without n.Egress.
-func (n NetworkConfig) registrar() netns.Registrar { return hostnet.Registrar(n.Egress, n.Credentials) }
 
 // alive says whether the sandbox id exists and its daemon lives.
 func (p *Provider) alive(id string) bool {
@@ -106,35 +98,9 @@ func (s *sandbox) UpdateNetwork(ctx context.Context, n provider.Network) error {
 	}
 }
 
-// caEnv are the variables that point the usual TLS clients at the
-// bundles of linuxinit.TrustDir: OpenSSL and Python's ssl
-// (SSL_CERT_FILE), requests, pip, curl, git, and Node, which adds its
-// file to its own roots.
-var caEnv = map[string]string{
-	"SSL_CERT_FILE":       linuxinit.CABundle,
-	"REQUESTS_CA_BUNDLE":  linuxinit.CABundle,
-	"PIP_CERT":            linuxinit.CABundle,
-	"CURL_CA_BUNDLE":      linuxinit.CABundle,
-	"GIT_SSL_CAINFO":      linuxinit.CABundle,
-	"NODE_EXTRA_CA_CERTS": linuxinit.ProxyCA,
-}
-
 // sandboxEnv is a sandbox's environment: spec's over the defaults, and
-// caEnv under spec's when the sandboxes trust the proxy's authority.
-// Every sandbox of a network gets them, not only those of NetworkAllow
-// when they start: UpdateNetwork may allow hosts later, and the
-// environment is set once, at the claim. Trusting the authority lets a
-// sandbox reach nothing it could not; only the host's proxy holds its
-// key.
+// cabundle.Env under spec's when the sandboxes trust the proxy's
+// authority (NetworkConfig.TrustEnv).
 func (p *Provider) sandboxEnv(spec map[string]string) map[string]string {
-	e := env(spec)
-	if p.net == nil || len(p.cfg.Network.ProxyCA) == 0 {
-		return e
-	}
-	for k, v := range caEnv {
-		if _, ok := spec[k]; !ok {
-			e[k] = v
-		}
-	}
-	return e
+	return p.cfg.Network.TrustEnv(env(spec), spec)
 }

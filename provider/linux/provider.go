@@ -84,7 +84,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("linux provider: %w", err)
 	}
 	p := &Provider{cfg: cfg, log: cfg.Logger, images: images, held: map[string]*os.File{}}
-	if cfg.Network.enabled() {
+	if cfg.Network.Enabled() {
 		if p.net, err = p.openNetwork(); err != nil {
 			images.Close()
 			return nil, fmt.Errorf("linux provider: %w", err)
@@ -125,7 +125,8 @@ func (p *Provider) Name() string { return Name }
 // Capabilities implements provider.Provider.
 func (p *Provider) Capabilities() provider.Capabilities {
 	return provider.Capabilities{Pause: true, HostBound: true, CPU: true, Memory: true, Pids: true, Disk: true, RootFS: true, Image: true,
-		Network: p.net != nil, NetworkAllow: p.net != nil}
+		Network: p.net != nil, NetworkAllow: p.net != nil,
+		NetworkCredentials: p.net != nil && p.cfg.Network.Credentials != nil}
 }
 
 // Create implements provider.Provider.

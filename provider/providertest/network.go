@@ -3,6 +3,8 @@ package providertest
 import (
 	"fmt"
 	"net/netip"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -34,18 +36,43 @@ type NetworkTargets struct {
 	// Reached, if set, says whether anything of a sandbox reached addr,
 	// as the test's servers saw it.
 	Reached func(addr netip.Addr) bool
+
+	// For the name-based cases (see network_names.go): AllowedName and
+	// UnlistedName resolve, on the provider's host, to Allowed's and
+	// Unlisted's addresses, and every host serves TLS on TLSPort with a
+	// certificate of HostCA (PEM) for its name, and HTTP on OtherPort,
+	// a port no allow list of the cases names.
+	HostCA    []byte
+	TLSPort   uint16
+	OtherPort uint16
+	// Hits, if set, counts the connections the host of name took on
+	// port.
+	Hits func(name string, port uint16) int
+	// Requests, if set, are the HTTP requests the host of name served.
+	Requests func(name string) []HostRequest
+	// Rebind, if set, makes name resolve on the provider's host to addr
+	// until restore is called.
+	Rebind func(name string, addr netip.Addr) (restore func())
+	// MaxProxyConns is the egress proxy's bound on one sandbox's
+	// connections, as the harness set it (small, so the case is quick).
+	MaxProxyConns int
+	// Credential, if set, is the credential the provider's host holds
+	// (see NetworkCredential).
+	Credential *NetworkCredential
 }
 
 func networkTests() []test {
-	return []test{
+	tests := []test{
 		// Serial, and in this order: Reached counts what reached a host
 		// from any sandbox, and UpdateLive reaches a forbidden one.
 		{name: "AllowCIDR", serial: true, fn: testAllowCIDR},
 		{name: "AllowForbidden", serial: true, fn: testAllowForbidden},
 		{name: "NoneReachesNothing", serial: true, fn: testNoneReachesNothing},
 		{name: "OpenForbidden", serial: true, fn: testOpenForbidden},
-		{name: "UpdateLive", serial: true, fn: testNetworkUpdate},
 	}
+	tests = append(tests, nameTests()...)
+	// Last: it reaches a forbidden host.
+	return append(tests, test{name: "UpdateLive", serial: true, fn: testNetworkUpdate})
 }
 
 // RunNetwork runs the Network group alone.
@@ -244,4 +271,15 @@ func testNetworkUpdate(t *testing.T, s *suite) {
 	if err := u.UpdateNetwork(timeout(t, opTimeout), provider.Network{Mode: "bogus"}); err == nil {
 		t.Error("UpdateNetwork took a policy of an unknown mode")
 	}
+}
+
+// hexRun is what the credential case looks for in a sandbox: a
+// credential's secret part.
+var hexRun = regexp.MustCompile(`[0-9a-f]{32}`)
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(strings.TrimSpace(s))
+	return n
 }

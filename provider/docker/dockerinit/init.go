@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/berth-dev/berth/provider/internal/cabundle"
 	"github.com/berth-dev/berth/provider/internal/warmclaim"
 	"github.com/berth-dev/berth/provider/linux/linuxinit"
 	"github.com/berth-dev/berth/sandboxd"
@@ -48,6 +49,10 @@ type Config struct {
 	// containers share the host's ids.
 	UID int `json:"uid"`
 	GID int `json:"gid"`
+	// ProxyCA, if not empty, is the egress proxy's authority (PEM),
+	// which the daemon installs in cabundle.Dir (a tmpfs the host
+	// mounts there) for the sandbox to trust. It is public.
+	ProxyCA string `json:"proxy_ca,omitempty"`
 }
 
 // Claim is what the host tells a daemon when a sandbox takes it.
@@ -87,6 +92,11 @@ func run() error {
 	ctl, err := warmclaim.Listen(RunDir + "/" + ControlSocket)
 	if err != nil {
 		return err
+	}
+	if cfg.ProxyCA != "" {
+		if err := cabundle.Install(cfg.ProxyCA); err != nil {
+			return fmt.Errorf("%s: %w", cabundle.Dir, err)
+		}
 	}
 	if err := linuxinit.Confine(); err != nil {
 		return fmt.Errorf("confine: %w", err)

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/berth-dev/berth/provider/internal/cabundle"
 	"github.com/berth-dev/berth/provider/internal/warmclaim"
 	"github.com/berth-dev/berth/sandboxd"
 )
@@ -55,6 +56,10 @@ type Config struct {
 	// daemon has its memory.stat open as descriptor HostStatFD.
 	HostMemory int64 `json:"host_memory"`
 	HostStat   bool  `json:"host_stat,omitempty"`
+	// ProxyCA, if not empty, is the egress proxy's authority (PEM),
+	// which the daemon installs in cabundle.Dir (a tmpfs the bundle
+	// mounts there) for the sandbox to trust. It is public.
+	ProxyCA string `json:"proxy_ca,omitempty"`
 }
 
 // Main runs the daemon when this process was started as a gVisor
@@ -86,6 +91,11 @@ func runDaemon() error {
 	}
 	if err := remountNodev(); err != nil {
 		return err
+	}
+	if cfg.ProxyCA != "" {
+		if err := cabundle.Install(cfg.ProxyCA); err != nil {
+			return fmt.Errorf("%s: %w", cabundle.Dir, err)
+		}
 	}
 	ln, err := warmclaim.Listen(RunDir + "/" + SocketName)
 	if err != nil {
