@@ -30,6 +30,9 @@ func init() {
 // network settings ask for (see package hostnet), and sets c.Network
 // to it; the provider's Close stops it.
 func (c *Config) openHostNet(ctx context.Context) error {
+	// The proxy keeps its authority there: sandboxes that trust it
+	// keep trusting it across restarts.
+	c.netSettings.StateDir = c.StateDir
 	h, err := hostnet.Open(ctx, Name, c.netSettings, networkDefaults(), c.Logger)
 	if err != nil || h == nil {
 		return err

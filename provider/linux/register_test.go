@@ -65,6 +65,10 @@ func TestOpenNetworkOn(t *testing.T) {
 	if got := sh(t, sb, `echo "$SSL_CERT_FILE"; cat /berth/proxy-ca.pem`); got != "/berth/ca-bundle.pem\n"+string(ca) {
 		t.Errorf("the sandbox sees %q", got)
 	}
+	// The authority is the state directory's, kept for the next start.
+	if kept, err := os.ReadFile(hostnet.CAPath(pc["state-dir"])); err != nil || !bytes.Contains(kept, ca) {
+		t.Errorf("the state directory's authority (%v) is not the proxy's", err)
+	}
 	var with int
 	for _, r := range tp.Hosts["pypi.org"].Requests() {
 		if r.Header.Get("Authorization") == secret {
