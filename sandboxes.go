@@ -105,7 +105,7 @@ func (o SandboxOptions) input() workflows.SandboxInput {
 		Provider: o.Provider, Image: o.Image, Env: o.Env, Labels: o.Labels,
 		Resources:   provider.Resources{CPU: o.CPU, Memory: o.Memory, Disk: o.Disk, Pids: o.Pids},
 		MaxLifetime: o.Lifetime, IdleTimeout: o.IdleTimeout, HibernateAfter: o.HibernateAfter,
-		Network: o.Network, FromSnapshot: o.FromSnapshot, Checkpoint: o.Checkpoint,
+		Network: o.Network, FromSnapshot: o.FromSnapshot, Checkpoint: o.Checkpoint.wire(),
 	}
 }
 
@@ -114,7 +114,7 @@ func optionsOf(id string, in workflows.SandboxInput) SandboxOptions {
 		ID: id, Provider: in.Provider, Image: in.Image, Env: in.Env, Labels: in.Labels,
 		CPU: in.Resources.CPU, Memory: in.Resources.Memory, Disk: in.Resources.Disk, Pids: in.Resources.Pids,
 		IdleTimeout: in.IdleTimeout, HibernateAfter: in.HibernateAfter, Lifetime: in.MaxLifetime,
-		Network: in.Network, FromSnapshot: in.FromSnapshot, Checkpoint: in.Checkpoint,
+		Network: in.Network, FromSnapshot: in.FromSnapshot, Checkpoint: checkpointPolicyOf(in.Checkpoint),
 	}
 	if in.OwnSnapshot {
 		o.FromSnapshot = "" // a fork's copy of its parent, berth's own
@@ -128,9 +128,27 @@ func optionsOf(id string, in workflows.SandboxInput) SandboxOptions {
 type Network = provider.Network
 
 // CheckpointPolicy says when a running sandbox's workspace is
-// checkpointed: after every N mutating operations, at most Interval
-// after a change, or once idle for Idle. See docs/workflows.md.
-type CheckpointPolicy = sandbox.CheckpointPolicy
+// checkpointed besides before it hibernates; each rule that is set
+// applies. A sandbox whose host is lost comes back from its last
+// checkpoint. See docs/workflows.md for what each costs.
+type CheckpointPolicy struct {
+	// Every checkpoints after every Every commands, writes or removals.
+	Every int
+	// Interval checkpoints at most this long after the first change not
+	// yet checkpointed; at least a second.
+	Interval time.Duration
+	// Idle checkpoints once no command has come for this long, if
+	// something changed; at least a second.
+	Idle time.Duration
+}
+
+func (p CheckpointPolicy) wire() sandbox.CheckpointPolicy {
+	return sandbox.CheckpointPolicy{Every: p.Every, Interval: p.Interval, Idle: p.Idle}
+}
+
+func checkpointPolicyOf(p sandbox.CheckpointPolicy) CheckpointPolicy {
+	return CheckpointPolicy{Every: p.Every, Interval: p.Interval, Idle: p.Idle}
+}
 
 // The network policies' modes.
 const (
