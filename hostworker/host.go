@@ -92,7 +92,7 @@ type Host struct {
 	orphans   *orphans           // nil unless counted
 	telemetry *Telemetry
 	ownTel    bool // telemetry is the host's own, closed with it
-	stopped   bool               // the workers are stopped
+	stopped   bool // the workers are stopped
 	closed    bool
 }
 

@@ -68,7 +68,7 @@ func checkMetricsAddress(addr string) error {
 
 // observing is what a host's observation needs while it runs.
 type observing struct {
-	ln        net.Listener         // the metrics' listener; nil for none
+	ln        net.Listener          // the metrics' listener; nil for none
 	telemetry *hostworker.Telemetry // nil without metrics
 	tracer    trace.TracerProvider  // nil without traces
 	stopTrace func(context.Context) error
