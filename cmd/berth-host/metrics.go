@@ -80,7 +80,7 @@ type observing struct {
 // handler, and its tracing interceptor.
 func (f *observeFlags) start(ctx context.Context, service string, log *slog.Logger, opts *client.Options) (*observing, error) {
 	o := &observing{stopTrace: func(context.Context) error { return nil }}
-	tp, stop, err := otlpenv.FromOS(ctx, service)
+	tp, stop, err := otlpenv.TracerProvider(ctx, service)
 	if err != nil {
 		return nil, err
 	}

@@ -54,7 +54,7 @@ func (f *connFlags) options() (client.Options, error) {
 	}
 	opts.Logger = quietLogger()
 	if f.tracer == nil {
-		tp, stop, err := otlpenv.FromOS(context.Background(), "berth")
+		tp, stop, err := otlpenv.TracerProvider(context.Background(), "berth")
 		if err != nil {
 			return opts, err
 		}

@@ -21,17 +21,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Env is how the environment is read: os.LookupEnv, or a test's.
-type Env func(key string) (string, bool)
-
-// TracerProvider returns the tracer provider env asks for, named
+// TracerProvider returns the tracer provider the environment asks for, named
 // service unless OTEL_SERVICE_NAME names it, and the function that
 // flushes and stops it (call it before the process exits: spans are
 // sent in batches). With no OTLP endpoint set, or OTEL_SDK_DISABLED=true,
 // or OTEL_TRACES_EXPORTER=none, it returns a nil provider: no tracing.
-func TracerProvider(ctx context.Context, env Env, service string) (trace.TracerProvider, func(context.Context) error, error) {
+func TracerProvider(ctx context.Context, service string) (trace.TracerProvider, func(context.Context) error, error) {
 	none := func(context.Context) error { return nil }
-	get := func(k string) string { v, _ := env(k); return strings.TrimSpace(v) }
+	// The exporters read the process's environment themselves: so does
+	// this, that the two agree.
+	get := func(k string) string { return strings.TrimSpace(os.Getenv(k)) }
 	if get("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
 		return nil, none, nil
 	}
@@ -68,9 +67,4 @@ func TracerProvider(ctx context.Context, env Env, service string) (trace.TracerP
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return tp, tp.Shutdown, nil
-}
-
-// FromOS is TracerProvider reading the process's environment.
-func FromOS(ctx context.Context, service string) (trace.TracerProvider, func(context.Context) error, error) {
-	return TracerProvider(ctx, os.LookupEnv, service)
 }
