@@ -56,6 +56,11 @@ when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			log := newLogger(verbose)
+			obs, err := observe.start(ctx, "berth-dev", log)
+			if err != nil {
+				return err
+			}
+			defer obs.close()
 			srv, err := devserver.Start(ctx, devserver.Options{
 				DataDir: filepath.Join(dataDir, "temporal"),
 				Address: fmt.Sprintf("127.0.0.1:%d", port),
@@ -68,11 +73,7 @@ when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 			defer srv.Stop()
 			opts := srv.ClientOptions()
 			opts.Logger = hostworker.Logger(log.With("component", "sdk"))
-			obs, err := observe.start(ctx, "berth-dev", log, &opts)
-			if err != nil {
-				return err
-			}
-			defer obs.close()
+			obs.apply(&opts)
 			c, err := client.Dial(opts)
 			if err != nil {
 				return err

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/hostworker"
@@ -68,17 +69,17 @@ func checkMetricsAddress(addr string) error {
 
 // observing is what a host's observation needs while it runs.
 type observing struct {
-	ln        net.Listener          // the metrics' listener; nil for none
-	telemetry *hostworker.Telemetry // nil without metrics
-	tracer    trace.TracerProvider  // nil without traces
-	stopTrace func(context.Context) error
+	ln          net.Listener          // the metrics' listener; nil for none
+	telemetry   *hostworker.Telemetry // nil without metrics
+	tracer      trace.TracerProvider  // nil without traces
+	interceptor interceptor.Interceptor
+	stopTrace   func(context.Context) error
 }
 
-// start opens the metrics' listener (so that an address taken fails
-// before the host starts) and the tracer provider the environment asks
-// for, and sets the client's options to match: the SDK's metrics
-// handler, and its tracing interceptor.
-func (f *observeFlags) start(ctx context.Context, service string, log *slog.Logger, opts *client.Options) (*observing, error) {
+// start opens the metrics' listener, first, so that an address taken
+// fails before anything else starts, and the tracer provider the
+// environment asks for.
+func (f *observeFlags) start(ctx context.Context, service string, log *slog.Logger) (*observing, error) {
 	o := &observing{stopTrace: func(context.Context) error { return nil }}
 	tp, stop, err := otlpenv.TracerProvider(ctx, service)
 	if err != nil {
@@ -90,8 +91,7 @@ func (f *observeFlags) start(ctx context.Context, service string, log *slog.Logg
 			stop(ctx)
 			return nil, err
 		}
-		opts.Interceptors = append(opts.Interceptors, i)
-		o.tracer, o.stopTrace = tp, stop
+		o.tracer, o.interceptor, o.stopTrace = tp, i, stop
 		log.Info("tracing", "exporter", "otlp")
 	}
 	if f.address == "" {
@@ -105,8 +105,19 @@ func (f *observeFlags) start(ctx context.Context, service string, log *slog.Logg
 		o.close()
 		return nil, err
 	}
-	opts.MetricsHandler = o.telemetry.SDKMetrics()
 	return o, nil
+}
+
+// apply sets the client's options to match: the SDK's metrics handler,
+// and its tracing interceptor, which the workers made from the client
+// use too.
+func (o *observing) apply(opts *client.Options) {
+	if o.telemetry != nil {
+		opts.MetricsHandler = o.telemetry.SDKMetrics()
+	}
+	if o.interceptor != nil {
+		opts.Interceptors = append(opts.Interceptors, o.interceptor)
+	}
 }
 
 // serve serves h's metrics until close.

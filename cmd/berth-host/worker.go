@@ -48,11 +48,12 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 				return err
 			}
 			opts.Logger = hostworker.Logger(log.With("component", "sdk"))
-			obs, err := observe.start(ctx, "berth-worker", log, &opts)
+			obs, err := observe.start(ctx, "berth-worker", log)
 			if err != nil {
 				return err
 			}
 			defer obs.close()
+			obs.apply(&opts)
 			c, err := connflags.Dial(ctx, opts)
 			if err != nil {
 				return err

@@ -74,6 +74,7 @@ func TestHostCommands(t *testing.T) {
 		{[]string{"worker", "--metrics-address", "9090", "--data-dir", t.TempDir()}, 2, `--metrics-address "9090": want HOST:PORT`},
 		{[]string{"dev", "--metrics-address", "127.0.0.1:http", "--data-dir", t.TempDir()}, 2, `--metrics-address "127.0.0.1:http": port "http" is not a number`},
 		{[]string{"worker", "--metrics-address", taken, "--address", "127.0.0.1:1", "--data-dir", t.TempDir()}, exitBerth, "--metrics-address: listen tcp " + taken},
+		{[]string{"dev", "--metrics-address", taken, "--port", "0", "--data-dir", t.TempDir()}, exitBerth, "--metrics-address: listen tcp " + taken},
 		// Usage errors name the help of the command that was mistaken.
 		{[]string{"sandbox", "exec"}, 2, "Run 'berth sandbox exec --help' for usage."},
 		{[]string{"run", "--memory", "lots", "--", "true"}, 2, "Run 'berth run --help' for usage."},
