@@ -129,8 +129,8 @@ func TestMetrics(t *testing.T) {
 		t.Cleanup(func() { sb.Stop(context.Background()) })
 		return sb
 	}
-	kept, stopped, orphan := create("m-kept"), create("m-stopped"), create("m-orphan")
-	_ = orphan
+	kept, stopped := create("m-kept"), create("m-stopped")
+	create("m-orphan") // its owner is terminated below, and the reaper destroys it
 	const big = 600 << 10 // past what results carry inline: stored in the blob store
 	for _, argv := range [][]string{
 		{"true"},
@@ -147,7 +147,8 @@ func TestMetrics(t *testing.T) {
 	if err := kept.WriteFiles(ctx, berth.File{Path: "data", Data: file}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kept.Snapshot(ctx); err != nil {
+	snap, err := kept.Snapshot(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := stopped.Stop(ctx); err != nil {
@@ -219,6 +220,22 @@ func TestMetrics(t *testing.T) {
 		}
 		t.Errorf("temporal_workflow_completed_total{workflow_type=Reaper} = %v, want 1 (the reaper's pass):\n%s", v, text.String())
 	}
+
+	// A sandbox made from the snapshot reads back what it stored.
+	restored, err := c.Sandboxes().Create(ctx, berth.SandboxOptions{ID: "m-restored", Provider: "linux",
+		IdleTimeout: berth.Never, HibernateAfter: berth.Never, FromSnapshot: snap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restored.Stop(context.Background())
+	fams = scrape(t, srv.URL)
+	if v := value(fams, "berth_blob_read_bytes_total", map[string]string{"kind": "snapshot"}); v != stored {
+		t.Errorf("berth_blob_read_bytes_total{kind=snapshot} = %v after a restore, want the snapshot's %v", v, stored)
+	}
+	if n := count(fams, "berth_sandbox_create_seconds", linux); n != 4 {
+		t.Errorf("berth_sandbox_create_seconds count = %d after a fourth sandbox, want 4", n)
+	}
+
 	var text bytes.Buffer
 	for _, f := range []string{"berth_sandboxes", "berth_exec_seconds"} {
 		if fams[f] != nil {
