@@ -130,7 +130,7 @@ func TestMetrics(t *testing.T) {
 		return sb
 	}
 	kept, stopped := create("m-kept"), create("m-stopped")
-	create("m-orphan") // its owner is terminated below, and the reaper destroys it
+	create("m-orphan")    // its owner is terminated below, and the reaper destroys it
 	const big = 600 << 10 // past what results carry inline: stored in the blob store
 	for _, argv := range [][]string{
 		{"true"},
