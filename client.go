@@ -13,6 +13,7 @@ import (
 
 	"github.com/berth-dev/berth/errdefs/temporalerr"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,6 +35,8 @@ type Client struct {
 	// operations (an upload's cleanup) fail at once rather than wait
 	// again.
 	gone atomic.Bool
+	// tracer is WithTracing's, for Dial.
+	tracer trace.TracerProvider
 }
 
 // Option configures a Client.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/berth-dev/berth/errdefs"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"gocloud.dev/blob"
@@ -51,6 +52,12 @@ type Activities struct {
 	// Parked are the sandboxes this host paused as it last stopped; nil
 	// means none.
 	Parked *Parked
+	// Metrics receives what the activities measure; nil measures
+	// nothing.
+	Metrics Metrics
+	// Tracer makes a span around each provider call, under the
+	// activity's own; nil traces nothing.
+	Tracer trace.TracerProvider
 
 	handoffs handoffs // commands ExecLocal handed to Exec
 	handles  handles  // sandboxes commands ran in, for the next
@@ -82,7 +89,10 @@ func (a *Activities) get(ctx context.Context, ref refs.Sandbox) (provider.Sandbo
 	if err != nil {
 		return nil, err
 	}
-	return p.Get(ctx, ref.ID)
+	ctx, end := a.traceProvider(ctx, "get", ref.Provider, ref.ID)
+	sb, err := p.Get(ctx, ref.ID)
+	end(err)
+	return sb, err
 }
 
 // CreateInput asks for a sandbox.
@@ -113,10 +123,14 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (refs.Sandbox, 
 	if err := a.recordOwner(ctx, in.Spec.ID, in.Spec.Labels); err != nil {
 		return refs.Sandbox{}, err
 	}
-	sb, err := p.Create(ctx, in.Spec)
+	start := time.Now()
+	pctx, end := a.traceProvider(ctx, "create", in.Provider, in.Spec.ID)
+	sb, err := p.Create(pctx, in.Spec)
+	end(err)
 	if err != nil {
 		return refs.Sandbox{}, err
 	}
+	a.metrics().Created(in.Provider, sb.ID(), time.Since(start))
 	return a.refOf(ctx, in, p, sb), nil
 }
 
@@ -156,12 +170,19 @@ func (a *Activities) destroy(ctx context.Context, ref refs.Sandbox) error {
 	a.handles.forget(ref)
 	sb, err := a.sandbox(ctx, ref)
 	if errdefs.KindOf(err) == errdefs.NotFound {
+		a.metrics().Destroyed(ref.Provider, ref.ID)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	return sb.Destroy(ctx)
+	ctx, end := a.traceProvider(ctx, "destroy", ref.Provider, ref.ID)
+	err = sb.Destroy(ctx)
+	end(err)
+	if err == nil {
+		a.metrics().Destroyed(ref.Provider, ref.ID)
+	}
+	return err
 }
 
 // Info describes a sandbox.
@@ -174,7 +195,9 @@ func (a *Activities) info(ctx context.Context, ref refs.Sandbox) (provider.Info,
 	if err != nil {
 		return provider.Info{}, err
 	}
+	ctx, end := a.traceProvider(ctx, "info", ref.Provider, ref.ID)
 	info, err := sb.Info(ctx)
+	end(err)
 	return info, err
 }
 
@@ -201,7 +224,10 @@ func (a *Activities) writeFiles(ctx context.Context, in WriteFilesInput) error {
 	if err != nil {
 		return err
 	}
-	return sb.WriteFiles(ctx, in.Files)
+	ctx, end := a.traceProvider(ctx, "write_files", in.Sandbox.Provider, in.Sandbox.ID)
+	err = sb.WriteFiles(ctx, in.Files)
+	end(err)
+	return err
 }
 
 // PathInput names a path in a sandbox.
@@ -223,12 +249,15 @@ func (a *Activities) ReadFile(ctx context.Context, in ReadFileInput) (transfer.O
 	return returned(a.readFile(ctx, in))
 }
 
-func (a *Activities) readFile(ctx context.Context, in ReadFileInput) (transfer.Output, error) {
+func (a *Activities) readFile(ctx context.Context, in ReadFileInput) (_ transfer.Output, err error) {
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return transfer.Output{}, err
 	}
-	rc, err := sb.ReadFile(ctx, in.Path)
+	// The span covers the reading of the file too: the provider streams it.
+	pctx, end := a.traceProvider(ctx, "read_file", in.Sandbox.Provider, in.Sandbox.ID)
+	defer func() { end(err) }()
+	rc, err := sb.ReadFile(pctx, in.Path)
 	if err != nil {
 		return transfer.Output{}, err
 	}
@@ -258,6 +287,7 @@ func (a *Activities) readFile(ctx context.Context, in ReadFileInput) (transfer.O
 	if err != nil {
 		return transfer.Output{}, err
 	}
+	a.metrics().BlobWritten(BlobFile, size)
 	return transfer.Output{Inline: head[:max], HeadLen: max, Size: size, Truncated: true, Blob: key, Parts: w.Parts()}, nil
 }
 
@@ -271,7 +301,9 @@ func (a *Activities) listDir(ctx context.Context, in PathInput) ([]provider.File
 	if err != nil {
 		return nil, err
 	}
+	ctx, end := a.traceProvider(ctx, "list_dir", in.Sandbox.Provider, in.Sandbox.ID)
 	infos, err := sb.ListDir(ctx, in.Path)
+	end(err)
 	return infos, err
 }
 
@@ -285,7 +317,10 @@ func (a *Activities) remove(ctx context.Context, in PathInput) error {
 	if err != nil {
 		return err
 	}
-	return sb.Remove(ctx, in.Path)
+	ctx, end := a.traceProvider(ctx, "remove", in.Sandbox.Provider, in.Sandbox.ID)
+	err = sb.Remove(ctx, in.Path)
+	end(err)
+	return err
 }
 
 func (a *Activities) inlineCap() int {
@@ -319,7 +354,7 @@ func (a *Activities) ExportPath(ctx context.Context, in PathInput) (transfer.Out
 	return returned(a.exportPath(ctx, in))
 }
 
-func (a *Activities) exportPath(ctx context.Context, in PathInput) (transfer.Output, error) {
+func (a *Activities) exportPath(ctx context.Context, in PathInput) (_ transfer.Output, err error) {
 	sb, err := a.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return transfer.Output{}, err
@@ -328,7 +363,9 @@ func (a *Activities) exportPath(ctx context.Context, in PathInput) (transfer.Out
 	if !ok {
 		return transfer.Output{}, fmt.Errorf("%w: provider %q cannot export part of a workspace", errdefs.ErrUnsupported, in.Sandbox.Provider)
 	}
-	rc, err := pe.ExportPath(ctx, in.Path)
+	pctx, end := a.traceProvider(ctx, "export_path", in.Sandbox.Provider, in.Sandbox.ID)
+	defer func() { end(err) }()
+	rc, err := pe.ExportPath(pctx, in.Path)
 	if err != nil {
 		return transfer.Output{}, err
 	}
@@ -345,6 +382,7 @@ func (a *Activities) exportPath(ctx context.Context, in PathInput) (transfer.Out
 	if err != nil {
 		return transfer.Output{}, fmt.Errorf("export %q: %w", in.Path, err)
 	}
+	a.metrics().BlobWritten(BlobExport, size)
 	return transfer.Output{Size: size, Truncated: true, Blob: key, Parts: w.Parts()}, nil
 }
 

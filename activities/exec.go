@@ -240,7 +240,12 @@ func (r *execRun) run(ctx context.Context, a *Activities, sb provider.Sandbox, i
 	if len(in.Stdin) > 0 {
 		req.Stdin = bytes.NewReader(in.Stdin)
 	}
-	res, err := sb.Exec(ctx, req)
+	start := time.Now()
+	a.metrics().CommandStarted(in.Sandbox.Provider, in.Sandbox.ID)
+	pctx, end := a.traceProvider(ctx, "exec", in.Sandbox.Provider, in.Sandbox.ID)
+	res, err := sb.Exec(pctx, req)
+	end(err)
+	a.metrics().CommandEnded(in.Sandbox.Provider, in.Sandbox.ID, time.Since(start))
 	close(stop)
 	if err != nil {
 		// A handle that failed is fetched afresh for the next command.
@@ -421,5 +426,8 @@ func (a *Activities) signal(ctx context.Context, in SignalInput) error {
 	if !ok {
 		return fmt.Errorf("%w: provider %s cannot signal a command", errdefs.ErrUnsupported, in.Sandbox.Provider)
 	}
-	return sg.Signal(ctx, in.ID, in.Signal)
+	ctx, end := a.traceProvider(ctx, "signal", in.Sandbox.Provider, in.Sandbox.ID)
+	err = sg.Signal(ctx, in.ID, in.Signal)
+	end(err)
+	return err
 }

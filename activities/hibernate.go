@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/provider"
@@ -36,7 +37,10 @@ func (a *Activities) hibernate(ctx context.Context, in HibernateInput) (provider
 	if !ok {
 		return provider.Hibernation{}, fmt.Errorf("%w: provider %s cannot hibernate sandboxes itself", errdefs.ErrUnsupported, in.Sandbox.Provider)
 	}
-	return h.Hibernate(ctx, in.ID)
+	ctx, end := a.traceProvider(ctx, "hibernate", in.Sandbox.Provider, in.Sandbox.ID)
+	hib, err := h.Hibernate(ctx, in.ID)
+	end(err)
+	return hib, err
 }
 
 // WakeInput asks for a sandbox made from what a hibernation kept.
@@ -71,10 +75,14 @@ func (a *Activities) wake(ctx context.Context, in WakeInput) (refs.Sandbox, erro
 	if err := a.recordOwner(ctx, in.Spec.ID, in.Spec.Labels); err != nil {
 		return refs.Sandbox{}, err
 	}
-	sb, err := w.Wake(ctx, in.Spec, in.From)
+	start := time.Now()
+	pctx, end := a.traceProvider(ctx, "wake", in.Provider, in.Spec.ID)
+	sb, err := w.Wake(pctx, in.Spec, in.From)
+	end(err)
 	if err != nil {
 		return refs.Sandbox{}, err
 	}
+	a.metrics().Created(in.Provider, sb.ID(), time.Since(start))
 	return a.refOf(ctx, CreateInput{Provider: in.Provider, Spec: in.Spec}, p, sb), nil
 }
 
@@ -99,5 +107,8 @@ func (a *Activities) discardHibernation(ctx context.Context, in DiscardInput) er
 	if !ok {
 		return nil // it kept nothing
 	}
-	return w.Discard(ctx, in.From)
+	ctx, end := a.traceProvider(ctx, "discard_hibernation", in.Provider, "")
+	err = w.Discard(ctx, in.From)
+	end(err)
+	return err
 }

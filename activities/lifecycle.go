@@ -27,7 +27,10 @@ func (a *Activities) pause(ctx context.Context, ref refs.Sandbox) error {
 	if !ok {
 		return fmt.Errorf("%w: provider %s cannot pause sandboxes", errdefs.ErrUnsupported, ref.Provider)
 	}
-	if err := p.Pause(ctx); err != nil {
+	pctx, end := a.traceProvider(ctx, "pause", ref.Provider, ref.ID)
+	err = p.Pause(pctx)
+	end(err)
+	if err != nil {
 		return err
 	}
 	return a.Parked.Remove(ParkedRef{Provider: ref.Provider, ID: ref.ID})
@@ -43,7 +46,10 @@ func (a *Activities) resume(ctx context.Context, ref refs.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	return p.Resume(ctx)
+	ctx, end := a.traceProvider(ctx, "resume", ref.Provider, ref.ID)
+	err = p.Resume(ctx)
+	end(err)
+	return err
 }
 
 func (a *Activities) pauser(ctx context.Context, ref refs.Sandbox) (provider.Pauser, error) {
@@ -74,7 +80,9 @@ func (a *Activities) List(ctx context.Context, in ListInput) ([]provider.Info, e
 func (a *Activities) list(ctx context.Context, in ListInput) ([]provider.Info, error) {
 	var all []provider.Info
 	for _, name := range a.providerNames() {
-		infos, err := a.Providers[name].List(ctx, in.Labels)
+		pctx, end := a.traceProvider(ctx, "list", name, "")
+		infos, err := a.Providers[name].List(pctx, in.Labels)
+		end(err)
 		if err != nil {
 			return nil, fmt.Errorf("list %s sandboxes: %w", name, err)
 		}

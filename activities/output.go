@@ -26,6 +26,7 @@ type capture struct {
 	tailCap   int
 	parts     *transfer.PartWriter
 	resumed   bool
+	resumedAt int64 // bytes an earlier attempt stored
 }
 
 // newCapture starts a capture, after the parts an earlier attempt stored;
@@ -40,6 +41,7 @@ func newCapture(ctx context.Context, a *Activities, key string, storedParts int,
 	c.parts = transfer.NewPartWriter(ctx, a.Outputs, key, a.partSize(), storedParts)
 	c.total = int64(storedParts) * int64(a.partSize())
 	c.stored = c.total
+	c.resumedAt = c.total
 	c.resumed = storedParts > 0
 	return c
 }
@@ -112,6 +114,7 @@ func (c *capture) finish(incomplete bool) (transfer.Output, error) {
 	if err := c.parts.Close(); err != nil {
 		return transfer.Output{}, err
 	}
+	c.a.metrics().BlobWritten(BlobOutput, c.stored-c.resumedAt)
 	out := transfer.Output{Size: c.total, Truncated: true, Blob: c.key, Parts: c.parts.Parts(), Incomplete: incomplete,
 		Dropped: c.total - c.stored}
 	if out.Dropped > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -73,15 +74,22 @@ func (a *Activities) snapshot(ctx context.Context, in SnapshotInput) (SnapshotIn
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
-	info, err := a.Snapshots.Save(ctx, snapshot.SandboxSource(sb), snapshot.SaveOptions{
+	// The span is the provider's too: the snapshot reads the workspace
+	// through the sandbox.
+	start := time.Now()
+	pctx, end := a.traceProvider(ctx, "snapshot", in.Sandbox.Provider, in.Sandbox.ID)
+	info, err := a.Snapshots.Save(pctx, snapshot.SandboxSource(sb), snapshot.SaveOptions{
 		ID: in.ID, Kind: snapshot.Kind(in.Kind), Labels: in.Labels, Parent: in.Parent, RestoredAt: in.RestoredAt,
 		// The queue names the host of a host-bound sandbox.
 		Source:   in.Sandbox.Queue + "/" + in.Sandbox.Provider + "/" + in.Sandbox.ID,
 		Progress: func(p snapshot.Progress) { activity.RecordHeartbeat(ctx, p) },
 	})
+	end(err)
 	if err != nil {
 		return SnapshotInfo{}, snapshotError(err)
 	}
+	a.metrics().Snapshotted(in.Sandbox.Provider, in.Kind, info.Stored, time.Since(start))
+	a.metrics().BlobWritten(BlobSnapshot, info.Stored)
 	if info.Skipped > 0 {
 		activity.GetLogger(ctx).Warn("the snapshot left files out", "snapshot", info.ID, "skipped", info.Skipped, "paths", info.SkippedPaths)
 	}
@@ -115,12 +123,20 @@ func (a *Activities) restore(ctx context.Context, in RestoreInput) (RestoreOutpu
 	if err != nil {
 		return RestoreOutput{}, err
 	}
-	rc, err := a.Snapshots.Open(ctx, in.Snapshot, func(p snapshot.Progress) { activity.RecordHeartbeat(ctx, p) })
+	var read atomic.Int64 // compressed bytes read from the store, told last as the stream closes
+	rc, err := a.Snapshots.Open(ctx, in.Snapshot, func(p snapshot.Progress) {
+		read.Store(p.Transferred)
+		activity.RecordHeartbeat(ctx, p)
+	})
 	if err != nil {
 		return RestoreOutput{}, snapshotError(err)
 	}
+	defer func() { a.metrics().BlobRead(BlobSnapshot, read.Load()) }()
 	defer rc.Close()
-	if err := sb.Import(ctx, rc); err != nil {
+	pctx, end := a.traceProvider(ctx, "import", in.Sandbox.Provider, in.Sandbox.ID)
+	err = sb.Import(pctx, rc)
+	end(err)
+	if err != nil {
 		return RestoreOutput{}, snapshotError(err)
 	}
 	var out RestoreOutput
@@ -207,7 +223,12 @@ func (a *Activities) importBlob(ctx context.Context, in ImportInput) error {
 		return err
 	}
 	defer r.Close()
-	return sb.Import(ctx, &beatingReader{ctx: ctx, r: r})
+	br := &beatingReader{ctx: ctx, r: r}
+	pctx, end := a.traceProvider(ctx, "import", in.Sandbox.Provider, in.Sandbox.ID)
+	err = sb.Import(pctx, br)
+	end(err)
+	a.metrics().BlobRead(BlobUpload, br.total)
+	return err
 }
 
 // beatingReader heartbeats as it is read: an import of gigabytes takes

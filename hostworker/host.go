@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"gocloud.dev/blob"
@@ -57,9 +58,18 @@ type HostConfig struct {
 	// HeartbeatTimeout is as in Options.
 	HeartbeatTimeout time.Duration
 	// OrphanSampling, when set, is how often the host counts its
-	// orphaned sandboxes (OrphanedSeconds, MetricsHandler); zero means
-	// it does not.
+	// orphaned sandboxes (OrphanedSeconds, MetricsHandler), and lists
+	// its sandboxes for the held seconds of its metrics between scrapes;
+	// zero means it does neither.
 	OrphanSampling time.Duration
+	// Telemetry receives the host's metrics, which MetricsHandler
+	// serves; nil means a Telemetry of the host's own, without the
+	// Temporal SDK's metrics (those come from a Telemetry whose
+	// SDKMetrics the client was dialed with).
+	Telemetry *Telemetry
+	// Tracer makes a span around each provider call, under the
+	// activity's (docs/observability.md); nil traces none.
+	Tracer trace.TracerProvider
 	// Model is the model the coding agent calls; nil means the one the
 	// environment names (model.ConfigFromEnv), if BERTH_MODEL is set.
 	// The model is optional: a model set but not usable (no key, a
@@ -80,7 +90,9 @@ type Host struct {
 	bg        context.Context    // the host's background work: the model's first check, the reaper's pass at start
 	stop      context.CancelFunc // ends bg
 	orphans   *orphans           // nil unless counted
-	stopped   bool               // the workers are stopped
+	telemetry *Telemetry
+	ownTel    bool // telemetry is the host's own, closed with it
+	stopped   bool // the workers are stopped
 	closed    bool
 }
 
@@ -152,6 +164,18 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	}
 	snaps = blob.PrefixedBucket(snaps, SnapshotPrefix)
 	h.buckets = append(h.buckets, snaps)
+	h.telemetry = cfg.Telemetry
+	if h.telemetry == nil {
+		if h.telemetry, err = NewTelemetry(cfg.Logger); err != nil {
+			h.Close()
+			return nil, err
+		}
+		h.ownTel = true
+	}
+	if err := h.telemetry.bind(h.providers, h.OrphanedSeconds); err != nil {
+		h.Close()
+		return nil, err
+	}
 	mcfg := cfg.Model
 	env := model.ConfigFromEnv()
 	if mcfg == nil && env.Model != "" {
@@ -163,6 +187,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
 		Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
 		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,
+		Metrics: h.telemetry, Tracer: cfg.Tracer,
 	})
 	if err != nil {
 		h.Close()
@@ -184,6 +209,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	if cfg.OrphanSampling > 0 {
 		h.orphans = &orphans{c: c, every: cfg.OrphanSampling, closed: map[string]time.Time{}, seen: map[string]time.Time{}}
 		h.countOrphans(h.orphans)
+		go h.telemetry.sampleEvery(h.bg, cfg.OrphanSampling)
 	}
 	if cfg.ReapEvery > 0 {
 		in := workflows.ReaperInput{Queue: h.HostQueue, OutputRetention: cfg.OutputRetention, Every: cfg.ReapEvery}
@@ -220,6 +246,9 @@ func (h *Host) Close() {
 	}
 	for _, b := range h.buckets {
 		b.Close()
+	}
+	if h.ownTel {
+		h.telemetry.Close()
 	}
 	for _, p := range h.providers {
 		if c, ok := p.(io.Closer); ok {

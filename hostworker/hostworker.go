@@ -21,6 +21,7 @@ import (
 
 	"github.com/berth-dev/berth/errdefs"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -96,6 +97,13 @@ type Options struct {
 	// takes its worker for dead and retries it elsewhere; zero means
 	// sandbox.DefaultHeartbeatTimeout. Tests that kill a worker shorten it.
 	HeartbeatTimeout time.Duration
+	// Metrics receives what the activities measure (a Telemetry); nil
+	// measures nothing.
+	Metrics activities.Metrics
+	// Tracer makes the activities' spans around provider calls; nil
+	// traces none. The spans of workflows and activities come from the
+	// SDK's tracing interceptor, on the client's options.
+	Tracer trace.TracerProvider
 }
 
 // Worker is the running set of workers.
@@ -129,6 +137,7 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 	acts := &activities.Activities{
 		Providers: opts.Providers, Unavailable: opts.Unavailable, Outputs: opts.Outputs, Snapshots: opts.Snapshots, Client: c,
 		GenericQueue: opts.Queue, HostQueue: opts.HostQueue, Parked: opts.Parked,
+		Metrics: opts.Metrics, Tracer: opts.Tracer,
 	}
 	w := &Worker{queue: opts.Queue, HostQueue: opts.HostQueue}
 	// The relay: front ends read outputs and write uploads through the

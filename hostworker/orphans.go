@@ -122,12 +122,6 @@ func (h *Host) OrphanedSeconds() float64 {
 	return h.orphans.Seconds()
 }
 
-// MetricsHandler serves the host's metrics in Prometheus' text format.
-func (h *Host) MetricsHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		fmt.Fprintf(w, "# HELP berth_orphaned_sandbox_seconds_total Seconds this host's sandboxes were held with their owner workflow closed.\n"+
-			"# TYPE berth_orphaned_sandbox_seconds_total counter\n"+
-			"berth_orphaned_sandbox_seconds_total %g\n", h.OrphanedSeconds())
-	})
-}
+// MetricsHandler serves the host's metrics (its Telemetry's) in
+// Prometheus' text format.
+func (h *Host) MetricsHandler() http.Handler { return h.telemetry.Handler() }

@@ -57,13 +57,16 @@ func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (Re
 	now := workflow.Now(ctx)
 	for i, info := range infos {
 		if !doomed[i] && (info.ExpiresAt.IsZero() || now.Before(info.ExpiresAt)) {
+			reaped(ctx, info.Provider, ReapKept)
 			continue
 		}
 		ref := refs.Sandbox{Provider: info.Provider, ID: info.ID, Queue: queue}
 		if _, err := call[struct{}](ctx, lifecycleOptions(queue, heartbeatTimeout(ctx)), acts.Destroy, ref); err != nil {
 			workflow.GetLogger(ctx).Warn("reap sandbox", "sandbox", info.ID, "error", err)
+			reaped(ctx, info.Provider, ReapFailed)
 			continue
 		}
+		reaped(ctx, info.Provider, ReapDestroyed)
 		report.Sandboxes = append(report.Sandboxes, info.ID)
 	}
 	snaps, err := call[activities.ReapSnapshotsOutput](ctx, activityOptions(queue),
@@ -81,4 +84,23 @@ func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (Re
 		return report, fmt.Errorf("sweep outputs: %w", err)
 	}
 	return report, nil
+}
+
+// MetricReaped counts what reapers did with each sandbox they looked at,
+// by provider and action (ReapKept, ReapDestroyed, ReapFailed), through
+// the worker's metrics handler (client.Options.MetricsHandler), which
+// does not count again on replay. In Prometheus' text format it is
+// berth_reaper_sandboxes_total.
+const MetricReaped = "berth_reaper_sandboxes"
+
+// Reaper actions, the action label of MetricReaped.
+const (
+	ReapKept      = "kept"      // its owner runs and its lifetime has not passed
+	ReapDestroyed = "destroyed" // its owner closed, or its lifetime passed
+	ReapFailed    = "failed"    // doomed, but its destruction failed: the next pass tries again
+)
+
+func reaped(ctx workflow.Context, provider, action string) {
+	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"provider": provider, "action": action}).
+		Counter(MetricReaped).Inc(1)
 }

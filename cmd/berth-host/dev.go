@@ -20,7 +20,8 @@ import (
 
 func newDev() *cobra.Command {
 	var (
-		dataDir, metricsAddress                 string
+		dataDir                                 string
+		observe                                 observeFlags
 		port                                    int
 		uiPort                                  int
 		verbose                                 bool
@@ -48,11 +49,18 @@ providers shows its state.
 Hosted providers take their keys from the environment too; e2b is served
 when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 
+` + observeHelp + `
+
 ` + stoppingHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			log := newLogger(verbose)
+			obs, err := observe.start(ctx, "berth-dev", log)
+			if err != nil {
+				return err
+			}
+			defer obs.close()
 			srv, err := devserver.Start(ctx, devserver.Options{
 				DataDir: filepath.Join(dataDir, "temporal"),
 				Address: fmt.Sprintf("127.0.0.1:%d", port),
@@ -65,6 +73,7 @@ when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 			defer srv.Stop()
 			opts := srv.ClientOptions()
 			opts.Logger = hostworker.Logger(log.With("component", "sdk"))
+			obs.apply(&opts)
 			c, err := client.Dial(opts)
 			if err != nil {
 				return err
@@ -76,19 +85,14 @@ when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 				DataDir: dataDir, Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 				Providers: providers.names, ProviderConfig: providers.config,
 				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
-				StopTimeout: hostStopTimeout(stopTimeout), OrphanSampling: orphanSampling(metricsAddress),
+				StopTimeout: hostStopTimeout(stopTimeout), OrphanSampling: orphanSampling(observe.address),
+				Telemetry: obs.telemetry, Tracer: obs.tracer,
 			})
 			if err != nil {
 				return err
 			}
 			defer h.Close()
-			if metricsAddress != "" {
-				stopMetrics, err := serveMetrics(metricsAddress, h, log)
-				if err != nil {
-					return err
-				}
-				defer stopMetrics()
-			}
+			obs.serve(h, log)
 			if err := startSessions(ctx, c); err != nil {
 				return err
 			}
@@ -106,7 +110,7 @@ when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 	cmd.Flags().IntVar(&uiPort, "ui-port", 8233, "the Temporal Web UI's port; 0 for none")
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
-	cmd.Flags().StringVar(&metricsAddress, "metrics-address", "", "serve metrics (berth_orphaned_sandbox_seconds_total) in Prometheus' text format at http://ADDRESS/metrics; empty for none")
+	observe.register(cmd)
 	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long commands under way may finish before their sandboxes are paused; 0 for none")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)

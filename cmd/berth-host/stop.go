@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/berth-dev/berth/hostworker"
@@ -50,21 +47,6 @@ func hostStopTimeout(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
-}
-
-// serveMetrics serves the host's metrics at http://addr/metrics, in
-// Prometheus' text format, until stop is called.
-func serveMetrics(addr string, h *hostworker.Host, log *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-address: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", h.MetricsHandler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-	return func() { srv.Close() }, nil
 }
 
 // orphanSampling is how often a host counts orphaned sandboxes: only

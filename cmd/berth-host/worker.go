@@ -21,7 +21,7 @@ func newWorker() *cobra.Command {
 		cf                              connflags.Flags
 		dataDir, blob, queue, hostQueue string
 		verbose                         bool
-		metricsAddress                  string
+		observe                         observeFlags
 		reapEvery, outputRetention      time.Duration
 		stopTimeout, heartbeatTimeout   time.Duration
 		providers                       providerFlags
@@ -36,6 +36,8 @@ of the same names that every berth command takes. The coding agent's
 model, optional, comes from BERTH_MODEL, OPENAI_API_KEY and
 OPENAI_BASE_URL, as for berth dev (berth dev --help).
 
+` + observeHelp + `
+
 ` + stoppingHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -46,6 +48,12 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 				return err
 			}
 			opts.Logger = hostworker.Logger(log.With("component", "sdk"))
+			obs, err := observe.start(ctx, "berth-worker", log)
+			if err != nil {
+				return err
+			}
+			defer obs.close()
+			obs.apply(&opts)
 			c, err := connflags.Dial(ctx, opts)
 			if err != nil {
 				return err
@@ -55,20 +63,14 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 				DataDir: dataDir, Blob: blob, Queue: queue, HostQueue: hostQueue,
 				Providers: providers.names, ProviderConfig: providers.config,
 				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
-				StopTimeout: hostStopTimeout(stopTimeout), OrphanSampling: orphanSampling(metricsAddress),
-				HeartbeatTimeout: heartbeatTimeout,
+				StopTimeout: hostStopTimeout(stopTimeout), OrphanSampling: orphanSampling(observe.address),
+				HeartbeatTimeout: heartbeatTimeout, Telemetry: obs.telemetry, Tracer: obs.tracer,
 			})
 			if err != nil {
 				return err
 			}
 			defer h.Close()
-			if metricsAddress != "" {
-				stopMetrics, err := serveMetrics(metricsAddress, h, log)
-				if err != nil {
-					return err
-				}
-				defer stopMetrics()
-			}
+			obs.serve(h, log)
 			log.Info("berth worker is ready", "address", opts.HostPort, "namespace", opts.Namespace,
 				"queue", queue, "host-queue", h.HostQueue, "providers", h.Providers())
 			<-ctx.Done()
@@ -81,7 +83,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 	cmd.Flags().StringVar(&hostQueue, "host-queue", "", "this host's own task queue (default QUEUE@hostname)")
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy this host's sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
-	cmd.Flags().StringVar(&metricsAddress, "metrics-address", "", "serve metrics (berth_orphaned_sandbox_seconds_total) in Prometheus' text format at http://ADDRESS/metrics; empty for none")
+	observe.register(cmd)
 	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long commands under way may finish before their sandboxes are paused; 0 for none")
 	cmd.Flags().DurationVar(&heartbeatTimeout, "heartbeat-timeout", sandbox.DefaultHeartbeatTimeout, "how long a running command's heartbeat may be missing before the command is taken over by another worker")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")

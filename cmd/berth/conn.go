@@ -9,15 +9,36 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/connflags"
+	"github.com/berth-dev/berth/internal/otlpenv"
 )
 
 // connFlags are how every command reaches the Temporal server.
-type connFlags struct{ connflags.Flags }
+type connFlags struct {
+	connflags.Flags
+	// stopTraces flushes the spans of the calls traced (tracing is on
+	// when the OTEL_* environment names an OTLP endpoint); nil when
+	// none were.
+	stopTraces func(context.Context) error
+	tracer     trace.TracerProvider
+}
+
+// flushTraces sends the spans not yet exported, for a few seconds at
+// most: a command's calls are traced in batches.
+func (f *connFlags) flushTraces() {
+	if f.stopTraces == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	f.stopTraces(ctx)
+	f.stopTraces = nil
+}
 
 // register declares the flags on the root, for every command.
 func (f *connFlags) register(cmd *cobra.Command) {
@@ -32,6 +53,21 @@ func (f *connFlags) options() (client.Options, error) {
 		return opts, err
 	}
 	opts.Logger = quietLogger()
+	if f.tracer == nil {
+		tp, stop, err := otlpenv.TracerProvider(context.Background(), "berth")
+		if err != nil {
+			return opts, err
+		}
+		if tp == nil {
+			return opts, nil
+		}
+		f.tracer, f.stopTraces = tp, stop
+	}
+	i, err := berth.TracingInterceptor(f.tracer)
+	if err != nil {
+		return opts, err
+	}
+	opts.Interceptors = append(opts.Interceptors, i)
 	return opts, nil
 }
 

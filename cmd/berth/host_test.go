@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +53,12 @@ func TestHostCommands(t *testing.T) {
 			t.Errorf("dev --help does not mention %s:\n%s", v, out)
 		}
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := ln.Addr().String()
 	for _, tt := range []struct {
 		args []string
 		code int
@@ -62,6 +69,12 @@ func TestHostCommands(t *testing.T) {
 		{[]string{"worker", "--provider", "nosuch", "--data-dir", t.TempDir()}, 2, `unknown provider "nosuch"`},
 		{[]string{"--address", "127.0.0.1:1", "worker", "--provider-config", "nodot=1", "--data-dir", t.TempDir()}, 2, "NAME.KEY=VALUE"},
 		{[]string{"dev", "--no-such-flag"}, 2, "unknown flag: --no-such-flag\nRun 'berth dev --help' for usage."},
+		// A bad --metrics-address is refused before anything starts; one
+		// taken, before the host starts.
+		{[]string{"worker", "--metrics-address", "9090", "--data-dir", t.TempDir()}, 2, `--metrics-address "9090": want HOST:PORT`},
+		{[]string{"dev", "--metrics-address", "127.0.0.1:http", "--data-dir", t.TempDir()}, 2, `--metrics-address "127.0.0.1:http": port "http" is not a number`},
+		{[]string{"worker", "--metrics-address", taken, "--address", "127.0.0.1:1", "--data-dir", t.TempDir()}, exitBerth, "--metrics-address: listen tcp " + taken},
+		{[]string{"dev", "--metrics-address", taken, "--port", "0", "--data-dir", t.TempDir()}, exitBerth, "--metrics-address: listen tcp " + taken},
 		// Usage errors name the help of the command that was mistaken.
 		{[]string{"sandbox", "exec"}, 2, "Run 'berth sandbox exec --help' for usage."},
 		{[]string{"run", "--memory", "lots", "--", "true"}, 2, "Run 'berth run --help' for usage."},
@@ -70,6 +83,11 @@ func TestHostCommands(t *testing.T) {
 		_, stderr, code := runBerth(t, berth, tt.args...)
 		if code != tt.code || !strings.Contains(stderr, tt.want) {
 			t.Errorf("berth %v: exit %d, want %d with %q\n%s", tt.args, code, tt.code, tt.want, stderr)
+		}
+		// One line says what is wrong (a usage error adds where the help is).
+		if lines := strings.Split(strings.TrimSpace(stderr), "\n"); strings.Contains(tt.want, "--metrics-address") &&
+			(!strings.Contains(lines[0], tt.want) || len(lines) > 2) {
+			t.Errorf("berth %v: want one line saying %q, got:\n%s", tt.args, tt.want, stderr)
 		}
 	}
 }

@@ -26,7 +26,9 @@ func main() {
 // command's own code for run and exec, exitBerth (125) when berth itself
 // failed, 0 otherwise.
 func run(ctx context.Context, args []string) int {
-	root := newRoot()
+	var cf connFlags
+	defer cf.flushTraces()
+	root := newRootWith(&cf)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	var (
@@ -49,7 +51,11 @@ func run(ctx context.Context, args []string) int {
 	return exitBerth
 }
 
-func newRoot() *cobra.Command {
+func newRoot() *cobra.Command { return newRootWith(&connFlags{}) }
+
+// newRootWith is berth's command, whose commands reach the server as
+// cf says.
+func newRootWith(cf *connFlags) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "berth",
 		Short:         "Durable sandboxes for AI agents, on Temporal",
@@ -58,13 +64,12 @@ func newRoot() *cobra.Command {
 	}
 	// Mistakes on the command line are usage errors: a hint, exit 2.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	var cf connFlags
 	cf.register(root)
 	root.AddCommand(
 		newHostCommand("dev", "Run an embedded Temporal server and a berth worker, in one process"),
 		newHostCommand("worker", "Run a berth worker against a Temporal cluster"),
-		newRun(&cf), newLogs(&cf), newSandbox(&cf), newSnapshot(&cf), newSession(&cf), newChat(&cf))
-	root.AddCommand(newVersion(root), newProviders(&cf))
+		newRun(cf), newLogs(cf), newSandbox(cf), newSnapshot(cf), newSession(cf), newChat(cf))
+	root.AddCommand(newVersion(root), newProviders(cf))
 	return root
 }
 

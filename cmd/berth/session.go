@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -216,7 +217,7 @@ func newSessionShow(sf *sessionFlags) *cobra.Command {
 	var out *format
 	cmd := &cobra.Command{
 		Use:   "show SESSION",
-		Short: "Show a session's turns, status and token usage",
+		Short: "Show a session's turns, status, token usage and its sandbox's held and active seconds",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: sf.runE(func(cmd *cobra.Command, args []string, s *berth.Sessions) error {
 			st, err := s.State(cmd.Context(), args[0])
@@ -224,7 +225,8 @@ func newSessionShow(sf *sessionFlags) *cobra.Command {
 				return err
 			}
 			if *out == formatJSON {
-				return writeJSON(os.Stdout, st)
+				held, active := sandboxSeconds(st, time.Now())
+				return writeJSON(os.Stdout, shownState{State: st, HeldSeconds: held, ActiveSeconds: active})
 			}
 			return printState(os.Stdout, args[0], st)
 		}),
@@ -236,7 +238,12 @@ func newSessionShow(sf *sessionFlags) *cobra.Command {
 // printState prints a session's turns for people, what came from the
 // model or the sandbox made safe for the terminal (see turnPrinter).
 func printState(w io.Writer, ref string, st agent.State) error {
-	fmt.Fprintf(w, "session %s: %s, sandbox %s, %d messages, %d tokens\n", ref, st.Status, dash(string(st.Sandbox.State)), st.Messages, st.Usage.TotalTokens)
+	var times string
+	if st.Sandbox.Held > 0 || !st.Sandbox.HeldSince.IsZero() {
+		held, active := sandboxSeconds(st, time.Now())
+		times = fmt.Sprintf(" (held %ss, active %ss)", formatFloat(held), formatFloat(active))
+	}
+	fmt.Fprintf(w, "session %s: %s, sandbox %s%s, %d messages, %d tokens\n", ref, st.Status, dash(string(st.Sandbox.State)), times, st.Messages, st.Usage.TotalTokens)
 	turns := st.Turns
 	if st.Turn.Number > 0 && (len(turns) == 0 || turns[len(turns)-1].Number != st.Turn.Number) {
 		turns = append(turns, st.Turn)
@@ -411,4 +418,30 @@ func newSessionPause(sf *sessionFlags, use string) *cobra.Command {
 			return err
 		}),
 	}
+}
+
+// shownState is a session's state as show -o json prints it: the
+// workflow's, and the seconds its sandbox was held (existed, running or
+// paused) and active (ran a command) up to now, which a query cannot
+// count (the workflow's state says since when).
+type shownState struct {
+	agent.State
+	HeldSeconds   float64 `json:"held_seconds"`
+	ActiveSeconds float64 `json:"active_seconds"`
+}
+
+// sandboxSeconds are the seconds a session's sandbox was held and
+// active up to now, to the millisecond.
+func sandboxSeconds(st agent.State, now time.Time) (held, active float64) {
+	sb := st.Sandbox
+	return untilNow(sb.Held, sb.HeldSince, now), untilNow(sb.Active, sb.ActiveSince, now)
+}
+
+// untilNow is d, and the time from since to now when since is set, in
+// seconds to the millisecond.
+func untilNow(d time.Duration, since, now time.Time) float64 {
+	if !since.IsZero() && now.After(since) {
+		d += now.Sub(since)
+	}
+	return math.Round(d.Seconds()*1000) / 1000
 }

@@ -17,6 +17,19 @@ import (
 // returns a client of it; both go when the test ends.
 func Client(t testing.TB) client.Client {
 	t.Helper()
+	c, err := client.Dial(Options(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Options starts an embedded Temporal server as Client does, and returns
+// the options of a client of it, for a test that dials its own (with
+// interceptors, a metrics handler).
+func Options(t testing.TB) client.Options {
+	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	srv, err := devserver.Start(t.Context(), devserver.Options{DataDir: t.TempDir(), Address: "127.0.0.1:0", Logger: logger})
 	if err != nil {
@@ -25,10 +38,5 @@ func Client(t testing.TB) client.Client {
 	t.Cleanup(func() { srv.Stop() })
 	opts := srv.ClientOptions()
 	opts.Logger = log.NewStructuredLogger(logger)
-	c, err := client.Dial(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return opts
 }
