@@ -51,6 +51,9 @@ type Activities struct {
 	// Parked are the sandboxes this host paused as it last stopped; nil
 	// means none.
 	Parked *Parked
+	// Capacity bounds the sandboxes of the host-bound providers; nil
+	// means no bound.
+	Capacity *Capacity
 
 	handoffs handoffs // commands ExecLocal handed to Exec
 	handles  handles  // sandboxes commands ran in, for the next
@@ -113,7 +116,12 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (refs.Sandbox, 
 	if err := a.recordOwner(ctx, in.Spec.ID, in.Spec.Labels); err != nil {
 		return refs.Sandbox{}, err
 	}
+	done, err := a.admit(p, in.Spec)
+	if err != nil {
+		return refs.Sandbox{}, err
+	}
 	sb, err := p.Create(ctx, in.Spec)
+	done(err == nil)
 	if err != nil {
 		return refs.Sandbox{}, err
 	}
@@ -156,12 +164,17 @@ func (a *Activities) destroy(ctx context.Context, ref refs.Sandbox) error {
 	a.handles.forget(ref)
 	sb, err := a.sandbox(ctx, ref)
 	if errdefs.KindOf(err) == errdefs.NotFound {
+		a.Capacity.forget(ref.Provider + "/" + ref.ID)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	return sb.Destroy(ctx)
+	if err := sb.Destroy(ctx); err != nil {
+		return err
+	}
+	a.Capacity.forget(ref.Provider + "/" + ref.ID)
+	return nil
 }
 
 // Info describes a sandbox.

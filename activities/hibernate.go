@@ -71,7 +71,12 @@ func (a *Activities) wake(ctx context.Context, in WakeInput) (refs.Sandbox, erro
 	if err := a.recordOwner(ctx, in.Spec.ID, in.Spec.Labels); err != nil {
 		return refs.Sandbox{}, err
 	}
+	done, err := a.admit(p, in.Spec)
+	if err != nil {
+		return refs.Sandbox{}, err
+	}
 	sb, err := w.Wake(ctx, in.Spec, in.From)
+	done(err == nil)
 	if err != nil {
 		return refs.Sandbox{}, err
 	}

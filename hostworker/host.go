@@ -56,6 +56,13 @@ type HostConfig struct {
 	StopTimeout time.Duration
 	// HeartbeatTimeout is as in Options.
 	HeartbeatTimeout time.Duration
+	// MaxSandboxes bounds the sandboxes of the host-bound providers the
+	// host holds (Options.MaxSandboxes); zero means no bound.
+	MaxSandboxes int
+	// MaxMemory bounds the sum of their memory limits, in bytes
+	// (Options.MaxMemory); zero means DefaultMaxMemory, the host's
+	// memory less MemoryReserve, and a negative value no bound.
+	MaxMemory int64
 	// OrphanSampling, when set, is how often the host counts its
 	// orphaned sandboxes (OrphanedSeconds, MetricsHandler); zero means
 	// it does not.
@@ -163,6 +170,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
 		Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
 		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,
+		MaxSandboxes: cfg.MaxSandboxes, MaxMemory: maxMemory(cfg.MaxMemory),
 	})
 	if err != nil {
 		h.Close()

@@ -203,6 +203,11 @@ type creation struct {
 func (s *Sandbox) create(ctx workflow.Context, prov, id string) creation {
 	spec := s.st.Config.Spec
 	spec.ID = id
+	if workflow.GetVersion(ctx, placeVersion, workflow.DefaultVersion, 1) == 1 {
+		made, settle := workflow.NewFuture(ctx)
+		workflow.Go(ctx, func(ctx workflow.Context) { settle.Set(s.place(ctx, prov, spec)) })
+		return creation{queue: activities.ProviderQueue(s.st.Config.Queue, prov), made: made}
+	}
 	queue, err := s.createQueue(ctx, prov)
 	if err != nil {
 		failed, settle := workflow.NewFuture(ctx)
