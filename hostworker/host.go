@@ -35,6 +35,8 @@ type HostConfig struct {
 	Blob string
 	// Queue and HostQueue are as in Options.
 	Queue, HostQueue string
+	// Workflows are as in Options: registered beside berth's own.
+	Workflows []any
 	// Providers are the names of the providers to serve, opened with
 	// provider.Open; empty means every provider the binary links that
 	// opens on this host. ProviderConfig holds their settings by name.
@@ -87,6 +89,8 @@ type Host struct {
 	bg        context.Context    // the host's background work: the model's first check, the reaper's pass at start
 	stop      context.CancelFunc // ends bg
 	orphans   *orphans           // nil unless counted
+	client    client.Client
+	drainFor  time.Duration // how long Shutdown waits for its idle sandboxes to hibernate
 	stopped   bool               // the workers are stopped
 	closed    bool
 }
@@ -100,7 +104,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	if err := prepareDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	h := &Host{log: cfg.Logger}
+	h := &Host{log: cfg.Logger, client: c, drainFor: stopTimeout(cfg.StopTimeout)}
 	h.bg, h.stop = context.WithCancel(ctx)
 	parked, err := activities.OpenParked(filepath.Join(cfg.DataDir, ParkedFile))
 	if err != nil {
@@ -170,7 +174,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
 		Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
 		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,
-		MaxSandboxes: cfg.MaxSandboxes, MaxMemory: maxMemory(cfg.MaxMemory),
+		MaxSandboxes: cfg.MaxSandboxes, MaxMemory: maxMemory(cfg.MaxMemory), Workflows: cfg.Workflows,
 	})
 	if err != nil {
 		h.Close()

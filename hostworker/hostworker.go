@@ -303,5 +303,18 @@ func (w *Worker) Stop() {
 	}
 }
 
+// stopCreating stops the workers of the providers' queues, where
+// creations come, and refuses every creation from now on (the host's
+// queue still serves what the host holds): the host is stopping.
+func (w *Worker) stopCreating() {
+	w.capacity.Drain()
+	var wg sync.WaitGroup
+	for _, x := range w.providers {
+		wg.Go(x.Stop)
+	}
+	wg.Wait()
+	w.providers = nil
+}
+
 // Logger adapts slog for the Temporal SDK.
 func Logger(l *slog.Logger) log.Logger { return log.NewStructuredLogger(l) }

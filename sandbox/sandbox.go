@@ -31,8 +31,9 @@ var acts *activities.Activities
 const (
 	LabelWorkflowID = "berth.workflow-id"
 	LabelRunID      = "berth.run-id"
-	// LabelSandbox names, on a snapshot, the sandbox it was taken of.
-	LabelSandbox = "berth.sandbox"
+	// LabelSandbox names, on a snapshot, the sandbox it was taken of,
+	// and on a sandbox its first incarnation: the base of its ids.
+	LabelSandbox = activities.LabelSandbox
 )
 
 // Sandbox is a handle on a sandbox, kept in workflow state. Its methods
@@ -163,13 +164,14 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	}
 	labels[LabelWorkflowID] = info.WorkflowExecution.ID
 	labels[LabelRunID] = info.WorkflowExecution.RunID
-	cfg.Spec.Labels = labels
 	// A random id, drawn once and kept in history: a retried Create
 	// finds the sandbox its first attempt made.
 	var id string
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newID() }).Get(&id); err != nil {
 		return nil, err
 	}
+	labels[LabelSandbox] = id
+	cfg.Spec.Labels = labels
 	s := &Sandbox{st: state{Config: cfg, Base: id, Generation: 1}, beat: heartbeatTimeout(ctx)}
 	s.st.Checkpoint, s.st.OwnCheckpoint = cfg.FromSnapshot, cfg.OwnSnapshot
 	ref, err := s.provision(ctx, cfg.Provider, id)
@@ -178,6 +180,7 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	}
 	s.st.Ref, s.st.LastActive = ref, workflow.Now(ctx)
 	s.set(ctx, StateRunning)
+	s.serve(ctx)
 	workflow.Go(ctx, s.watchIdle)
 	workflow.Go(ctx, s.watchExpiry)
 	return s, nil
@@ -643,6 +646,7 @@ func (s *Sandbox) Carry() HandleState {
 func Reattach(ctx workflow.Context, c HandleState) *Sandbox {
 	s := &Sandbox{st: c.State, beat: heartbeatTimeout(ctx)}
 	s.st.busy, s.st.inflight = false, 0
+	s.serve(ctx)
 	workflow.Go(ctx, s.watchIdle)
 	workflow.Go(ctx, s.watchExpiry)
 	return s
