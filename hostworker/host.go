@@ -91,7 +91,7 @@ type Host struct {
 	orphans   *orphans           // nil unless counted
 	client    client.Client
 	drainFor  time.Duration // how long Shutdown waits for its idle sandboxes to hibernate
-	stopped   bool               // the workers are stopped
+	stopped   bool          // the workers are stopped
 	closed    bool
 }
 
