@@ -60,7 +60,9 @@ type RouteOutput struct {
 // it. The server lists a worker's polls for a while after its last one
 // (five minutes by default), so that a worker restarting is a pause of
 // creation, not a failure; a provider nobody polls for is asked of no
-// queue, and the workflow fails at once instead of waiting.
+// queue, and the workflow fails at once instead of waiting. With several
+// hosts polling a host-bound provider's queue, it names them too, for
+// placement to choose among.
 func (a *Activities) Route(ctx context.Context, in RouteInput) (RouteOutput, error) {
 	return returned(a.route(ctx, in))
 }
