@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/provider"
 )
@@ -149,6 +150,13 @@ func (a *Activities) hosts(ctx context.Context, queue string) ([]string, error) 
 		return []string{a.HostQueue}, nil
 	}
 	hosts, _, err := a.pollers(ctx, queue)
+	return hosts, err
+}
+
+// PollingHosts lists the host queues of the workers polling queue for
+// activities, or that did lately (five minutes by default), sorted.
+func PollingHosts(ctx context.Context, c client.Client, queue string) ([]string, error) {
+	hosts, _, err := (&Activities{Client: c}).pollers(ctx, queue)
 	return hosts, err
 }
 

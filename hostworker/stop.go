@@ -40,10 +40,12 @@ func stopTimeout(d time.Duration) time.Duration {
 // Draining: the host takes no new sandbox (its providers' queues are no
 // longer polled, and it refuses creations sent to it: placement skips
 // it), and asks the workflow of each sandbox of its host-bound providers
-// to hibernate it if it is idle (activities.UpdateDrain): checkpointed
+// to hibernate it once it is idle (activities.UpdateDrain): checkpointed
 // and destroyed, it wakes on another host at its next operation. The
 // sandboxes hibernate side by side; the host waits for them up to
-// HostConfig.StopTimeout.
+// HostConfig.StopTimeout. A provider that no other host serves (berth
+// dev, a deployment of one host) is not drained: its sandboxes would
+// wake here again, their processes lost, and parking keeps them.
 //
 // Stopping: its workers stop taking work and give the activities under
 // way (the commands running) up to HostConfig.StopTimeout to finish; a
@@ -87,7 +89,7 @@ func (h *Host) drain(ctx context.Context) []string {
 		slots      = make(chan struct{}, drainAtOnce)
 	)
 	for _, p := range h.providers {
-		if !p.Capabilities().HostBound {
+		if !p.Capabilities().HostBound || !h.othersServe(ctx, p.Name()) {
 			continue
 		}
 		infos, err := p.List(ctx, nil)
@@ -130,6 +132,28 @@ func (h *Host) drain(ctx context.Context) []string {
 	slices.Sort(hibernated)
 	h.log.Info("drained: idle sandboxes hibernated, to wake on another host", "hibernated", hibernated)
 	return hibernated
+}
+
+// othersServe says whether another host serves provider name, or did
+// lately: without one, the sandboxes would only wake here again, with
+// their processes gone, and they are better paused (parked), their
+// processes kept, until the host is back.
+func (h *Host) othersServe(ctx context.Context, name string) bool {
+	if h.HostQueue == h.queue {
+		return false // one host serves everything (berth dev)
+	}
+	hosts, err := activities.PollingHosts(ctx, h.client, activities.ProviderQueue(h.queue, name))
+	if err != nil {
+		h.log.Warn("drain: cannot tell which hosts serve a provider; its sandboxes stay", "provider", name, "error", err)
+		return false
+	}
+	for _, q := range hosts {
+		if q != h.HostQueue {
+			return true
+		}
+	}
+	h.log.Info("drain: no other host serves the provider; its sandboxes stay, paused", "provider", name)
+	return false
 }
 
 // drainOne asks the workflow wf to hibernate its sandbox id, of base

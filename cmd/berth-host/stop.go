@@ -14,9 +14,9 @@ import (
 // stoppingHelp says what stopping berth dev or berth worker does, for
 // their --help.
 const stoppingHelp = `Stopping (SIGTERM, or SIGINT: Ctrl-C): it drains, then stops. Draining,
-it takes no new sandbox (other hosts get them) and asks the workflow of
-each of its sandboxes to hibernate it once no command runs in it,
-waiting up to --stop-timeout: checkpointed and destroyed, each wakes on
+it takes no new sandbox (other hosts get them) and, when another host
+serves their provider, asks the workflow of each of its sandboxes to
+hibernate it once no command runs in it, waiting up to --stop-timeout: checkpointed and destroyed, each wakes on
 another host at its next operation. Then it stops taking work, lets the
 commands still under way finish for up to --stop-timeout more, pauses
 every sandbox of this host still running (noting which in the data
