@@ -83,6 +83,9 @@ func (s *Sandbox) place(ctx workflow.Context, prov string, spec provider.Spec) (
 				queue = host
 			}
 		}
+		if ctx.Err() != nil {
+			return refs.Sandbox{}, temporal.NewCanceledError("canceled while the sandbox was being placed")
+		}
 		remaining := deadline.Sub(workflow.Now(ctx))
 		if !full {
 			o := s.lifecycle(queue)
