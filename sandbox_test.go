@@ -2,9 +2,12 @@ package berth_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -32,5 +35,41 @@ func TestWriteFilesLarge(t *testing.T) {
 	res, err := sb.Exec(ctx, []string{"./tool.sh"}, berth.ExecOptions{})
 	if err != nil || string(res.Stdout) != "tool\n" {
 		t.Errorf("tool.sh: %+v, %v; want it executable, printing tool", res, err)
+	}
+}
+
+// TestCreateCheckpointPolicy: the policy given to Create reaches the
+// sandbox (every write checkpoints it), and a bad one fails at once as
+// bad input, starting nothing.
+func TestCreateCheckpointPolicy(t *testing.T) {
+	ctx := t.Context()
+	c := berth.New(dial())
+	sb, err := c.Sandboxes().Create(ctx, berth.SandboxOptions{Checkpoint: berth.CheckpointPolicy{Every: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Stop(ctx) })
+	var seen []string
+	for _, name := range []string{"a", "b"} {
+		if err := sb.WriteFiles(ctx, berth.File{Path: name, Data: []byte(name)}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := sb.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, st.Checkpoint)
+	}
+	if seen[0] == "" || seen[1] == "" || seen[0] == seen[1] {
+		t.Errorf("checkpoints after each write: %q; want a new one after each", seen)
+	}
+
+	id := "sbx-bad-checkpoint"
+	_, err = c.Sandboxes().Create(ctx, berth.SandboxOptions{ID: id, Checkpoint: berth.CheckpointPolicy{Idle: time.Millisecond}})
+	if berth.KindOf(err) != errdefs.BadInput || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("a 1ms idle checkpoint: %v (kind %s); want one line of bad input", err, berth.KindOf(err))
+	}
+	if _, err := c.Sandboxes().Get(ctx, id); berth.KindOf(err) != errdefs.NotFound {
+		t.Errorf("after a refused create, Get(%s): %v; want not found (nothing started)", id, err)
 	}
 }

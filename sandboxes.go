@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/errdefs/temporalerr"
 	"github.com/berth-dev/berth/internal/randid"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
 
@@ -88,6 +89,11 @@ type SandboxOptions struct {
 	Network Network
 	// FromSnapshot fills the workspace from a snapshot.
 	FromSnapshot string
+	// Checkpoint says when the workspace is checkpointed besides before
+	// hibernating: a sandbox whose host is lost comes back from its last
+	// checkpoint, and what changed after is lost. The zero policy
+	// checkpoints only before hibernating.
+	Checkpoint CheckpointPolicy
 	// Queue is the task queue of the workers that serve it; empty means
 	// DefaultQueue.
 	Queue string
@@ -99,7 +105,7 @@ func (o SandboxOptions) input() workflows.SandboxInput {
 		Provider: o.Provider, Image: o.Image, Env: o.Env, Labels: o.Labels,
 		Resources:   provider.Resources{CPU: o.CPU, Memory: o.Memory, Disk: o.Disk, Pids: o.Pids},
 		MaxLifetime: o.Lifetime, IdleTimeout: o.IdleTimeout, HibernateAfter: o.HibernateAfter,
-		Network: o.Network, FromSnapshot: o.FromSnapshot,
+		Network: o.Network, FromSnapshot: o.FromSnapshot, Checkpoint: o.Checkpoint,
 	}
 }
 
@@ -108,7 +114,7 @@ func optionsOf(id string, in workflows.SandboxInput) SandboxOptions {
 		ID: id, Provider: in.Provider, Image: in.Image, Env: in.Env, Labels: in.Labels,
 		CPU: in.Resources.CPU, Memory: in.Resources.Memory, Disk: in.Resources.Disk, Pids: in.Resources.Pids,
 		IdleTimeout: in.IdleTimeout, HibernateAfter: in.HibernateAfter, Lifetime: in.MaxLifetime,
-		Network: in.Network, FromSnapshot: in.FromSnapshot,
+		Network: in.Network, FromSnapshot: in.FromSnapshot, Checkpoint: in.Checkpoint,
 	}
 	if in.OwnSnapshot {
 		o.FromSnapshot = "" // a fork's copy of its parent, berth's own
@@ -120,6 +126,11 @@ func optionsOf(id string, in workflows.SandboxInput) SandboxOptions {
 // default), allow with hosts, wildcards, CIDRs and ports, or open. See
 // provider.Network; NetworkPreset names ready-made ones.
 type Network = provider.Network
+
+// CheckpointPolicy says when a running sandbox's workspace is
+// checkpointed: after every N mutating operations, at most Interval
+// after a change, or once idle for Idle. See docs/workflows.md.
+type CheckpointPolicy = sandbox.CheckpointPolicy
 
 // The network policies' modes.
 const (
@@ -157,6 +168,10 @@ func (s *Sandboxes) Create(ctx context.Context, opts SandboxOptions) (*Sandbox, 
 		opts.Queue = DefaultQueue
 	}
 	if err := provider.ValidateID(opts.ID); err != nil {
+		return nil, err
+	}
+	// Bad settings fail here, at once, not in the workflow.
+	if err := opts.input().Validate(); err != nil {
 		return nil, err
 	}
 	if err := s.start(ctx, opts); err != nil {

@@ -116,3 +116,78 @@ func BenchmarkHibernateResume(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCheckpoint measures what one checkpoint of a running sandbox
+// costs under a CheckpointPolicy: a 100 MiB workspace (as
+// BenchmarkHibernateResume's) in which one file changed since the last
+// checkpoint, the parent. Only the changed files are read (the ctimes
+// against the parent's start), and only their new chunks stored.
+// "first" is the first checkpoint of a workspace, with no parent.
+func BenchmarkCheckpoint(b *testing.B) {
+	for _, first := range []bool{true, false} {
+		name := "changed-one-file"
+		if first {
+			name = "first"
+		}
+		b.Run(name, func(b *testing.B) {
+			p := berthtest.Provider(b)
+			acts := &activities.Activities{
+				Providers: map[string]provider.Provider{"linux": p}, Outputs: berthtest.Bucket(b),
+				Snapshots: snapshot.New(berthtest.Bucket(b)), GenericQueue: "berth", HostQueue: "berth",
+			}
+			var s testsuite.WorkflowTestSuite
+			s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+			env := s.NewTestActivityEnvironment()
+			env.RegisterActivity(acts)
+			run := func(activity any, in any, out any) {
+				b.Helper()
+				v, err := env.ExecuteActivity(activity, in)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if out != nil {
+					if err := v.Get(out); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			var ref refs.Sandbox
+			run(acts.Create, activities.CreateInput{Provider: "linux", Spec: provider.Spec{ID: "ckpt"}}, &ref)
+			defer run(acts.Destroy, ref, nil)
+			var res activities.ExecOutput
+			run(acts.Exec, activities.ExecInput{Sandbox: ref, ID: "make", Shell: makeWorkspace, Timeout: time.Minute}, &res)
+			if res.ExitCode != 0 {
+				b.Fatalf("making the workspace: %s", res.Stderr.Inline)
+			}
+			var parent string
+			if !first {
+				var info activities.SnapshotInfo
+				run(acts.Snapshot, activities.SnapshotInput{Sandbox: ref, ID: "ck-0", Kind: activities.SnapshotCheckpoint}, &info)
+				parent = info.ID
+			}
+			var took []time.Duration
+			var stored int64
+			i := 0
+			for b.Loop() {
+				i++
+				b.StopTimer()
+				run(acts.Exec, activities.ExecInput{Sandbox: ref, ID: fmt.Sprintf("change-%d", i),
+					Shell: fmt.Sprintf("echo change %d >> src/pkg0/f0.py", i), Timeout: time.Minute}, &res)
+				if first {
+					acts.Snapshots, parent = snapshot.New(berthtest.Bucket(b)), ""
+				}
+				b.StartTimer()
+				start := time.Now()
+				var info activities.SnapshotInfo
+				run(acts.Snapshot, activities.SnapshotInput{Sandbox: ref, ID: fmt.Sprintf("ck-%d", i),
+					Kind: activities.SnapshotCheckpoint, Parent: parent}, &info)
+				took = append(took, time.Since(start))
+				stored += info.Stored
+				parent = info.ID
+			}
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "median-ms")
+			b.ReportMetric(float64(stored)/float64(i), "stored-B/op")
+		})
+	}
+}

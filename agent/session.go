@@ -112,6 +112,9 @@ type SessionInput struct {
 	// sandbox package's defaults, a negative value never.
 	IdleTimeout    time.Duration `json:"idle_timeout,omitempty"`
 	HibernateAfter time.Duration `json:"hibernate_after,omitempty"`
+	// Checkpoint is the sandbox's checkpoint policy: what the session's
+	// workspace comes back from when its host is lost.
+	Checkpoint sandbox.CheckpointPolicy `json:"checkpoint,omitzero"`
 	// ContinueAfter continues the workflow as new, between turns, once
 	// its history has this many events; zero means when the server
 	// suggests it.

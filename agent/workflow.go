@@ -112,7 +112,8 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 	if in.Carried != nil {
 		s.sbx = sandbox.Reattach(ctx, in.Carried.Sandbox)
 	} else {
-		opts := []sandbox.Option{sandbox.WithIdleTimeout(in.IdleTimeout), sandbox.WithHibernateAfter(in.HibernateAfter), sandbox.WithNetwork(in.Network)}
+		opts := []sandbox.Option{sandbox.WithIdleTimeout(in.IdleTimeout), sandbox.WithHibernateAfter(in.HibernateAfter), sandbox.WithNetwork(in.Network),
+			sandbox.WithCheckpoint(in.Checkpoint)}
 		if in.Fork != nil {
 			opts = append(opts, sandbox.FromCheckpoint(in.Fork.Snapshot))
 		}

@@ -150,18 +150,20 @@ func sqliteConfig(path string) *config.SQL {
 }
 
 // serverConfig is the static configuration of a one-shard, four-service
-// server on SQLite, in the shape the temporal CLI's start-dev uses.
-func serverConfig(p ports, sql *config.SQL) *config.Config {
+// server on SQLite or PostgreSQL, in the shape the temporal CLI's
+// start-dev uses.
+func serverConfig(p ports, db stores) *config.Config {
 	var c config.Config
 	c.Global.Membership.MaxJoinDuration = 30 * time.Second
 	c.Global.Membership.BroadcastAddress = internalHost
 
-	c.Persistence.DefaultStore = "sqlite"
-	c.Persistence.VisibilityStore = "sqlite"
+	c.Persistence.DefaultStore = db.defaultStore
+	c.Persistence.VisibilityStore = db.visibility
 	// One shard: there is one history host, and every extra shard is one
-	// more set of queue readers polling the same SQLite file.
+	// more set of queue readers polling the same database. A database
+	// keeps the count it was first started with: it cannot change.
 	c.Persistence.NumHistoryShards = 1
-	c.Persistence.DataStores = map[string]config.DataStore{"sqlite": {SQL: sql}}
+	c.Persistence.DataStores = db.dataStores
 
 	c.ClusterMetadata = &cluster.Config{
 		EnableGlobalNamespace:    false,

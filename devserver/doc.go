@@ -30,6 +30,13 @@
 // that is the better side of the trade; a deployment that must survive
 // power loss runs a real Temporal cluster.
 //
+// Options.Postgres keeps the state in two PostgreSQL databases instead
+// (the server's postgres12 plugin), whose schema Temporal's own
+// temporal-sql-tool applied beforehand: the server checks its version as
+// it starts. The namespace is then registered through the frontend.
+// berth-host server runs this alone, as the server of a cluster
+// (docs/cluster.md).
+//
 // # Latency
 //
 // The server runs with dynamic config tuned for one host (see

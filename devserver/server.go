@@ -47,8 +47,14 @@ type Options struct {
 	// DataDir holds the SQLite database (and a lock file). It is created if
 	// missing; everything the server knows lives there, so a server started
 	// again on the same DataDir carries on where the last one stopped, even
-	// after a crash. Required.
+	// after a crash. Required, unless Postgres is set: then it holds only
+	// the lock file, and may be empty.
 	DataDir string
+
+	// Postgres, when set, keeps the server's state in PostgreSQL instead
+	// of SQLite; its schema must have been applied beforehand (see
+	// Postgres).
+	Postgres *Postgres
 
 	// Address is the frontend's host:port, the address clients dial. The
 	// host must be an IP literal or "localhost"; zero means 127.0.0.1:7233.
@@ -135,15 +141,27 @@ type settings struct {
 	dynamicConfig dynamicconfig.StaticClient
 	tls           *TLS
 	clientTLS     *tls.Config
+	postgres      *Postgres
 }
 
 func (o Options) settings() (settings, error) {
-	if o.DataDir == "" {
+	var pg *Postgres
+	if o.Postgres != nil {
+		if err := o.Postgres.check(); err != nil {
+			return settings{}, err
+		}
+		p := *o.Postgres
+		pg = &p
+	}
+	if o.DataDir == "" && pg == nil {
 		return settings{}, errors.New("devserver: Options.DataDir is required: the server keeps its SQLite database there")
 	}
-	dataDir, err := filepath.Abs(o.DataDir)
-	if err != nil {
-		return settings{}, fmt.Errorf("devserver: data dir: %w", err)
+	var dataDir string
+	if o.DataDir != "" {
+		var err error
+		if dataDir, err = filepath.Abs(o.DataDir); err != nil {
+			return settings{}, fmt.Errorf("devserver: data dir: %w", err)
+		}
 	}
 	// The SQLite plugin builds a "file:" URI from the path without escaping.
 	if strings.ContainsAny(dataDir, "?#") {
@@ -168,6 +186,7 @@ func (o Options) settings() (settings, error) {
 		namespace:     cmp.Or(o.Namespace, defaultNamespace),
 		logger:        o.Logger,
 		dynamicConfig: dc,
+		postgres:      pg,
 	}
 	if o.TLS != nil {
 		if err := o.TLS.check(); err != nil {
@@ -208,12 +227,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		}
 	}
 
-	if err := os.MkdirAll(st.dataDir, 0o750); err != nil {
-		return nil, fmt.Errorf("devserver: create data dir: %w", err)
-	}
-	lock, err := lockDataDir(st.dataDir)
-	if err != nil {
-		return nil, err
+	var lock *os.File
+	if st.dataDir != "" {
+		if err := os.MkdirAll(st.dataDir, 0o750); err != nil {
+			return nil, fmt.Errorf("devserver: create data dir: %w", err)
+		}
+		if lock, err = lockDataDir(st.dataDir); err != nil {
+			return nil, err
+		}
 	}
 	keepLock := false
 	defer func() {
@@ -222,9 +243,18 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		}
 	}()
 
-	sqlConfig := sqliteConfig(filepath.Join(st.dataDir, dbFileName))
-	if err := prepareDatabase(sqlConfig, st.namespace); err != nil {
-		return nil, err
+	var db stores
+	if st.postgres != nil {
+		db = st.postgres.stores()
+		if err := checkSchema(db); err != nil {
+			return nil, fmt.Errorf("devserver: %s: %w", st.postgres, schemaHint(err))
+		}
+	} else {
+		sqlConfig := sqliteConfig(filepath.Join(st.dataDir, dbFileName))
+		if err := prepareDatabase(sqlConfig, st.namespace); err != nil {
+			return nil, err
+		}
+		db = sqliteStores(sqlConfig)
 	}
 
 	srvLogger := newServerLogger(st.logger)
@@ -237,7 +267,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 		var abandoned bool
-		cfg := serverConfig(p, sqlConfig)
+		cfg := serverConfig(p, db)
 		if st.tls != nil {
 			st.tls.apply(cfg)
 		}
@@ -252,6 +282,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return nil, fmt.Errorf("devserver: %w: %w", ErrAddressInUse, err)
+	}
+	if err != nil && st.postgres != nil {
+		return nil, fmt.Errorf("devserver: %s: %w", st.postgres, schemaHint(err))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("devserver: %w", err)
@@ -269,7 +302,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		srvLogger:   srvLogger,
 		lock:        lock,
 	}
-	if err := s.waitFrontend(ctx); err != nil {
+	if err := s.waitFrontend(ctx, st.postgres != nil); err != nil {
 		_ = s.Stop()
 		return nil, err
 	}
@@ -279,9 +312,13 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	data := st.dataDir
+	if st.postgres != nil {
+		data = st.postgres.String()
+	}
 	s.log.Info("temporal dev server started",
 		"address", s.address, "namespace", s.namespace, "ui", s.uiAddress,
-		"data", st.dataDir, "took", time.Since(begin).Round(time.Millisecond))
+		"data", data, "took", time.Since(begin).Round(time.Millisecond))
 	return s, nil
 }
 
@@ -294,7 +331,7 @@ func (s *Server) Stop() error {
 			s.ui.Stop()
 		}
 		s.stopErr = s.temporal.Stop()
-		_ = s.lock.Close() // releases the flock
+		_ = s.lock.Close() // releases the flock; nil (PostgreSQL without a data dir) is fine
 		s.log.Info("temporal dev server stopped", "address", s.address)
 	})
 	return s.stopErr
@@ -464,8 +501,9 @@ func buildAndStart(cfg *config.Config, p ports, dc dynamicconfig.StaticClient, l
 }
 
 // waitFrontend returns once a client can reach the namespace through the
-// frontend, so that callers never see a half-ready server.
-func (s *Server) waitFrontend(ctx context.Context) error {
+// frontend, so that callers never see a half-ready server; register
+// registers the namespace first if it is missing.
+func (s *Server) waitFrontend(ctx context.Context, register bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	opts := s.ClientOptions()
@@ -475,6 +513,11 @@ func (s *Server) waitFrontend(ctx context.Context) error {
 		return fmt.Errorf("devserver: frontend at %s not answering: %w", s.address, err)
 	}
 	defer c.Close()
+	if register {
+		if err := registerNamespace(ctx, c, s.namespace); err != nil {
+			return err
+		}
+	}
 	_, err = c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: s.namespace})
 	if err != nil {
 		return fmt.Errorf("devserver: namespace %q not served: %w", s.namespace, err)

@@ -192,6 +192,7 @@ func TestStartRejectsBadOptions(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = taken.Close() })
 	takenPort := taken.Addr().(*net.TCPAddr).Port
+	closed := strconv.Itoa(testkit.FreePort(t)) // nothing listens there
 
 	tests := []struct {
 		name    string
@@ -205,6 +206,14 @@ func TestStartRejectsBadOptions(t *testing.T) {
 		{name: "address without port", opts: devserver.Options{Address: "127.0.0.1"}, wantMsg: "want host:port"},
 		{name: "host name", opts: devserver.Options{Address: "example.com:7233"}, wantMsg: "must be an IP address"},
 		{name: "unknown dynamic config key", opts: devserver.Options{DynamicConfig: map[string]any{"history.noSuchKey": 1}}, wantMsg: `"history.noSuchKey"`},
+		{name: "postgres without address", opts: devserver.Options{Postgres: &devserver.Postgres{User: "temporal"}}, wantMsg: "needs Address"},
+		{name: "postgres without user", opts: devserver.Options{Postgres: &devserver.Postgres{Address: "127.0.0.1:5432"}}, wantMsg: "and User"},
+		{name: "postgres address without port", opts: devserver.Options{Postgres: &devserver.Postgres{Address: "db", User: "temporal"}}, wantMsg: "want host:port"},
+		// The server's own check of the schema fails first, naming the
+		// database and what to do, without the password.
+		{name: "postgres unreachable", opts: devserver.Options{Address: "127.0.0.1:0",
+			Postgres: &devserver.Postgres{Address: "127.0.0.1:" + closed, User: "temporal", Password: "hunter2"}},
+			wantMsg: "postgres://temporal@127.0.0.1:" + closed + "/temporal"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -225,6 +234,9 @@ func TestStartRejectsBadOptions(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("err = %v, want it to mention %q", err, tt.wantMsg)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("err = %v: it shows the database password", err)
 			}
 		})
 	}

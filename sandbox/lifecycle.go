@@ -45,6 +45,9 @@ func (s *Sandbox) do(ctx workflow.Context, what string, op func(refs.Sandbox) er
 		return s.lost(ctx, err)
 	}
 	if what != "" {
+		if len(s.st.Since) == 0 {
+			s.st.ChangedAt = s.st.LastActive
+		}
 		s.st.Since = append(s.st.Since, what)
 		if n := s.st.Config.CheckpointEvery; n > 0 && len(s.st.Since) >= n {
 			if cerr := s.transition(ctx, s.checkpoint); cerr != nil {
@@ -378,7 +381,7 @@ func (s *Sandbox) lost(ctx workflow.Context, cause error) error {
 		if err != nil {
 			return err
 		}
-		s.st.Ref, s.st.Since = ref, nil
+		s.st.Ref, s.st.Since, s.st.ChangedAt = ref, nil, time.Time{}
 		s.set(ctx, StateRunning)
 		// The lost sandbox may still hold records, or come back.
 		workflow.Go(ctx, func(ctx workflow.Context) { s.destroy(ctx, old) })
@@ -406,7 +409,7 @@ func (s *Sandbox) checkpoint(ctx workflow.Context) error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	s.dropCheckpoint(ctx)
-	s.st.Checkpoint, s.st.OwnCheckpoint, s.st.Since = info.ID, true, nil
+	s.st.Checkpoint, s.st.OwnCheckpoint, s.st.Since, s.st.ChangedAt = info.ID, true, nil, time.Time{}
 	return nil
 }
 
@@ -499,18 +502,44 @@ func (s *Sandbox) watchIdle(ctx workflow.Context) {
 // nextIdleStep says what the idle watcher does next, and when.
 func (s *Sandbox) nextIdleStep() (func(workflow.Context) error, time.Time) {
 	idle, hib := s.st.Config.IdleTimeout, s.st.Config.HibernateAfter
+	var step func(workflow.Context) error
+	var at time.Time
 	switch s.st.State {
 	case StateRunning:
 		if idle > 0 && (hib <= 0 || idle < hib) {
-			return s.pause, s.st.LastActive.Add(idle)
+			step, at = s.pause, s.st.LastActive.Add(idle)
+		} else if hib > 0 {
+			step, at = s.hibernate, s.st.LastActive.Add(hib)
 		}
-		if hib > 0 {
-			return s.hibernate, s.st.LastActive.Add(hib)
+		// A checkpoint due at the same time as the pause or later is
+		// taken first: a paused sandbox's workspace cannot be read.
+		if due, ok := s.checkpointDue(); ok && (step == nil || !due.After(at)) {
+			return s.checkpoint, due
+		} else if ok && s.st.Config.CheckpointIdle > 0 && step != nil {
+			return s.checkpoint, at
 		}
 	case StatePaused:
 		if hib > 0 {
-			return s.hibernate, s.st.LastActive.Add(hib)
+			step, at = s.hibernate, s.st.LastActive.Add(hib)
 		}
 	}
-	return nil, time.Time{}
+	return step, at
+}
+
+// checkpointDue says when the checkpoint policy's time rules next want
+// a checkpoint of a running sandbox; ok is false when none is due (no
+// rule, or nothing changed since the last checkpoint).
+func (s *Sandbox) checkpointDue() (due time.Time, ok bool) {
+	if len(s.st.Since) == 0 {
+		return time.Time{}, false
+	}
+	if d := s.st.Config.CheckpointInterval; d > 0 {
+		due, ok = s.st.ChangedAt.Add(d), true
+	}
+	if d := s.st.Config.CheckpointIdle; d > 0 {
+		if t := s.st.LastActive.Add(d); !ok || t.Before(due) {
+			due, ok = t, true
+		}
+	}
+	return due, ok
 }

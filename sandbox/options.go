@@ -72,10 +72,14 @@ type config struct {
 	NoAutoResume    bool          `json:"no_auto_resume,omitempty"`
 	Recovery        Recovery      `json:"recovery,omitempty"`
 	CheckpointEvery int           `json:"checkpoint_every,omitempty"`
-	FromSnapshot    string        `json:"from_snapshot,omitempty"`
-	OwnSnapshot     bool          `json:"own_snapshot,omitempty"`
-	HostTimeout     time.Duration `json:"host_timeout,omitempty"`
-	OutputBudget    int64         `json:"output_budget,omitempty"`
+	// CheckpointInterval and CheckpointIdle are the rest of the
+	// checkpoint policy (CheckpointPolicy).
+	CheckpointInterval time.Duration `json:"checkpoint_interval,omitempty"`
+	CheckpointIdle     time.Duration `json:"checkpoint_idle,omitempty"`
+	FromSnapshot       string        `json:"from_snapshot,omitempty"`
+	OwnSnapshot        bool          `json:"own_snapshot,omitempty"`
+	HostTimeout        time.Duration `json:"host_timeout,omitempty"`
+	OutputBudget       int64         `json:"output_budget,omitempty"`
 	// PlacementTimeout is how long a creation waits for a host with room.
 	PlacementTimeout time.Duration `json:"placement_timeout,omitempty"`
 }
@@ -105,8 +109,11 @@ func (c config) validate() error {
 	if c.Provider == "" {
 		return fmt.Errorf("%w: no provider", errdefs.ErrBadInput)
 	}
-	if c.CheckpointEvery < 0 || c.HostTimeout < 0 || c.PlacementTimeout < 0 {
-		return fmt.Errorf("%w: negative checkpoint interval, host timeout or placement timeout", errdefs.ErrBadInput)
+	if c.HostTimeout < 0 || c.PlacementTimeout < 0 {
+		return fmt.Errorf("%w: negative host timeout or placement timeout", errdefs.ErrBadInput)
+	}
+	if err := (CheckpointPolicy{Every: c.CheckpointEvery, Interval: c.CheckpointInterval, Idle: c.CheckpointIdle}).Validate(); err != nil {
+		return err
 	}
 	if c.FromSnapshot != "" {
 		if err := provider.ValidateID(c.FromSnapshot); err != nil {
@@ -165,6 +172,58 @@ func WithRecovery(r Recovery) Option { return func(c *config) { c.Recovery = r }
 // operations (commands, writes, removals). Zero, the default, checkpoints
 // only before hibernating.
 func WithCheckpointEvery(n int) Option { return func(c *config) { c.CheckpointEvery = n } }
+
+// CheckpointPolicy says when a running sandbox's workspace is
+// checkpointed, besides before it hibernates. A checkpoint is what a
+// sandbox found lost (its host gone) comes back from: what changed
+// after it is lost, and named in the LostError. Each rule that is set
+// applies; the zero policy checkpoints only before hibernating. A
+// checkpoint is taken only when something changed since the last one,
+// and stores only the chunks that changed (docs/workflows.md measures
+// the cost).
+type CheckpointPolicy struct {
+	// Every checkpoints after every Every mutating operations
+	// (commands, writes, removals), as the operation ends.
+	Every int `json:"every,omitempty"`
+	// Interval checkpoints at most Interval after the first change not
+	// yet checkpointed, once no operation is in flight: it bounds how
+	// much time of work a lost host can cost.
+	Interval time.Duration `json:"interval,omitempty"`
+	// Idle checkpoints once no operation has come for Idle, if
+	// something changed: an agent's workspace between turns. An idle
+	// checkpoint due after the idle timeout is taken as the sandbox
+	// pauses.
+	Idle time.Duration `json:"idle,omitempty"`
+}
+
+// MinCheckpointInterval is the shortest Interval or Idle a
+// CheckpointPolicy may have: a checkpoint reads the workspace's changed
+// files and writes them to the blob store.
+const MinCheckpointInterval = time.Second
+
+// Validate checks the policy's rules: none negative, and the times at
+// least MinCheckpointInterval.
+func (p CheckpointPolicy) Validate() error {
+	if p.Every < 0 || p.Interval < 0 || p.Idle < 0 {
+		return fmt.Errorf("%w: negative checkpoint policy %+v", errdefs.ErrBadInput, p)
+	}
+	for _, r := range []struct {
+		name string
+		d    time.Duration
+	}{{"interval", p.Interval}, {"idle", p.Idle}} {
+		if r.d > 0 && r.d < MinCheckpointInterval {
+			return fmt.Errorf("%w: checkpoint %s %v is under the least, %v", errdefs.ErrBadInput, r.name, r.d, MinCheckpointInterval)
+		}
+	}
+	return nil
+}
+
+// WithCheckpoint sets the sandbox's checkpoint policy.
+func WithCheckpoint(p CheckpointPolicy) Option {
+	return func(c *config) {
+		c.CheckpointEvery, c.CheckpointInterval, c.CheckpointIdle = p.Every, p.Interval, p.Idle
+	}
+}
 
 // WithHostTimeout sets how long an operation on a host-bound sandbox
 // waits for a worker of the sandbox's host before the sandbox is taken

@@ -76,6 +76,9 @@ type state struct {
 	// Since lists the mutating operations since the checkpoint: what a
 	// recovery loses.
 	Since []string `json:"since,omitempty"`
+	// ChangedAt is when the first of Since happened (zero when Since is
+	// empty), for CheckpointPolicy.Interval.
+	ChangedAt time.Time `json:"changed_at,omitzero"`
 	// Held is how long the sandbox has been held (running or paused),
 	// up to HeldSince, the start of the current stretch, zero when it is
 	// not held now. Active and ActiveSince count the same way the time

@@ -45,6 +45,9 @@ type SandboxInput struct {
 	// this many events, to keep it short; zero means when the server
 	// suggests it.
 	ContinueAfter int `json:"continue_after,omitempty"`
+	// Checkpoint says when the workspace is checkpointed besides before
+	// hibernating: what a sandbox whose host is lost comes back from.
+	Checkpoint sandbox.CheckpointPolicy `json:"checkpoint,omitzero"`
 
 	// Carried is set by the workflow itself when it continues as new.
 	Carried *Carried `json:"carried,omitempty"`
@@ -233,6 +236,9 @@ func (in SandboxInput) Validate() error {
 			return fmt.Errorf("snapshot: %w", err)
 		}
 	}
+	if err := in.Checkpoint.Validate(); err != nil {
+		return err
+	}
 	return provider.ValidateSpec(provider.Spec{Env: in.Env, Labels: in.Labels, Resources: in.Resources, Network: in.Network})
 }
 
@@ -249,6 +255,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 		sandbox.WithEnv(in.Env), sandbox.WithResources(in.Resources), sandbox.WithLabels(in.Labels),
 		sandbox.WithMaxLifetime(in.MaxLifetime), sandbox.WithNetwork(in.Network),
 		sandbox.WithIdleTimeout(in.IdleTimeout), sandbox.WithHibernateAfter(in.HibernateAfter),
+		sandbox.WithCheckpoint(in.Checkpoint),
 	}
 	switch {
 	case in.FromSnapshot != "" && in.OwnSnapshot:

@@ -1,7 +1,8 @@
 // Command berth-host runs berth on a worker host: `berth dev`, an
 // embedded Temporal server and a worker in one process, and `berth
-// worker`, a worker for a real cluster. The berth command hands those
-// two commands to it. It is a binary of its own because it links the
+// worker`, a worker for a real cluster; and `berth-host server`, the
+// Temporal server alone (on PostgreSQL or SQLite), for a cluster of
+// workers to share. The berth command hands dev and worker to it. It is a binary of its own because it links the
 // Temporal server, the providers and the blob stores' drivers: their
 // initialisation would make each of berth's client commands start ten
 // times slower. Install it beside berth:
@@ -57,7 +58,7 @@ func run(ctx context.Context, args []string) int {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newDev(), newWorker())
+	root.AddCommand(newDev(), newWorker(), newServer())
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	var usage usageError

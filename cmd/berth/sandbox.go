@@ -158,6 +158,10 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 	f.StringVar(&in.Image, "image", "", "the image its root filesystem comes from (default: the provider's)")
 	settings.register(f, false)
 	f.StringVar(&in.FromSnapshot, "from-snapshot", "", "fill the workspace from this snapshot")
+	// A lost host loses what changed since the last checkpoint.
+	f.IntVar(&in.Checkpoint.Every, "checkpoint-every", 0, "checkpoint the workspace after every N commands, writes or removals (default: only before hibernating)")
+	f.DurationVar(&in.Checkpoint.Interval, "checkpoint-interval", 0, "checkpoint the workspace at most this long after it changed, at least 1s")
+	f.DurationVar(&in.Checkpoint.Idle, "checkpoint-idle", 0, "checkpoint the workspace once idle this long, if it changed, at least 1s")
 	out = addFormat(f, formatJSON)
 	_ = cmd.RegisterFlagCompletionFunc("from-snapshot", completeSnapshots(cf))
 	return cmd

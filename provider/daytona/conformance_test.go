@@ -54,5 +54,8 @@ func openProvider(t *testing.T, pc provider.Config) provider.Provider {
 func TestConformance(t *testing.T) {
 	f := newFake(t, daytonafake.Options{Quota: daytonafake.Quota{CPU: 1000, MemoryGiB: 1000, DiskGiB: 10000}, StartDelay: 10 * time.Millisecond})
 	pc := settings(t, f)
-	providertest.Run(t, remotetest.Harness(farm, func(t *testing.T) provider.Provider { return openProvider(t, pc) }))
+	h := remotetest.Harness(farm, func(t *testing.T) provider.Provider { return openProvider(t, pc) })
+	// Its machines are remotefake's, reached as provider/remote's are.
+	h.MachinesHeldBy = remotetest.MachinesSuite
+	providertest.Run(t, h)
 }

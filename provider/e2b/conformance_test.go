@@ -33,11 +33,14 @@ func TestConformance(t *testing.T) {
 	t.Setenv("E2B_API_KEY", testKey)
 	t.Setenv(e2b.DefaultSecretEnv, "the e2b tests' secret")
 	pc := provider.Config{"api-url": f.URL(), "sandbox-url": f.SandboxURL(), "daemon": daemon, "max-lifetime": "24h"}
-	providertest.Run(t, remotetest.Harness(farm, func(t *testing.T) provider.Provider {
+	h := remotetest.Harness(farm, func(t *testing.T) provider.Provider {
 		p, err := provider.Open(t.Context(), e2b.Name, pc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
-	}))
+	})
+	// Its machines are remotefake's, reached as provider/remote's are.
+	h.MachinesHeldBy = remotetest.MachinesSuite
+	providertest.Run(t, h)
 }

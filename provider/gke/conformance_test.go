@@ -66,5 +66,8 @@ func openProvider(t *testing.T, pc provider.Config) provider.Provider {
 func TestConformance(t *testing.T) {
 	f := newFake(t, gkefake.Options{})
 	pc := settings(t, f)
-	providertest.Run(t, remotetest.Harness(farm, func(t *testing.T) provider.Provider { return openProvider(t, pc) }))
+	h := remotetest.Harness(farm, func(t *testing.T) provider.Provider { return openProvider(t, pc) })
+	// Its machines are remotefake's, reached as provider/remote's are.
+	h.MachinesHeldBy = remotetest.MachinesSuite
+	providertest.Run(t, h)
 }

@@ -50,6 +50,10 @@ const (
 	chunk = 256 << 10
 	// unboundedChunk is chunk when the bandwidth is Unlimited.
 	unboundedChunk = 16 << 20
+	// fdsPerConn is the most file descriptors a relayed connection
+	// holds: its two sockets, and a pipe (two descriptors) for each
+	// direction's splice.
+	fdsPerConn = 6
 )
 
 // Unlimited, given as Config.Bandwidth, turns the bandwidth bound off.
@@ -81,12 +85,20 @@ type Config struct {
 	// OriginalDst says where a redirected connection was going. Nil:
 	// SO_ORIGINAL_DST.
 	OriginalDst func(net.Conn) (netip.AddrPort, error)
+	// CAFile keeps the proxy's certificate authority (its certificate
+	// and private key, PEM), so that sandboxes that trust it keep
+	// working after a restart: read when the proxy starts, made once
+	// (mode 0600, its directory 0700 if missing) when absent, made anew
+	// when it ends within 30 days. A file others may read or write, or
+	// one that is not an authority, fails New. Empty: an authority in
+	// memory, new at each New.
+	CAFile string
 	// RootCAs verify the real hosts when the proxy re-originates TLS to
 	// add a credential. Nil: the host's roots.
 	RootCAs *x509.CertPool
 
 	MaxConnsPerSandbox int           // 0: DefaultMaxConnsPerSandbox
-	MaxConns           int           // 0: DefaultMaxConns
+	MaxConns           int           // 0: DefaultMaxConns; at most half the process's file descriptors allow
 	ConnRate           float64       // per second; 0: DefaultConnRate
 	ConnBurst          int           // 0: DefaultConnBurst
 	Bandwidth          int64         // bytes per second; 0: DefaultBandwidth; Unlimited
@@ -167,6 +179,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OriginalDst == nil {
 		c.OriginalDst = originalDst
+	}
+	// The proxy shares the process's file descriptors with the rest of
+	// it (a worker, its providers): its connections may take half.
+	if limit, ok := fdLimit(); ok {
+		if most := max(int(min(limit/2/fdsPerConn, 1<<30)), 1); c.MaxConns > most {
+			c.Logger.Warn("egress: fewer connections in all than configured: the process's file descriptor limit allows no more",
+				"max_conns", c.MaxConns, "allowed", most, "fd_limit", limit)
+			c.MaxConns = most
+		}
 	}
 	return c
 }

@@ -32,10 +32,12 @@
 // host, so that the sandbox uses a secret it never holds. Plain HTTP
 // requests get it directly; HTTPS to a host that has one is terminated
 // with the proxy's own certificate authority ([Proxy.CACertPEM], which the
-// sandbox must trust) and re-originated to the real host, whose
-// certificate is verified. Connections to hosts without credentials are
-// relayed byte for byte and never decrypted. A credential's value is never
-// logged and never part of an error.
+// sandbox must trust; kept across restarts in [Config.CAFile]) and
+// re-originated to the real host, whose certificate is verified.
+// Connections to hosts without credentials are relayed byte for byte
+// and never decrypted: spliced in the kernel between the two TCP
+// connections, the bandwidth paid per chunk. A credential's value is
+// never logged and never part of an error.
 //
 // # Bounds
 //

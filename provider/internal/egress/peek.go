@@ -83,7 +83,9 @@ func (p *Proxy) peek(c net.Conn, prefix []byte) peeked {
 		if err != nil {
 			return peeked{kind: kindOther, bytes: rec.buf, err: err}
 		}
-		_ = req.Body.Close()
+		// The body is not read (nor closed, which would read it): the
+		// decision needs the headers only, and a client that sent
+		// "Expect: 100-continue" waits for the server before sending it.
 		return peeked{kind: kindHTTP, name: hostOnly(req.Host), bytes: rec.buf}
 	}
 	return peeked{bytes: rec.buf}

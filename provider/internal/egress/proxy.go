@@ -58,7 +58,7 @@ type sandbox struct {
 // New makes a proxy; it serves nothing until Serve or ServeExplicit.
 func New(cfg Config) (*Proxy, error) {
 	cfg = cfg.withDefaults()
-	ca, err := newAuthority(time.Now())
+	ca, err := openAuthority(cfg.CAFile, time.Now(), cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +155,8 @@ func (p *Proxy) unregister(sb *sandbox) {
 }
 
 // Serve relays the connections ln accepts, which the kernel redirected
-// from sandboxes, until ln fails or the proxy is closed.
+// from sandboxes, until ln fails or the proxy is closed; the proxy's
+// Close closes ln, as does a Serve after Close.
 func (p *Proxy) Serve(ln net.Listener) error {
 	return p.acceptLoop(ln, func(tc *trackedConn) {
 		dst, err := p.cfg.OriginalDst(tc.Conn)
@@ -201,10 +202,13 @@ func (p *Proxy) acceptLoop(ln net.Listener, handle func(*trackedConn)) error {
 	}
 }
 
+// addListener tracks ln for Close, or closes it if the proxy is closed
+// already: a Serve that starts after Close must not leave ln open.
 func (p *Proxy) addListener(ln net.Listener) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
+		_ = ln.Close()
 		return false
 	}
 	p.listeners[ln] = struct{}{}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -377,6 +378,10 @@ func TestConnectionBounds(t *testing.T) {
 		if n := e.refusals(ReasonSandboxConns); n != 1 {
 			t.Errorf("sandbox-conns refusals = %d, want 1", n)
 		}
+		// The connections within the bound still work.
+		if err := tls.Client(held[1], &tls.Config{ServerName: "pypi.org", RootCAs: w.roots}).Handshake(); err != nil {
+			t.Errorf("a held connection: %v", err)
+		}
 		// A connection closed frees its slot.
 		held[0].Close()
 		waitFor(t, func() bool { return e.p.Stats().Active == 2 })
@@ -432,16 +437,12 @@ func TestConnectionBounds(t *testing.T) {
 	})
 }
 
-// waitFor waits for cond, which the proxy's goroutines make true.
+// waitFor waits for cond, which the proxy's goroutines make true, and
+// fails the test if it does not hold within 30 s (a failure, not a
+// timing threshold: the conditions hold within milliseconds).
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for !cond() {
-		select {
-		case <-t.Context().Done():
-			t.Fatal("condition never held")
-		case <-time.After(time.Millisecond):
-		}
-	}
+	testkit.Eventually(t, "the proxy's state", 30*time.Second, cond)
 }
 
 func TestSlowHeader(t *testing.T) {
@@ -493,6 +494,25 @@ func TestHeaderTooLarge(t *testing.T) {
 	}
 	if n := e.refusals(ReasonHeader); n != 1 {
 		t.Errorf("header refusals = %d, want 1", n)
+	}
+}
+
+// TestRequestBodyNotAwaited: the proxy decides on a request's headers
+// and relays them at once: a client that sent "Expect: 100-continue"
+// sends its body only once the server answered.
+func TestRequestBodyNotAwaited(t *testing.T) {
+	w := newWorld(t)
+	e := w.proxy(t, func(c *Config) { c.HeaderTimeout = time.Hour })
+	e.register(t, "127.0.0.1", w.allow("pypi.org"))
+	c := e.dial(t, "127.0.0.1", w.pypiHTTP())
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: pypi.org\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(time.Minute)) // a failure, not a wait: the answer takes milliseconds
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer before the body: %v", err)
+	}
+	if resp.StatusCode != 100 && resp.StatusCode != 200 {
+		t.Errorf("status %d", resp.StatusCode)
 	}
 }
 
@@ -678,6 +698,21 @@ func TestCloseEndsServe(t *testing.T) {
 	}
 	if _, err := e.p.Register(netip.MustParseAddr("127.0.0.5"), "x", w.allow("pypi.org"), nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("Register after Close: %v", err)
+	}
+	// Serve after Close closes its listener: a start and a stop that
+	// race leave no port bound.
+	for name, serve := range map[string]func(net.Listener) error{"Serve": e.p.Serve, "ServeExplicit": e.p.ServeExplicit} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := serve(ln); !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close: %v", name, err)
+		}
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			c.Close()
+			t.Errorf("%s after Close left its listener open", name)
+		}
 	}
 }
 

@@ -111,12 +111,16 @@ func (p *Proxy) splice(tc *trackedConn, prefix []byte, up net.Conn) {
 	wg.Wait()
 }
 
-// copyDir copies src to dst in chunks, paying each chunk's bytes to lim,
-// and returns nil at src's end. Between TCP connections io.Copy splices
-// in the kernel. Only reads have a deadline (a write that times out in a
-// splice loses the bytes in flight): a read that times out ends the copy
-// if neither direction moved for the idle timeout, and a write the
-// sandbox stalls is ended by the other direction's giving up.
+// copyDir copies src to dst and returns nil at src's end. It moves a
+// chunk at a time with io.CopyN, which between two TCP connections
+// splices in the kernel (TCPConn.ReadFrom): the bytes never enter the
+// proxy, and no buffer of its own is held per connection. Each chunk
+// is paid to the sandbox's bandwidth bucket once moved, so the bound
+// costs one wait per chunk, not a copy through a limiter. Only reads
+// have a deadline (a write that times out in a splice loses the bytes
+// in flight): a read that times out ends the copy if neither direction
+// moved for the idle timeout, and a write the sandbox stalls is ended
+// by the other direction's giving up.
 func (p *Proxy) copyDir(ctx context.Context, dst, src net.Conn, lim *rate.Limiter, last *atomic.Int64) error {
 	idle := p.cfg.IdleTimeout
 	size := int64(chunk)
@@ -125,22 +129,20 @@ func (p *Proxy) copyDir(ctx context.Context, dst, src net.Conn, lim *rate.Limite
 	}
 	for {
 		_ = src.SetReadDeadline(time.Now().Add(idle))
-		lr := &io.LimitedReader{R: src, N: size}
-		n, err := io.Copy(dst, lr)
+		n, err := io.CopyN(dst, src, size)
 		if n > 0 {
 			last.Store(time.Now().UnixNano())
 			if werr := lim.WaitN(ctx, int(n)); werr != nil {
 				return werr
 			}
 		}
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) && time.Since(time.Unix(0, last.Load())) < idle {
-				continue
-			}
-			return err
-		}
-		if lr.N > 0 {
+		switch {
+		case err == nil:
+		case errors.Is(err, io.EOF):
 			return nil
+		case errors.Is(err, os.ErrDeadlineExceeded) && time.Since(time.Unix(0, last.Load())) < idle:
+		default:
+			return err
 		}
 	}
 }

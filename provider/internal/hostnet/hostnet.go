@@ -5,10 +5,11 @@
 // credentials, and hands a provider what its NetworkConfig needs.
 //
 // Each provider opens its own: one proxy per provider, on a port of its
-// own, so that nothing is shared between providers of one process and no
-// state outlives a Host but the proxy's address on the uplink's
-// loopback interface, which sandboxes' rules
-// name and which stays for the next start (see docs/network.md).
+// own, so that nothing is shared between providers of one process. Two
+// things outlive a Host, for the next start: the proxy's address on the
+// uplink's loopback interface, which sandboxes' rules name, and the
+// proxy's certificate authority in the provider's state directory
+// (CAPath), which sandboxes trust (see docs/network.md).
 package hostnet
 
 import (
@@ -22,6 +23,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -89,7 +91,18 @@ type Settings struct {
 	// ("network-credentials"): [{"host": ..., "header": ..., "value":
 	// ...}], of mode 0600 or stricter. Zero: none.
 	Credentials string
+	// StateDir is the provider's state directory, where the proxy
+	// keeps its certificate authority (CAPath) so that sandboxes that
+	// trust it keep working after a restart. It is no text setting: the
+	// provider sets it to its own state-dir, whether or not networks
+	// are on. Zero: the authority lives in memory, new at each Open.
+	StateDir string
 }
+
+// CAPath is where the egress proxy of the provider whose state
+// directory is stateDir keeps its certificate authority (certificate
+// and key, PEM, mode 0600, in a directory of mode 0700).
+func CAPath(stateDir string) string { return filepath.Join(stateDir, ".egress", "ca.pem") }
 
 // Decoders are the settings that decode into s, for settings.Decode.
 func (s *Settings) Decoders() map[string]settings.Setting {
@@ -208,7 +221,9 @@ func (h *Host) Close() error {
 // missing, malformed or readable by others among them).
 func Open(ctx context.Context, name string, s Settings, d Defaults, log *slog.Logger) (*Host, error) {
 	if !s.On {
-		if s != (Settings{}) {
+		given := s
+		given.StateDir = "" // the provider's, set whether or not networks are on
+		if given != (Settings{}) {
 			return nil, fmt.Errorf("%w: %s provider: network settings given with network off", errdefs.ErrBadInput, name)
 		}
 		return nil, nil
@@ -263,6 +278,14 @@ func Open(ctx context.Context, name string, s Settings, d Defaults, log *slog.Lo
 	}
 	h.Resolver = newResolver(s.Uplink, s.Resolver, dial)
 	cfg := egress.Config{Logger: log, Resolver: h.Resolver}
+	if s.StateDir != "" {
+		// Made here if the provider has not yet: traversable, as the
+		// linux provider's is; the authority's own directory is 0700.
+		if err := os.MkdirAll(s.StateDir, 0o711); err != nil {
+			return fail(fmt.Errorf("%s provider: state directory: %w", name, err))
+		}
+		cfg.CAFile = CAPath(s.StateDir)
+	}
 	if s.Uplink != "" {
 		path := s.Uplink
 		cfg.Dial = dial

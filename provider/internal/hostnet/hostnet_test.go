@@ -1,6 +1,7 @@
 package hostnet
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net/netip"
@@ -71,6 +72,11 @@ func TestOpenOff(t *testing.T) {
 	if h != nil || err != nil {
 		t.Errorf("off: %v, %v", h, err)
 	}
+	// The state directory is the provider's, given with networks off too.
+	h, err = Open(t.Context(), "test", Settings{StateDir: t.TempDir()}, testDefaults, nil)
+	if h != nil || err != nil {
+		t.Errorf("off, with the state directory: %v, %v", h, err)
+	}
 	// Network settings without the network: a mistake, said so.
 	if _, err := Open(t.Context(), "test", Settings{Pool: testDefaults.Pool}, testDefaults, nil); !errors.Is(err, errdefs.ErrBadInput) {
 		t.Errorf("settings with the network off: %v", err)
@@ -136,11 +142,24 @@ func TestOpen(t *testing.T) {
 	tp := nettest.New(t)
 	good := writeCreds(t, 0o600, `[{"host":"pypi.org:80","header":"Authorization","value":"`+secret+`"},`+
 		`{"host":"*.example.com","header":"X-Token","value":"t"}]`)
-	s := Settings{On: true, Uplink: tp.Uplink, Credentials: good}
+	s := Settings{On: true, Uplink: tp.Uplink, Credentials: good, StateDir: filepath.Join(t.TempDir(), "state")}
+	var ca []byte
 	for round := range 2 {
 		h, err := Open(t.Context(), "test", s, testDefaults, nil)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// The proxy's authority is the same after a restart: sandboxes
+		// that trusted it still do.
+		if round == 0 {
+			if ca = h.ProxyCA(); len(ca) == 0 {
+				t.Fatal("no authority with credentials")
+			}
+		} else if !bytes.Equal(h.ProxyCA(), ca) {
+			t.Error("the proxy's authority changed across a restart")
+		}
+		if fi, err := os.Stat(CAPath(s.StateDir)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("round %d: the authority's file: %v, %v", round, fi, err)
 		}
 		wantProxy := netip.MustParseAddrPort(DefaultProxyIP + ":15009")
 		if h.ProxyAddr != wantProxy || h.DNSAddr != netip.MustParseAddrPort(DefaultProxyIP+":15059") || h.Pool != testDefaults.Pool || h.Uplink != tp.Uplink {
@@ -194,6 +213,54 @@ func TestOpen(t *testing.T) {
 	}
 	if err := tp.Contained(netip.MustParsePrefix(DefaultProxyIP + "/32")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpenCARefused: an authority file that others may read, or that
+// is not an authority, fails the start with one line naming it, and is
+// left as it was.
+func TestOpenCARefused(t *testing.T) {
+	tp := nettest.New(t)
+	for name, tc := range map[string]struct {
+		mode os.FileMode
+		body string
+		want string
+	}{
+		"group-read": {0o640, "", "mode 0640"},
+		"world-read": {0o604, "", "mode 0604"},
+		"malformed":  {0o600, "not an authority", "not PEM"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.body == "" {
+				// A good authority, made by a start, then its mode changed.
+				h, err := Open(t.Context(), "test", Settings{On: true, Uplink: tp.Uplink, StateDir: dir}, testDefaults, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.Close()
+			} else if err := os.MkdirAll(filepath.Dir(CAPath(dir)), 0o700); err != nil {
+				t.Fatal(err)
+			} else if err := os.WriteFile(CAPath(dir), []byte(tc.body), tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(CAPath(dir), tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := os.ReadFile(CAPath(dir))
+			h, err := Open(t.Context(), "test", Settings{On: true, Uplink: tp.Uplink, StateDir: dir}, testDefaults, nil)
+			if err == nil {
+				h.Close()
+				t.Fatal("opened")
+			}
+			if msg := err.Error(); !errors.Is(err, errdefs.ErrBadInput) || strings.Contains(msg, "\n") ||
+				!strings.Contains(msg, tc.want) || !strings.Contains(msg, CAPath(dir)) {
+				t.Errorf("%v: want one line of bad input naming the file and saying %q", err, tc.want)
+			}
+			if after, _ := os.ReadFile(CAPath(dir)); !bytes.Equal(before, after) {
+				t.Error("the refused file was changed")
+			}
+		})
 	}
 }
 

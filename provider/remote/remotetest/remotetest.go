@@ -86,6 +86,11 @@ func DaemonPID(t testing.TB, farm *remotefake.Farm, sb provider.Sandbox) int {
 	return 0
 }
 
+// MachinesSuite names the run of the conformance suite that holds
+// remotefake's machines to providertest.MachineGroups: the fakes of
+// hosted services give it as their Harness.MachinesHeldBy.
+const MachinesSuite = "provider/remote's TestConformance"
+
 // Harness is the conformance suite's harness for a hosted provider whose
 // machines the farm makes.
 func Harness(farm *remotefake.Farm, open func(t *testing.T) provider.Provider) providertest.Harness {

@@ -1,0 +1,341 @@
+#!/usr/bin/env bash
+# A berth cluster on one machine: PostgreSQL (from Debian), the Temporal
+# server on it as its own process (berth-host server, its schema applied
+# by Temporal's temporal-sql-tool), an S3 store (versitygw) and three
+# berth workers, each in its own network namespace and cgroup with its
+# own data directory. Everything listens on loopback or on a bridge of
+# private addresses this script makes; the namespaces have no route out.
+#
+#   examples/cluster.sh up | down | status
+#   examples/cluster.sh kill-host N     # SIGKILL host N's worker and all it runs; delete its namespace
+#   examples/cluster.sh kill-server     # SIGKILL the Temporal server
+#   examples/cluster.sh start-server    # start it again, on the same database
+#
+# As root (namespaces, cgroups, PostgreSQL run as the postgres user).
+# docs/cluster.md says more; settings (environment, defaults):
+#   CLUSTER_DIR      state: databases, store, hosts' data, logs (/tmp/berth-cluster)
+#   CLUSTER_NAME     prefix of the namespaces, bridge and cgroups (berthc)
+#   CLUSTER_NET      the bridge's /24, as its first three octets (100.87.1)
+#   CLUSTER_HOSTS    how many workers (3)
+#   CLUSTER_TEMPORAL_PORT, CLUSTER_S3_PORT, CLUSTER_PG_PORT   (7233, 7070, 55432)
+#   CLUSTER_HEARTBEAT   the workers' --heartbeat-timeout (5s)
+#   BERTH_BIN        a directory with berth-host and berth-sandboxd (default: built into CLUSTER_DIR/bin)
+#   TEMPORAL_SQL_TOOL   temporal-sql-tool (default: on PATH)
+# After up, CLUSTER_DIR/env holds what clients need (TEMPORAL_ADDRESS,
+# TEMPORAL_NAMESPACE, the store's URL and keys): source it.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+dir=${CLUSTER_DIR:-/tmp/berth-cluster}
+name=${CLUSTER_NAME:-berthc}
+net=${CLUSTER_NET:-100.87.1}
+hosts=${CLUSTER_HOSTS:-3}
+temporal_port=${CLUSTER_TEMPORAL_PORT:-7233}
+s3_port=${CLUSTER_S3_PORT:-7070}
+pg_port=${CLUSTER_PG_PORT:-55432}
+heartbeat=${CLUSTER_HEARTBEAT:-5s}
+sql_tool=${TEMPORAL_SQL_TOOL:-temporal-sql-tool}
+
+bridge=${name}0
+gw=$net.1
+# The cgroup v1 controllers berth's linux provider puts sandboxes in,
+# below the cgroup of the worker that makes them: a host's cgroup holds
+# its worker and every sandbox it made, so that kill-host kills them all.
+controllers=(memory cpu pids freezer)
+cgroups=/sys/fs/cgroup
+
+log() { echo "cluster: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+[ "${#name}" -le 12 ] || die "CLUSTER_NAME $name: at most 12 characters (interface names are 15 at most)"
+[ "$(id -u)" = 0 ] || die "run as root: it makes network namespaces and cgroups"
+
+netns() { echo "$name-h$1"; }
+hostdir() { echo "$dir/h$1"; }
+
+# alive PIDFILE: the process of PIDFILE runs, and is ours (its command
+# line names CLUSTER_DIR), not a process that got its pid since.
+alive() {
+  local pid
+  [ -f "$1" ] || return 1
+  pid=$(cat "$1")
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$dir"
+}
+
+# stop_pid PIDFILE: SIGKILL its process and wait until it is gone.
+stop_pid() {
+  if alive "$1"; then
+    local pid
+    pid=$(cat "$1")
+    kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do [ -d "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || break; sleep 0.05; done
+  fi
+  rm -f "$1"
+}
+
+# wait_log FILE TEXT PIDFILE SECONDS: wait for TEXT in FILE while the
+# process runs.
+wait_log() {
+  local deadline=$((SECONDS + $4))
+  until grep -qF -- "$2" "$1" 2>/dev/null; do
+    alive "$3" || { tail -n 30 "$1" >&2 || true; die "$(basename "$1" .log) exited before it was ready (log: $1)"; }
+    [ $SECONDS -lt "$deadline" ] || { tail -n 30 "$1" >&2 || true; die "$(basename "$1" .log) not ready after $4 s (log: $1)"; }
+    sleep 0.1
+  done
+}
+
+# spawn PIDFILE LOG CMD...: start CMD in the background, in its own
+# session, its output to LOG.
+spawn() {
+  local pidfile=$1 logfile=$2
+  shift 2
+  setsid "$@" >>"$logfile" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+}
+
+binaries() {
+  if [ -n "${BERTH_BIN:-}" ]; then
+    bin=$BERTH_BIN
+  else
+    bin=$dir/bin
+    log "building berth-host and berth-sandboxd into $bin"
+    (cd "$repo" && go build -o "$bin/" ./cmd/berth-host && CGO_ENABLED=0 go build -o "$bin/" ./cmd/berth-sandboxd)
+  fi
+  [ -x "$bin/berth-host" ] || die "no berth-host in $bin"
+}
+
+start_postgres() {
+  local pg=$dir/pg
+  command -v initdb >/dev/null || PATH=$PATH:$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | tail -n 1)
+  command -v initdb >/dev/null || die "PostgreSQL is not installed (apt-get install postgresql)"
+  id postgres >/dev/null 2>&1 || die "no postgres user (apt-get install postgresql makes it)"
+  mkdir -p "$pg/sock"
+  head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$pg/password"
+  chown -R postgres: "$pg"
+  chmod 700 "$pg"
+  runuser -u postgres -- initdb -D "$pg/data" -U temporal --pwfile="$pg/password" -E UTF8 \
+    --auth-local=peer --auth-host=scram-sha-256 >"$pg/initdb.log" 2>&1 || { cat "$pg/initdb.log" >&2; die "initdb failed"; }
+  # Loopback only, and a socket in its own directory, so that it
+  # neither meets the system's PostgreSQL nor is reached from outside.
+  runuser -u postgres -- pg_ctl -D "$pg/data" -l "$pg/postgres.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $pg/sock -c max_connections=200 -c fsync=on" start >/dev/null ||
+    { tail -n 20 "$pg/postgres.log" >&2; die "PostgreSQL did not start"; }
+}
+
+# apply_schema: Temporal's own tool creates both databases and applies
+# the schema shipped in the server module berth links, at its version.
+apply_schema() {
+  command -v "$sql_tool" >/dev/null || die "$sql_tool is not installed (.ci/run installs it: go install go.temporal.io/server/cmd/tools/sql)"
+  local schema
+  schema=${TEMPORAL_SCHEMA_DIR:-$(cd "$repo" && go list -m -f '{{.Dir}}' go.temporal.io/server)/schema/postgresql/v12}
+  [ -d "$schema/temporal/versioned" ] || die "no schema in $schema"
+  local db sub
+  for db in temporal:temporal temporal_visibility:visibility; do
+    sub=${db#*:}
+    db=${db%%:*}
+    for step in create-database "setup-schema -v 0.0" "update-schema -d $schema/$sub/versioned"; do
+      # shellcheck disable=SC2086 # step holds a command and its flags
+      SQL_PASSWORD=$(cat "$dir/pg/password") "$sql_tool" --plugin postgres12 --ep 127.0.0.1 -p "$pg_port" -u temporal \
+        --db "$db" $step >>"$dir/schema.log" 2>&1 || { tail -n 20 "$dir/schema.log" >&2; die "temporal-sql-tool $step on $db failed"; }
+    done
+  done
+}
+
+start_network() {
+  ip link add "$bridge" type bridge
+  ip addr add "$gw/24" dev "$bridge"
+  ip link set "$bridge" up
+  local i ns
+  for i in $(seq "$hosts"); do
+    ns=$(netns "$i")
+    ip netns add "$ns"
+    ip link add "${name}h$i" type veth peer name "${name}p$i"
+    ip link set "${name}p$i" netns "$ns"
+    ip -n "$ns" link set "${name}p$i" name eth0
+    ip -n "$ns" addr add "$net.$((10 + i))/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    ip link set "${name}h$i" master "$bridge" up
+  done
+}
+
+start_s3() {
+  command -v versitygw >/dev/null || die "versitygw is not installed (.ci/run installs it)"
+  mkdir -p "$dir/s3/data"
+  echo "berth$RANDOM$RANDOM" >"$dir/s3/access"
+  head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$dir/s3/secret"
+  spawn "$dir/s3.pid" "$dir/s3.log" versitygw --access "$(cat "$dir/s3/access")" --secret "$(cat "$dir/s3/secret")" \
+    --port "$gw:$s3_port" posix "$dir/s3/data"
+  local deadline=$((SECONDS + 30))
+  # S3's CreateBucket, signed (the SHA-256 is that of the empty body).
+  until curl -sf -o /dev/null --aws-sigv4 "aws:amz:us-east-1:s3" --user "$(cat "$dir/s3/access"):$(cat "$dir/s3/secret")" \
+    -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
+    -X PUT "http://$gw:$s3_port/berth"; do
+    alive "$dir/s3.pid" || { cat "$dir/s3.log" >&2; die "versitygw exited"; }
+    [ $SECONDS -lt "$deadline" ] || die "versitygw did not create the bucket in 30 s"
+    sleep 0.1
+  done
+}
+
+start_server() {
+  alive "$dir/server.pid" && { log "the Temporal server already runs"; return; }
+  # A fresh log, so that the wait below reads this start's lines.
+  [ ! -f "$dir/server.log" ] || { cat "$dir/server.log" >>"$dir/server.log.old"; : >"$dir/server.log"; }
+  BERTH_POSTGRES_PASSWORD=$(cat "$dir/pg/password") spawn "$dir/server.pid" "$dir/server.log" "$bin/berth-host" server \
+    --address "$gw:$temporal_port" --postgres-address "127.0.0.1:$pg_port" --postgres-user temporal --data-dir "$dir/temporal"
+  wait_log "$dir/server.log" "berth server is ready" "$dir/server.pid" 120
+}
+
+blob_url() { echo "s3://berth?endpoint=http://$gw:$s3_port&use_path_style=true&region=us-east-1"; }
+
+start_host() {
+  local i=$1 ns c cg
+  ns=$(netns "$i")
+  for c in "${controllers[@]}"; do
+    mkdir -p "$cgroups/$c/$name/h$i"
+  done
+  mkdir -p "$(hostdir "$i")"
+  : >"$dir/h$i.log"
+  # The shell joins the host's cgroups, then becomes the worker in the
+  # host's network namespace (nsenter: ip netns exec would remount
+  # /sys, and with it the cgroup hierarchies, in a namespace of its own).
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  AWS_ACCESS_KEY_ID=$(cat "$dir/s3/access") AWS_SECRET_ACCESS_KEY=$(cat "$dir/s3/secret") \
+    AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null \
+    spawn "$dir/h$i.pid" "$dir/h$i.log" env -u BERTH_MODEL -u OPENAI_API_KEY -u OPENAI_BASE_URL -u TEMPORAL_API_KEY \
+    sh -c 'for c in "$@"; do case $c in --) break;; esac; echo $$ >"$c/cgroup.procs"; done
+           while [ "$1" != -- ]; do shift; done; shift; exec "$@"' cgroups \
+    $(for c in "${controllers[@]}"; do echo "$cgroups/$c/$name/h$i"; done) -- \
+    nsenter --net="/run/netns/$ns" "$bin/berth-host" worker --address "$gw:$temporal_port" --namespace default \
+    --data-dir "$(hostdir "$i")" --blob "$(blob_url)" --host-queue "berth@h$i" --provider linux \
+    --heartbeat-timeout "$heartbeat"
+}
+
+# kill_host N: the host is lost for good: its worker and every process
+# of its cgroups (its sandboxes) killed, its namespace and link deleted.
+kill_host() {
+  local i=$1 c cg pids
+  stop_pid "$dir/h$i.pid"
+  cg=$cgroups/pids/$name/h$i
+  if [ -d "$cg" ]; then
+    # Freeze, kill, thaw: nothing forks its way out meanwhile.
+    [ -d "$cgroups/freezer/$name/h$i" ] && echo FROZEN >"$cgroups/freezer/$name/h$i/freezer.state" 2>/dev/null || true
+    for _ in $(seq 100); do
+      pids=$(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null || true)
+      [ -n "$pids" ] || break
+      # shellcheck disable=SC2086
+      kill -KILL $pids 2>/dev/null || true
+      [ -d "$cgroups/freezer/$name/h$i" ] && echo THAWED >"$cgroups/freezer/$name/h$i/freezer.state" 2>/dev/null || true
+      sleep 0.05
+    done
+  fi
+  for c in "${controllers[@]}"; do
+    [ -d "$cgroups/$c/$name/h$i" ] && find "$cgroups/$c/$name/h$i" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+  ip netns del "$(netns "$i")" 2>/dev/null || true
+  ip link del "${name}h$i" 2>/dev/null || true
+  # Workspaces the killed sandboxes had mounted or attached.
+  release_mounts "$(hostdir "$i")"
+}
+
+# release_mounts DIR: unmount what is mounted below DIR, detach the loop
+# devices of its files.
+release_mounts() {
+  local m l
+  for m in $(findmnt -rn -o TARGET | grep -F -- "$1/" | sort -r || true); do umount -l "$m" 2>/dev/null || true; done
+  for l in $(losetup -nl -O NAME,BACK-FILE 2>/dev/null | awk -v d="$1/" 'index($2, d) == 1 {print $1}'); do losetup -d "$l" 2>/dev/null || true; done
+}
+
+write_env() {
+  umask 077
+  cat >"$dir/env" <<EOF
+export TEMPORAL_ADDRESS=$gw:$temporal_port
+export TEMPORAL_NAMESPACE=default
+export BERTH_BLOB='$(blob_url)'
+export AWS_ACCESS_KEY_ID=$(cat "$dir/s3/access")
+export AWS_SECRET_ACCESS_KEY=$(cat "$dir/s3/secret")
+export AWS_REGION=us-east-1
+EOF
+}
+
+up() {
+  [ ! -e "$dir/up" ] || die "already up in $dir (examples/cluster.sh down first)"
+  ! ip link show "$bridge" >/dev/null 2>&1 || die "a bridge $bridge exists: another cluster of this CLUSTER_NAME runs (down it first)"
+  mkdir -p "$dir"
+  chmod 755 "$dir" # the postgres user reaches its directory inside
+  touch "$dir/up"
+  binaries
+  echo "$bin" >"$dir/bin.path"
+  log "PostgreSQL on 127.0.0.1:$pg_port"
+  start_postgres
+  log "schema, with $sql_tool"
+  apply_schema
+  log "network: bridge $bridge ($gw/24), namespaces $(netns 1)..$(netns "$hosts")"
+  start_network
+  log "S3 (versitygw) at $gw:$s3_port"
+  start_s3
+  log "Temporal server at $gw:$temporal_port"
+  start_server
+  local i
+  for i in $(seq "$hosts"); do
+    log "host $i: $(netns "$i") at $net.$((10 + i)), queue berth@h$i"
+    start_host "$i"
+  done
+  for i in $(seq "$hosts"); do
+    wait_log "$dir/h$i.log" "berth worker is ready" "$dir/h$i.pid" 120
+  done
+  write_env
+  log "up: source $dir/env to use it"
+}
+
+down() {
+  local i
+  for i in $(seq "$hosts"); do kill_host "$i"; done
+  # Hosts of an earlier run with more of them.
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$name-h[0-9]+$" || true); do
+    kill_host "${ns##*-h}"
+  done
+  stop_pid "$dir/server.pid"
+  stop_pid "$dir/s3.pid"
+  if [ -f "$dir/pg/data/postmaster.pid" ]; then
+    runuser -u postgres -- "$(command -v pg_ctl || ls /usr/lib/postgresql/*/bin/pg_ctl | tail -n 1)" -D "$dir/pg/data" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  ip link del "$bridge" 2>/dev/null || true
+  for c in "${controllers[@]}"; do
+    [ -d "$cgroups/$c/$name" ] && find "$cgroups/$c/$name" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+  if [ -d "$dir" ]; then
+    release_mounts "$dir"
+    rm -rf "$dir"
+  fi
+  log "down"
+}
+
+status() {
+  local ok=0 i
+  if [ -f "$dir/pg/data/postmaster.pid" ] && runuser -u postgres -- pg_isready -q -h "$dir/pg/sock" -p "$pg_port" 2>/dev/null; then
+    echo "postgresql  up    127.0.0.1:$pg_port"
+  else
+    echo "postgresql  down"; ok=1
+  fi
+  if alive "$dir/server.pid"; then echo "temporal    up    $gw:$temporal_port (pid $(cat "$dir/server.pid"))"; else echo "temporal    down"; ok=1; fi
+  if alive "$dir/s3.pid"; then echo "s3          up    $gw:$s3_port (pid $(cat "$dir/s3.pid"))"; else echo "s3          down"; ok=1; fi
+  for i in $(seq "$hosts"); do
+    if alive "$dir/h$i.pid" && ip netns list | grep -qw "$(netns "$i")"; then
+      echo "host $i      up    $(netns "$i") $net.$((10 + i)) berth@h$i (pid $(cat "$dir/h$i.pid"))"
+    else
+      echo "host $i      down"; ok=1
+    fi
+  done
+  return $ok
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  kill-host) [ -n "${2:-}" ] || die "kill-host N"; kill_host "$2"; log "host $2 killed" ;;
+  kill-server) stop_pid "$dir/server.pid"; log "Temporal server killed" ;;
+  start-server) [ -e "$dir/up" ] || die "not up"; bin=$(cat "$dir/bin.path"); start_server ;;
+  *) echo "usage: $0 up | down | status | kill-host N | kill-server | start-server" >&2; exit 2 ;;
+esac

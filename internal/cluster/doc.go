@@ -1,0 +1,8 @@
+// Package cluster holds the test of berth on a cluster on one machine:
+// examples/cluster.sh brings up PostgreSQL, the Temporal server on it
+// as its own process, an S3 store (versitygw) and three workers in
+// network namespaces of their own, and TestCluster drives them through
+// the Go SDK, through the loss of a host and a restart of the server
+// (docs/cluster.md). It is a package of its own so that its one long
+// test runs beside the other packages' suites.
+package cluster

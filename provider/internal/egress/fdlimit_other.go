@@ -1,0 +1,5 @@
+//go:build !unix
+
+package egress
+
+func fdLimit() (uint64, bool) { return 0, false }

@@ -1,0 +1,137 @@
+package sandbox
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/internal/berthtest"
+	"github.com/berth-dev/berth/provider"
+)
+
+// TestCheckpointPolicy: each time rule of a CheckpointPolicy takes a
+// checkpoint when its time comes, and only when something changed; a
+// sandbox killed afterwards comes back from it, losing what came after
+// and saying so.
+func TestCheckpointPolicy(t *testing.T) {
+	type step struct {
+		write string        // a file to write ("" for none)
+		sleep time.Duration // workflow time to let pass after
+	}
+	cases := []struct {
+		name   string
+		opts   []Option
+		steps  []step
+		files  string   // the workspace after recovery
+		lost   []string // what the LostError names
+		checks int      // checkpoints taken before the kill
+	}{
+		{
+			name: "Interval",
+			opts: []Option{WithCheckpoint(CheckpointPolicy{Interval: time.Minute}), WithIdleTimeout(NoIdleTimeout)},
+			// a at 0s, b at 30s: the checkpoint at 60s holds both; c,
+			// at 70s, comes after it, and its own is not due yet.
+			steps: []step{{"a", 30 * time.Second}, {"b", 40 * time.Second}, {"c", 10 * time.Second}},
+			files: "a b ", lost: []string{"write c"}, checks: 1,
+		},
+		{
+			name:  "Idle",
+			opts:  []Option{WithCheckpoint(CheckpointPolicy{Idle: time.Minute}), WithIdleTimeout(NoIdleTimeout)},
+			steps: []step{{"a", 30 * time.Second}, {"b", 2 * time.Minute}, {"", 5 * time.Minute}, {"c", 10 * time.Second}},
+			files: "a b ", lost: []string{"write c"}, checks: 1,
+		},
+		{
+			// The idle checkpoint would come after the pause: it is
+			// taken as the sandbox pauses, and the paused sandbox,
+			// killed, comes back whole.
+			name:  "IdleAfterPause",
+			opts:  []Option{WithCheckpoint(CheckpointPolicy{Idle: 10 * time.Minute}), WithIdleTimeout(time.Minute)},
+			steps: []step{{"a", 0}, {"b", 3 * time.Minute}},
+			files: "a b ", lost: nil, checks: 1,
+		},
+		{
+			name:  "None",
+			opts:  []Option{WithIdleTimeout(NoIdleTimeout)},
+			steps: []step{{"a", 5 * time.Minute}},
+			files: "", lost: []string{"write a"}, checks: 0,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env, _, _ := berthtest.WorkflowEnv(t)
+			type report struct {
+				Checkpoints []string
+				Lost        []string
+				Files       string
+			}
+			wf := func(ctx workflow.Context) (report, error) {
+				var r report
+				sbx, err := New(ctx, Provider{Name: "linux"}, append(tc.opts, WithHibernateAfter(NoIdleTimeout))...)
+				if err != nil {
+					return r, err
+				}
+				defer sbx.Stop(ctx)
+				for _, st := range tc.steps {
+					if st.write != "" {
+						if err := sbx.WriteFiles(ctx, provider.File{Path: st.write, Data: []byte(st.write)}); err != nil {
+							return r, err
+						}
+					}
+					if st.sleep > 0 {
+						if err := workflow.Sleep(ctx, st.sleep); err != nil {
+							return r, err
+						}
+					}
+					if c := sbx.Status().Checkpoint; c != "" && !slices.Contains(r.Checkpoints, c) {
+						r.Checkpoints = append(r.Checkpoints, c)
+					}
+				}
+				id := sbx.ID()
+				if err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx,
+					workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute}),
+					func() error { berthtest.KillSandbox(t, id); return nil }).Get(ctx, nil); err != nil {
+					return r, err
+				}
+				_, err = sbx.Exec(ctx, "true")
+				var lost *LostError
+				if !errors.As(err, &lost) || !errors.Is(err, errdefs.ErrSandboxLost) || !lost.Recovered {
+					return r, errors.New("want a recovered LostError, got " + errString(err))
+				}
+				r.Lost = lost.Lost
+				res, err := sbx.Exec(ctx, "ls | tr '\\n' ' '")
+				if err != nil {
+					return r, err
+				}
+				r.Files = res.Stdout
+				return r, nil
+			}
+			env.RegisterWorkflow(wf)
+			env.ExecuteWorkflow(wf)
+			var r report
+			must(t, env.GetWorkflowResult(&r))
+			if len(r.Checkpoints) != tc.checks {
+				t.Errorf("checkpoints taken: %q, want %d", r.Checkpoints, tc.checks)
+			}
+			if !slices.Equal(r.Lost, tc.lost) {
+				t.Errorf("lost %q, want %q", r.Lost, tc.lost)
+			}
+			if r.Files != tc.files {
+				t.Errorf("recovered workspace %q, want %q", r.Files, tc.files)
+			}
+		})
+	}
+}
+
+// TestCheckpointPolicyBad: a negative or too short rule is bad input.
+func TestCheckpointPolicyBad(t *testing.T) {
+	for _, p := range []CheckpointPolicy{{Every: -1}, {Interval: -time.Second}, {Idle: time.Millisecond}, {Interval: 10 * time.Millisecond}} {
+		cfg := newConfig(Provider{Name: "linux"}, []Option{WithCheckpoint(p)})
+		if err := cfg.validate(); !errors.Is(err, errdefs.ErrBadInput) {
+			t.Errorf("%+v: %v, want bad input", p, err)
+		}
+	}
+}
