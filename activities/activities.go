@@ -58,6 +58,9 @@ type Activities struct {
 	// Tracer makes a span around each provider call, under the
 	// activity's own; nil traces nothing.
 	Tracer trace.TracerProvider
+	// Capacity bounds the sandboxes of the host-bound providers; nil
+	// means no bound.
+	Capacity *Capacity
 
 	handoffs handoffs // commands ExecLocal handed to Exec
 	handles  handles  // sandboxes commands ran in, for the next
@@ -123,10 +126,15 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (refs.Sandbox, 
 	if err := a.recordOwner(ctx, in.Spec.ID, in.Spec.Labels); err != nil {
 		return refs.Sandbox{}, err
 	}
+	done, err := a.admit(p, in.Spec)
+	if err != nil {
+		return refs.Sandbox{}, err
+	}
 	start := time.Now()
 	pctx, end := a.traceProvider(ctx, "create", in.Provider, in.Spec.ID)
 	sb, err := p.Create(pctx, in.Spec)
 	end(err)
+	done(err == nil)
 	if err != nil {
 		return refs.Sandbox{}, err
 	}
@@ -171,6 +179,7 @@ func (a *Activities) destroy(ctx context.Context, ref refs.Sandbox) error {
 	sb, err := a.sandbox(ctx, ref)
 	if errdefs.KindOf(err) == errdefs.NotFound {
 		a.metrics().Destroyed(ref.Provider, ref.ID)
+		a.Capacity.forget(ref.Provider + "/" + ref.ID)
 		return nil
 	}
 	if err != nil {
@@ -179,10 +188,12 @@ func (a *Activities) destroy(ctx context.Context, ref refs.Sandbox) error {
 	ctx, end := a.traceProvider(ctx, "destroy", ref.Provider, ref.ID)
 	err = sb.Destroy(ctx)
 	end(err)
-	if err == nil {
-		a.metrics().Destroyed(ref.Provider, ref.ID)
+	if err != nil {
+		return err
 	}
-	return err
+	a.metrics().Destroyed(ref.Provider, ref.ID)
+	a.Capacity.forget(ref.Provider + "/" + ref.ID)
+	return nil
 }
 
 // Info describes a sandbox.

@@ -75,10 +75,15 @@ func (a *Activities) wake(ctx context.Context, in WakeInput) (refs.Sandbox, erro
 	if err := a.recordOwner(ctx, in.Spec.ID, in.Spec.Labels); err != nil {
 		return refs.Sandbox{}, err
 	}
+	done, err := a.admit(p, in.Spec)
+	if err != nil {
+		return refs.Sandbox{}, err
+	}
 	start := time.Now()
 	pctx, end := a.traceProvider(ctx, "wake", in.Provider, in.Spec.ID)
 	sb, err := w.Wake(pctx, in.Spec, in.From)
 	end(err)
+	done(err == nil)
 	if err != nil {
 		return refs.Sandbox{}, err
 	}

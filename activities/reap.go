@@ -18,15 +18,23 @@ import (
 	"github.com/berth-dev/berth/transfer"
 )
 
-// Owner names the workflow run that owns a sandbox or a checkpoint.
+// Owner names the workflow run that owns a sandbox or a checkpoint; for
+// a sandbox, its id and base (LabelSandbox) too.
 type Owner struct {
 	WorkflowID string `json:"workflow_id"`
 	RunID      string `json:"run_id,omitempty"`
+	Sandbox    string `json:"sandbox,omitempty"`
+	Base       string `json:"base,omitempty"`
+	Provider   string `json:"provider,omitempty"`
 }
 
 // OwnersClosed reports, for each owner, whether it has ended: completed,
 // failed, canceled, terminated or timed out, or no longer known to the
-// server. A run that continued as new lives on in its successor.
+// server. A run that continued as new lives on in its successor. An
+// owner that names its Sandbox, held on this host, and lives on, but
+// uses another copy of it now (Superseded: it moved to another host
+// while this one was away, or was hibernated or recovered meanwhile),
+// is reported closed too: the copy here is no longer its.
 func (a *Activities) OwnersClosed(ctx context.Context, owners []Owner) ([]bool, error) {
 	if a.Client == nil {
 		return nil, toTemporal(fmt.Errorf("%w: this worker has no Temporal client", errdefs.ErrUnsupported))
@@ -36,6 +44,15 @@ func (a *Activities) OwnersClosed(ctx context.Context, owners []Owner) ([]bool, 
 		c, err := a.ownerClosed(ctx, o.WorkflowID, o.RunID)
 		if err != nil {
 			return nil, fmt.Errorf("describe workflow %s: %w", o.WorkflowID, err) // retried
+		}
+		if !c && o.Sandbox != "" {
+			host := a.HostQueue // where the copy is; of a provider any worker serves, anywhere
+			if p, ok := a.Providers[o.Provider]; !ok || !p.Capabilities().HostBound {
+				host = ""
+			}
+			if c, err = Superseded(ctx, a.Client, o.WorkflowID, host, o.Base, o.Sandbox); err != nil {
+				return nil, fmt.Errorf("ask workflow %s about sandbox %s: %w", o.WorkflowID, o.Sandbox, err) // retried
+			}
 		}
 		closed[i] = c
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/provider"
 )
@@ -44,10 +45,15 @@ type RouteInput struct {
 
 // RouteOutput says where: Queue is the task queue to create the sandbox
 // on. It is empty when no worker serves the provider; Served then lists
-// those some worker does serve.
+// those some worker does serve. Hosts, when there is a choice, are the
+// host queues of the workers polling Queue, sorted: placement asks each
+// its load and creates the sandbox on the least loaded (see package
+// sandbox). It is empty for a provider whose sandboxes take nothing of a
+// host's (a hosted one this worker serves) and when one host serves it.
 type RouteOutput struct {
 	Queue  string   `json:"queue,omitempty"`
 	Served []string `json:"served,omitempty"`
+	Hosts  []string `json:"hosts,omitempty"`
 }
 
 // Route, a local activity, says which task queue a sandbox of
@@ -55,7 +61,9 @@ type RouteOutput struct {
 // it. The server lists a worker's polls for a while after its last one
 // (five minutes by default), so that a worker restarting is a pause of
 // creation, not a failure; a provider nobody polls for is asked of no
-// queue, and the workflow fails at once instead of waiting.
+// queue, and the workflow fails at once instead of waiting. With several
+// hosts polling a host-bound provider's queue, it names them too, for
+// placement to choose among.
 func (a *Activities) Route(ctx context.Context, in RouteInput) (RouteOutput, error) {
 	return returned(a.route(ctx, in))
 }
@@ -70,11 +78,23 @@ func (a *Activities) route(ctx context.Context, in RouteInput) (RouteOutput, err
 			// trip through matching.
 			return RouteOutput{Queue: in.Queue}, nil
 		}
-		return RouteOutput{Queue: q}, nil // this worker polls it
+		if !a.Providers[in.Provider].Capabilities().HostBound {
+			return RouteOutput{Queue: q}, nil // this worker polls it, and any may serve it
+		}
 	}
-	polled, err := a.polled(ctx, q)
-	if err != nil || polled {
-		return RouteOutput{Queue: q}, err
+	hosts, polled, err := a.pollers(ctx, q)
+	if err != nil {
+		return RouteOutput{}, err
+	}
+	if _, ok := a.Providers[in.Provider]; ok && in.Queue == a.GenericQueue {
+		polled = true // this worker polls it, if not yet
+	}
+	if polled {
+		out := RouteOutput{Queue: q}
+		if len(hosts) > 1 {
+			out.Hosts = hosts
+		}
+		return out, nil
 	}
 	// Nobody serves it: say who serves what, of the providers this
 	// binary knows.
@@ -129,16 +149,33 @@ func (a *Activities) hosts(ctx context.Context, queue string) ([]string, error) 
 	if a.Client == nil {
 		return []string{a.HostQueue}, nil
 	}
+	hosts, _, err := a.pollers(ctx, queue)
+	return hosts, err
+}
+
+// PollingHosts lists the host queues of the workers polling queue for
+// activities, or that did lately (five minutes by default), sorted.
+func PollingHosts(ctx context.Context, c client.Client, queue string) ([]string, error) {
+	hosts, _, err := (&Activities{Client: c}).pollers(ctx, queue)
+	return hosts, err
+}
+
+// pollers lists the host queues of the workers polling queue for
+// activities, or that did lately, read off their identities, sorted; and
+// whether any worker at all does.
+func (a *Activities) pollers(ctx context.Context, queue string) (hosts []string, polled bool, err error) {
+	if a.Client == nil {
+		return nil, false, nil
+	}
 	resp, err := a.Client.DescribeTaskQueue(ctx, queue, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
 	if err != nil {
-		return nil, fmt.Errorf("describe task queue %s: %w", queue, err)
+		return nil, false, fmt.Errorf("describe task queue %s: %w", queue, err)
 	}
-	var hosts []string
 	for _, p := range resp.GetPollers() {
 		if _, h, ok := strings.Cut(p.GetIdentity(), " "+identityHostQueue); ok && h != "" {
 			hosts = append(hosts, h)
 		}
 	}
 	slices.Sort(hosts)
-	return slices.Compact(hosts), nil
+	return slices.Compact(hosts), len(resp.GetPollers()) > 0, nil
 }

@@ -36,6 +36,8 @@ type HostConfig struct {
 	Blob string
 	// Queue and HostQueue are as in Options.
 	Queue, HostQueue string
+	// Workflows are as in Options: registered beside berth's own.
+	Workflows []any
 	// Providers are the names of the providers to serve, opened with
 	// provider.Open; empty means every provider the binary links that
 	// opens on this host. ProviderConfig holds their settings by name.
@@ -57,6 +59,13 @@ type HostConfig struct {
 	StopTimeout time.Duration
 	// HeartbeatTimeout is as in Options.
 	HeartbeatTimeout time.Duration
+	// MaxSandboxes bounds the sandboxes of the host-bound providers the
+	// host holds (Options.MaxSandboxes); zero means no bound.
+	MaxSandboxes int
+	// MaxMemory bounds the sum of their memory limits, in bytes
+	// (Options.MaxMemory); zero means DefaultMaxMemory, the host's
+	// memory less MemoryReserve, and a negative value no bound.
+	MaxMemory int64
 	// OrphanSampling, when set, is how often the host counts its
 	// orphaned sandboxes (OrphanedSeconds, MetricsHandler), and lists
 	// its sandboxes for the held seconds of its metrics between scrapes;
@@ -92,7 +101,9 @@ type Host struct {
 	orphans   *orphans           // nil unless counted
 	telemetry *Telemetry
 	ownTel    bool // telemetry is the host's own, closed with it
-	stopped   bool // the workers are stopped
+	client    client.Client
+	drainFor  time.Duration // how long Shutdown waits for its idle sandboxes to hibernate
+	stopped   bool          // the workers are stopped
 	closed    bool
 }
 
@@ -105,7 +116,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	if err := prepareDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	h := &Host{log: cfg.Logger}
+	h := &Host{log: cfg.Logger, client: c, drainFor: stopTimeout(cfg.StopTimeout)}
 	h.bg, h.stop = context.WithCancel(ctx)
 	parked, err := activities.OpenParked(filepath.Join(cfg.DataDir, ParkedFile))
 	if err != nil {
@@ -188,6 +199,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
 		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,
 		Metrics: h.telemetry, Tracer: cfg.Tracer,
+		MaxSandboxes: cfg.MaxSandboxes, MaxMemory: maxMemory(cfg.MaxMemory), Workflows: cfg.Workflows,
 	})
 	if err != nil {
 		h.Close()

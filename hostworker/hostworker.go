@@ -92,6 +92,15 @@ type Options struct {
 	// commands running) finish before it cancels them; zero means at
 	// once.
 	StopTimeout time.Duration
+	// MaxSandboxes and MaxMemory bound the sandboxes of the host-bound
+	// providers (linux, docker, gvisor) this host holds: how many, and
+	// the sum of their memory limits in bytes (a sandbox that asks for
+	// none counts as activities.DefaultSandboxMemory until its provider
+	// lists it with its limit). A creation past either is refused, and
+	// placed on another host (see package sandbox, placement). Zero
+	// means no bound; HostConfig has the defaults of a host.
+	MaxSandboxes int
+	MaxMemory    int64
 	// HeartbeatTimeout is how long the server waits for the heartbeat of
 	// a sandbox activity that heartbeats (a command, a creation) before it
 	// takes its worker for dead and retries it elsewhere; zero means
@@ -114,6 +123,7 @@ type Worker struct {
 	modelStatus   func(context.Context) (model.Status, error)
 	queue         string // the generic queue
 	HostQueue     string
+	capacity      *activities.Capacity
 	stopRenewing  context.CancelFunc
 	renewing      chan struct{} // closed when renewLeases returns
 }
@@ -134,12 +144,13 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 		}
 		opts.HostQueue = opts.Queue + "@" + strings.ReplaceAll(host, "@", "_")
 	}
+	capacity := &activities.Capacity{MaxSandboxes: opts.MaxSandboxes, MaxMemory: opts.MaxMemory}
 	acts := &activities.Activities{
 		Providers: opts.Providers, Unavailable: opts.Unavailable, Outputs: opts.Outputs, Snapshots: opts.Snapshots, Client: c,
-		GenericQueue: opts.Queue, HostQueue: opts.HostQueue, Parked: opts.Parked,
+		GenericQueue: opts.Queue, HostQueue: opts.HostQueue, Parked: opts.Parked, Capacity: capacity,
 		Metrics: opts.Metrics, Tracer: opts.Tracer,
 	}
-	w := &Worker{queue: opts.Queue, HostQueue: opts.HostQueue}
+	w := &Worker{queue: opts.Queue, HostQueue: opts.HostQueue, capacity: capacity}
 	// The relay: front ends read outputs and write uploads through the
 	// server, never the disk, and only a workflow's own.
 	identity := activities.Identity(opts.HostQueue)
@@ -195,7 +206,7 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 	w.renewing = make(chan struct{})
 	go func() {
 		defer close(w.renewing)
-		renewLeases(ctx, opts.Providers, slog.Default())
+		renewLeases(ctx, opts.Providers, capacity, slog.Default())
 	}()
 	return w, nil
 }
@@ -299,6 +310,19 @@ func (w *Worker) Stop() {
 		w.stopRenewing()
 		<-w.renewing
 	}
+}
+
+// stopCreating stops the workers of the providers' queues, where
+// creations come, and refuses every creation from now on (the host's
+// queue still serves what the host holds): the host is stopping.
+func (w *Worker) stopCreating() {
+	w.capacity.Drain()
+	var wg sync.WaitGroup
+	for _, x := range w.providers {
+		wg.Go(x.Stop)
+	}
+	wg.Wait()
+	w.providers = nil
 }
 
 // Logger adapts slog for the Temporal SDK.

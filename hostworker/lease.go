@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
 )
 
@@ -18,8 +19,9 @@ const (
 // renewLeases renews, until ctx ends, the lease of every sandbox that the
 // host-bound providers hold, each at a third of its lease: while the host
 // serves, no sandbox of its stops for want of contact; once it is gone,
-// each stops itself after its lease (see provider.Leaser).
-func renewLeases(ctx context.Context, providers map[string]provider.Provider, log *slog.Logger) {
+// each stops itself after its lease (see provider.Leaser). What it lists
+// is the host's count of its sandboxes, against its capacity.
+func renewLeases(ctx context.Context, providers map[string]provider.Provider, capacity *activities.Capacity, log *slog.Logger) {
 	renewed := map[string]time.Time{} // provider/id => last renewal
 	for {
 		every := maxRenewEvery
@@ -28,6 +30,7 @@ func renewLeases(ctx context.Context, providers map[string]provider.Provider, lo
 			if !p.Capabilities().HostBound {
 				continue
 			}
+			listed := time.Now()
 			infos, err := p.List(ctx, nil)
 			if err != nil {
 				if ctx.Err() == nil {
@@ -35,6 +38,7 @@ func renewLeases(ctx context.Context, providers map[string]provider.Provider, lo
 				}
 				continue
 			}
+			capacity.Sync(name, infos, listed)
 			for _, info := range infos {
 				if info.Lease <= 0 || info.State == provider.StateLost {
 					continue

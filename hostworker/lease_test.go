@@ -40,7 +40,7 @@ func TestWorkerRenewsLeases(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		renewLeases(ctx, map[string]provider.Provider{"linux": p}, slog.New(slog.DiscardHandler))
+		renewLeases(ctx, map[string]provider.Provider{"linux": p}, nil, slog.New(slog.DiscardHandler))
 	}()
 	// Three leases: each second the loop runs.
 	for i := range 3 {

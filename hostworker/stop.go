@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
+
+	"go.temporal.io/sdk/client"
 
 	"github.com/berth-dev/berth/errdefs"
 
 	"github.com/berth-dev/berth/activities"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/sandbox"
 )
 
 // DefaultStopTimeout is how long a stopping host lets the commands under
@@ -31,12 +35,26 @@ func stopTimeout(d time.Duration) time.Duration {
 	return d
 }
 
-// Shutdown stops the host as SIGTERM asks. Its workers stop taking work
-// and give the activities under way (the commands running) up to
-// HostConfig.StopTimeout to finish; a command that runs longer goes on in
-// its sandbox, and a later attempt of its activity attaches to it. Then
-// every sandbox of the host's host-bound providers that is still running
-// is paused, so that none runs unwatched while no worker serves it: the
+// Shutdown stops the host as SIGTERM asks, in three steps.
+//
+// Draining: the host takes no new sandbox (its providers' queues are no
+// longer polled, and it refuses creations sent to it: placement skips
+// it), and asks the workflow of each sandbox of its host-bound providers
+// to hibernate it once it is idle (activities.UpdateDrain): checkpointed
+// and destroyed, it wakes on another host at its next operation. The
+// sandboxes hibernate side by side; the host waits for them up to
+// HostConfig.StopTimeout. A provider that no other host serves (berth
+// dev, a deployment of one host) is not drained: its sandboxes would
+// wake here again, their processes lost, and parking keeps them.
+//
+// Stopping: its workers stop taking work and give the activities under
+// way (the commands running) up to HostConfig.StopTimeout to finish; a
+// command that runs longer goes on in its sandbox, and a later attempt of
+// its activity attaches to it.
+//
+// Parking: every sandbox of the host's host-bound providers still running
+// (busy while it drained, or whose workflow could not hibernate it) is
+// paused, so that none runs unwatched while no worker serves it: the
 // host notes it in its data directory first (ParkedFile), and the next
 // operation on it, once the host is back, resumes it. Sandboxes of other
 // providers are any worker's, and go on. Shutdown then closes the host,
@@ -44,11 +62,115 @@ func stopTimeout(d time.Duration) time.Duration {
 func (h *Host) Shutdown(ctx context.Context) ([]activities.ParkedRef, error) {
 	h.stop()
 	if !h.stopped {
+		h.drain(ctx)
 		h.Stop()
 		h.stopped = true
 	}
 	defer h.Close()
 	return h.park(ctx)
+}
+
+// drainAtOnce bounds how many sandboxes a draining host asks to
+// hibernate at the same time.
+const drainAtOnce = 16
+
+// drain stops the host taking new sandboxes and has the workflows of its
+// idle ones hibernate them, waiting up to h.drainFor; it returns those
+// hibernated.
+func (h *Host) drain(ctx context.Context) []string {
+	h.stopCreating()
+	deadline := time.Now().Add(h.drainFor)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var (
+		mu         sync.Mutex
+		hibernated []string
+		wg         sync.WaitGroup
+		slots      = make(chan struct{}, drainAtOnce)
+	)
+	for _, p := range h.providers {
+		if !p.Capabilities().HostBound || !h.othersServe(ctx, p.Name()) {
+			continue
+		}
+		infos, err := p.List(ctx, nil)
+		if err != nil {
+			h.log.Warn("drain: cannot list sandboxes", "provider", p.Name(), "error", err)
+			continue
+		}
+		for _, info := range infos {
+			wf := info.Labels[sandbox.LabelWorkflowID]
+			if wf == "" || info.State == provider.StateLost {
+				continue
+			}
+			base := info.Labels[sandbox.LabelSandbox]
+			if base == "" {
+				base, _ = activities.Base(info.ID)
+			}
+			wg.Go(func() {
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				defer func() { <-slots }()
+				r, err := h.drainOne(ctx, wf, base, info.ID, deadline)
+				if err != nil || !r.Hibernated {
+					reason := r.Reason
+					if err != nil {
+						reason = err.Error()
+					}
+					h.log.Info("drain: sandbox stays", "sandbox", info.ID, "workflow", wf, "reason", reason)
+					return
+				}
+				mu.Lock()
+				hibernated = append(hibernated, info.ID)
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	slices.Sort(hibernated)
+	h.log.Info("drained: idle sandboxes hibernated, to wake on another host", "hibernated", hibernated)
+	return hibernated
+}
+
+// othersServe says whether another host serves provider name, or did
+// lately: without one, the sandboxes would only wake here again, with
+// their processes gone, and they are better paused (parked), their
+// processes kept, until the host is back.
+func (h *Host) othersServe(ctx context.Context, name string) bool {
+	if h.HostQueue == h.queue {
+		return false // one host serves everything (berth dev)
+	}
+	hosts, err := activities.PollingHosts(ctx, h.client, activities.ProviderQueue(h.queue, name))
+	if err != nil {
+		h.log.Warn("drain: cannot tell which hosts serve a provider; its sandboxes stay", "provider", name, "error", err)
+		return false
+	}
+	for _, q := range hosts {
+		if q != h.HostQueue {
+			return true
+		}
+	}
+	h.log.Info("drain: no other host serves the provider; its sandboxes stay, paused", "provider", name)
+	return false
+}
+
+// drainOne asks the workflow wf to hibernate its sandbox id, of base
+// base, if it is idle.
+func (h *Host) drainOne(ctx context.Context, wf, base, id string, deadline time.Time) (activities.DrainResult, error) {
+	var r activities.DrainResult
+	// The workflow waits for the commands under way up to the deadline,
+	// less a margin to hibernate the sandbox in.
+	wait := max(time.Until(deadline)-time.Until(deadline)/4, 0)
+	u, err := h.client.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: wf, UpdateName: activities.UpdateDrain + base, Args: []any{activities.DrainInput{ID: id, Wait: wait}},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = u.Get(ctx, &r)
+	}
+	return r, err
 }
 
 // park pauses the running sandboxes of the host-bound providers,

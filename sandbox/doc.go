@@ -41,6 +41,17 @@
 // *UnservedError (bad input) naming those served. Providers asks every
 // host what it serves.
 //
+// # Placement
+//
+// When several hosts serve a host-bound provider, a creation asks each
+// its load and goes to the least loaded one with room (see place.go);
+// a host that is full refuses it, and it is placed again; with every
+// host full it waits up to WithPlacementTimeout, then fails with an
+// error of kind Quota. Each handle answers its hosts, by Query and
+// Update named for its sandbox: which copy it uses (a host that comes
+// back destroys the others), and hibernate now (a host that stops
+// drains its sandboxes so). docs/hosts.md has the whole of it.
+//
 // # Determinism
 //
 // Everything here is workflow code: no I/O, only activities. A

@@ -80,6 +80,8 @@ type config struct {
 	OwnSnapshot        bool          `json:"own_snapshot,omitempty"`
 	HostTimeout        time.Duration `json:"host_timeout,omitempty"`
 	OutputBudget       int64         `json:"output_budget,omitempty"`
+	// PlacementTimeout is how long a creation waits for a host with room.
+	PlacementTimeout time.Duration `json:"placement_timeout,omitempty"`
 }
 
 func newConfig(p Provider, opts []Option) config {
@@ -107,8 +109,8 @@ func (c config) validate() error {
 	if c.Provider == "" {
 		return fmt.Errorf("%w: no provider", errdefs.ErrBadInput)
 	}
-	if c.HostTimeout < 0 {
-		return fmt.Errorf("%w: negative host timeout", errdefs.ErrBadInput)
+	if c.HostTimeout < 0 || c.PlacementTimeout < 0 {
+		return fmt.Errorf("%w: negative host timeout or placement timeout", errdefs.ErrBadInput)
 	}
 	if err := (CheckpointPolicy{Every: c.CheckpointEvery, Interval: c.CheckpointInterval, Idle: c.CheckpointIdle}).Validate(); err != nil {
 		return err

@@ -40,7 +40,8 @@ func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (Re
 	var owned []int // indexes in infos of the sandboxes owners describes
 	for i, info := range infos {
 		if id := info.Labels[LabelWorkflowID]; id != "" {
-			owners = append(owners, activities.Owner{WorkflowID: id, RunID: info.Labels[LabelRunID]})
+			owners = append(owners, activities.Owner{WorkflowID: id, RunID: info.Labels[LabelRunID],
+				Sandbox: info.ID, Base: info.Labels[LabelSandbox], Provider: info.Provider})
 			owned = append(owned, i)
 		}
 	}

@@ -17,7 +17,10 @@ import (
 // (activities.ProviderQueue). A sandbox is created on its provider's
 // queue, so that only a worker that can serve it takes its creation; the
 // host that does then owns it, through its host queue. A provider no
-// worker polls for fails creation at once, with an UnservedError.
+// worker polls for fails creation at once, with an UnservedError. Since
+// placeVersion, creation asks Route, then places the sandbox by the
+// hosts' loads (place.go); createQueue serves the histories from before,
+// and native wakes.
 
 // routeVersion marks workflows that create sandboxes on their provider's
 // queue; histories from before it replay creating them on the shared

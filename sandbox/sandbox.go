@@ -31,8 +31,9 @@ var acts *activities.Activities
 const (
 	LabelWorkflowID = "berth.workflow-id"
 	LabelRunID      = "berth.run-id"
-	// LabelSandbox names, on a snapshot, the sandbox it was taken of.
-	LabelSandbox = "berth.sandbox"
+	// LabelSandbox names, on a snapshot, the sandbox it was taken of,
+	// and on a sandbox its first incarnation: the base of its ids.
+	LabelSandbox = activities.LabelSandbox
 )
 
 // Sandbox is a handle on a sandbox, kept in workflow state. Its methods
@@ -166,13 +167,14 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	}
 	labels[LabelWorkflowID] = info.WorkflowExecution.ID
 	labels[LabelRunID] = info.WorkflowExecution.RunID
-	cfg.Spec.Labels = labels
 	// A random id, drawn once and kept in history: a retried Create
 	// finds the sandbox its first attempt made.
 	var id string
 	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return newID() }).Get(&id); err != nil {
 		return nil, err
 	}
+	labels[LabelSandbox] = id
+	cfg.Spec.Labels = labels
 	s := &Sandbox{st: state{Config: cfg, Base: id, Generation: 1}, beat: heartbeatTimeout(ctx)}
 	s.st.Checkpoint, s.st.OwnCheckpoint = cfg.FromSnapshot, cfg.OwnSnapshot
 	ref, err := s.provision(ctx, cfg.Provider, id)
@@ -181,6 +183,7 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	}
 	s.st.Ref, s.st.LastActive = ref, workflow.Now(ctx)
 	s.set(ctx, StateRunning)
+	s.serve(ctx)
 	workflow.Go(ctx, s.watchIdle)
 	workflow.Go(ctx, s.watchExpiry)
 	return s, nil
@@ -206,6 +209,11 @@ type creation struct {
 func (s *Sandbox) create(ctx workflow.Context, prov, id string) creation {
 	spec := s.st.Config.Spec
 	spec.ID = id
+	if workflow.GetVersion(ctx, placeVersion, workflow.DefaultVersion, 1) == 1 {
+		made, settle := workflow.NewFuture(ctx)
+		workflow.Go(ctx, func(ctx workflow.Context) { settle.Set(s.place(ctx, prov, spec)) })
+		return creation{queue: activities.ProviderQueue(s.st.Config.Queue, prov), made: made}
+	}
 	queue, err := s.createQueue(ctx, prov)
 	if err != nil {
 		failed, settle := workflow.NewFuture(ctx)
@@ -641,6 +649,7 @@ func (s *Sandbox) Carry() HandleState {
 func Reattach(ctx workflow.Context, c HandleState) *Sandbox {
 	s := &Sandbox{st: c.State, beat: heartbeatTimeout(ctx)}
 	s.st.busy, s.st.inflight = false, 0
+	s.serve(ctx)
 	workflow.Go(ctx, s.watchIdle)
 	workflow.Go(ctx, s.watchExpiry)
 	return s

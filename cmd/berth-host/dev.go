@@ -27,6 +27,7 @@ func newDev() *cobra.Command {
 		verbose                                 bool
 		reapEvery, outputRetention, stopTimeout time.Duration
 		providers                               providerFlags
+		capacity                                capacityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -81,13 +82,21 @@ when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 			defer c.Close()
 			// One host: creation and operations share a queue, so the
 			// server hands activities to this worker eagerly.
-			h, err := hostworker.StartHost(ctx, c, hostworker.HostConfig{
+			cfg := hostworker.HostConfig{
 				DataDir: dataDir, Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 				Providers: providers.names, ProviderConfig: providers.config,
 				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
 				StopTimeout: hostStopTimeout(stopTimeout), OrphanSampling: orphanSampling(observe.address),
 				Telemetry: obs.telemetry, Tracer: obs.tracer,
-			})
+			}
+			capacity.config(&cfg)
+			if capacity.rawMemory == "" {
+				// One machine, the developer's: sandboxes' memory limits
+				// are ceilings, not reservations, and a bound on their
+				// sum would stop berth dev at ten default sandboxes.
+				cfg.MaxMemory = -1
+			}
+			h, err := hostworker.StartHost(ctx, c, cfg)
 			if err != nil {
 				return err
 			}
@@ -111,9 +120,10 @@ when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
 	observe.register(cmd)
-	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long commands under way may finish before their sandboxes are paused; 0 for none")
+	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long idle sandboxes may take to hibernate (waiting for their commands), then how long commands still under way may finish before their sandboxes are paused; 0 for none")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)
+	capacity.register(cmd, "no bound")
 	return cmd
 }
 

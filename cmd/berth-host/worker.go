@@ -25,6 +25,7 @@ func newWorker() *cobra.Command {
 		reapEvery, outputRetention      time.Duration
 		stopTimeout, heartbeatTimeout   time.Duration
 		providers                       providerFlags
+		capacity                        capacityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -59,13 +60,15 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 				return err
 			}
 			defer c.Close()
-			h, err := hostworker.StartHost(ctx, c, hostworker.HostConfig{
+			cfg := hostworker.HostConfig{
 				DataDir: dataDir, Blob: blob, Queue: queue, HostQueue: hostQueue,
 				Providers: providers.names, ProviderConfig: providers.config,
 				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
 				StopTimeout: hostStopTimeout(stopTimeout), OrphanSampling: orphanSampling(observe.address),
 				HeartbeatTimeout: heartbeatTimeout, Telemetry: obs.telemetry, Tracer: obs.tracer,
-			})
+			}
+			capacity.config(&cfg)
+			h, err := hostworker.StartHost(ctx, c, cfg)
 			if err != nil {
 				return err
 			}
@@ -84,10 +87,11 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 	cmd.Flags().DurationVar(&reapEvery, "reap-every", hostworker.DefaultReapEvery, "how often to destroy this host's sandboxes whose owner is gone; 0 for never")
 	cmd.Flags().DurationVar(&outputRetention, "output-retention", transfer.DefaultOutputRetention, "how long sandboxes' outputs are kept after their owner workflow closed")
 	observe.register(cmd)
-	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long commands under way may finish before their sandboxes are paused; 0 for none")
+	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long idle sandboxes may take to hibernate (waiting for their commands), then how long commands still under way may finish before their sandboxes are paused; 0 for none")
 	cmd.Flags().DurationVar(&heartbeatTimeout, "heartbeat-timeout", sandbox.DefaultHeartbeatTimeout, "how long a running command's heartbeat may be missing before the command is taken over by another worker")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)
+	capacity.register(cmd, "the host's memory less a reserve of 1Gi or a tenth, the larger")
 	// berth's connection flags: the berth command hands them over after
 	// the command's name, wherever they were.
 	cf.Register(cmd.Flags(), berth.DefaultRetryFor)

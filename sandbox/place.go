@@ -1,0 +1,198 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth/errdefs"
+	"github.com/berth-dev/berth/errdefs/temporalerr"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/berth-dev/berth/activities"
+	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/refs"
+)
+
+// Placement: when several hosts serve a host-bound provider, a creation
+// asks each of them its load (the Load activity, on its host queue, all
+// at once) and is made on the least loaded host the sandbox fits on:
+// the one with the smallest share of its capacity in use (the larger of
+// sandboxes held over --max-sandboxes and memory limits over
+// --max-memory), then the one with fewer sandboxes, then by name. A host
+// that is full, or stopping, is skipped. A host that does not answer
+// within placeAskTimeout is not chosen; once one has answered, the
+// others get placeStraggler more.
+//
+// A host refuses a creation it has no room for (it filled up since it
+// answered), at once, with an activities.IsHostFull error, and
+// placement starts again. When no host has room, the creation waits,
+// asking again with a backoff (placeBackoff to placeBackoffMax), for up
+// to the sandbox's placement timeout (WithPlacementTimeout), and then
+// fails with an error of kind Quota. With one host, or hosts that do not
+// answer, the creation goes to the provider's queue, which any of its
+// hosts takes (and refuses, when full, the same way).
+
+// placeVersion marks the histories whose creations are placed by load.
+const placeVersion = "berth.place"
+
+// Placement's timings.
+const (
+	placeAskTimeout  = 2 * time.Second
+	placeStraggler   = 300 * time.Millisecond
+	placeBackoff     = 250 * time.Millisecond
+	placeBackoffMax  = 5 * time.Second
+	placeHostTimeout = 10 * time.Second // a chosen host to take the creation it just said it has room for
+)
+
+// DefaultPlacementTimeout is how long a creation waits for a host with
+// room by default.
+const DefaultPlacementTimeout = 2 * time.Minute
+
+// WithPlacementTimeout sets how long a creation (the first, a wake, a
+// recovery) waits for a host with room for the sandbox before it fails
+// with an error of kind Quota. Zero means DefaultPlacementTimeout.
+func WithPlacementTimeout(d time.Duration) Option { return func(c *config) { c.PlacementTimeout = d } }
+
+// place makes the sandbox of spec on the least loaded host of provider
+// prov that has room, waiting for one as long as the placement timeout.
+// Creation runs to its end even when ctx is canceled meanwhile, so that
+// what it made is known.
+func (s *Sandbox) place(ctx workflow.Context, prov string, spec provider.Spec) (refs.Sandbox, error) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	timeout := s.st.Config.PlacementTimeout
+	if timeout <= 0 {
+		timeout = DefaultPlacementTimeout
+	}
+	deadline := workflow.Now(ctx).Add(timeout)
+	wait := placeBackoff
+	var last error // the last refusal
+	for {
+		route, err := s.route(ctx, prov)
+		if err != nil {
+			return refs.Sandbox{}, err
+		}
+		queue, full := route.Queue, false
+		if len(route.Hosts) > 0 {
+			var host string
+			host, full = s.leastLoaded(ctx, prov, spec.Resources.Memory, route.Hosts)
+			if host != "" {
+				queue = host
+			}
+		}
+		if ctx.Err() != nil {
+			return refs.Sandbox{}, temporal.NewCanceledError("canceled while the sandbox was being placed")
+		}
+		remaining := deadline.Sub(workflow.Now(ctx))
+		if !full {
+			o := s.lifecycle(queue)
+			if queue == route.Queue {
+				o.ScheduleToStartTimeout = max(remaining, time.Second)
+			} else {
+				o.ScheduleToStartTimeout = placeHostTimeout
+			}
+			var ref refs.Sandbox
+			err := workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, o), acts.Create,
+				activities.CreateInput{Provider: prov, Spec: spec}).Get(dctx, &ref)
+			var timeout *temporal.TimeoutError
+			switch {
+			case err == nil:
+				return ref, nil
+			case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
+				// Never started: the chosen host went, or no host took
+				// it off the provider's queue in time.
+				last = fmt.Errorf("no worker took the creation off queue %s", queue)
+			case activities.IsHostFull(temporalerr.From(err)):
+				last = temporalerr.From(err)
+			default:
+				return ref, temporalerr.From(err)
+			}
+		}
+		if ctx.Err() != nil {
+			return refs.Sandbox{}, temporal.NewCanceledError("canceled while the sandbox was being placed")
+		}
+		remaining = deadline.Sub(workflow.Now(ctx))
+		if remaining <= 0 {
+			why := "every host serving it is full"
+			if last != nil {
+				why = last.Error()
+			}
+			return refs.Sandbox{}, errdefs.Errorf(errdefs.Quota, "no host serving provider %q had room for the sandbox within %v: %s", prov, timeout, why)
+		}
+		if err := workflow.Sleep(ctx, min(wait, remaining)); err != nil {
+			return refs.Sandbox{}, temporal.NewCanceledError("canceled while the sandbox was being placed")
+		}
+		wait = min(2*wait, placeBackoffMax)
+	}
+}
+
+// leastLoaded asks hosts their load and returns the least loaded one a
+// sandbox of provider prov with memory limit mem fits on (see
+// Placement), or none; full says that hosts answered and none has room.
+// A host whose sandboxes take nothing of its own (a hosted provider's)
+// is not chosen: any worker of the provider's queue serves those.
+func (s *Sandbox) leastLoaded(ctx workflow.Context, prov string, mem int64, hosts []string) (host string, full bool) {
+	actx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	sel := workflow.NewSelector(ctx)
+	var loads []activities.Load
+	pending := len(hosts)
+	for _, h := range hosts {
+		o := workflow.ActivityOptions{
+			TaskQueue: h, ScheduleToStartTimeout: placeAskTimeout, StartToCloseTimeout: placeAskTimeout,
+			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+		}
+		f := workflow.ExecuteActivity(workflow.WithActivityOptions(actx, o), acts.Load, activities.LoadInput{Provider: prov, Memory: mem})
+		sel.AddFuture(f, func(f workflow.Future) {
+			pending--
+			var l activities.Load
+			if f.Get(ctx, &l) == nil && l.Serves {
+				loads = append(loads, l)
+			}
+		})
+	}
+	late, timed := false, false
+	for pending > 0 && !late {
+		sel.Select(ctx)
+		if !timed && pending > 0 {
+			timed = true
+			sel.AddFuture(workflow.NewTimer(actx, placeStraggler), func(workflow.Future) { late = true })
+		}
+	}
+	var best *activities.Load
+	for i := range loads {
+		l := &loads[i]
+		switch {
+		case !l.Counted:
+			return "", false
+		case !l.Fits || l.Draining:
+			continue
+		case best == nil, l.Share() < best.Share(),
+			l.Share() == best.Share() && (l.Sandboxes < best.Sandboxes || l.Sandboxes == best.Sandboxes && l.Host < best.Host):
+			best = l
+		}
+	}
+	if best == nil {
+		return "", len(loads) > 0
+	}
+	return best.Host, false
+}
+
+// route asks this workflow's worker where a sandbox of provider prov is
+// created (see createQueue).
+func (s *Sandbox) route(ctx workflow.Context, prov string) (activities.RouteOutput, error) {
+	queue := s.st.Config.Queue
+	var out activities.RouteOutput
+	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, localOptions()), acts.Route,
+		activities.RouteInput{Queue: queue, Provider: prov}).Get(ctx, &out)
+	if err != nil {
+		return out, fmt.Errorf("find a worker for provider %s: %w", prov, temporalerr.From(err))
+	}
+	if out.Queue == "" {
+		return out, &UnservedError{Provider: prov, Queue: queue, Served: out.Served}
+	}
+	return out, nil
+}
