@@ -87,10 +87,19 @@ wait_log() {
 # spawn PIDFILE LOG CMD...: start CMD in the background, in its own
 # session, its output to LOG.
 spawn() {
-  local pidfile=$1 logfile=$2
+  local pidfile=$1 logfile=$2 pid
   shift 2
   setsid "$@" >>"$logfile" 2>&1 </dev/null &
-  echo $! >"$pidfile"
+  pid=$!
+  echo "$pid" >"$pidfile"
+  # Until the child has exec'd, its cmdline is this shell's, which alive
+  # does not take for it: wait for the exec (or the child's end), so
+  # that a check right after does not find a starting process gone.
+  local deadline=$((SECONDS + 10))
+  while [ -r "/proc/$pid/cmdline" ] && ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$dir"; do
+    [ $SECONDS -lt "$deadline" ] || break
+    sleep 0.05
+  done
 }
 
 binaries() {
