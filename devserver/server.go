@@ -21,6 +21,8 @@ import (
 	uiserver "github.com/temporalio/ui-server/v2/server"
 	uiconfig "github.com/temporalio/ui-server/v2/server/config"
 	uiserveroptions "github.com/temporalio/ui-server/v2/server/server_options"
+	"go.temporal.io/api/serviceerror"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
@@ -522,7 +524,27 @@ func (s *Server) waitFrontend(ctx context.Context, register bool) error {
 	if err != nil {
 		return fmt.Errorf("devserver: namespace %q not served: %w", s.namespace, err)
 	}
-	return nil
+	// A namespace registered through the server is in its database at
+	// once, but matching, which serves the polls, learns of it at its
+	// registry's next refresh (up to 10 s): until then a worker's poll
+	// fails with NamespaceNotFound. Ready means a poll would be served.
+	for {
+		_, err := c.WorkflowService().DescribeTaskQueue(ctx, &workflowservice.DescribeTaskQueueRequest{
+			Namespace: s.namespace, TaskQueue: &taskqueuepb.TaskQueue{Name: "berth-devserver-ready"},
+		})
+		var notFound *serviceerror.NamespaceNotFound
+		if !errors.As(err, &notFound) {
+			if err != nil {
+				return fmt.Errorf("devserver: namespace %q not served by matching: %w", s.namespace, err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("devserver: namespace %q not served by matching within 30 s: %w", s.namespace, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // startUI serves the Web UI. The UI server's Start blocks and, if it cannot
