@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/berth-dev/berth/errdefs"
@@ -22,7 +23,10 @@ import (
 // at once) and is made on the least loaded host the sandbox fits on:
 // the one with the smallest share of its capacity in use (the larger of
 // sandboxes held over --max-sandboxes and memory limits over
-// --max-memory), then the one with fewer sandboxes, then by name. A host
+// --max-memory), then the one with fewer sandboxes, then the one this
+// sandbox's id ranks first (a hash of the id and the host's name: a
+// burst of creations that read the same loads spreads over the hosts,
+// where a tie broken by name would send them all to one). A host
 // that is full, or stopping, is skipped. A host that does not answer
 // within placeAskTimeout is not chosen; once one has answered, the
 // others get placeStraggler more.
@@ -171,7 +175,7 @@ func (s *Sandbox) leastLoaded(ctx workflow.Context, prov string, mem int64, host
 		case !l.Fits || l.Draining:
 			continue
 		case best == nil, l.Share() < best.Share(),
-			l.Share() == best.Share() && (l.Sandboxes < best.Sandboxes || l.Sandboxes == best.Sandboxes && l.Host < best.Host):
+			l.Share() == best.Share() && (l.Sandboxes < best.Sandboxes || l.Sandboxes == best.Sandboxes && s.ranks(l.Host, best.Host)):
 			best = l
 		}
 	}
@@ -179,6 +183,21 @@ func (s *Sandbox) leastLoaded(ctx workflow.Context, prov string, mem int64, host
 		return "", len(loads) > 0
 	}
 	return best.Host, false
+}
+
+// ranks says whether this sandbox ranks host a before host b, for ties
+// in placement: by a hash of its base id and each host's name, the same
+// on every replay.
+func (s *Sandbox) ranks(a, b string) bool {
+	rank := func(host string) uint64 {
+		h := fnv.New64a()
+		h.Write([]byte(s.st.Base + "\x00" + host))
+		return h.Sum64()
+	}
+	if ra, rb := rank(a), rank(b); ra != rb {
+		return ra < rb
+	}
+	return a < b
 }
 
 // route asks this workflow's worker where a sandbox of provider prov is
