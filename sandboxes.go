@@ -142,6 +142,10 @@ type CheckpointPolicy struct {
 	Idle time.Duration
 }
 
+// Validate checks the policy: no rule negative, Interval and Idle, when
+// set, at least a second. Create checks it too.
+func (p CheckpointPolicy) Validate() error { return p.wire().Validate() }
+
 func (p CheckpointPolicy) wire() sandbox.CheckpointPolicy {
 	return sandbox.CheckpointPolicy{Every: p.Every, Interval: p.Interval, Idle: p.Idle}
 }

@@ -67,8 +67,13 @@ func (s *Sessions) list(ctx context.Context, req session.ListRequest) ([]session
 	return infos, err
 }
 
-// Create starts a session.
+// Create starts a session. Bad settings fail here, at once, before
+// anything is started.
 func (s *Sessions) Create(ctx context.Context, req session.CreateRequest) (session.Info, error) {
+	policy := CheckpointPolicy{Every: req.CheckpointEvery, Interval: req.CheckpointInterval, Idle: req.CheckpointIdle}
+	if err := policy.Validate(); err != nil {
+		return session.Info{}, err
+	}
 	var info session.Info
 	err := s.manage(ctx, session.UpdateCreate, &info, req)
 	return info, err

@@ -204,13 +204,16 @@ const MinCheckpointInterval = time.Second
 // Validate checks the policy's rules: none negative, and the times at
 // least MinCheckpointInterval.
 func (p CheckpointPolicy) Validate() error {
-	if p.Every < 0 || p.Interval < 0 || p.Idle < 0 {
-		return fmt.Errorf("%w: negative checkpoint policy %+v", errdefs.ErrBadInput, p)
+	if p.Every < 0 {
+		return fmt.Errorf("%w: checkpoint every %d: want 0 (never) or more", errdefs.ErrBadInput, p.Every)
 	}
 	for _, r := range []struct {
 		name string
 		d    time.Duration
 	}{{"interval", p.Interval}, {"idle", p.Idle}} {
+		if r.d < 0 {
+			return fmt.Errorf("%w: checkpoint %s %v is negative", errdefs.ErrBadInput, r.name, r.d)
+		}
 		if r.d > 0 && r.d < MinCheckpointInterval {
 			return fmt.Errorf("%w: checkpoint %s %v is under the least, %v", errdefs.ErrBadInput, r.name, r.d, MinCheckpointInterval)
 		}

@@ -84,6 +84,14 @@ type CreateRequest struct {
 	Approvals    bool              `json:"approvals,omitempty"`
 	SystemPrompt string            `json:"system_prompt,omitempty"`
 	MaxSteps     int               `json:"max_steps,omitempty"`
+	// CheckpointEvery, CheckpointInterval and CheckpointIdle are the
+	// session sandbox's checkpoint policy (berth.CheckpointPolicy's
+	// Every, Interval and Idle): what its workspace comes back from
+	// when its host is lost. Each one set replaces the manager's; a fork
+	// keeps its source's.
+	CheckpointEvery    int           `json:"checkpoint_every,omitempty"`
+	CheckpointInterval time.Duration `json:"checkpoint_interval,omitempty"`
+	CheckpointIdle     time.Duration `json:"checkpoint_idle,omitempty"`
 }
 
 // RenameRequest gives a session a new title.

@@ -229,6 +229,9 @@ func (m *manager) register(ctx workflow.Context) error {
 			if req.MaxSteps < 0 || req.MaxSteps > agent.MaxMaxSteps {
 				return badInput("max_steps %d: from 1 to %d", req.MaxSteps, agent.MaxMaxSteps)
 			}
+			if err := req.checkpoint(m.in.Session.Checkpoint).Validate(); err != nil {
+				return failure(err)
+			}
 			return checkTitle(req.Title, "", true)
 		}},
 		{UpdateRename, m.rename, func(ctx workflow.Context, req RenameRequest) error {
@@ -387,6 +390,7 @@ func (m *manager) create(ctx workflow.Context, req CreateRequest) (Info, error) 
 		in.MaxSteps = req.MaxSteps
 	}
 	in.Approvals = in.Approvals || req.Approvals
+	in.Checkpoint = req.checkpoint(in.Checkpoint)
 	in.Fork, in.Carried = nil, nil
 	e := m.add(ctx, req.Title, in.Provider, in.Approvals, "")
 	defer func() { e.busy = false }()
@@ -395,6 +399,21 @@ func (m *manager) create(ctx workflow.Context, req CreateRequest) (Info, error) 
 		return Info{}, err
 	}
 	return e.Info, nil
+}
+
+// checkpoint is the checkpoint policy of a session made by req: p,
+// the manager's, with each rule req sets replaced.
+func (req CreateRequest) checkpoint(p sandbox.CheckpointPolicy) sandbox.CheckpointPolicy {
+	if req.CheckpointEvery != 0 {
+		p.Every = req.CheckpointEvery
+	}
+	if req.CheckpointInterval != 0 {
+		p.Interval = req.CheckpointInterval
+	}
+	if req.CheckpointIdle != 0 {
+		p.Idle = req.CheckpointIdle
+	}
+	return p
 }
 
 // maxSummary bounds a session's summary, as workflows.MaxSummary does

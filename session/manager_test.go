@@ -572,3 +572,52 @@ func TestUpdateWorkflowOnce(t *testing.T) {
 		t.Errorf("an update of an ended workflow: %v, want NotFound, not retryable", err)
 	}
 }
+
+// TestCreateCheckpoint: a session's checkpoint policy reaches its
+// sandbox (each write checkpoints it, where one without a policy is
+// never checkpointed), a fork keeps its source's, and a bad policy is
+// one line of bad input that starts nothing.
+func TestCreateCheckpoint(t *testing.T) {
+	m := newManager(t, session.ManagerInput{})
+	m.h.Model.Script(
+		write("w1", "a.txt", "a\n"), fakemodel.Reply{Text: "written"}, // s1
+		write("w2", "b.txt", "b\n"), fakemodel.Reply{Text: "written"}, // s2, the fork
+		write("w3", "c.txt", "c\n"), fakemodel.Reply{Text: "written"}, // s3, no policy
+	)
+	checkpoint := func(info session.Info) string {
+		t.Helper()
+		st, err := m.state(info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Sandbox.Checkpoint
+	}
+	s1 := m.create(session.CreateRequest{CheckpointEvery: 1, CheckpointIdle: time.Hour})
+	if got := checkpoint(s1); got != "" {
+		t.Fatalf("a new session's checkpoint: %q", got)
+	}
+	m.send(s1, "write a")
+	first := checkpoint(s1)
+	if first == "" {
+		t.Fatal("no checkpoint after a write under CheckpointEvery 1")
+	}
+	var s2 session.Info
+	m.must(session.UpdateFork, session.ForkRequest{Session: "s1"}, &s2)
+	from := checkpoint(s2) // the snapshot the fork was made from
+	m.send(s2, "write b")
+	if got := checkpoint(s2); got == "" || got == from || got == first {
+		t.Errorf("the fork's checkpoint after a write: %q (made from %q); want a new one: the fork keeps the policy", got, from)
+	}
+	s3 := m.create(session.CreateRequest{})
+	m.send(s3, "write c")
+	if got := checkpoint(s3); got != "" {
+		t.Errorf("a session without a policy was checkpointed after a write: %q", got)
+	}
+
+	for _, req := range []session.CreateRequest{{CheckpointEvery: -1}, {CheckpointInterval: time.Millisecond}, {CheckpointIdle: -time.Second}} {
+		m.fails(errdefs.BadInput, session.UpdateCreate, req)
+	}
+	if got := len(m.query()); got != 3 {
+		t.Errorf("%d sessions after refused creations; want the 3 made", got)
+	}
+}

@@ -129,6 +129,9 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 			if err := settings.parse(&in); err != nil {
 				return usageError{err}
 			}
+			if err := in.Checkpoint.Validate(); err != nil {
+				return err
+			}
 			if name == "" {
 				name = "sbx-" + randid.Hex(6)
 			}
@@ -158,13 +161,19 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 	f.StringVar(&in.Image, "image", "", "the image its root filesystem comes from (default: the provider's)")
 	settings.register(f, false)
 	f.StringVar(&in.FromSnapshot, "from-snapshot", "", "fill the workspace from this snapshot")
-	// A lost host loses what changed since the last checkpoint.
-	f.IntVar(&in.Checkpoint.Every, "checkpoint-every", 0, "checkpoint the workspace after every N commands, writes or removals (default: only before hibernating)")
-	f.DurationVar(&in.Checkpoint.Interval, "checkpoint-interval", 0, "checkpoint the workspace at most this long after it changed, at least 1s")
-	f.DurationVar(&in.Checkpoint.Idle, "checkpoint-idle", 0, "checkpoint the workspace once idle this long, if it changed, at least 1s")
+	checkpointFlags(f, &in.Checkpoint.Every, &in.Checkpoint.Interval, &in.Checkpoint.Idle)
 	out = addFormat(f, formatJSON)
 	_ = cmd.RegisterFlagCompletionFunc("from-snapshot", completeSnapshots(cf))
 	return cmd
+}
+
+// checkpointFlags declares the checkpoint policy's flags, which berth
+// sandbox create and berth session new share: a lost host loses what
+// changed since the last checkpoint.
+func checkpointFlags(f *pflag.FlagSet, every *int, interval, idle *time.Duration) {
+	f.IntVar(every, "checkpoint-every", 0, "checkpoint the workspace after every N commands, writes or removals (default: only before hibernating)")
+	f.DurationVar(interval, "checkpoint-interval", 0, "checkpoint the workspace at most this long after it changed, at least 1s")
+	f.DurationVar(idle, "checkpoint-idle", 0, "checkpoint the workspace once idle this long, if it changed, at least 1s")
 }
 
 // validateName checks a new sandbox's --name: an id, and not one of a

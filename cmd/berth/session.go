@@ -112,7 +112,7 @@ func newSessionNew(sf *sessionFlags) *cobra.Command {
 		Use:   "new",
 		Short: "Start a session and print its id",
 		Args:  usageArgs(cobra.NoArgs),
-		RunE: sf.runE(func(cmd *cobra.Command, _ []string, s *berth.Sessions) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			if network.changed() {
 				n, err := network.policy()
 				if err != nil {
@@ -120,12 +120,22 @@ func newSessionNew(sf *sessionFlags) *cobra.Command {
 				}
 				req.Network = &n
 			}
+			// Bad settings fail before anything is dialled or started.
+			policy := berth.CheckpointPolicy{Every: req.CheckpointEvery, Interval: req.CheckpointInterval, Idle: req.CheckpointIdle}
+			if err := policy.Validate(); err != nil {
+				return err
+			}
+			s, done, err := sf.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
 			info, err := s.Create(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
 			return printInfo(os.Stdout, *out, info)
-		}),
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Title, "title", "", "the session's title (default: its id)")
@@ -135,6 +145,7 @@ func newSessionNew(sf *sessionFlags) *cobra.Command {
 	f.BoolVar(&req.Approvals, "approvals", false, "make every shell command wait for berth session approve")
 	f.IntVar(&req.MaxSteps, "max-steps", 0, fmt.Sprintf("model calls a turn may make (default %d)", agent.DefaultMaxSteps))
 	f.StringVar(&req.SystemPrompt, "instructions", "", "the agent's instructions (default: berth's; AGENTS.md in the workspace joins them)")
+	checkpointFlags(f, &req.CheckpointEvery, &req.CheckpointInterval, &req.CheckpointIdle)
 	out = addFormat(f, formatJSON)
 	return cmd
 }
