@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -133,5 +134,65 @@ func TestCheckpointPolicyBad(t *testing.T) {
 		if err := cfg.validate(); !errors.Is(err, errdefs.ErrBadInput) {
 			t.Errorf("%+v: %v, want bad input", p, err)
 		}
+	}
+}
+
+// TestLostOperationsBounded: the operations since the checkpoint that a
+// LostError names are bounded (the list is workflow state), the rest
+// counted; CheckpointEvery counts them all.
+func TestLostOperationsBounded(t *testing.T) {
+	env, _, _ := berthtest.WorkflowEnv(t)
+	const every = maxSince + 8
+	type report struct {
+		Before, At string // the checkpoint one write before Every, and at it
+		Lost       []string
+	}
+	wf := func(ctx workflow.Context) (report, error) {
+		var r report
+		sbx, err := New(ctx, Provider{Name: "linux"}, WithCheckpointEvery(every), WithIdleTimeout(NoIdleTimeout), WithHibernateAfter(NoIdleTimeout))
+		if err != nil {
+			return r, err
+		}
+		defer sbx.Stop(ctx)
+		for i := range every + maxSince + 3 {
+			name := fmt.Sprintf("f%d", i)
+			if err := sbx.WriteFiles(ctx, provider.File{Path: name, Data: []byte(name)}); err != nil {
+				return r, err
+			}
+			switch i {
+			case every - 2:
+				r.Before = sbx.Status().Checkpoint
+			case every - 1:
+				r.At = sbx.Status().Checkpoint
+			}
+		}
+		id := sbx.ID()
+		if err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx,
+			workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute}),
+			func() error { berthtest.KillSandbox(t, id); return nil }).Get(ctx, nil); err != nil {
+			return r, err
+		}
+		_, err = sbx.Exec(ctx, "true")
+		var lost *LostError
+		if !errors.As(err, &lost) {
+			return r, errors.New("want a LostError, got " + errString(err))
+		}
+		r.Lost = lost.Lost
+		return r, nil
+	}
+	env.RegisterWorkflow(wf)
+	env.ExecuteWorkflow(wf)
+	var r report
+	must(t, env.GetWorkflowResult(&r))
+	if r.Before != "" || r.At == "" {
+		t.Errorf("checkpoints one write before CheckpointEvery %d and at it: %q, %q; want none, then one", every, r.Before, r.At)
+	}
+	want := []string{}
+	for i := every; i < every+maxSince; i++ {
+		want = append(want, fmt.Sprintf("write f%d", i))
+	}
+	want = append(want, "3 more")
+	if !slices.Equal(r.Lost, want) {
+		t.Errorf("lost %q; want the first %d writes since the checkpoint, then the count of the others", r.Lost, maxSince)
 	}
 }

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/berth-dev/berth/errdefs"
@@ -48,14 +49,47 @@ func (s *Sandbox) do(ctx workflow.Context, what string, op func(refs.Sandbox) er
 		if len(s.st.Since) == 0 {
 			s.st.ChangedAt = s.st.LastActive
 		}
-		s.st.Since = append(s.st.Since, what)
-		if n := s.st.Config.CheckpointEvery; n > 0 && len(s.st.Since) >= n {
+		if len(s.st.Since) < maxSince {
+			s.st.Since = append(s.st.Since, what)
+		} else {
+			s.st.SinceMore++
+		}
+		if n := s.st.Config.CheckpointEvery; n > 0 && len(s.st.Since)+s.st.SinceMore >= n {
 			if cerr := s.transition(ctx, s.checkpoint); cerr != nil {
 				workflow.GetLogger(ctx).Warn("checkpoint failed", "sandbox", ref.ID, "error", cerr)
 			}
 		}
 	}
 	return err
+}
+
+// maxSince bounds the operations since the last checkpoint that the
+// handle names (state.Since): the list is workflow state, carried across
+// continue-as-new, and a sandbox never checkpointed runs commands for
+// its whole life.
+const maxSince = 32
+
+// sinceLost names the operations since the checkpoint, for a LostError.
+func (s *Sandbox) sinceLost() []string {
+	lost := s.st.Since
+	if s.st.SinceMore > 0 {
+		lost = append(slices.Clone(lost), fmt.Sprintf("%d more", s.st.SinceMore))
+	}
+	return lost
+}
+
+// noteGone notes whether err, which found the sandbox lost, says its
+// host took no operation in time; a nil err (the sandbox was found lost
+// before) changes nothing.
+func (s *Sandbox) noteGone(err error) {
+	if err == nil {
+		return
+	}
+	s.st.GoneHost = ""
+	var gone *hostGoneError
+	if errors.As(err, &gone) {
+		s.st.GoneHost = gone.queue
+	}
 }
 
 // begin waits for any transition in flight and brings the sandbox back
@@ -361,6 +395,7 @@ func (s *Sandbox) dropNative(ctx workflow.Context) {
 // markLost notes that err revealed the sandbox lost and returns err.
 func (s *Sandbox) markLost(ctx workflow.Context, err error) error {
 	if errors.Is(err, errdefs.ErrSandboxLost) {
+		s.noteGone(err)
 		s.set(ctx, StateLost)
 	}
 	return err
@@ -370,8 +405,9 @@ func (s *Sandbox) markLost(ctx workflow.Context, err error) error {
 // from its last checkpoint. Either way the operation that found it gets
 // a LostError saying what was lost.
 func (s *Sandbox) lost(ctx workflow.Context, cause error) error {
+	s.noteGone(cause)
 	s.set(ctx, StateLost)
-	e := &LostError{Sandbox: s.st.Ref.ID, Checkpoint: s.st.Checkpoint, Lost: s.st.Since, Err: cause}
+	e := &LostError{Sandbox: s.st.Ref.ID, Checkpoint: s.st.Checkpoint, Lost: s.sinceLost(), Err: cause}
 	if s.st.Config.Recovery == Fail {
 		return e
 	}
@@ -381,7 +417,7 @@ func (s *Sandbox) lost(ctx workflow.Context, cause error) error {
 		if err != nil {
 			return err
 		}
-		s.st.Ref, s.st.Since, s.st.ChangedAt = ref, nil, time.Time{}
+		s.st.Ref, s.st.Since, s.st.SinceMore, s.st.ChangedAt, s.st.GoneHost = ref, nil, 0, time.Time{}, ""
 		s.set(ctx, StateRunning)
 		// The lost sandbox may still hold records, or come back.
 		workflow.Go(ctx, func(ctx workflow.Context) { s.destroy(ctx, old) })
@@ -409,7 +445,7 @@ func (s *Sandbox) checkpoint(ctx workflow.Context) error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	s.dropCheckpoint(ctx)
-	s.st.Checkpoint, s.st.OwnCheckpoint, s.st.Since, s.st.ChangedAt = info.ID, true, nil, time.Time{}
+	s.st.Checkpoint, s.st.OwnCheckpoint, s.st.Since, s.st.SinceMore, s.st.ChangedAt = info.ID, true, nil, 0, time.Time{}
 	return nil
 }
 

@@ -74,8 +74,14 @@ type state struct {
 	RestoredFrom string    `json:"restored_from,omitempty"`
 	RestoredAt   time.Time `json:"restored_at,omitzero"`
 	// Since lists the mutating operations since the checkpoint: what a
-	// recovery loses.
-	Since []string `json:"since,omitempty"`
+	// recovery loses. It keeps the first maxSince; SinceMore counts the
+	// others, which a LostError counts without naming them.
+	Since     []string `json:"since,omitempty"`
+	SinceMore int      `json:"since_more,omitempty"`
+	// GoneHost is the queue of the host that took no operation within
+	// the host timeout, when that is how the sandbox was found lost:
+	// nothing is sent there again.
+	GoneHost string `json:"gone_host,omitempty"`
 	// ChangedAt is when the first of Since happened (zero when Since is
 	// empty), for CheckpointPolicy.Interval.
 	ChangedAt time.Time `json:"changed_at,omitzero"`
@@ -582,7 +588,17 @@ func (s *Sandbox) Stop(ctx workflow.Context) error {
 	if s.st.State == StateStopped {
 		return nil
 	}
-	if s.st.State != StateHibernated {
+	switch {
+	case s.st.State == StateHibernated:
+	case s.st.State == StateLost && s.st.GoneHost == s.st.Ref.Queue &&
+		workflow.GetVersion(ctx, stopGoneVersion, workflow.DefaultVersion, 1) == 1:
+		// Its host took no operation within the host timeout: a Destroy
+		// there would wait as long again, for nothing. Should the host
+		// come back, its reaper destroys the sandbox, which no handle
+		// holds any more (docs/hosts.md).
+		workflow.GetLogger(ctx).Info("stop: the sandbox's host is gone; its reaper destroys it if it returns",
+			"sandbox", s.st.Ref.ID, "queue", s.st.Ref.Queue)
+	default:
 		_, err := call[struct{}](ctx, s.lifecycle(s.st.Ref.Queue), acts.Destroy, s.st.Ref)
 		if err != nil && !errors.Is(err, errdefs.ErrSandboxLost) {
 			return fmt.Errorf("stop sandbox %s: %w", s.st.Ref.ID, err)
@@ -593,6 +609,10 @@ func (s *Sandbox) Stop(ctx workflow.Context) error {
 	s.set(ctx, StateStopped)
 	return nil
 }
+
+// stopGoneVersion marks the histories whose Stop sends nothing to the
+// host of a sandbox found lost because that host was gone.
+const stopGoneVersion = "berth.stop-gone-host"
 
 // shorten keeps descriptions of operations short in history and errors.
 func shorten(s string) string {
@@ -620,10 +640,23 @@ func result[T any](ctx workflow.Context, f workflow.Future, queue string) (T, er
 	}
 	var timeout *temporal.TimeoutError
 	if errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
-		return out, fmt.Errorf("%w: no worker serves its host (queue %s): %w", errdefs.ErrSandboxLost, queue, err)
+		return out, &hostGoneError{queue: queue, err: err}
 	}
 	return out, temporalerr.From(err)
 }
+
+// hostGoneError is an operation no worker of the sandbox's host took
+// within the host timeout: the host is gone, and the sandbox lost.
+type hostGoneError struct {
+	queue string
+	err   error
+}
+
+func (e *hostGoneError) Error() string {
+	return fmt.Sprintf("%v: no worker serves its host (queue %s): %v", errdefs.ErrSandboxLost, e.queue, e.err)
+}
+
+func (e *hostGoneError) Unwrap() []error { return []error{errdefs.ErrSandboxLost, e.err} }
 
 // HandleState is a handle's state, to carry it across continue-as-new: put
 // it in the new run's input and get the handle back with Reattach.

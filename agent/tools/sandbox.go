@@ -2,7 +2,9 @@ package tools
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/berth-dev/berth/errdefs"
 
@@ -45,7 +47,7 @@ func (s onSandbox) Exec(command string, o ExecOptions) (ExecResult, error) {
 	if errors.Is(err, errdefs.ErrTimeout) {
 		out.TimedOut, err = true, nil
 	}
-	return out, err
+	return out, lostCall(err)
 }
 
 func (s onSandbox) ReadFile(path string) ([]byte, error) {
@@ -53,15 +55,46 @@ func (s onSandbox) ReadFile(path string) ([]byte, error) {
 	if errors.Is(err, sandbox.ErrTooLarge) {
 		return b, errors.Join(ErrTooLarge, err)
 	}
-	return b, err
+	return b, lostCall(err)
 }
 
 func (s onSandbox) WriteFiles(files ...provider.File) error {
-	return s.sbx.WriteFiles(s.ctx, files...)
+	return lostCall(s.sbx.WriteFiles(s.ctx, files...))
 }
 
 func (s onSandbox) ListFiles(dir string) ([]provider.FileInfo, error) {
-	return s.sbx.ListFiles(s.ctx, dir)
+	fi, err := s.sbx.ListFiles(s.ctx, dir)
+	return fi, lostCall(err)
 }
 
-func (s onSandbox) Remove(path string) error { return s.sbx.Remove(s.ctx, path) }
+func (s onSandbox) Remove(path string) error { return lostCall(s.sbx.Remove(s.ctx, path)) }
+
+// lostCall says to the model what a call that found the sandbox lost
+// (its host gone, and the handle re-created it from its last
+// checkpoint) leaves: the call did not complete and is not run again,
+// the workspace is back at the checkpoint, and what was done since is
+// gone. Without it the model would read the handle's error, whose
+// Temporal wrappers say none of that plainly, and go on as if its
+// earlier files were there.
+func lostCall(err error) error {
+	var lost *sandbox.LostError
+	if !errors.As(err, &lost) {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString(" (its host is gone) while this call was under way: " +
+		"the call did not complete, whatever it did is gone, and it is not run again")
+	switch {
+	case !lost.Recovered:
+		b.WriteString("; the sandbox could not be made again, and later calls may fail too")
+	case lost.Checkpoint != "":
+		fmt.Fprintf(&b, "; a new sandbox holds the workspace of its last checkpoint (%s)", lost.Checkpoint)
+	default:
+		b.WriteString("; a new sandbox holds the workspace as it was first made (there was no checkpoint)")
+	}
+	if len(lost.Lost) > 0 {
+		fmt.Fprintf(&b, ", without what was done since, which is gone too: %s", strings.Join(lost.Lost, "; "))
+	}
+	b.WriteString(". Look at the workspace and redo what is still needed.")
+	return fmt.Errorf("%w%s", errdefs.ErrSandboxLost, b.String())
+}

@@ -78,6 +78,7 @@ type Server struct {
 	key        string
 	models     []string
 	script     []Reply
+	keyed      []keyedScript
 	fails      []int // statuses of the next requests to fail
 	retryAfter time.Duration
 	drops      int // next streamed answers to cut off
@@ -163,6 +164,30 @@ func (s *Server) Script(replies ...Reply) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.script = append(s.script, replies...)
+}
+
+// keyedScript is the script of the conversations whose first message
+// holds key.
+type keyedScript struct {
+	key     string
+	replies []Reply
+}
+
+// ScriptFor queues replies for the completion requests whose first
+// message (the system prompt) contains key, answered in order, apart
+// from Script's and the other keys': one conversation's script, for
+// conversations that run at once, each told by its instructions. A
+// request that matches a key with nothing left fails with 400.
+func (s *Server) ScriptFor(key string, replies ...Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.keyed {
+		if s.keyed[i].key == key {
+			s.keyed[i].replies = append(s.keyed[i].replies, replies...)
+			return
+		}
+	}
+	s.keyed = append(s.keyed, keyedScript{key: key, replies: replies})
 }
 
 // FailNext makes the next n completion requests fail with status (429,
@@ -377,7 +402,7 @@ func (s *Server) getModel(w http.ResponseWriter, r *http.Request) {
 
 // next takes what the server does with a completion request: a gate to
 // wait at, a failure status, whether to cut the stream, the reply.
-func (s *Server) next() (gate *Gate, fail int, retryAfter time.Duration, drop bool, reply Reply, ok bool) {
+func (s *Server) next(req Request) (gate *Gate, fail int, retryAfter time.Duration, drop bool, reply Reply, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.holds) > 0 {
@@ -387,10 +412,20 @@ func (s *Server) next() (gate *Gate, fail int, retryAfter time.Duration, drop bo
 		fail, s.fails = s.fails[0], s.fails[1:]
 		return gate, fail, s.retryAfter, false, Reply{}, false
 	}
-	if len(s.script) == 0 {
+	script := &s.script
+	if len(req.Messages) > 0 {
+		first := req.Messages[0].Text()
+		for i := range s.keyed {
+			if strings.Contains(first, s.keyed[i].key) {
+				script = &s.keyed[i].replies
+				break
+			}
+		}
+	}
+	if len(*script) == 0 {
 		return gate, 0, 0, false, Reply{}, false
 	}
-	reply, s.script = s.script[0], s.script[1:]
+	reply, *script = (*script)[0], (*script)[1:]
 	if s.drops > 0 {
 		s.drops--
 		drop = true
@@ -421,7 +456,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", req.Model))
 		return
 	}
-	gate, fail, retryAfter, drop, reply, ok := s.next()
+	gate, fail, retryAfter, drop, reply, ok := s.next(req)
 	if gate != nil {
 		close(gate.arrived)
 		select {
