@@ -408,6 +408,8 @@ func (s *Sandbox) lost(ctx workflow.Context, cause error) error {
 	s.noteGone(cause)
 	s.set(ctx, StateLost)
 	e := &LostError{Sandbox: s.st.Ref.ID, Checkpoint: s.st.Checkpoint, Lost: s.sinceLost(), Err: cause}
+	var gone *hostGoneError
+	e.NotStarted = errors.As(cause, &gone) && gone.notStarted
 	if s.st.Config.Recovery == Fail {
 		return e
 	}

@@ -133,7 +133,11 @@ type LostError struct {
 	// first: their effects are gone.
 	Lost      []string
 	Recovered bool
-	Err       error // what revealed the loss
+	// NotStarted says that the operation that found the loss never
+	// reached the sandbox (no worker of its host ever took it): it did
+	// not run at all. Otherwise it may have run in part.
+	NotStarted bool
+	Err        error // what revealed the loss
 }
 
 func (e *LostError) Error() string {
@@ -640,7 +644,9 @@ func result[T any](ctx workflow.Context, f workflow.Future, queue string) (T, er
 	}
 	var timeout *temporal.TimeoutError
 	if errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
-		return out, &hostGoneError{queue: queue, err: err}
+		// The timeout's cause is the failure of an earlier attempt, one
+		// the host took: without one, the operation never started.
+		return out, &hostGoneError{queue: queue, err: err, notStarted: errors.Unwrap(timeout) == nil}
 	}
 	return out, temporalerr.From(err)
 }
@@ -648,8 +654,9 @@ func result[T any](ctx workflow.Context, f workflow.Future, queue string) (T, er
 // hostGoneError is an operation no worker of the sandbox's host took
 // within the host timeout: the host is gone, and the sandbox lost.
 type hostGoneError struct {
-	queue string
-	err   error
+	queue      string
+	err        error
+	notStarted bool // no attempt of the operation ever started
 }
 
 func (e *hostGoneError) Error() string {

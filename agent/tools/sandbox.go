@@ -82,8 +82,12 @@ func lostCall(err error) error {
 		return err
 	}
 	var b strings.Builder
-	b.WriteString(" (its host is gone) while this call was under way: " +
-		"the call did not complete, whatever it did is gone, and it is not run again")
+	if lost.NotStarted {
+		b.WriteString(" (its host is gone) before this call reached it: the call did not run, and it is not run now")
+	} else {
+		b.WriteString(" (its host is gone) while this call was under way: " +
+			"the call did not complete, whatever it did is gone, and it is not run again")
+	}
 	switch {
 	case !lost.Recovered:
 		b.WriteString("; the sandbox could not be made again, and later calls may fail too")

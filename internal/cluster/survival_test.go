@@ -165,8 +165,8 @@ func TestClusterSurvival(t *testing.T) {
 		res, err := run.Wait(ctx)
 		took := time.Since(killed)
 		t.Logf("the run failed %v after the kill: %v", took.Round(time.Millisecond), err)
-		if berth.KindOf(err) != berth.SandboxLost {
-			t.Errorf("the run whose host was lost: %v (result %+v); want %s", err, res, berth.SandboxLost)
+		if berth.KindOf(err) != berth.SandboxLost || !strings.Contains(fmt.Sprint(err), rs.Sandbox+" was lost mid-run") {
+			t.Errorf("the run whose host was lost: %v (result %+v); want %s naming sandbox %s", err, res, berth.SandboxLost, rs.Sandbox)
 		}
 		if took > bound {
 			t.Errorf("the run's loss was reported after %v; want within %v", took, bound)
@@ -206,7 +206,7 @@ func TestClusterSurvival(t *testing.T) {
 	}
 	lostCall := alphaTurn.Calls[1]
 	t.Logf("alpha's call in flight: %s", lostCall.Output)
-	for _, want := range []string{"sandbox lost", "not run again", alphaCheckpoint, "write d.txt"} {
+	for _, want := range []string{"sandbox lost", "while this call was under way", "not run again", alphaCheckpoint, "write d.txt"} {
 		if !lostCall.Failed || !strings.Contains(lostCall.Output, want) {
 			t.Errorf("alpha's call in flight on the lost host gave the model %q (failed %v); want it to say %q", lostCall.Output, lostCall.Failed, want)
 		}
@@ -235,7 +235,7 @@ func TestClusterSurvival(t *testing.T) {
 	}
 	first := bravoTurn.Calls[0]
 	t.Logf("bravo's first call: %s", first.Output)
-	for _, want := range []string{"sandbox lost", "not run again", bravoCheckpoint, "write m.txt"} {
+	for _, want := range []string{"sandbox lost", "before this call reached it", "did not run", bravoCheckpoint, "write m.txt"} {
 		if !first.Failed || !strings.Contains(first.Output, want) {
 			t.Errorf("bravo's first call after the loss gave the model %q (failed %v); want it to say %q", first.Output, first.Failed, want)
 		}
@@ -429,4 +429,3 @@ func write(id, path, content string) fakemodel.ToolCall {
 	b, _ := json.Marshal(map[string]any{"path": path, "content": content})
 	return fakemodel.ToolCall{ID: id, Name: tools.WriteFile, Arguments: string(b)}
 }
-
