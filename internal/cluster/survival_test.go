@@ -204,13 +204,7 @@ func TestClusterSurvival(t *testing.T) {
 	if alphaTurn.Status != agent.StatusDone || alphaTurn.Answer != "alpha 3" || len(alphaTurn.Calls) != 3 {
 		t.Fatalf("alpha's turn across the loss: %+v", alphaTurn)
 	}
-	lostCall := alphaTurn.Calls[1]
-	t.Logf("alpha's call in flight: %s", lostCall.Output)
-	for _, want := range []string{"sandbox lost", "while this call was under way", "not run again", alphaCheckpoint, "write d.txt"} {
-		if !lostCall.Failed || !strings.Contains(lostCall.Output, want) {
-			t.Errorf("alpha's call in flight on the lost host gave the model %q (failed %v); want it to say %q", lostCall.Output, lostCall.Failed, want)
-		}
-	}
+	toldLost(t, "alpha's call in flight", alphaTurn.Calls[1], "while this call was under way", "not run again", alphaCheckpoint, "write d.txt")
 	if got := alphaTurn.Calls[2].Output; got != "exit code 0\na.txt\nb.txt\nn.txt\nonce.txt\nonce\n" {
 		t.Errorf("alpha's workspace after the loss: %q; want the checkpoint's files, and once.txt with one line", got)
 	}
@@ -233,13 +227,7 @@ func TestClusterSurvival(t *testing.T) {
 	if bravoTurn.Status != agent.StatusDone || bravoTurn.Answer != "bravo 3" || len(bravoTurn.Calls) != 2 {
 		t.Fatalf("bravo's turn after the loss: %+v", bravoTurn)
 	}
-	first := bravoTurn.Calls[0]
-	t.Logf("bravo's first call: %s", first.Output)
-	for _, want := range []string{"sandbox lost", "before this call reached it", "did not run", bravoCheckpoint, "write m.txt"} {
-		if !first.Failed || !strings.Contains(first.Output, want) {
-			t.Errorf("bravo's first call after the loss gave the model %q (failed %v); want it to say %q", first.Output, first.Failed, want)
-		}
-	}
+	toldLost(t, "bravo's first call after the loss", bravoTurn.Calls[0], "before this call reached it", "did not run", bravoCheckpoint, "write m.txt")
 	if got := bravoTurn.Calls[1].Output; got != "exit code 0\nk.txt\nl.txt\n" {
 		t.Errorf("bravo's workspace after the loss: %q; want the checkpoint's files alone", got)
 	}
@@ -249,6 +237,18 @@ func TestClusterSurvival(t *testing.T) {
 	for name, want := range map[string]int{"alpha": 7, "bravo": 7} {
 		if got := fm.requestsFor(name); got != want {
 			t.Errorf("%s made %d model calls; want %d, each once", name, got, want)
+		}
+	}
+}
+
+// toldLost checks that a tool call failed as lost, and that what the
+// model was told says each of wants.
+func toldLost(t *testing.T, what string, call agent.CallState, wants ...string) {
+	t.Helper()
+	t.Logf("%s: %s", what, call.Output)
+	for _, want := range append([]string{"sandbox lost"}, wants...) {
+		if !call.Failed || !strings.Contains(call.Output, want) {
+			t.Errorf("%s gave the model %q (failed %v); want it to say %q", what, call.Output, call.Failed, want)
 		}
 	}
 }
