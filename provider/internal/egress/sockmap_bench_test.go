@@ -3,6 +3,7 @@
 package egress
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -29,8 +30,9 @@ import (
 // still two TCP connections; "sockmap-ingress" queues them on the
 // client's socket itself (BPF_F_INGRESS), so the second connection
 // carries no data. Neither relay can forward the server's end of stream
-// in order (see the doc), so the client reads exactly benchSize bytes
-// and the relay ends when the client closes.
+// in order (BenchmarkSockmapEndOfStream), so for the others the client
+// reads exactly benchSize bytes and the relay ends when the client
+// closes.
 
 // redirect is a one-socket sockmap whose stream verdict sends every
 // chunk a socket in it receives to the socket in target, on target's
@@ -75,24 +77,28 @@ func newRedirect(b *testing.B, ingress bool) *redirect {
 }
 
 // put stores c's socket in m.
-func put(b *testing.B, m *ebpf.Map, c net.Conn) {
+func put(m *ebpf.Map, c net.Conn) error {
 	rc, err := c.(*net.TCPConn).SyscallConn()
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
 	var uerr error
 	if err := rc.Control(func(fd uintptr) { uerr = m.Update(uint32(0), uint32(fd), ebpf.UpdateAny) }); err != nil {
-		b.Fatal(err)
+		return err
 	}
 	if uerr != nil {
-		b.Fatalf("sockmap update: %v", uerr)
+		return fmt.Errorf("sockmap update: %w", uerr)
 	}
+	return nil
 }
 
 // redirectRelay serves, one connection at a time, a relay to srv by r:
 // the server's socket goes in r.in, and for egress the accepted socket
-// in r.target (for ingress the client puts its own there).
-func redirectRelay(b *testing.B, srv string, r *redirect, ingress bool) string {
+// in r.target (for ingress the client puts its own there). If atEnd,
+// the relay half-closes toward the client once the server's end is
+// read off its socket, as a relay must pass it on; else it waits for
+// the client to close.
+func redirectRelay(b *testing.B, srv string, r *redirect, ingress, atEnd bool) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -109,11 +115,24 @@ func redirectRelay(b *testing.B, srv string, r *redirect, ingress bool) string {
 				tc.Close()
 				return
 			}
+			err = nil
 			if !ingress {
-				put(b, r.target, tc)
+				err = put(r.target, tc)
 			}
-			put(b, r.in, up)
-			_, _ = io.Copy(up, tc) // the request; returns once the client closes
+			if err == nil {
+				err = put(r.in, up)
+			}
+			if err != nil {
+				b.Error(err)
+			} else {
+				done := make(chan struct{})
+				go func() { _, _ = io.Copy(up, tc); close(done) }() // the request; ends once the client closes
+				if atEnd {
+					_, _ = io.Copy(io.Discard, up) // nothing but the end: every byte is redirected
+					_ = tc.(*net.TCPConn).CloseWrite()
+				}
+				<-done
+			}
 			up.Close()
 			tc.Close()
 		}
@@ -122,13 +141,13 @@ func redirectRelay(b *testing.B, srv string, r *redirect, ingress bool) string {
 }
 
 // redirectPaths are the direct path, the proxy by name, and the two
-// redirecting relays; rcvbuf, if not 0, is forced on the client's socket
+// redirecting relays, which pass the server's end on if atEnd; rcvbuf, if not 0, is forced on the client's socket
 // of the ingress relay (the only buffer its bytes wait in).
-func redirectPaths(b *testing.B, srv net.Listener, rcvbuf int) []benchPath {
+func redirectPaths(b *testing.B, srv net.Listener, rcvbuf int, atEnd bool) []benchPath {
 	paths := benchPathsTo(b, srv)
 	egress, ingress := newRedirect(b, false), newRedirect(b, true)
-	viaEgress := redirectRelay(b, srv.Addr().String(), egress, false)
-	viaIngress := redirectRelay(b, srv.Addr().String(), ingress, true)
+	viaEgress := redirectRelay(b, srv.Addr().String(), egress, false, atEnd)
+	viaIngress := redirectRelay(b, srv.Addr().String(), ingress, true, atEnd)
 	dial := func(b *testing.B, addr string) net.Conn {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -146,7 +165,9 @@ func redirectPaths(b *testing.B, srv net.Listener, rcvbuf int) []benchPath {
 					_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, rcvbuf)
 				})
 			}
-			put(b, ingress.target, c)
+			if err := put(ingress.target, c); err != nil {
+				b.Fatal(err)
+			}
 			return c
 		}},
 	}
@@ -159,7 +180,7 @@ func BenchmarkSockmapDownload(b *testing.B) {
 	for _, rcvbuf := range []int{0, 32 << 20} {
 		b.Run("rcvbuf="+map[int]string{0: "default", 32 << 20: "32MiB"}[rcvbuf], func(b *testing.B) {
 			srv := benchServer(b, netip.AddrPortFrom(pypiIP, 0).String(), 0, nil)
-			for _, path := range redirectPaths(b, srv, rcvbuf) {
+			for _, path := range redirectPaths(b, srv, rcvbuf, false) {
 				b.Run("path="+path.name, func(b *testing.B) {
 					b.SetBytes(benchSize)
 					cpu := cpuTime()
@@ -188,7 +209,7 @@ func BenchmarkSockmapDownload(b *testing.B) {
 func BenchmarkSockmapUnread(b *testing.B) {
 	var sent atomic.Int64
 	srv := benchServer(b, netip.AddrPortFrom(pypiIP, 0).String(), 0, &sent)
-	for _, path := range redirectPaths(b, srv, 0) {
+	for _, path := range redirectPaths(b, srv, 0, false) {
 		b.Run("path="+path.name, func(b *testing.B) {
 			var held int64
 			for b.Loop() {
@@ -203,6 +224,28 @@ func BenchmarkSockmapUnread(b *testing.B) {
 				c.Close()
 			}
 			b.ReportMetric(float64(held)/(1<<20), "MB-held")
+		})
+	}
+}
+
+// BenchmarkSockmapEndOfStream is the download of BenchmarkSockmapDownload
+// read to its end, through relays that pass the server's end on as
+// soon as they read it: it reports the MB the client got before its end
+// of stream, 100 when every byte arrived first. The redirected bytes
+// are still queued in the kernel when the relay half-closes, and the
+// client reads the end first.
+func BenchmarkSockmapEndOfStream(b *testing.B) {
+	srv := benchServer(b, netip.AddrPortFrom(pypiIP, 0).String(), 0, nil)
+	for _, path := range redirectPaths(b, srv, 0, true) {
+		b.Run("path="+path.name, func(b *testing.B) {
+			var got int64
+			for b.Loop() {
+				c := path.dial(b)
+				_, _ = io.WriteString(c, "GET /big HTTP/1.1\r\nHost: bench.example\r\n\r\n")
+				got, _ = io.Copy(io.Discard, c)
+				c.Close()
+			}
+			b.ReportMetric(float64(got)/(1<<20), "MB-before-EOF")
 		})
 	}
 }
