@@ -214,6 +214,7 @@ func BenchmarkSockmapUnread(b *testing.B) {
 			var held int64
 			for b.Loop() {
 				sent.Store(0)
+				held = 0
 				c := path.dial(b)
 				_, _ = io.WriteString(c, "GET /big HTTP/1.1\r\nHost: bench.example\r\n\r\n")
 				for last := int64(-1); held != last && held < benchSize; {
