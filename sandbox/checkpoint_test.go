@@ -91,16 +91,12 @@ func TestCheckpointPolicy(t *testing.T) {
 						r.Checkpoints = append(r.Checkpoints, c)
 					}
 				}
-				id := sbx.ID()
-				if err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx,
-					workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute}),
-					func() error { berthtest.KillSandbox(t, id); return nil }).Get(ctx, nil); err != nil {
+				lost, err := killAndExec(ctx, t, sbx)
+				if err != nil {
 					return r, err
 				}
-				_, err = sbx.Exec(ctx, "true")
-				var lost *LostError
-				if !errors.As(err, &lost) || !errors.Is(err, errdefs.ErrSandboxLost) || !lost.Recovered {
-					return r, errors.New("want a recovered LostError, got " + errString(err))
+				if !errors.Is(lost, errdefs.ErrSandboxLost) || !lost.Recovered {
+					return r, errors.New("want a recovered LostError, got " + errString(lost))
 				}
 				r.Lost = lost.Lost
 				res, err := sbx.Exec(ctx, "ls | tr '\\n' ' '")
@@ -166,16 +162,9 @@ func TestLostOperationsBounded(t *testing.T) {
 				r.At = sbx.Status().Checkpoint
 			}
 		}
-		id := sbx.ID()
-		if err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx,
-			workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute}),
-			func() error { berthtest.KillSandbox(t, id); return nil }).Get(ctx, nil); err != nil {
+		lost, err := killAndExec(ctx, t, sbx)
+		if err != nil {
 			return r, err
-		}
-		_, err = sbx.Exec(ctx, "true")
-		var lost *LostError
-		if !errors.As(err, &lost) {
-			return r, errors.New("want a LostError, got " + errString(err))
 		}
 		r.Lost = lost.Lost
 		return r, nil
@@ -195,4 +184,21 @@ func TestLostOperationsBounded(t *testing.T) {
 	if !slices.Equal(r.Lost, want) {
 		t.Errorf("lost %q; want the first %d writes since the checkpoint, then the count of the others", r.Lost, maxSince)
 	}
+}
+
+// killAndExec kills the sandbox from outside, then runs a command,
+// which must find it lost: its LostError.
+func killAndExec(ctx workflow.Context, t *testing.T, sbx *Sandbox) (*LostError, error) {
+	id := sbx.ID()
+	if err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx,
+		workflow.LocalActivityOptions{StartToCloseTimeout: time.Minute}),
+		func() error { berthtest.KillSandbox(t, id); return nil }).Get(ctx, nil); err != nil {
+		return nil, err
+	}
+	_, err := sbx.Exec(ctx, "true")
+	var lost *LostError
+	if !errors.As(err, &lost) {
+		return nil, errors.New("want a LostError, got " + errString(err))
+	}
+	return lost, nil
 }
