@@ -162,6 +162,8 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 	f.IntVar(&in.Checkpoint.Every, "checkpoint-every", 0, "checkpoint the workspace after every N commands, writes or removals (default: only before hibernating)")
 	f.DurationVar(&in.Checkpoint.Interval, "checkpoint-interval", 0, "checkpoint the workspace at most this long after it changed, at least 1s")
 	f.DurationVar(&in.Checkpoint.Idle, "checkpoint-idle", 0, "checkpoint the workspace once idle this long, if it changed, at least 1s")
+	f.DurationVar(&in.HostTimeout, "host-timeout", 0, fmt.Sprintf("how long an operation waits for the sandbox's host before the sandbox is taken for lost and re-created elsewhere from its last checkpoint, %v to %v (default %v)",
+		berth.MinHostTimeout, berth.MaxHostTimeout, berth.DefaultHostTimeout))
 	out = addFormat(f, formatJSON)
 	_ = cmd.RegisterFlagCompletionFunc("from-snapshot", completeSnapshots(cf))
 	return cmd
