@@ -199,7 +199,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 			Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
 			Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
 			Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,
-			Metrics: h.telemetry, Tracer: cfg.Tracer,
+			Metrics: h.telemetry, Tracer: cfg.Tracer, Logger: cfg.Logger,
 			MaxSandboxes: cfg.MaxSandboxes, MaxMemory: maxMemory(cfg.MaxMemory), Workflows: cfg.Workflows,
 		})
 	})
