@@ -40,9 +40,9 @@ const (
 	// DefaultHostTimeout is how long an operation waits for a sandbox's
 	// host when SandboxOptions.HostTimeout is zero; MinHostTimeout and
 	// MaxHostTimeout bound one that is set.
-	DefaultHostTimeout = sandbox.DefaultHostTimeout
-	MinHostTimeout     = sandbox.MinHostTimeout
-	MaxHostTimeout     = sandbox.MaxHostTimeout
+	DefaultHostTimeout = time.Minute
+	MinHostTimeout     = 2 * time.Second
+	MaxHostTimeout     = 24 * time.Hour
 	// DefaultExecTimeout bounds a command whose options set no timeout.
 	DefaultExecTimeout = 10 * time.Minute
 	// Never, as an idle timeout or hibernation delay, turns it off.
