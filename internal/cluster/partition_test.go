@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -275,6 +276,7 @@ func start(ctx context.Context, s *berth.Sandbox, line string) (*berth.Command, 
 // naming).
 type copyOf struct {
 	state, cgroup string
+	daemon        string // its pid
 }
 
 // locate reads copy id's record on host n.
@@ -298,7 +300,7 @@ func (c *cluster) locate(t *testing.T, n, id string) copyOf {
 	for _, line := range strings.Split(string(cg), "\n") {
 		// hierarchy-id:controllers:path
 		if f := strings.SplitN(line, ":", 3); len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "pids") {
-			return copyOf{state: state, cgroup: filepath.Join("/sys/fs/cgroup/pids", f[2])}
+			return copyOf{state: state, cgroup: filepath.Join("/sys/fs/cgroup/pids", f[2]), daemon: strconv.Itoa(rec.PID)}
 		}
 	}
 	t.Fatalf("no pids cgroup of %s's daemon %d: %s", id, rec.PID, cg)
@@ -306,7 +308,7 @@ func (c *cluster) locate(t *testing.T, n, id string) copyOf {
 }
 
 // procsOf lists the processes of a cgroup and those below it, each as
-// its name and state.
+// its pid, name and state.
 func procsOf(cg string) []string {
 	var procs []string
 	_ = filepath.WalkDir(cg, func(path string, d fs.DirEntry, err error) error {
@@ -325,7 +327,7 @@ func procsOf(cg string) []string {
 			if i < 0 || i+2 >= len(s) {
 				continue
 			}
-			procs = append(procs, s[strings.IndexByte(s, '(')+1:i]+" "+s[i+2:i+3])
+			procs = append(procs, pid+" "+s[strings.IndexByte(s, '(')+1:i]+" "+s[i+2:i+3])
 		}
 		return nil
 	})
@@ -337,8 +339,9 @@ func procsOf(cg string) []string {
 func (c copyOf) fenced() bool {
 	workload := 0
 	for _, p := range procsOf(c.cgroup) {
-		comm, state, _ := strings.Cut(p, " ")
-		if strings.HasPrefix(comm, "berth-sandbox") {
+		f := strings.Fields(p)
+		pid, state := f[0], f[len(f)-1]
+		if pid == c.daemon {
 			continue
 		}
 		workload++
