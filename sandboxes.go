@@ -37,6 +37,12 @@ const (
 	// DefaultLifetime is a sandbox's lifetime when its options leave it
 	// zero.
 	DefaultLifetime = 24 * time.Hour
+	// DefaultHostTimeout is how long an operation waits for a sandbox's
+	// host when SandboxOptions.HostTimeout is zero; MinHostTimeout and
+	// MaxHostTimeout bound one that is set.
+	DefaultHostTimeout = time.Minute
+	MinHostTimeout     = 2 * time.Second
+	MaxHostTimeout     = 24 * time.Hour
 	// DefaultExecTimeout bounds a command whose options set no timeout.
 	DefaultExecTimeout = 10 * time.Minute
 	// Never, as an idle timeout or hibernation delay, turns it off.
@@ -94,6 +100,13 @@ type SandboxOptions struct {
 	// checkpoint, and what changed after is lost. The zero policy
 	// checkpoints only before hibernating.
 	Checkpoint CheckpointPolicy
+	// HostTimeout is how long an operation waits for the sandbox's host
+	// to take it before the sandbox is taken for lost and re-created on
+	// another host from its last checkpoint (docs/cluster.md); zero
+	// means DefaultHostTimeout, otherwise within MinHostTimeout and
+	// MaxHostTimeout. The host's worker pauses the sandbox on its own
+	// once it has been cut from the server for half of it.
+	HostTimeout time.Duration
 	// Queue is the task queue of the workers that serve it; empty means
 	// DefaultQueue.
 	Queue string
@@ -105,7 +118,7 @@ func (o SandboxOptions) input() workflows.SandboxInput {
 		Provider: o.Provider, Image: o.Image, Env: o.Env, Labels: o.Labels,
 		Resources:   provider.Resources{CPU: o.CPU, Memory: o.Memory, Disk: o.Disk, Pids: o.Pids},
 		MaxLifetime: o.Lifetime, IdleTimeout: o.IdleTimeout, HibernateAfter: o.HibernateAfter,
-		Network: o.Network, FromSnapshot: o.FromSnapshot, Checkpoint: o.Checkpoint.wire(),
+		Network: o.Network, FromSnapshot: o.FromSnapshot, Checkpoint: o.Checkpoint.wire(), HostTimeout: o.HostTimeout,
 	}
 }
 
@@ -115,6 +128,7 @@ func optionsOf(id string, in workflows.SandboxInput) SandboxOptions {
 		CPU: in.Resources.CPU, Memory: in.Resources.Memory, Disk: in.Resources.Disk, Pids: in.Resources.Pids,
 		IdleTimeout: in.IdleTimeout, HibernateAfter: in.HibernateAfter, Lifetime: in.MaxLifetime,
 		Network: in.Network, FromSnapshot: in.FromSnapshot, Checkpoint: checkpointPolicyOf(in.Checkpoint),
+		HostTimeout: in.HostTimeout,
 	}
 	if in.OwnSnapshot {
 		o.FromSnapshot = "" // a fork's copy of its parent, berth's own

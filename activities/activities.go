@@ -176,11 +176,13 @@ func (a *Activities) Destroy(ctx context.Context, ref refs.Sandbox) error {
 
 func (a *Activities) destroy(ctx context.Context, ref refs.Sandbox) error {
 	a.handles.forget(ref)
-	sb, err := a.sandbox(ctx, ref)
+	// Not resumed first if its host parked it: a copy fenced while its
+	// host was cut off, and superseded since, must not run again.
+	sb, err := a.get(ctx, ref)
 	if errdefs.KindOf(err) == errdefs.NotFound {
 		a.metrics().Destroyed(ref.Provider, ref.ID)
 		a.Capacity.forget(ref.Provider + "/" + ref.ID)
-		return nil
+		return a.Parked.Remove(ParkedRef{Provider: ref.Provider, ID: ref.ID})
 	}
 	if err != nil {
 		return err
@@ -193,7 +195,7 @@ func (a *Activities) destroy(ctx context.Context, ref refs.Sandbox) error {
 	}
 	a.metrics().Destroyed(ref.Provider, ref.ID)
 	a.Capacity.forget(ref.Provider + "/" + ref.ID)
-	return nil
+	return a.Parked.Remove(ParkedRef{Provider: ref.Provider, ID: ref.ID})
 }
 
 // Info describes a sandbox.

@@ -24,7 +24,22 @@ const (
 	// LabelSandbox, on a sandbox, names its first incarnation (the base
 	// of its ids: base, base-2, base-3...).
 	LabelSandbox = "berth.sandbox"
+	// LabelHostTimeout, on a sandbox, is its workflow's host timeout in
+	// milliseconds: how long its operations wait for its host before it
+	// is taken for lost. The host fences it well within that once cut
+	// from the server (HostTimeoutOf).
+	LabelHostTimeout = "berth.host-timeout"
 )
+
+// HostTimeoutOf reads LabelHostTimeout from a sandbox's labels; def when
+// it is missing or not a positive number (a sandbox from before it).
+func HostTimeoutOf(labels map[string]string, def time.Duration) time.Duration {
+	ms, err := strconv.ParseInt(labels[LabelHostTimeout], 10, 64)
+	if err != nil || ms <= 0 {
+		return def
+	}
+	return time.Duration(ms) * time.Millisecond
+}
 
 // Incarnation is the sandbox a workflow's handle uses now.
 type Incarnation struct {

@@ -115,6 +115,10 @@ type SessionInput struct {
 	// Checkpoint is the sandbox's checkpoint policy: what the session's
 	// workspace comes back from when its host is lost.
 	Checkpoint sandbox.CheckpointPolicy `json:"checkpoint,omitzero"`
+	// HostTimeout is the sandbox's (sandbox.WithHostTimeout): how long
+	// an operation waits for its host before it is taken for lost; zero
+	// means sandbox.DefaultHostTimeout.
+	HostTimeout time.Duration `json:"host_timeout,omitempty"`
 	// ContinueAfter continues the workflow as new, between turns, once
 	// its history has this many events; zero means when the server
 	// suggests it.
@@ -342,7 +346,7 @@ func (in *SessionInput) validate() error {
 	if in.ContinueAfter < 0 {
 		return fmt.Errorf("%w: negative continue_after", errdefs.ErrBadInput)
 	}
-	return nil
+	return sandbox.ValidateHostTimeout(in.HostTimeout)
 }
 
 // checkMessage refuses what no model should be sent.

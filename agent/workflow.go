@@ -113,7 +113,7 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 		s.sbx = sandbox.Reattach(ctx, in.Carried.Sandbox)
 	} else {
 		opts := []sandbox.Option{sandbox.WithIdleTimeout(in.IdleTimeout), sandbox.WithHibernateAfter(in.HibernateAfter), sandbox.WithNetwork(in.Network),
-			sandbox.WithCheckpoint(in.Checkpoint)}
+			sandbox.WithCheckpoint(in.Checkpoint), sandbox.WithHostTimeout(in.HostTimeout)}
 		if in.Fork != nil {
 			opts = append(opts, sandbox.FromCheckpoint(in.Fork.Snapshot))
 		}

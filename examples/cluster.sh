@@ -8,6 +8,8 @@
 #
 #   examples/cluster.sh up | down | status
 #   examples/cluster.sh kill-host N     # SIGKILL host N's worker and all it runs; delete its namespace
+#   examples/cluster.sh partition N     # cut host N from the server and the store; its worker and sandboxes run on
+#   examples/cluster.sh heal N          # undo partition N
 #   examples/cluster.sh kill-server     # SIGKILL the Temporal server
 #   examples/cluster.sh start-server    # start it again, on the same database
 #
@@ -243,6 +245,34 @@ kill_host() {
   release_mounts "$(hostdir "$i")"
 }
 
+# partition N: host N's namespace drops every packet to and from the
+# bridge's address, where the Temporal server and the store listen
+# (nftables in the host's namespace): its worker and its sandboxes run
+# on, cut off, their connections hanging as across a broken network
+# rather than refused. The sandboxes' own namespaces are not touched.
+partition() {
+  local ns
+  ns=$(netns "$1")
+  ip netns list | grep -qw "$ns" || die "no host $1 ($ns)"
+  nsenter --net="/run/netns/$ns" nft -f - <<EOF
+table inet berth_partition
+delete table inet berth_partition
+table inet berth_partition {
+  chain input { type filter hook input priority -10; policy accept; ip saddr $gw drop; }
+  chain output { type filter hook output priority -10; policy accept; ip daddr $gw drop; }
+}
+EOF
+}
+
+# heal N: undo partition N; the connections cut come back (or time out
+# and are made again) on their own.
+heal() {
+  local ns
+  ns=$(netns "$1")
+  ip netns list | grep -qw "$ns" || die "no host $1 ($ns)"
+  nsenter --net="/run/netns/$ns" nft delete table inet berth_partition 2>/dev/null || true
+}
+
 # release_mounts DIR: unmount what is mounted below DIR, detach the loop
 # devices of its files.
 release_mounts() {
@@ -341,7 +371,9 @@ case "${1:-}" in
   down) down ;;
   status) status ;;
   kill-host) [ -n "${2:-}" ] || die "kill-host N"; kill_host "$2"; log "host $2 killed" ;;
+  partition) [ -n "${2:-}" ] || die "partition N"; partition "$2"; log "host $2 cut from the server and the store" ;;
+  heal) [ -n "${2:-}" ] || die "heal N"; heal "$2"; log "host $2 healed" ;;
   kill-server) stop_pid "$dir/server.pid"; log "Temporal server killed" ;;
   start-server) [ -e "$dir/up" ] || die "not up"; bin=$(cat "$dir/bin.path"); start_server ;;
-  *) echo "usage: $0 up | down | status | kill-host N | kill-server | start-server" >&2; exit 2 ;;
+  *) echo "usage: $0 up | down | status | kill-host N | partition N | heal N | kill-server | start-server" >&2; exit 2 ;;
 esac

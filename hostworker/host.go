@@ -192,14 +192,16 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	if mcfg == nil && env.Model != "" {
 		mcfg = &env
 	}
-	h.Worker, err = StartWorker(c, Options{
-		Model:     mcfg,
-		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
-		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
-		Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
-		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,
-		Metrics: h.telemetry, Tracer: cfg.Tracer,
-		MaxSandboxes: cfg.MaxSandboxes, MaxMemory: maxMemory(cfg.MaxMemory), Workflows: cfg.Workflows,
+	h.Worker, err = startWaitingForNamespace(ctx, c, cfg.Logger, func() (*Worker, error) {
+		return StartWorker(c, Options{
+			Model:     mcfg,
+			Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
+			Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
+			Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
+			Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,
+			Metrics: h.telemetry, Tracer: cfg.Tracer, Logger: cfg.Logger,
+			MaxSandboxes: cfg.MaxSandboxes, MaxMemory: maxMemory(cfg.MaxMemory), Workflows: cfg.Workflows,
+		})
 	})
 	if err != nil {
 		h.Close()

@@ -113,6 +113,9 @@ type Options struct {
 	// traces none. The spans of workflows and activities come from the
 	// SDK's tracing interceptor, on the client's options.
 	Tracer trace.TracerProvider
+	// Logger receives the fence's events (a host cut from the server,
+	// fence.go); nil means slog.Default.
+	Logger *slog.Logger
 }
 
 // Worker is the running set of workers.
@@ -204,9 +207,21 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 	var ctx context.Context
 	ctx, w.stopRenewing = context.WithCancel(context.Background())
 	w.renewing = make(chan struct{})
+	// A host of several (its own queue) fences its sandboxes when cut
+	// from the server (fence); one alone (berth dev) runs the server
+	// too, and no other host could make a second copy.
+	var f *fence
+	if opts.HostQueue != opts.Queue {
+		f = &fence{c: c, acts: acts, providers: opts.Providers, parked: opts.Parked, hostQueue: opts.HostQueue, log: fenceLogger(opts.Logger)}
+	}
 	go func() {
 		defer close(w.renewing)
-		renewLeases(ctx, opts.Providers, capacity, slog.Default())
+		var wg sync.WaitGroup
+		wg.Go(func() { renewLeases(ctx, opts.Providers, capacity, slog.Default()) })
+		if f != nil {
+			wg.Go(func() { f.run(ctx) })
+		}
+		wg.Wait()
 	}()
 	return w, nil
 }

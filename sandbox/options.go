@@ -109,8 +109,11 @@ func (c config) validate() error {
 	if c.Provider == "" {
 		return fmt.Errorf("%w: no provider", errdefs.ErrBadInput)
 	}
-	if c.HostTimeout < 0 || c.PlacementTimeout < 0 {
-		return fmt.Errorf("%w: negative host timeout or placement timeout", errdefs.ErrBadInput)
+	if c.PlacementTimeout < 0 {
+		return fmt.Errorf("%w: negative placement timeout", errdefs.ErrBadInput)
+	}
+	if err := ValidateHostTimeout(c.HostTimeout); err != nil {
+		return err
 	}
 	if err := (CheckpointPolicy{Every: c.CheckpointEvery, Interval: c.CheckpointInterval, Idle: c.CheckpointIdle}).Validate(); err != nil {
 		return err
@@ -235,8 +238,37 @@ func WithCheckpoint(p CheckpointPolicy) Option {
 func WithHostTimeout(d time.Duration) Option { return func(c *config) { c.HostTimeout = d } }
 
 // DefaultHostTimeout is how long an operation waits for the sandbox's
-// host by default.
-const DefaultHostTimeout = time.Minute
+// host by default; a host timeout set is within MinHostTimeout and
+// MaxHostTimeout. The host's worker fences the sandbox (pauses it) once
+// it has been cut from the server for half of it (hostworker), so that
+// its copy there is stopped before its workflow could make another.
+const (
+	DefaultHostTimeout = time.Minute
+	// MinHostTimeout leaves a host's worker room to fence its sandboxes
+	// (at half of it) before they are taken for lost.
+	MinHostTimeout = 2 * time.Second
+	// MaxHostTimeout is a sandbox's default lifetime: waiting longer for
+	// its host would outlast the sandbox.
+	MaxHostTimeout = provider.DefaultLifetime
+)
+
+// hostTimeoutOrDefault is the host timeout the sandbox's operations wait.
+func (c config) hostTimeoutOrDefault() time.Duration {
+	if c.HostTimeout > 0 {
+		return c.HostTimeout
+	}
+	return DefaultHostTimeout
+}
+
+// ValidateHostTimeout checks a host timeout: zero (the default), or
+// within MinHostTimeout and MaxHostTimeout.
+func ValidateHostTimeout(d time.Duration) error {
+	if d != 0 && (d < MinHostTimeout || d > MaxHostTimeout) {
+		return fmt.Errorf("%w: host timeout %v: want between %v and %v (0 for the default, %v)",
+			errdefs.ErrBadInput, d, MinHostTimeout, MaxHostTimeout, DefaultHostTimeout)
+	}
+	return nil
+}
 
 // FromSnapshot makes the new sandbox's workspace a copy of a snapshot's.
 // The snapshot stays the caller's.

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"github.com/berth-dev/berth/internal/randid"
+	"strconv"
 
 	"crypto/sha256"
 	"encoding/hex"
@@ -184,6 +185,9 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 		return nil, err
 	}
 	labels[LabelSandbox] = id
+	// Its host fences it (pauses it) once cut from the server for half
+	// of this, before the workflow could take it for lost.
+	labels[activities.LabelHostTimeout] = strconv.FormatInt(cfg.hostTimeoutOrDefault().Milliseconds(), 10)
 	cfg.Spec.Labels = labels
 	s := &Sandbox{st: state{Config: cfg, Base: id, Generation: 1}, beat: heartbeatTimeout(ctx)}
 	s.st.Checkpoint, s.st.OwnCheckpoint = cfg.FromSnapshot, cfg.OwnSnapshot

@@ -48,6 +48,10 @@ type SandboxInput struct {
 	// Checkpoint says when the workspace is checkpointed besides before
 	// hibernating: what a sandbox whose host is lost comes back from.
 	Checkpoint sandbox.CheckpointPolicy `json:"checkpoint,omitzero"`
+	// HostTimeout is how long an operation waits for the sandbox's host
+	// before the sandbox is taken for lost (sandbox.WithHostTimeout);
+	// zero means sandbox.DefaultHostTimeout.
+	HostTimeout time.Duration `json:"host_timeout,omitempty"`
 
 	// Carried is set by the workflow itself when it continues as new.
 	Carried *Carried `json:"carried,omitempty"`
@@ -239,6 +243,9 @@ func (in SandboxInput) Validate() error {
 	if err := in.Checkpoint.Validate(); err != nil {
 		return err
 	}
+	if err := sandbox.ValidateHostTimeout(in.HostTimeout); err != nil {
+		return err
+	}
 	return provider.ValidateSpec(provider.Spec{Env: in.Env, Labels: in.Labels, Resources: in.Resources, Network: in.Network})
 }
 
@@ -255,7 +262,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 		sandbox.WithEnv(in.Env), sandbox.WithResources(in.Resources), sandbox.WithLabels(in.Labels),
 		sandbox.WithMaxLifetime(in.MaxLifetime), sandbox.WithNetwork(in.Network),
 		sandbox.WithIdleTimeout(in.IdleTimeout), sandbox.WithHibernateAfter(in.HibernateAfter),
-		sandbox.WithCheckpoint(in.Checkpoint),
+		sandbox.WithCheckpoint(in.Checkpoint), sandbox.WithHostTimeout(in.HostTimeout),
 	}
 	switch {
 	case in.FromSnapshot != "" && in.OwnSnapshot:

@@ -153,6 +153,8 @@ func TestSandboxCommandLife(t *testing.T) {
 			{"AttachUnknownCommand", []string{"attach", id, "exec-nope"}, exitBerth, "no command"},
 			{"AttachBadID", []string{"attach", id, "../x"}, exitBerth, "BadInput"},
 			{"KillNoSandbox", []string{"kill", "sbx-none", "exec-x"}, exitBerth, "NotFound"},
+			{"HostTimeoutTooShort", []string{"create", "--host-timeout", "1s"}, exitBerth, "BadInput"},
+			{"HostTimeoutTooLong", []string{"create", "--host-timeout", "25h"}, exitBerth, "host timeout 25h0m0s"},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				_, errOut, code := sb(tt.args...)

@@ -162,6 +162,8 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 	settings.register(f, false)
 	f.StringVar(&in.FromSnapshot, "from-snapshot", "", "fill the workspace from this snapshot")
 	checkpointFlags(f, &in.Checkpoint.Every, &in.Checkpoint.Interval, &in.Checkpoint.Idle)
+	f.DurationVar(&in.HostTimeout, "host-timeout", 0, fmt.Sprintf("how long an operation waits for the sandbox's host before the sandbox is taken for lost and re-created elsewhere from its last checkpoint, %v to %v (default %v)",
+		berth.MinHostTimeout, berth.MaxHostTimeout, berth.DefaultHostTimeout))
 	out = addFormat(f, formatJSON)
 	_ = cmd.RegisterFlagCompletionFunc("from-snapshot", completeSnapshots(cf))
 	return cmd
