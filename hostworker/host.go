@@ -59,6 +59,12 @@ type HostConfig struct {
 	StopTimeout time.Duration
 	// HeartbeatTimeout is as in Options.
 	HeartbeatTimeout time.Duration
+	// StoreRetry is how long a request the blob store fails, or leaves
+	// unanswered past snapshot.DefaultRequestTimeout, is retried before
+	// a snapshot, a checkpoint or a restore fails with kind
+	// StoreUnavailable (snapshot.WithRetry); zero means
+	// snapshot.DefaultRetry.
+	StoreRetry time.Duration
 	// MaxSandboxes bounds the sandboxes of the host-bound providers the
 	// host holds (Options.MaxSandboxes); zero means no bound.
 	MaxSandboxes int
@@ -194,7 +200,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	}
 	h.Worker, err = StartWorker(c, Options{
 		Model:     mcfg,
-		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
+		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps, snapshot.WithRetry(cfg.StoreRetry)),
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
 		Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
 		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,
