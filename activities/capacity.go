@@ -108,11 +108,34 @@ func (c *Capacity) fits(mem int64) bool {
 	return (c.MaxSandboxes <= 0 || n < c.MaxSandboxes) && (c.MaxMemory <= 0 || used+mem <= c.MaxMemory)
 }
 
+// Seen is the load placement read on a host before choosing it for a
+// creation. A creation that carries it is admitted only if the host
+// holds no more now: when another creation took the host since it was
+// asked, this one is refused (IsHostChanged) and placed again, reading
+// the loads anew. So creations placed at the same moment see each
+// other: each is admitted only on a host that was still least loaded
+// when admitting it, and a burst over equal hosts lands evenly (a
+// difference of at most one between any two of them).
+type Seen struct {
+	Sandboxes int   `json:"sandboxes"`
+	Memory    int64 `json:"memory"`
+}
+
+// changedError refuses a creation whose host took others since
+// placement read its load.
+type changedError struct{ now, seen Seen }
+
+func (e *changedError) Error() string {
+	return fmt.Sprintf("it holds %d sandboxes with %d MiB of memory limits, %d and %d MiB when asked",
+		e.now.Sandboxes, e.now.Memory>>20, e.seen.Sandboxes, e.seen.Memory>>20)
+}
+
 // admit counts the creation of sandbox key, of memory limit asked (zero:
 // the provider's default), or refuses it; done ends it, made saying
 // whether the sandbox now exists. A retry of a creation already counted
-// is admitted again.
-func (c *Capacity) admit(key string, asked int64) (done func(made bool), err error) {
+// is admitted again. With seen, a creation is refused when the host
+// holds more than seen (see Seen).
+func (c *Capacity) admit(key string, asked int64, seen *Seen) (done func(made bool), err error) {
 	if c == nil {
 		return func(bool) {}, nil
 	}
@@ -125,6 +148,9 @@ func (c *Capacity) admit(key string, asked int64) (done func(made bool), err err
 	if !held && !creating {
 		if !c.fits(mem) {
 			return nil, c.fullError(mem)
+		}
+		if l := c.loadLocked(); seen != nil && (l.Sandboxes > seen.Sandboxes || l.Memory > seen.Memory) {
+			return nil, &changedError{now: Seen{l.Sandboxes, l.Memory}, seen: *seen}
 		}
 		c.creating[key] = mem
 	}
@@ -161,6 +187,19 @@ const hostFull = "no room on host "
 // creation's fault, and another host, or the same later, may take it.
 func IsHostFull(err error) bool {
 	return errors.Is(err, errdefs.ErrQuota) && strings.Contains(err.Error(), hostFull)
+}
+
+// hostChanged starts the message of a creation a host refused because
+// it took other sandboxes since placement read its load (an error of
+// kind Quota): placement reads the loads again at once (see
+// IsHostChanged).
+const hostChanged = "load changed on host "
+
+// IsHostChanged says whether err, an activity's error back in workflow
+// code, is a host's refusal of a creation placed on a load it no longer
+// has (see Seen).
+func IsHostChanged(err error) bool {
+	return errors.Is(err, errdefs.ErrQuota) && strings.Contains(err.Error(), hostChanged)
 }
 
 // forget stops counting sandbox key: it was destroyed.
@@ -263,13 +302,17 @@ func (a *Activities) Load(ctx context.Context, in LoadInput) (Load, error) {
 }
 
 // admit counts a creation of a host-bound provider's sandbox against
-// the host's capacity.
-func (a *Activities) admit(p provider.Provider, spec provider.Spec) (func(bool), error) {
+// the host's capacity, and the load placement saw, if given.
+func (a *Activities) admit(p provider.Provider, spec provider.Spec, seen *Seen) (func(bool), error) {
 	if !p.Capabilities().HostBound {
 		return func(bool) {}, nil
 	}
-	done, err := a.Capacity.admit(p.Name()+"/"+spec.ID, spec.Resources.Memory)
-	if err != nil {
+	done, err := a.Capacity.admit(p.Name()+"/"+spec.ID, spec.Resources.Memory, seen)
+	var changed *changedError
+	switch {
+	case errors.As(err, &changed):
+		return nil, errdefs.Errorf(errdefs.Quota, "%s%s: %v", hostChanged, a.HostQueue, err)
+	case err != nil:
 		return nil, errdefs.Errorf(errdefs.Quota, "%s%s: %v", hostFull, a.HostQueue, err)
 	}
 	return done, nil

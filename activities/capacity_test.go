@@ -19,7 +19,7 @@ func TestCapacity(t *testing.T) {
 	a := &Activities{Capacity: c, HostQueue: "berth@h"}
 	lin := fakeBound{}
 	admit := func(id string, mem int64) error {
-		done, err := a.admit(lin, provider.Spec{ID: id, Resources: provider.Resources{Memory: mem}})
+		done, err := a.admit(lin, provider.Spec{ID: id, Resources: provider.Resources{Memory: mem}}, nil)
 		if err == nil {
 			done(true)
 		}
@@ -48,7 +48,7 @@ func TestCapacity(t *testing.T) {
 		t.Errorf("load %+v; want 3 sandboxes, 5 GiB, no room", l)
 	}
 	c.forget("linux/c")
-	done, err := a.admit(lin, provider.Spec{ID: "e", Resources: provider.Resources{Memory: 1 << 30}})
+	done, err := a.admit(lin, provider.Spec{ID: "e", Resources: provider.Resources{Memory: 1 << 30}}, nil)
 	if err != nil {
 		t.Fatalf("after a destroy: %v", err)
 	}
@@ -102,5 +102,41 @@ func TestBase(t *testing.T) {
 		if base, gen := Base(id); base != want.base || gen != want.gen {
 			t.Errorf("Base(%q) = %q, %d; want %q, %d", id, base, gen, want.base, want.gen)
 		}
+	}
+}
+
+// TestCapacitySeen: a creation that carries the load placement read is
+// admitted while the host holds no more than that, and refused as
+// changed (not as full) once another creation took the host since; a
+// retry of one admitted is admitted again whatever it saw.
+func TestCapacitySeen(t *testing.T) {
+	c := &Capacity{MaxSandboxes: 10}
+	a := &Activities{Capacity: c, HostQueue: "berth@h"}
+	lin := fakeBound{}
+	empty := c.Load(0)
+	seen := &Seen{Sandboxes: empty.Sandboxes, Memory: empty.Memory}
+	admit := func(id string, seen *Seen) error {
+		done, err := a.admit(lin, provider.Spec{ID: id}, seen)
+		if err == nil {
+			done(true)
+		}
+		return err
+	}
+	if err := admit("first", seen); err != nil {
+		t.Fatalf("the first of two placed on the empty host: %v", err)
+	}
+	err := admit("second", seen)
+	if !IsHostChanged(err) || IsHostFull(err) || !errorsIsQuota(err) {
+		t.Errorf("the second placed on the same empty load: %v; want a Quota refusal IsHostChanged reads, not host full", err)
+	}
+	if err := admit("first", seen); err != nil {
+		t.Errorf("a retry of the admitted creation: %v", err)
+	}
+	now := c.Load(0)
+	if err := admit("second", &Seen{Sandboxes: now.Sandboxes, Memory: now.Memory}); err != nil {
+		t.Errorf("the second placed again on the load as it is: %v", err)
+	}
+	if err := admit("third", nil); err != nil {
+		t.Errorf("a creation placed without a load: %v", err)
 	}
 }
