@@ -1,6 +1,8 @@
 package activities
 
 import (
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +140,43 @@ func TestCapacitySeen(t *testing.T) {
 	}
 	if err := admit("third", nil); err != nil {
 		t.Errorf("a creation placed without a load: %v", err)
+	}
+}
+
+// TestCapacityDisk: a host whose disk has less free than it keeps
+// takes no new sandbox (its load says it does not fit, and a creation
+// is refused as host full, naming the disk); one with room takes them;
+// the default keeps a twentieth of the disk, at least 1 GiB but at
+// most a tenth.
+func TestCapacityDisk(t *testing.T) {
+	dir := t.TempDir()
+	roomy := &Capacity{DiskDir: dir, MinFreeDisk: 1}
+	if l := roomy.Load(0); !l.Fits || l.FreeDisk <= 0 || l.MinFreeDisk != 1 {
+		t.Errorf("a disk with room: %+v; want it to fit, and the free disk told", l)
+	}
+	full := &Capacity{DiskDir: dir, MinFreeDisk: 1 << 62}
+	if l := full.Load(0); l.Fits {
+		t.Errorf("a disk with less free than kept: %+v; want no fit", l)
+	}
+	a := &Activities{Capacity: full, HostQueue: "berth@h"}
+	_, err := a.admit(fakeBound{}, provider.Spec{ID: "x"}, nil)
+	if !IsHostFull(err) || !strings.Contains(err.Error(), "min-free-disk") {
+		t.Errorf("a creation on a full disk: %v; want host full, naming --min-free-disk", err)
+	}
+	if l := (&Capacity{DiskDir: dir, MinFreeDisk: -1}).Load(0); !l.Fits || l.MinFreeDisk != 0 {
+		t.Errorf("no disk bound: %+v", l)
+	}
+	if l := (&Capacity{DiskDir: filepath.Join(dir, "gone")}).Load(0); l.Fits {
+		t.Errorf("a disk that cannot be read: %+v; want no fit", l)
+	}
+	for _, c := range []struct{ size, want int64 }{
+		{100 << 30, 5 << 30}, // a twentieth
+		{10 << 30, 1 << 30},  // at least 1 GiB
+		{4 << 30, 4 << 30 / 10},
+		{512 << 20, 512 << 20 / 10}, // at most a tenth
+	} {
+		if got := DefaultMinFreeDisk(c.size); got != c.want {
+			t.Errorf("DefaultMinFreeDisk(%d MiB) = %d MiB, want %d MiB", c.size>>20, got>>20, c.want>>20)
+		}
 	}
 }

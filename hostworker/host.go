@@ -72,6 +72,14 @@ type HostConfig struct {
 	// (Options.MaxMemory); zero means DefaultMaxMemory, the host's
 	// memory less MemoryReserve, and a negative value no bound.
 	MaxMemory int64
+	// MinFreeDisk is the free space the host keeps on its data
+	// directory's file system, where its sandboxes' workspaces live:
+	// with less, it takes no new sandbox (placement skips it, and a
+	// creation sent to it is refused as for the other bounds). Zero
+	// means activities.DefaultMinFreeDisk of the file system's size (a
+	// twentieth, at least 1 GiB, at most a tenth), a negative value no
+	// bound.
+	MinFreeDisk int64
 	// OrphanSampling, when set, is how often the host counts its
 	// orphaned sandboxes (OrphanedSeconds, MetricsHandler), and lists
 	// its sandboxes for the held seconds of its metrics between scrapes;
@@ -206,6 +214,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,
 		Metrics: h.telemetry, Tracer: cfg.Tracer,
 		MaxSandboxes: cfg.MaxSandboxes, MaxMemory: maxMemory(cfg.MaxMemory), Workflows: cfg.Workflows,
+		DiskDir: cfg.DataDir, MinFreeDisk: cfg.MinFreeDisk,
 	})
 	if err != nil {
 		h.Close()
