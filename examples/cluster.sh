@@ -27,6 +27,7 @@
 #   CLUSTER_HEARTBEAT   the workers' --heartbeat-timeout (5s)
 #   CLUSTER_HOST_DISK   the size of each host's disk, an ext4 image mounted on its data directory (4G)
 #   CLUSTER_STORE_RETRY the workers' --store-retry (their default, 2m, when empty)
+#   CLUSTER_STORE_REQUEST_TIMEOUT the workers' --store-request-timeout (their default, 1m, when empty)
 #   CLUSTER_MIN_FREE_DISK the workers' --min-free-disk (their default when empty)
 #   BERTH_BIN        a directory with berth-host and berth-sandboxd (default: built into CLUSTER_DIR/bin)
 #   TEMPORAL_SQL_TOOL   temporal-sql-tool (default: on PATH)
@@ -46,6 +47,7 @@ heartbeat=${CLUSTER_HEARTBEAT:-5s}
 host_disk=${CLUSTER_HOST_DISK:-4G}
 store_retry=${CLUSTER_STORE_RETRY:-}
 min_free_disk=${CLUSTER_MIN_FREE_DISK:-}
+store_request_timeout=${CLUSTER_STORE_REQUEST_TIMEOUT:-}
 sql_tool=${TEMPORAL_SQL_TOOL:-temporal-sql-tool}
 
 bridge=${name}0
@@ -278,7 +280,7 @@ start_host() {
     $(for c in "${controllers[@]}"; do echo "$cgroups/$c/$name/h$i"; done) -- \
     nsenter --net="/run/netns/$ns" "$bin/berth-host" worker --address "$gw:$temporal_port" --namespace default \
     --data-dir "$(hostdir "$i")" --blob "$(blob_url)" --host-queue "berth@h$i" --provider linux \
-    --heartbeat-timeout "$heartbeat" ${store_retry:+--store-retry "$store_retry"} ${min_free_disk:+--min-free-disk "$min_free_disk"}
+    --heartbeat-timeout "$heartbeat" ${store_retry:+--store-retry "$store_retry"} ${store_request_timeout:+--store-request-timeout "$store_request_timeout"} ${min_free_disk:+--min-free-disk "$min_free_disk"}
 }
 
 # kill_host N: the host is lost for good: its worker and every process

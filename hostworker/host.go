@@ -65,6 +65,10 @@ type HostConfig struct {
 	// StoreUnavailable (snapshot.WithRetry); zero means
 	// snapshot.DefaultRetry.
 	StoreRetry time.Duration
+	// StoreRequestTimeout bounds each request to the blob store of
+	// snapshots (snapshot.WithRequestTimeout); zero means
+	// snapshot.DefaultRequestTimeout.
+	StoreRequestTimeout time.Duration
 	// MaxSandboxes bounds the sandboxes of the host-bound providers the
 	// host holds (Options.MaxSandboxes); zero means no bound.
 	MaxSandboxes int
@@ -208,7 +212,7 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	}
 	h.Worker, err = StartWorker(c, Options{
 		Model:     mcfg,
-		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps, snapshot.WithRetry(cfg.StoreRetry)),
+		Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps, snapshot.WithRetry(cfg.StoreRetry), snapshot.WithRequestTimeout(cfg.StoreRequestTimeout)),
 		Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
 		Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
 		Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,

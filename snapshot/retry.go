@@ -14,7 +14,7 @@ import (
 // request nor hang it: every request to the bucket is bounded by the
 // request timeout, and one that fails in a way a retry may cure is
 // tried again, with a backoff, until the retry bound has passed since
-// its first failure. Then the Save (or Open, Stat...) fails with an
+// the first failed attempt began. Then the Save (or Open, Stat...) fails with an
 // error wrapping ErrUnavailable, having written no manifest: nothing
 // is taken for a snapshot that is not whole.
 
@@ -38,8 +38,8 @@ const (
 // WithRetry sets how long a request the blob store fails (refused,
 // failed, timed out) is retried before the operation fails with
 // ErrUnavailable; zero means DefaultRetry, a negative value not at all.
-// A Save then fails at most this plus one request timeout after the
-// store stopped answering.
+// A Save then fails at most this plus one request timeout (and a
+// backoff of at most 5 s) after the store stopped answering.
 func WithRetry(d time.Duration) Option {
 	return func(s *Store) {
 		switch {
@@ -63,11 +63,12 @@ func WithRequestTimeout(d time.Duration) Option {
 
 // do runs req, what describes it for the error, each attempt under the
 // request timeout, retrying what a retry may cure until s.retry has
-// passed since the first failure.
+// passed since the first failed attempt began.
 func (s *Store) do(ctx context.Context, what string, req func(context.Context) error) error {
-	var first time.Time
+	var first time.Time // when the first attempt that failed began
 	wait := retryFirst
 	for attempt := 1; ; attempt++ {
+		began := time.Now()
 		actx, cancel := context.WithTimeout(ctx, s.requestTimeout)
 		err := req(actx)
 		cancel()
@@ -76,10 +77,12 @@ func (s *Store) do(ctx context.Context, what string, req func(context.Context) e
 		}
 		now := time.Now()
 		if first.IsZero() {
-			first = now
+			first = began
 		}
 		if now.Sub(first) >= s.retry {
-			return fmt.Errorf("%w: %s: the store did not answer for %v (%d attempts): %w",
+			// The last error in words only: it may wrap a context's
+			// deadline, which is no part of what this error is.
+			return fmt.Errorf("%w: %s: the store did not answer for %v (%d attempts): %v",
 				ErrUnavailable, what, now.Sub(first).Round(time.Second), attempt, err)
 		}
 		t := time.NewTimer(min(wait, s.retry-now.Sub(first)))

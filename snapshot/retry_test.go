@@ -1,6 +1,8 @@
 package snapshot
 
 import (
+	"context"
+	"errors"
 	"io/fs"
 	"net"
 	"os"
@@ -113,6 +115,11 @@ func TestStoreUnavailable(t *testing.T) {
 			wantErr(t, err, ErrUnavailable)
 			if k := errdefs.KindOf(err); k != errdefs.StoreUnavailable {
 				t.Errorf("kind %s, want %s", k, errdefs.StoreUnavailable)
+			}
+			// It wraps no deadline: an activity's error that did would
+			// be retried again, and the bound was the retry.
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("the error wraps a context's deadline: %v", err)
 			}
 			if took < retry {
 				t.Errorf("failed after %v: before the retry bound, %v", took, retry)
