@@ -85,14 +85,14 @@ func TestDiskFull(t *testing.T) {
 	if err := c.run(t, "fill-disk", "1"); err != nil {
 		t.Fatal(err)
 	}
-	argv, opts := sh("head -c 256M /dev/urandom > big && sync big")
+	argv, opts := sh("head -c 64M /dev/urandom > big && sync big")
 	res, err := s.Exec(ctx, argv, opts)
 	if err != nil {
 		t.Fatalf("a write past the host's disk: %v; want the command to fail, not the sandbox", err)
 	}
 	t.Logf("a write past the host's disk: exit %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	if res.OK() {
-		t.Errorf("a write of 256 MiB on a full host disk succeeded")
+		t.Errorf("a write of 64 MiB on a full host disk succeeded")
 	}
 	if got := execOK(ctx, t, s, "cat kept"); got != "kept\n" {
 		t.Errorf("the sandbox after the failed write: %q", got)
