@@ -35,6 +35,32 @@ for i in range(5):
         out.write(os.urandom(10 << 20))
 EOF`
 
+// benchActivities returns activities on a linux provider and a store of
+// their own, and a function running one of them in a test activity
+// environment, failing the benchmark on an error.
+func benchActivities(b *testing.B) (*activities.Activities, func(activity, in, out any)) {
+	acts := &activities.Activities{
+		Providers: map[string]provider.Provider{"linux": berthtest.Provider(b)}, Outputs: berthtest.Bucket(b),
+		Snapshots: snapshot.New(berthtest.Bucket(b)), GenericQueue: "berth", HostQueue: "berth",
+	}
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(acts)
+	return acts, func(activity, in, out any) {
+		b.Helper()
+		v, err := env.ExecuteActivity(activity, in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if out != nil {
+			if err := v.Get(out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
 // BenchmarkHibernateResume measures what hibernating and waking a
 // sandbox with a 100 MiB workspace costs in the activities: snapshot,
 // destroy, create, restore (the Temporal round trips, ~10 ms each, come
@@ -48,27 +74,7 @@ func BenchmarkHibernateResume(b *testing.B) {
 			name = "fresh"
 		}
 		b.Run(name, func(b *testing.B) {
-			p := berthtest.Provider(b)
-			acts := &activities.Activities{
-				Providers: map[string]provider.Provider{"linux": p}, Outputs: berthtest.Bucket(b),
-				Snapshots: snapshot.New(berthtest.Bucket(b)), GenericQueue: "berth", HostQueue: "berth",
-			}
-			var s testsuite.WorkflowTestSuite
-			s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-			env := s.NewTestActivityEnvironment()
-			env.RegisterActivity(acts)
-			run := func(activity any, in any, out any) {
-				b.Helper()
-				v, err := env.ExecuteActivity(activity, in)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if out != nil {
-					if err := v.Get(out); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
+			acts, run := benchActivities(b)
 			var ref refs.Sandbox
 			run(acts.Create, activities.CreateInput{Provider: "linux", Spec: provider.Spec{ID: "hib-0"}}, &ref)
 			var res activities.ExecOutput
@@ -130,27 +136,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 			name = "first"
 		}
 		b.Run(name, func(b *testing.B) {
-			p := berthtest.Provider(b)
-			acts := &activities.Activities{
-				Providers: map[string]provider.Provider{"linux": p}, Outputs: berthtest.Bucket(b),
-				Snapshots: snapshot.New(berthtest.Bucket(b)), GenericQueue: "berth", HostQueue: "berth",
-			}
-			var s testsuite.WorkflowTestSuite
-			s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
-			env := s.NewTestActivityEnvironment()
-			env.RegisterActivity(acts)
-			run := func(activity any, in any, out any) {
-				b.Helper()
-				v, err := env.ExecuteActivity(activity, in)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if out != nil {
-					if err := v.Get(out); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
+			acts, run := benchActivities(b)
 			var ref refs.Sandbox
 			run(acts.Create, activities.CreateInput{Provider: "linux", Spec: provider.Spec{ID: "ckpt"}}, &ref)
 			defer run(acts.Destroy, ref, nil)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A berth cluster on one machine: PostgreSQL (from Debian), the Temporal
 # server on it as its own process (berth-host server, its schema applied
-# by Temporal's temporal-sql-tool), an S3 store (versitygw) and three
+# by Temporal's own SQL tool, which berth-host links), an S3 store (versitygw) and three
 # berth workers, each in its own network namespace and cgroup with its
 # own data directory. Everything listens on loopback or on a bridge of
 # private addresses this script makes; the namespaces have no route out.
@@ -30,7 +30,7 @@
 #   CLUSTER_STORE_REQUEST_TIMEOUT the workers' --store-request-timeout (their default, 1m, when empty)
 #   CLUSTER_MIN_FREE_DISK the workers' --min-free-disk (their default when empty)
 #   BERTH_BIN        a directory with berth-host and berth-sandboxd (default: built into CLUSTER_DIR/bin)
-#   TEMPORAL_SQL_TOOL   temporal-sql-tool (default: on PATH)
+#   TEMPORAL_SQL_TOOL   a temporal-sql-tool of the server's version (default: berth-host's own)
 # After up, CLUSTER_DIR/env holds what clients need (TEMPORAL_ADDRESS,
 # TEMPORAL_NAMESPACE, the store's URL and keys): source it.
 set -euo pipefail
@@ -48,7 +48,6 @@ host_disk=${CLUSTER_HOST_DISK:-4G}
 store_retry=${CLUSTER_STORE_RETRY:-}
 min_free_disk=${CLUSTER_MIN_FREE_DISK:-}
 store_request_timeout=${CLUSTER_STORE_REQUEST_TIMEOUT:-}
-sql_tool=${TEMPORAL_SQL_TOOL:-temporal-sql-tool}
 
 bridge=${name}0
 gw=$net.1
@@ -145,20 +144,17 @@ start_postgres() {
     { tail -n 20 "$pg/postgres.log" >&2; die "PostgreSQL did not start"; }
 }
 
-# apply_schema: Temporal's own tool creates both databases and applies
-# the schema shipped in the server module berth links, at its version.
+# apply_schema: Temporal's own SQL tool (linked into berth-host, at the
+# version of the server it serves) creates both databases and applies the
+# schema built into it.
 apply_schema() {
-  command -v "$sql_tool" >/dev/null || die "$sql_tool is not installed (.ci/run installs it: go install go.temporal.io/server/cmd/tools/sql)"
-  local schema
-  schema=${TEMPORAL_SCHEMA_DIR:-$(cd "$repo" && go list -m -f '{{.Dir}}' go.temporal.io/server)/schema/postgresql/v12}
-  [ -d "$schema/temporal/versioned" ] || die "no schema in $schema"
-  local db sub
+  local db
   for db in temporal:temporal temporal_visibility:visibility; do
-    sub=${db#*:}
+    local schema=postgresql/v12/${db#*:}
     db=${db%%:*}
-    for step in create-database "setup-schema -v 0.0" "update-schema -d $schema/$sub/versioned"; do
+    for step in create-database "setup-schema -v 0.0" "update-schema --schema-name $schema"; do
       # shellcheck disable=SC2086 # step holds a command and its flags
-      SQL_PASSWORD=$(cat "$dir/pg/password") "$sql_tool" --plugin postgres12 --ep 127.0.0.1 -p "$pg_port" -u temporal \
+      SQL_PASSWORD=$(cat "$dir/pg/password") "${sql_tool[@]}" --plugin postgres12 --ep 127.0.0.1 -p "$pg_port" -u temporal \
         --db "$db" $step >>"$dir/schema.log" 2>&1 || { tail -n 20 "$dir/schema.log" >&2; die "temporal-sql-tool $step on $db failed"; }
     done
   done
@@ -340,7 +336,8 @@ up() {
   echo "$bin" >"$dir/bin.path"
   log "PostgreSQL on 127.0.0.1:$pg_port"
   start_postgres
-  log "schema, with $sql_tool"
+  if [ -n "${TEMPORAL_SQL_TOOL:-}" ]; then sql_tool=("$TEMPORAL_SQL_TOOL"); else sql_tool=("$bin/berth-host" temporal-sql-tool); fi
+  log "schema, with ${sql_tool[*]}"
   apply_schema
   log "network: bridge $bridge ($gw/24), namespaces $(netns 1)..$(netns "$hosts")"
   start_network

@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string) int {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newDev(), newWorker(), newServer())
+	root.AddCommand(newDev(), newWorker(), newServer(), newSQLTool())
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	var usage usageError

@@ -33,8 +33,8 @@ server binary, at the version berth links.
 
 With --postgres-address its state is in PostgreSQL: two databases
 (--postgres-database, --postgres-visibility-database) whose schema
-was applied by Temporal's temporal-sql-tool at this server's version
-(docs/cluster.md says how). The password is read from $` + postgresPasswordEnv + `.
+was applied by Temporal's SQL tool at this server's version (berth-host
+temporal-sql-tool; docs/cluster.md says how). The password is read from $` + postgresPasswordEnv + `.
 Without it, the state is a SQLite file in --data-dir, as for berth dev.
 
 The frontend listens on --address, which may be any local IP; history,

@@ -10,6 +10,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/hostnet/hostnettest"
 	"github.com/berth-dev/berth/provider/internal/netns"
+	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 )
 
 // netProvider is a Provider as hostnettest looks at it.
@@ -21,7 +22,7 @@ func (p netProvider) StateDir() string    { return p.cfg.StateDir }
 var netHarness = hostnettest.Harness{
 	Open: func(t testing.TB, c hostnettest.Config) hostnettest.Provider {
 		p := newTestProvider(t, Config{StateDir: c.StateDir, Pool: c.Pool, Network: c.Network})
-		t.Cleanup(func() { destroyAll(p) })
+		t.Cleanup(func() { sandboxtest.DestroyAll(t, p) })
 		return netProvider{p}
 	},
 	Kill: func(t *testing.T, p hostnettest.Provider, sb provider.Sandbox) {
@@ -35,17 +36,6 @@ var netHarness = hostnettest.Harness{
 	Residue: func(t *testing.T, p hostnettest.Provider) int { return len(containers(t, p.(netProvider).Provider)) },
 	// A container's namespace takes a veth whenever it runs.
 	AttachLater: true,
-}
-
-// destroyAll destroys what a test left.
-func destroyAll(p *Provider) {
-	ctx := context.Background()
-	infos, _ := p.List(ctx, nil)
-	for _, info := range infos {
-		if sb, err := p.Get(ctx, info.ID); err == nil {
-			sb.Destroy(ctx)
-		}
-	}
 }
 
 // TestHostNetwork holds Docker sandboxes' networks to hostnettest's tests:

@@ -1,7 +1,6 @@
 package gvisor
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +8,7 @@ import (
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/provider/internal/hostnet/hostnettest"
 	"github.com/berth-dev/berth/provider/internal/netns"
+	"github.com/berth-dev/berth/provider/internal/sandboxtest"
 )
 
 // netProvider is a Provider as hostnettest looks at it.
@@ -20,7 +20,7 @@ func (p netProvider) StateDir() string    { return p.cfg.StateDir }
 var netHarness = hostnettest.Harness{
 	Open: func(t testing.TB, c hostnettest.Config) hostnettest.Provider {
 		p := newTestProvider(t, Config{StateDir: c.StateDir, Pool: c.Pool, Network: c.Network})
-		t.Cleanup(func() { destroyAll(t, p) })
+		t.Cleanup(func() { sandboxtest.DestroyAll(t, p) })
 		return netProvider{p}
 	},
 	Kill: func(t *testing.T, _ hostnettest.Provider, sb provider.Sandbox) {
@@ -35,18 +35,6 @@ var netHarness = hostnettest.Harness{
 	},
 	// gVisor's network stack takes its interfaces as the sandbox starts.
 	AttachLater: false,
-}
-
-func destroyAll(t testing.TB, p *Provider) {
-	ctx := context.Background()
-	infos, _ := p.List(ctx, nil)
-	for _, info := range infos {
-		if sb, err := p.Get(ctx, info.ID); err == nil {
-			if err := sb.Destroy(ctx); err != nil {
-				t.Errorf("destroy %s: %v", info.ID, err)
-			}
-		}
-	}
 }
 
 // TestHostNetwork holds gVisor sandboxes' networks to hostnettest's tests:

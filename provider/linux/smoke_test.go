@@ -2,7 +2,6 @@ package linux
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"testing"
 
@@ -26,15 +25,7 @@ func newTestProvider(t testing.TB) *Provider {
 
 // destroyAll destroys what a test left, and closes the provider.
 func destroyAll(t testing.TB, p *Provider) {
-	ctx := context.Background()
-	infos, _ := p.List(ctx, nil)
-	for _, info := range infos {
-		if sb, err := p.Get(ctx, info.ID); err == nil {
-			if err := sb.Destroy(ctx); err != nil {
-				t.Errorf("destroy %s: %v", info.ID, err)
-			}
-		}
-	}
+	sandboxtest.DestroyAll(t, p)
 	p.Close()
 }
 

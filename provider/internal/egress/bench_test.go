@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,8 +26,8 @@ const benchSize = 100 << 20
 // benchServer answers each connection's request: /big with benchSize
 // bytes (raw, after the request, until the connection closes), at pace
 // bytes per second if pace > 0, anything else with a small HTTP
-// response.
-func benchServer(b *testing.B, addr string, pace int64) net.Listener {
+// response. It adds the bytes it sends to sent if not nil.
+func benchServer(b *testing.B, addr string, pace int64, sent *atomic.Int64) net.Listener {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
@@ -57,7 +58,11 @@ func benchServer(b *testing.B, addr string, pace int64) net.Listener {
 					if err := link.WaitN(context.Background(), n); err != nil {
 						return
 					}
-					if _, err := c.Write(buf[:n]); err != nil {
+					m, err := c.Write(buf[:n])
+					if sent != nil {
+						sent.Add(int64(m))
+					}
+					if err != nil {
 						return
 					}
 				}
@@ -80,7 +85,11 @@ type benchPath struct {
 // and dialed, then the relay), and by name under a bandwidth bound high
 // enough not to slow the download (the accounting's own cost).
 func benchPaths(b *testing.B, pace int64) []benchPath {
-	srv := benchServer(b, netip.AddrPortFrom(pypiIP, 0).String(), pace)
+	return benchPathsTo(b, benchServer(b, netip.AddrPortFrom(pypiIP, 0).String(), pace, nil))
+}
+
+// benchPathsTo are benchPaths to the server srv.
+func benchPathsTo(b *testing.B, srv net.Listener) []benchPath {
 	port := uint16(srv.Addr().(*net.TCPAddr).Port)
 	dst := netip.AddrPortFrom(pypiIP, port)
 	byName := (&world{p443: port, p80: port}).allow("bench.example")

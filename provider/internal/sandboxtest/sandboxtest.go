@@ -29,6 +29,23 @@ func Create(t testing.TB, p provider.Provider, spec provider.Spec) provider.Sand
 	return sb
 }
 
+// DestroyAll destroys every sandbox p lists, as a test's cleanup does
+// with what it left; a sandbox that will not go fails the test.
+func DestroyAll(t testing.TB, p provider.Provider) {
+	ctx := context.Background()
+	infos, err := p.List(ctx, nil)
+	if err != nil {
+		t.Errorf("list: %v", err)
+	}
+	for _, info := range infos {
+		if sb, err := p.Get(ctx, info.ID); err == nil {
+			if err := sb.Destroy(ctx); err != nil {
+				t.Errorf("destroy %s: %v", info.ID, err)
+			}
+		}
+	}
+}
+
 // Sh runs a shell script in sb, failing the test unless it exits 0, and
 // returns what it printed.
 func Sh(t testing.TB, sb provider.Sandbox, script string) string {
