@@ -22,7 +22,11 @@ const (
 	Unsupported     = errdefs.Unsupported
 	Canceled        = errdefs.Canceled
 	Terminated      = errdefs.Terminated
-	Internal        = errdefs.Internal
+	// StoreUnavailable: the blob store of snapshots and checkpoints did
+	// not answer within the worker's retry bound; the sandbox and its
+	// previous checkpoint are as they were.
+	StoreUnavailable = errdefs.StoreUnavailable
+	Internal         = errdefs.Internal
 )
 
 // KindOf says what kind of failure err is, whatever Temporal wrapped it

@@ -102,6 +102,10 @@ func (a *Activities) get(ctx context.Context, ref refs.Sandbox) (provider.Sandbo
 type CreateInput struct {
 	Provider string        `json:"provider"`
 	Spec     provider.Spec `json:"spec"`
+	// Seen is the load placement read on this host, if it chose it by
+	// load: the host refuses the creation when it holds more now (see
+	// Seen).
+	Seen *Seen `json:"seen,omitempty"`
 }
 
 // Create makes a sandbox, or finds the one a previous attempt made: the
@@ -126,7 +130,7 @@ func (a *Activities) create(ctx context.Context, in CreateInput) (refs.Sandbox, 
 	if err := a.recordOwner(ctx, in.Spec.ID, in.Spec.Labels); err != nil {
 		return refs.Sandbox{}, err
 	}
-	done, err := a.admit(p, in.Spec)
+	done, err := a.admit(p, in.Spec, in.Seen)
 	if err != nil {
 		return refs.Sandbox{}, err
 	}

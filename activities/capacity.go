@@ -15,7 +15,7 @@ import (
 
 // Capacity bounds what a host holds of its host-bound providers'
 // sandboxes (linux, docker, gvisor: those that take the host's memory):
-// how many, and the sum of their memory limits. A creation that would
+// how many, the sum of their memory limits, and the free disk it keeps. A creation that would
 // pass either bound is refused with an error wrapping errdefs.ErrQuota,
 // at once, and its workflow places it on another host (see package
 // sandbox, placement). Sandboxes of hosted providers are not counted: they
@@ -34,6 +34,13 @@ type Capacity struct {
 	// counted for until its provider lists it with the limit it got;
 	// zero means DefaultSandboxMemory.
 	SandboxMemory int64
+	// DiskDir is a directory on the file system the sandboxes' files
+	// take (the host's data directory), and MinFreeDisk the bytes that
+	// must be free there for a new sandbox: a host whose disk fills
+	// takes no more. Zero means DefaultMinFreeDisk of the file
+	// system's size, a negative value no bound; no DiskDir, no bound.
+	DiskDir     string
+	MinFreeDisk int64
 
 	mu       sync.Mutex
 	held     map[string]heldSandbox // by provider/id
@@ -51,6 +58,13 @@ type heldSandbox struct {
 // counted for.
 const DefaultSandboxMemory = 2 << 30
 
+// DefaultMinFreeDisk is the free disk a host keeps by default on a file
+// system of size bytes: a twentieth, at least 1 GiB, but never more than
+// a tenth (a small disk is not refused whole).
+func DefaultMinFreeDisk(size int64) int64 {
+	return min(max(1<<30, size/20), size/10)
+}
+
 // Load is what a host holds, against its bounds: its answer to
 // placement (the Load activity).
 type Load struct {
@@ -61,6 +75,11 @@ type Load struct {
 	MaxMemory    int64  `json:"max_memory,omitempty"`
 	// Draining says the host is stopping: it takes no new sandbox.
 	Draining bool `json:"draining,omitempty"`
+	// FreeDisk is what is free on the host's disk, and MinFreeDisk what
+	// must be for a new sandbox (--min-free-disk); both zero when the
+	// host does not bound it.
+	FreeDisk    int64 `json:"free_disk,omitempty"`
+	MinFreeDisk int64 `json:"min_free_disk,omitempty"`
 	// Serves says the host serves the provider asked about, and Counted
 	// that its sandboxes count against these bounds (a host-bound one).
 	Serves  bool `json:"serves"`
@@ -93,9 +112,12 @@ func (c *Capacity) memoryOf(asked int64) int64 {
 }
 
 // fits says whether a sandbox of memory mem fits, beside what is held
-// and being made. Call with c.mu held.
+// and being made, and the host's disk has room. Call with c.mu held.
 func (c *Capacity) fits(mem int64) bool {
 	if c.draining {
+		return false
+	}
+	if free, least, ok := c.disk(); ok && free < least {
 		return false
 	}
 	n, used := len(c.held)+len(c.creating), int64(0)
@@ -108,11 +130,34 @@ func (c *Capacity) fits(mem int64) bool {
 	return (c.MaxSandboxes <= 0 || n < c.MaxSandboxes) && (c.MaxMemory <= 0 || used+mem <= c.MaxMemory)
 }
 
+// Seen is the load placement read on a host before choosing it for a
+// creation. A creation that carries it is admitted only if the host
+// holds no more now: when another creation took the host since it was
+// asked, this one is refused (IsHostChanged) and placed again, reading
+// the loads anew. So creations placed at the same moment see each
+// other: each is admitted only on a host that was still least loaded
+// when admitting it, and a burst over equal hosts lands evenly (a
+// difference of at most one between any two of them).
+type Seen struct {
+	Sandboxes int   `json:"sandboxes"`
+	Memory    int64 `json:"memory"`
+}
+
+// changedError refuses a creation whose host took others since
+// placement read its load.
+type changedError struct{ now, seen Seen }
+
+func (e *changedError) Error() string {
+	return fmt.Sprintf("it holds %d sandboxes with %d MiB of memory limits, %d and %d MiB when asked",
+		e.now.Sandboxes, e.now.Memory>>20, e.seen.Sandboxes, e.seen.Memory>>20)
+}
+
 // admit counts the creation of sandbox key, of memory limit asked (zero:
 // the provider's default), or refuses it; done ends it, made saying
 // whether the sandbox now exists. A retry of a creation already counted
-// is admitted again.
-func (c *Capacity) admit(key string, asked int64) (done func(made bool), err error) {
+// is admitted again. With seen, a creation is refused when the host
+// holds more than seen (see Seen).
+func (c *Capacity) admit(key string, asked int64, seen *Seen) (done func(made bool), err error) {
 	if c == nil {
 		return func(bool) {}, nil
 	}
@@ -125,6 +170,9 @@ func (c *Capacity) admit(key string, asked int64) (done func(made bool), err err
 	if !held && !creating {
 		if !c.fits(mem) {
 			return nil, c.fullError(mem)
+		}
+		if l := c.loadLocked(); seen != nil && (l.Sandboxes > seen.Sandboxes || l.Memory > seen.Memory) {
+			return nil, &changedError{now: Seen{l.Sandboxes, l.Memory}, seen: *seen}
 		}
 		c.creating[key] = mem
 	}
@@ -146,6 +194,9 @@ func (c *Capacity) fullError(mem int64) error {
 	if c.draining {
 		return errors.New("it is stopping, and takes no new sandbox")
 	}
+	if free, least, ok := c.disk(); ok && free < least {
+		return fmt.Errorf("its disk (%s) has %d MiB free, less than the %d MiB it keeps free (--min-free-disk)", c.DiskDir, free>>20, least>>20)
+	}
 	l := c.loadLocked()
 	return fmt.Errorf("it holds %d sandboxes (at most %d) with %d MiB of memory limits (at most %d MiB); %d MiB asked",
 		l.Sandboxes, c.MaxSandboxes, l.Memory>>20, c.MaxMemory>>20, mem>>20)
@@ -161,6 +212,19 @@ const hostFull = "no room on host "
 // creation's fault, and another host, or the same later, may take it.
 func IsHostFull(err error) bool {
 	return errors.Is(err, errdefs.ErrQuota) && strings.Contains(err.Error(), hostFull)
+}
+
+// hostChanged starts the message of a creation a host refused because
+// it took other sandboxes since placement read its load (an error of
+// kind Quota): placement reads the loads again at once (see
+// IsHostChanged).
+const hostChanged = "load changed on host "
+
+// IsHostChanged says whether err, an activity's error back in workflow
+// code, is a host's refusal of a creation placed on a load it no longer
+// has (see Seen).
+func IsHostChanged(err error) bool {
+	return errors.Is(err, errdefs.ErrQuota) && strings.Contains(err.Error(), hostChanged)
 }
 
 // forget stops counting sandbox key: it was destroyed.
@@ -227,6 +291,9 @@ func (c *Capacity) Load(asked int64) Load {
 
 func (c *Capacity) loadLocked() Load {
 	l := Load{Sandboxes: len(c.held) + len(c.creating), MaxSandboxes: c.MaxSandboxes, MaxMemory: c.MaxMemory, Draining: c.draining}
+	if free, least, ok := c.disk(); ok {
+		l.FreeDisk, l.MinFreeDisk = free, least
+	}
 	for _, h := range c.held {
 		l.Memory += h.memory
 	}
@@ -263,13 +330,17 @@ func (a *Activities) Load(ctx context.Context, in LoadInput) (Load, error) {
 }
 
 // admit counts a creation of a host-bound provider's sandbox against
-// the host's capacity.
-func (a *Activities) admit(p provider.Provider, spec provider.Spec) (func(bool), error) {
+// the host's capacity, and the load placement saw, if given.
+func (a *Activities) admit(p provider.Provider, spec provider.Spec, seen *Seen) (func(bool), error) {
 	if !p.Capabilities().HostBound {
 		return func(bool) {}, nil
 	}
-	done, err := a.Capacity.admit(p.Name()+"/"+spec.ID, spec.Resources.Memory)
-	if err != nil {
+	done, err := a.Capacity.admit(p.Name()+"/"+spec.ID, spec.Resources.Memory, seen)
+	var changed *changedError
+	switch {
+	case errors.As(err, &changed):
+		return nil, errdefs.Errorf(errdefs.Quota, "%s%s: %v", hostChanged, a.HostQueue, err)
+	case err != nil:
 		return nil, errdefs.Errorf(errdefs.Quota, "%s%s: %v", hostFull, a.HostQueue, err)
 	}
 	return done, nil

@@ -75,7 +75,7 @@ func (a *Activities) wake(ctx context.Context, in WakeInput) (refs.Sandbox, erro
 	if err := a.recordOwner(ctx, in.Spec.ID, in.Spec.Labels); err != nil {
 		return refs.Sandbox{}, err
 	}
-	done, err := a.admit(p, in.Spec)
+	done, err := a.admit(p, in.Spec, nil)
 	if err != nil {
 		return refs.Sandbox{}, err
 	}

@@ -77,12 +77,14 @@ func (a *Activities) snapshot(ctx context.Context, in SnapshotInput) (SnapshotIn
 	// The span is the provider's too: the snapshot reads the workspace
 	// through the sandbox.
 	start := time.Now()
+	progress, stop := progressBeat(ctx)
+	defer stop()
 	pctx, end := a.traceProvider(ctx, "snapshot", in.Sandbox.Provider, in.Sandbox.ID)
 	info, err := a.Snapshots.Save(pctx, snapshot.SandboxSource(sb), snapshot.SaveOptions{
 		ID: in.ID, Kind: snapshot.Kind(in.Kind), Labels: in.Labels, Parent: in.Parent, RestoredAt: in.RestoredAt,
 		// The queue names the host of a host-bound sandbox.
 		Source:   in.Sandbox.Queue + "/" + in.Sandbox.Provider + "/" + in.Sandbox.ID,
-		Progress: func(p snapshot.Progress) { activity.RecordHeartbeat(ctx, p) },
+		Progress: progress,
 	})
 	end(err)
 	if err != nil {
@@ -124,9 +126,11 @@ func (a *Activities) restore(ctx context.Context, in RestoreInput) (RestoreOutpu
 		return RestoreOutput{}, err
 	}
 	var read atomic.Int64 // compressed bytes read from the store, told last as the stream closes
+	progress, stop := progressBeat(ctx)
+	defer stop()
 	rc, err := a.Snapshots.Open(ctx, in.Snapshot, func(p snapshot.Progress) {
 		read.Store(p.Transferred)
-		activity.RecordHeartbeat(ctx, p)
+		progress(p)
 	})
 	if err != nil {
 		return RestoreOutput{}, snapshotError(err)
@@ -145,6 +149,41 @@ func (a *Activities) restore(ctx context.Context, in RestoreInput) (RestoreOutpu
 		out.At = time.Now()
 	}
 	return out, nil
+}
+
+// progressBeat heartbeats the activity of ctx with the last progress
+// given to the function it returns, as that function is called and
+// every few seconds besides until stop is called: a Save or an Open
+// waiting for a blob store that does not answer (it retries it, for up
+// to snapshot.WithRetry) reports no progress, yet its worker is alive.
+func progressBeat(ctx context.Context) (progress func(snapshot.Progress), stop func()) {
+	var last atomic.Pointer[snapshot.Progress]
+	last.Store(&snapshot.Progress{})
+	progress = func(p snapshot.Progress) {
+		last.Store(&p)
+		activity.RecordHeartbeat(ctx, p)
+	}
+	if !activity.IsActivity(ctx) {
+		return progress, func() {}
+	}
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(heartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx, *last.Load())
+			}
+		}
+	}()
+	return progress, func() { close(done); <-exited }
 }
 
 // DeleteSnapshot deletes a snapshot; one already gone is not an error.

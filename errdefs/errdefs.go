@@ -97,6 +97,12 @@ var (
 	// ErrQuota: the account's limit on the service (sandboxes at once,
 	// hours) is reached. Retrying cannot help until something ends.
 	ErrQuota = errors.New("provider quota reached")
+
+	// ErrStoreUnavailable: the blob store holding snapshots and
+	// checkpoints did not answer (refused, failed or hung) for as long
+	// as the worker retries it (snapshot.WithRetry). Not retried again:
+	// the bound is the retry.
+	ErrStoreUnavailable = errors.New("blob store unavailable")
 )
 
 // A file that does not exist in the workspace is reported with an error
@@ -137,6 +143,8 @@ const (
 	ProviderAuth        Kind = "ProviderAuth"
 	Quota               Kind = "Quota"
 
+	StoreUnavailable Kind = "StoreUnavailable"
+
 	// Internal is anything else: the only kind a retry may cure.
 	Internal Kind = "Internal"
 )
@@ -169,6 +177,7 @@ var kinds = []struct {
 	{ProviderUnavailable, ErrProviderUnavailable},
 	{ProviderAuth, ErrProviderAuth},
 	{Quota, ErrQuota},
+	{StoreUnavailable, ErrStoreUnavailable},
 }
 
 // Kinds lists every kind but Internal.

@@ -18,6 +18,7 @@ var wire = map[Kind]string{
 	ModelRejected: "ModelRejected", BadModelAnswer: "BadModelAnswer",
 	BadConversation: "BadConversation", AnswerTooLarge: "AnswerTooLarge",
 	ProviderUnavailable: "ProviderUnavailable", ProviderAuth: "ProviderAuth", Quota: "Quota",
+	StoreUnavailable: "StoreUnavailable",
 }
 
 func TestWireStrings(t *testing.T) {

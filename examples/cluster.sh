@@ -12,6 +12,12 @@
 #   examples/cluster.sh heal N          # undo partition N
 #   examples/cluster.sh kill-server     # SIGKILL the Temporal server
 #   examples/cluster.sh start-server    # start it again, on the same database
+#   examples/cluster.sh stop-s3         # SIGKILL the S3 store (an outage)
+#   examples/cluster.sh start-s3        # start it again, on the same data and keys
+#   examples/cluster.sh freeze-s3       # SIGSTOP it: it takes connections and answers none (a hung store)
+#   examples/cluster.sh thaw-s3         # SIGCONT it
+#   examples/cluster.sh fill-disk N     # fill host N's disk (its data directory's own file system)
+#   examples/cluster.sh free-disk N     # free what fill-disk took
 #
 # As root (namespaces, cgroups, PostgreSQL run as the postgres user).
 # docs/cluster.md says more; settings (environment, defaults):
@@ -21,6 +27,10 @@
 #   CLUSTER_HOSTS    how many workers (3)
 #   CLUSTER_TEMPORAL_PORT, CLUSTER_S3_PORT, CLUSTER_PG_PORT   (7233, 7070, 55432)
 #   CLUSTER_HEARTBEAT   the workers' --heartbeat-timeout (5s)
+#   CLUSTER_HOST_DISK   the size of each host's disk, an ext4 image mounted on its data directory (4G)
+#   CLUSTER_STORE_RETRY the workers' --store-retry (their default, 2m, when empty)
+#   CLUSTER_STORE_REQUEST_TIMEOUT the workers' --store-request-timeout (their default, 1m, when empty)
+#   CLUSTER_MIN_FREE_DISK the workers' --min-free-disk (their default when empty)
 #   BERTH_BIN        a directory with berth-host and berth-sandboxd (default: built into CLUSTER_DIR/bin)
 #   TEMPORAL_SQL_TOOL   a temporal-sql-tool of the server's version (default: berth-host's own)
 # After up, CLUSTER_DIR/env holds what clients need (TEMPORAL_ADDRESS,
@@ -36,6 +46,10 @@ temporal_port=${CLUSTER_TEMPORAL_PORT:-7233}
 s3_port=${CLUSTER_S3_PORT:-7070}
 pg_port=${CLUSTER_PG_PORT:-55432}
 heartbeat=${CLUSTER_HEARTBEAT:-5s}
+host_disk=${CLUSTER_HOST_DISK:-4G}
+store_retry=${CLUSTER_STORE_RETRY:-}
+min_free_disk=${CLUSTER_MIN_FREE_DISK:-}
+store_request_timeout=${CLUSTER_STORE_REQUEST_TIMEOUT:-}
 
 bridge=${name}0
 gw=$net.1
@@ -166,22 +180,71 @@ start_network() {
   done
 }
 
-start_s3() {
-  command -v versitygw >/dev/null || die "versitygw is not installed (.ci/run installs it)"
+s3_keys() {
   mkdir -p "$dir/s3/data"
   echo "berth$RANDOM$RANDOM" >"$dir/s3/access"
   head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$dir/s3/secret"
+}
+
+# s3_request METHOD: a signed request on the bucket (the SHA-256 is
+# that of the empty body): PUT creates it, HEAD finds it.
+s3_request() {
+  local head=()
+  [ "$1" != HEAD ] || head=(-I)
+  curl -sf -o /dev/null --max-time 5 --aws-sigv4 "aws:amz:us-east-1:s3" --user "$(cat "$dir/s3/access"):$(cat "$dir/s3/secret")" \
+    -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
+    "${head[@]}" -X "$1" "http://$gw:$s3_port/berth"
+}
+
+# start_s3: versitygw on the store's directory and keys, which a
+# restart keeps: what was stored before is there again.
+start_s3() {
+  command -v versitygw >/dev/null || die "versitygw is not installed (.ci/run installs it)"
+  alive "$dir/s3.pid" && { log "the S3 store already runs"; return; }
   spawn "$dir/s3.pid" "$dir/s3.log" versitygw --access "$(cat "$dir/s3/access")" --secret "$(cat "$dir/s3/secret")" \
     --port "$gw:$s3_port" posix "$dir/s3/data"
   local deadline=$((SECONDS + 30))
-  # S3's CreateBucket, signed (the SHA-256 is that of the empty body).
-  until curl -sf -o /dev/null --aws-sigv4 "aws:amz:us-east-1:s3" --user "$(cat "$dir/s3/access"):$(cat "$dir/s3/secret")" \
-    -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
-    -X PUT "http://$gw:$s3_port/berth"; do
-    alive "$dir/s3.pid" || { cat "$dir/s3.log" >&2; die "versitygw exited"; }
-    [ $SECONDS -lt "$deadline" ] || die "versitygw did not create the bucket in 30 s"
+  until s3_request HEAD || s3_request PUT; do
+    alive "$dir/s3.pid" || { tail -n 30 "$dir/s3.log" >&2; die "versitygw exited"; }
+    [ $SECONDS -lt "$deadline" ] || die "versitygw did not serve the bucket in 30 s"
     sleep 0.1
   done
+}
+
+# signal_s3 SIGNAL: freeze (STOP) or thaw (CONT) the store.
+signal_s3() {
+  alive "$dir/s3.pid" || die "the S3 store does not run"
+  kill -"$1" "$(cat "$dir/s3.pid")"
+}
+
+# mount_disk N: host N's data directory is a file system of its own, of
+# CLUSTER_HOST_DISK (a sparse ext4 image on a loop device), so that
+# filling it fills that host alone.
+mount_disk() {
+  local hd img
+  hd=$(hostdir "$1")
+  img=$dir/h$1.disk
+  mkdir -p "$hd"
+  mountpoint -q "$hd" && return
+  [ -f "$img" ] || {
+    truncate -s "$host_disk" "$img"
+    mkfs.ext4 -q -F -m 0 -E lazy_itable_init=1,nodiscard "$img" >/dev/null || die "mkfs.ext4 of $img failed"
+  }
+  mount -o loop "$img" "$hd" || die "mount $img on $hd failed"
+}
+
+# fill_disk N: take every free block of host N's disk, in one file.
+fill_disk() {
+  local hd avail
+  hd=$(hostdir "$1")
+  mountpoint -q "$hd" || die "host $1 has no disk of its own mounted at $hd"
+  avail=$(df -B1 --output=avail "$hd" | tail -n 1 | tr -d ' ')
+  # What ext4 needs for the file's own extents comes off what it says
+  # is free: ask for less until it fits.
+  while [ "$avail" -gt 0 ] && ! fallocate -l "$avail" "$hd/fill-disk" 2>/dev/null; do
+    avail=$((avail - 1048576))
+  done
+  log "host $1: disk filled ($(df -h --output=avail "$hd" | tail -n 1 | tr -d ' ') left)"
 }
 
 start_server() {
@@ -201,7 +264,7 @@ start_host() {
   for c in "${controllers[@]}"; do
     mkdir -p "$cgroups/$c/$name/h$i"
   done
-  mkdir -p "$(hostdir "$i")"
+  mount_disk "$i"
   : >"$dir/h$i.log"
   # The shell joins the host's cgroups, then becomes the worker in the
   # host's network namespace (nsenter: ip netns exec would remount
@@ -215,7 +278,7 @@ start_host() {
     $(for c in "${controllers[@]}"; do echo "$cgroups/$c/$name/h$i"; done) -- \
     nsenter --net="/run/netns/$ns" "$bin/berth-host" worker --address "$gw:$temporal_port" --namespace default \
     --data-dir "$(hostdir "$i")" --blob "$(blob_url)" --host-queue "berth@h$i" --provider linux \
-    --heartbeat-timeout "$heartbeat"
+    --heartbeat-timeout "$heartbeat" ${store_retry:+--store-retry "$store_retry"} ${store_request_timeout:+--store-request-timeout "$store_request_timeout"} ${min_free_disk:+--min-free-disk "$min_free_disk"}
 }
 
 # kill_host N: the host is lost for good: its worker and every process
@@ -309,6 +372,7 @@ up() {
   log "network: bridge $bridge ($gw/24), namespaces $(netns 1)..$(netns "$hosts")"
   start_network
   log "S3 (versitygw) at $gw:$s3_port"
+  s3_keys
   start_s3
   log "Temporal server at $gw:$temporal_port"
   start_server
@@ -355,7 +419,9 @@ status() {
     echo "postgresql  down"; ok=1
   fi
   if alive "$dir/server.pid"; then echo "temporal    up    $gw:$temporal_port (pid $(cat "$dir/server.pid"))"; else echo "temporal    down"; ok=1; fi
-  if alive "$dir/s3.pid"; then echo "s3          up    $gw:$s3_port (pid $(cat "$dir/s3.pid"))"; else echo "s3          down"; ok=1; fi
+  if alive "$dir/s3.pid" && [ "$(awk '{print $3}' "/proc/$(cat "$dir/s3.pid")/stat")" = T ]; then
+    echo "s3          frozen $gw:$s3_port (pid $(cat "$dir/s3.pid"))"; ok=1
+  elif alive "$dir/s3.pid"; then echo "s3          up    $gw:$s3_port (pid $(cat "$dir/s3.pid"))"; else echo "s3          down"; ok=1; fi
   for i in $(seq "$hosts"); do
     if alive "$dir/h$i.pid" && ip netns list | grep -qw "$(netns "$i")"; then
       echo "host $i      up    $(netns "$i") $net.$((10 + i)) berth@h$i (pid $(cat "$dir/h$i.pid"))"
@@ -375,5 +441,11 @@ case "${1:-}" in
   heal) [ -n "${2:-}" ] || die "heal N"; heal "$2"; log "host $2 healed" ;;
   kill-server) stop_pid "$dir/server.pid"; log "Temporal server killed" ;;
   start-server) [ -e "$dir/up" ] || die "not up"; bin=$(cat "$dir/bin.path"); start_server ;;
-  *) echo "usage: $0 up | down | status | kill-host N | partition N | heal N | kill-server | start-server" >&2; exit 2 ;;
+  stop-s3) stop_pid "$dir/s3.pid"; log "S3 store killed" ;;
+  start-s3) [ -e "$dir/up" ] || die "not up"; start_s3; log "S3 store started" ;;
+  freeze-s3) signal_s3 STOP; log "S3 store frozen" ;;
+  thaw-s3) signal_s3 CONT; log "S3 store thawed" ;;
+  fill-disk) [ -n "${2:-}" ] || die "fill-disk N"; fill_disk "$2" ;;
+  free-disk) [ -n "${2:-}" ] || die "free-disk N"; rm -f "$(hostdir "$2")/fill-disk"; log "host $2: disk freed" ;;
+  *) echo "usage: $0 up | down | status | kill-host N | partition N | heal N | kill-server | start-server | stop-s3 | start-s3 | freeze-s3 | thaw-s3 | fill-disk N | free-disk N" >&2; exit 2 ;;
 esac

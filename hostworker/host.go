@@ -59,6 +59,16 @@ type HostConfig struct {
 	StopTimeout time.Duration
 	// HeartbeatTimeout is as in Options.
 	HeartbeatTimeout time.Duration
+	// StoreRetry is how long a request the blob store fails, or leaves
+	// unanswered past snapshot.DefaultRequestTimeout, is retried before
+	// a snapshot, a checkpoint or a restore fails with kind
+	// StoreUnavailable (snapshot.WithRetry); zero means
+	// snapshot.DefaultRetry.
+	StoreRetry time.Duration
+	// StoreRequestTimeout bounds each request to the blob store of
+	// snapshots (snapshot.WithRequestTimeout); zero means
+	// snapshot.DefaultRequestTimeout.
+	StoreRequestTimeout time.Duration
 	// MaxSandboxes bounds the sandboxes of the host-bound providers the
 	// host holds (Options.MaxSandboxes); zero means no bound.
 	MaxSandboxes int
@@ -66,6 +76,14 @@ type HostConfig struct {
 	// (Options.MaxMemory); zero means DefaultMaxMemory, the host's
 	// memory less MemoryReserve, and a negative value no bound.
 	MaxMemory int64
+	// MinFreeDisk is the free space the host keeps on its data
+	// directory's file system, where its sandboxes' workspaces live:
+	// with less, it takes no new sandbox (placement skips it, and a
+	// creation sent to it is refused as for the other bounds). Zero
+	// means activities.DefaultMinFreeDisk of the file system's size (a
+	// twentieth, at least 1 GiB, at most a tenth), a negative value no
+	// bound.
+	MinFreeDisk int64
 	// OrphanSampling, when set, is how often the host counts its
 	// orphaned sandboxes (OrphanedSeconds, MetricsHandler), and lists
 	// its sandboxes for the held seconds of its metrics between scrapes;
@@ -195,12 +213,13 @@ func StartHost(ctx context.Context, c client.Client, cfg HostConfig) (*Host, err
 	h.Worker, err = startWaitingForNamespace(ctx, c, cfg.Logger, func() (*Worker, error) {
 		return StartWorker(c, Options{
 			Model:     mcfg,
-			Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps),
+			Providers: ps, Outputs: outputs, Snapshots: snapshot.New(snaps, snapshot.WithRetry(cfg.StoreRetry), snapshot.WithRequestTimeout(cfg.StoreRequestTimeout)),
 			Queue: cfg.Queue, HostQueue: cfg.HostQueue, Unavailable: unavailable,
 			Relay:  relay.Limits{Sign: SharedStore(cfg.Blob)},
 			Parked: parked, StopTimeout: stopTimeout(cfg.StopTimeout), HeartbeatTimeout: cfg.HeartbeatTimeout,
 			Metrics: h.telemetry, Tracer: cfg.Tracer, Logger: cfg.Logger,
 			MaxSandboxes: cfg.MaxSandboxes, MaxMemory: maxMemory(cfg.MaxMemory), Workflows: cfg.Workflows,
+			DiskDir: cfg.DataDir, MinFreeDisk: cfg.MinFreeDisk,
 		})
 	})
 	if err != nil {

@@ -101,6 +101,11 @@ type Options struct {
 	// means no bound; HostConfig has the defaults of a host.
 	MaxSandboxes int
 	MaxMemory    int64
+	// DiskDir is a directory on the file system the sandboxes' files
+	// take, and MinFreeDisk what the host keeps free there
+	// (activities.Capacity); no DiskDir means no disk bound.
+	DiskDir     string
+	MinFreeDisk int64
 	// HeartbeatTimeout is how long the server waits for the heartbeat of
 	// a sandbox activity that heartbeats (a command, a creation) before it
 	// takes its worker for dead and retries it elsewhere; zero means
@@ -147,7 +152,7 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 		}
 		opts.HostQueue = opts.Queue + "@" + strings.ReplaceAll(host, "@", "_")
 	}
-	capacity := &activities.Capacity{MaxSandboxes: opts.MaxSandboxes, MaxMemory: opts.MaxMemory}
+	capacity := &activities.Capacity{MaxSandboxes: opts.MaxSandboxes, MaxMemory: opts.MaxMemory, DiskDir: opts.DiskDir, MinFreeDisk: opts.MinFreeDisk}
 	acts := &activities.Activities{
 		Providers: opts.Providers, Unavailable: opts.Unavailable, Outputs: opts.Outputs, Snapshots: opts.Snapshots, Client: c,
 		GenericQueue: opts.Queue, HostQueue: opts.HostQueue, Parked: opts.Parked, Capacity: capacity,

@@ -137,6 +137,31 @@ func TestPlacement(t *testing.T) {
 		}
 	})
 
+	// A burst: creations asking at the same moment read the same loads,
+	// yet each is admitted only on a host still least loaded as it is
+	// admitted (activities.Seen), so 6 on 3 empty hosts land 2, 2, 2.
+	t.Run("burst", func(t *testing.T) {
+		c := server(t)
+		startHosts(t, c, map[string]int{"berth@a": 10, "berth@b": 10, "berth@c": 10}, holdSandboxes)
+		const n = 6
+		ids := make([]string, n)
+		for i := range ids {
+			run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: sandbox.DefaultQueue}, holdSandboxes, 1, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[i] = run.GetID()
+			defer c.SignalWorkflow(ctx, run.GetID(), "", "done", nil)
+		}
+		var queues []string
+		for _, id := range ids {
+			queues = append(queues, queuesOf(t, c, id, 1)...)
+		}
+		if got := countBy(queues); got["berth@a"] != 2 || got["berth@b"] != 2 || got["berth@c"] != 2 {
+			t.Errorf("a burst of %d creations on three empty hosts: %v; want 2 on each", n, got)
+		}
+	})
+
 	t.Run("full host skipped", func(t *testing.T) {
 		c := server(t)
 		startHosts(t, c, map[string]int{"berth@a": 1, "berth@b": 10}, holdSandboxes)

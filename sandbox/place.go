@@ -39,9 +39,23 @@ import (
 // fails with an error of kind Quota. With one host, or hosts that do not
 // answer, the creation goes to the provider's queue, which any of its
 // hosts takes (and refuses, when full, the same way).
+//
+// Creations placed at the same moment read the same loads. So a
+// creation carries the load it read on the host it chose
+// (activities.Seen), and the host refuses it when it holds more by
+// then (activities.IsHostChanged): another creation took it meanwhile.
+// The creation is then placed again at once, on loads read anew. Each
+// creation is thus admitted on a host that was least loaded as it was
+// admitted, and a burst over equal hosts lands evenly: no two of them
+// differ by more than one (6 on 3 empty hosts: 2, 2 and 2).
 
 // placeVersion marks the histories whose creations are placed by load.
 const placeVersion = "berth.place"
+
+// placeSeenVersion marks the histories whose creations carry the load
+// they were placed on, and are placed again at once when the host's
+// changed.
+const placeSeenVersion = "berth.place-seen"
 
 // Placement's timings.
 const (
@@ -73,6 +87,7 @@ func (s *Sandbox) place(ctx workflow.Context, prov string, spec provider.Spec) (
 	}
 	deadline := workflow.Now(ctx).Add(timeout)
 	wait := placeBackoff
+	withSeen := workflow.GetVersion(ctx, placeSeenVersion, workflow.DefaultVersion, 1) == 1
 	var last error // the last refusal
 	for {
 		route, err := s.route(ctx, prov)
@@ -80,11 +95,15 @@ func (s *Sandbox) place(ctx workflow.Context, prov string, spec provider.Spec) (
 			return refs.Sandbox{}, err
 		}
 		queue, full := route.Queue, false
+		var seen *activities.Seen
 		if len(route.Hosts) > 0 {
-			var host string
+			var host *activities.Load
 			host, full = s.leastLoaded(ctx, prov, spec.Resources.Memory, route.Hosts)
-			if host != "" {
-				queue = host
+			if host != nil {
+				queue = host.Host
+				if withSeen {
+					seen = &activities.Seen{Sandboxes: host.Sandboxes, Memory: host.Memory}
+				}
 			}
 		}
 		if ctx.Err() != nil {
@@ -100,11 +119,18 @@ func (s *Sandbox) place(ctx workflow.Context, prov string, spec provider.Spec) (
 			}
 			var ref refs.Sandbox
 			err := workflow.ExecuteActivity(workflow.WithActivityOptions(dctx, o), acts.Create,
-				activities.CreateInput{Provider: prov, Spec: spec}).Get(dctx, &ref)
+				activities.CreateInput{Provider: prov, Spec: spec, Seen: seen}).Get(dctx, &ref)
 			var timeout *temporal.TimeoutError
 			switch {
 			case err == nil:
 				return ref, nil
+			case activities.IsHostChanged(temporalerr.From(err)):
+				// Another creation took the host since its load was
+				// read: placed again at once, on the loads as they are.
+				last = temporalerr.From(err)
+				if ctx.Err() == nil && workflow.Now(ctx).Before(deadline) {
+					continue
+				}
 			case errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START:
 				// Never started: the chosen host went, or no host took
 				// it off the provider's queue in time.
@@ -133,12 +159,12 @@ func (s *Sandbox) place(ctx workflow.Context, prov string, spec provider.Spec) (
 	}
 }
 
-// leastLoaded asks hosts their load and returns the least loaded one a
-// sandbox of provider prov with memory limit mem fits on (see
-// Placement), or none; full says that hosts answered and none has room.
+// leastLoaded asks hosts their load and returns that of the least
+// loaded one a sandbox of provider prov with memory limit mem fits on
+// (see Placement), or nil; full says that hosts answered and none has room.
 // A host whose sandboxes take nothing of its own (a hosted provider's)
 // is not chosen: any worker of the provider's queue serves those.
-func (s *Sandbox) leastLoaded(ctx workflow.Context, prov string, mem int64, hosts []string) (host string, full bool) {
+func (s *Sandbox) leastLoaded(ctx workflow.Context, prov string, mem int64, hosts []string) (host *activities.Load, full bool) {
 	actx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	sel := workflow.NewSelector(ctx)
@@ -171,7 +197,7 @@ func (s *Sandbox) leastLoaded(ctx workflow.Context, prov string, mem int64, host
 		l := &loads[i]
 		switch {
 		case !l.Counted:
-			return "", false
+			return nil, false
 		case !l.Fits || l.Draining:
 			continue
 		case best == nil, l.Share() < best.Share(),
@@ -180,9 +206,9 @@ func (s *Sandbox) leastLoaded(ctx workflow.Context, prov string, mem int64, host
 		}
 	}
 	if best == nil {
-		return "", len(loads) > 0
+		return nil, len(loads) > 0
 	}
-	return best.Host, false
+	return best, false
 }
 
 // ranks says whether this sandbox ranks host a before host b, for ties

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"io"
 
@@ -30,10 +29,27 @@ func chunkKey(h hash) string {
 // and a GC running now may be about to delete it. Writing refreshes its
 // modification time, which puts it in the GC's grace period.
 func (s *Store) putChunk(ctx context.Context, h hash, compressed []byte) (int64, error) {
+	var n int64
+	err := s.do(ctx, "write chunk "+h.String(), func(ctx context.Context) (err error) {
+		n, err = s.tryPutChunk(ctx, h, compressed)
+		return err
+	})
+	return n, err
+}
+
+// tryPutChunk is one attempt of putChunk.
+//
+// A copy of another size is written again too: a store that lost its
+// connection or its process in the middle of a write may have kept
+// part of it under the chunk's name (an S3 store does not; a file
+// system or a less careful store may), and a snapshot must never refer
+// to a chunk that is not whole. Chunks of the same bytes compress to
+// the same size with this package's encoder.
+func (s *Store) tryPutChunk(ctx context.Context, h hash, compressed []byte) (int64, error) {
 	key := chunkKey(h)
 	attrs, err := s.bucket.Attributes(ctx, key)
 	switch {
-	case err == nil && s.now().Sub(attrs.ModTime) < s.grace/2:
+	case err == nil && s.now().Sub(attrs.ModTime) < s.grace/2 && attrs.Size == int64(len(compressed)):
 		return 0, nil
 	case err != nil && gcerrors.Code(err) != gcerrors.NotFound:
 		return 0, fmt.Errorf("snapshot: look up chunk %s: %w", h, err)
@@ -50,6 +66,17 @@ func (s *Store) putChunk(ctx context.Context, h hash, compressed []byte) (int64,
 // getChunk reads chunk h into buf, decompressed and verified, and returns
 // it with the number of bytes read from the bucket.
 func (s *Store) getChunk(ctx context.Context, h hash, buf []byte) ([]byte, int64, error) {
+	var data []byte
+	var n int64
+	err := s.do(ctx, "read chunk "+h.String(), func(ctx context.Context) (err error) {
+		data, n, err = s.tryGetChunk(ctx, h, buf)
+		return err
+	})
+	return data, n, err
+}
+
+// tryGetChunk is one attempt of getChunk.
+func (s *Store) tryGetChunk(ctx context.Context, h hash, buf []byte) ([]byte, int64, error) {
 	r, err := s.bucket.NewReader(ctx, chunkKey(h), nil)
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
@@ -72,9 +99,8 @@ func (s *Store) getChunk(ctx context.Context, h hash, buf []byte) ([]byte, int64
 	}
 	comp := (*cbuf)[:size]
 	if _, err := io.ReadFull(r, comp); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			err = fmt.Errorf("%w: chunk %s is shorter than its %d bytes", ErrCorrupt, h, size)
-		}
+		// Short of the size the store gave: the transfer broke, which
+		// a retry may mend, not a corrupt chunk.
 		return nil, 0, readErr(ctx, fmt.Errorf("snapshot: read chunk %s: %w", h, err))
 	}
 	data, err := s.dec.DecodeAll(comp, buf[:0])

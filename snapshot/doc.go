@@ -49,6 +49,18 @@
 // references, sparing those written within the grace period (see
 // [WithGracePeriod]) so that a Save in flight never loses one.
 //
+// # A store that fails
+//
+// Every request to the bucket is bounded (WithRequestTimeout, 1 minute)
+// and retried with a backoff while the store refuses, fails or hangs,
+// until WithRetry (2 minutes) has passed since the first failed attempt
+// began; then the operation fails with an error wrapping
+// [ErrUnavailable]. The manifest is written last, in one request, so a
+// Save cut off anywhere leaves no snapshot, only chunks a GC removes; a
+// chunk found in the bucket is reused only at the size this Save
+// compressed it to, so that one a store kept half written is written
+// again.
+//
 // # Trust
 //
 // Everything read back from the bucket, and every path in a source's tar

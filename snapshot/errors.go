@@ -21,4 +21,8 @@ var (
 	// the workspace, an entry type that does not travel). Being the same
 	// sentinel, it reports as BadInput at the activity boundary.
 	ErrBadInput = errdefs.ErrBadInput
+	// ErrUnavailable is errdefs.ErrStoreUnavailable: the bucket did not
+	// answer, or failed, for as long as the store retries (WithRetry).
+	// Nothing was saved.
+	ErrUnavailable = errdefs.ErrStoreUnavailable
 )

@@ -91,11 +91,14 @@ func (s *Store) Save(ctx context.Context, src Source, opts SaveOptions) (Info, e
 	if id == "" {
 		id = newID()
 	} else {
-		info, err := s.Stat(ctx, id)
-		if err == nil {
-			return info, nil
-		}
-		if !errors.Is(err, ErrNotFound) {
+		// Read whole, not just its header: a manifest is what makes a
+		// snapshot, and one that is not whole is saved again.
+		m, err := s.loadManifest(ctx, id)
+		switch {
+		case err == nil:
+			return m.info(), nil
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt):
+		default:
 			return Info{}, err
 		}
 	}
@@ -153,9 +156,17 @@ func (s *Store) Save(ctx context.Context, src Source, opts SaveOptions) (Info, e
 	if err != nil {
 		return Info{}, fmt.Errorf("snapshot: encode manifest: %w", err)
 	}
-	err = s.bucket.Upload(ctx, manifestKey(id), bytes.NewReader(data), &blob.WriterOptions{ContentType: "application/zstd"})
+	// The manifest last, in one request: until it is in the bucket
+	// whole, there is no snapshot, only chunks a GC removes.
+	err = s.do(ctx, "write manifest "+id, func(ctx context.Context) error {
+		err := s.bucket.Upload(ctx, manifestKey(id), bytes.NewReader(data), &blob.WriterOptions{ContentType: "application/zstd"})
+		if err != nil {
+			return fmt.Errorf("snapshot: write manifest %s: %w", id, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return Info{}, fmt.Errorf("snapshot: write manifest %s: %w", id, err)
+		return Info{}, err
 	}
 	info := m.info()
 	info.SkippedPaths = sv.skippedPaths

@@ -29,6 +29,9 @@ type Store struct {
 	// Bounds on the apparent size of what a Save keeps: see
 	// WithMaxFileSize and WithMaxTotalSize.
 	maxFileSize, maxTotalSize int64
+	// How a failing request is retried: see WithRetry and
+	// WithRequestTimeout.
+	retry, requestTimeout time.Duration
 
 	// One encoder and decoder for chunks, shared: their EncodeAll and
 	// DecodeAll are safe for concurrent use.
@@ -115,6 +118,7 @@ func New(b *blob.Bucket, opts ...Option) *Store {
 	s := &Store{
 		bucket: b, grace: DefaultGracePeriod, clockMargin: DefaultClockMargin, now: time.Now,
 		maxFileSize: DefaultMaxFileSize, maxTotalSize: DefaultMaxTotalSize,
+		retry: DefaultRetry, requestTimeout: DefaultRequestTimeout,
 	}
 	for _, o := range opts {
 		o(s)
@@ -196,21 +200,25 @@ func (s *Store) Stat(ctx context.Context, id string) (Info, error) {
 // ids lists the ids of the snapshots whose manifests are in the store.
 func (s *Store) ids(ctx context.Context) ([]string, error) {
 	var ids []string
-	it := s.bucket.List(&blob.ListOptions{Prefix: "manifests/"})
-	for {
-		obj, err := it.Next(ctx)
-		if err == io.EOF {
-			return ids, nil
+	err := s.do(ctx, "list manifests", func(ctx context.Context) error {
+		ids = ids[:0]
+		it := s.bucket.List(&blob.ListOptions{Prefix: "manifests/"})
+		for {
+			obj, err := it.Next(ctx)
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("snapshot: list manifests: %w", err)
+			}
+			id := strings.TrimPrefix(obj.Key, "manifests/")
+			if obj.IsDir || checkID(id) != nil {
+				continue // not one of ours
+			}
+			ids = append(ids, id)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("snapshot: list manifests: %w", err)
-		}
-		id := strings.TrimPrefix(obj.Key, "manifests/")
-		if obj.IsDir || checkID(id) != nil {
-			continue // not one of ours
-		}
-		ids = append(ids, id)
-	}
+	})
+	return ids, err
 }
 
 // List describes every snapshot in the store, oldest first.
@@ -253,16 +261,39 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 	if err := checkID(id); err != nil {
 		return err
 	}
-	err := s.bucket.Delete(ctx, manifestKey(id))
-	if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
-		return fmt.Errorf("snapshot: delete %s: %w", id, err)
-	}
-	return nil
+	return s.do(ctx, "delete manifest "+id, func(ctx context.Context) error {
+		err := s.bucket.Delete(ctx, manifestKey(id))
+		if err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+			return fmt.Errorf("snapshot: delete %s: %w", id, err)
+		}
+		return nil
+	})
 }
 
-// openManifest opens a manifest and reads its header. The caller calls
-// the returned function when done.
+// openManifest opens a manifest and reads its header, retrying as do
+// does. The caller calls the returned function when done, within the
+// request timeout.
 func (s *Store) openManifest(ctx context.Context, id string) (*manifestReader, func(), error) {
+	var mr *manifestReader
+	var closer func()
+	err := s.do(ctx, "read manifest "+id, func(context.Context) error {
+		// The attempt's context outlives this function: the caller
+		// reads on, and its closer ends it.
+		actx, cancel := context.WithTimeout(ctx, s.requestTimeout)
+		var err error
+		mr, closer, err = s.tryOpenManifest(actx, id)
+		if err != nil {
+			cancel()
+			return err
+		}
+		c := closer
+		closer = func() { c(); cancel() }
+		return nil
+	})
+	return mr, closer, err
+}
+
+func (s *Store) tryOpenManifest(ctx context.Context, id string) (*manifestReader, func(), error) {
 	r, err := s.bucket.NewReader(ctx, manifestKey(id), nil)
 	if err != nil {
 		if gcerrors.Code(err) == gcerrors.NotFound {
@@ -283,16 +314,17 @@ func (s *Store) loadManifest(ctx context.Context, id string) (*manifest, error) 
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
-	mr, closer, err := s.openManifest(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	defer closer()
-	m, err := mr.readAll()
-	if err != nil {
-		return nil, readErr(ctx, err)
-	}
-	return m, nil
+	var m *manifest
+	err := s.do(ctx, "read manifest "+id, func(ctx context.Context) error {
+		mr, closer, err := s.tryOpenManifest(ctx, id)
+		if err != nil {
+			return err
+		}
+		defer closer()
+		m, err = mr.readAll()
+		return readErr(ctx, err)
+	})
+	return m, err
 }
 
 // readErr reports a cancelled read as cancelled rather than as the

@@ -10,12 +10,14 @@ import (
 	"github.com/berth-dev/berth/hostworker"
 )
 
-// capacityFlags bound what a host holds: --max-sandboxes and
-// --max-memory.
+// capacityFlags bound what a host holds: --max-sandboxes,
+// --max-memory and --min-free-disk.
 type capacityFlags struct {
 	maxSandboxes int
 	rawMemory    string
 	maxMemory    int64 // as HostConfig.MaxMemory takes it
+	rawDisk      string
+	minFreeDisk  int64 // as HostConfig.MinFreeDisk takes it
 }
 
 // register declares the flags; memoryDefault says what an unset
@@ -25,6 +27,8 @@ func (f *capacityFlags) register(cmd *cobra.Command, memoryDefault string) {
 		"most sandboxes of the host's own providers (linux, docker, gvisor) this host holds at once; a creation past it goes to another host, or waits; 0 for no bound")
 	cmd.Flags().StringVar(&f.rawMemory, "max-memory", "",
 		"most memory, summed over those sandboxes' memory limits (e.g. 16Gi); 0 for no bound (default: "+memoryDefault+")")
+	cmd.Flags().StringVar(&f.rawDisk, "min-free-disk", "",
+		"free space to keep on --data-dir's file system (e.g. 20Gi): with less, the host takes no new sandbox; 0 for no bound (default: a twentieth of it, at least 1Gi, at most a tenth)")
 	prev := cmd.PreRunE
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
 		if err := f.parse(); err != nil {
@@ -53,12 +57,24 @@ func (f *capacityFlags) parse() error {
 		}
 		f.maxMemory = n
 	}
+	switch f.rawDisk {
+	case "":
+		f.minFreeDisk = 0 // the default
+	case "0":
+		f.minFreeDisk = -1
+	default:
+		n, err := parseBytes(f.rawDisk)
+		if err != nil {
+			return fmt.Errorf("--min-free-disk: %w", err)
+		}
+		f.minFreeDisk = n
+	}
 	return nil
 }
 
 // config sets cfg's bounds.
 func (f *capacityFlags) config(cfg *hostworker.HostConfig) {
-	cfg.MaxSandboxes, cfg.MaxMemory = f.maxSandboxes, f.maxMemory
+	cfg.MaxSandboxes, cfg.MaxMemory, cfg.MinFreeDisk = f.maxSandboxes, f.maxMemory, f.minFreeDisk
 }
 
 // parseBytes reads sizes like 512Mi, 2Gi, 100M or 1048576.

@@ -13,6 +13,7 @@ import (
 	"github.com/berth-dev/berth/internal/connflags"
 	"github.com/berth-dev/berth/provider"
 	"github.com/berth-dev/berth/sandbox"
+	"github.com/berth-dev/berth/snapshot"
 	"github.com/berth-dev/berth/transfer"
 )
 
@@ -24,6 +25,7 @@ func newWorker() *cobra.Command {
 		observe                         observeFlags
 		reapEvery, outputRetention      time.Duration
 		stopTimeout, heartbeatTimeout   time.Duration
+		storeRetry, storeRequestTimeout time.Duration
 		providers                       providerFlags
 		capacity                        capacityFlags
 	)
@@ -66,6 +68,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 				ReapEvery: reapEvery, OutputRetention: outputRetention, Logger: log,
 				StopTimeout: hostStopTimeout(stopTimeout), OrphanSampling: orphanSampling(observe.address),
 				HeartbeatTimeout: heartbeatTimeout, Telemetry: obs.telemetry, Tracer: obs.tracer,
+				StoreRetry: storeRetry, StoreRequestTimeout: storeRequestTimeout,
 			}
 			capacity.config(&cfg)
 			h, err := hostworker.StartHost(ctx, c, cfg)
@@ -89,6 +92,8 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 	observe.register(cmd)
 	cmd.Flags().DurationVar(&stopTimeout, "stop-timeout", hostworker.DefaultStopTimeout, "on SIGTERM or SIGINT, how long idle sandboxes may take to hibernate (waiting for their commands), then how long commands still under way may finish before their sandboxes are paused; 0 for none")
 	cmd.Flags().DurationVar(&heartbeatTimeout, "heartbeat-timeout", sandbox.DefaultHeartbeatTimeout, "how long a running command's heartbeat may be missing before the command is taken over by another worker")
+	cmd.Flags().DurationVar(&storeRetry, "store-retry", snapshot.DefaultRetry, "how long a request the blob store fails or leaves unanswered is retried before a checkpoint, snapshot or restore fails with StoreUnavailable")
+	cmd.Flags().DurationVar(&storeRequestTimeout, "store-request-timeout", snapshot.DefaultRequestTimeout, "how long one request to the blob store of snapshots (a chunk of at most 4 MiB) may take before it is given up on and retried")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)
 	capacity.register(cmd, "the host's memory less a reserve of 1Gi or a tenth, the larger")
