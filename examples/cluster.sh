@@ -19,6 +19,8 @@
 #   CLUSTER_HOSTS    how many workers (3)
 #   CLUSTER_TEMPORAL_PORT, CLUSTER_S3_PORT, CLUSTER_PG_PORT   (7233, 7070, 55432)
 #   CLUSTER_HEARTBEAT   the workers' --heartbeat-timeout (5s)
+#   CLUSTER_WORKER_ARGS more arguments of every worker (--workflow-cache 300)
+#   CLUSTER_WORKER_ENV  VAR=value words set in every worker's environment (a model: BERTH_MODEL=... OPENAI_BASE_URL=...)
 #   BERTH_BIN        a directory with berth-host and berth-sandboxd (default: built into CLUSTER_DIR/bin)
 #   TEMPORAL_SQL_TOOL   a temporal-sql-tool of the server's version (default: berth-host's own)
 # After up, CLUSTER_DIR/env holds what clients need (TEMPORAL_ADDRESS,
@@ -34,6 +36,8 @@ temporal_port=${CLUSTER_TEMPORAL_PORT:-7233}
 s3_port=${CLUSTER_S3_PORT:-7070}
 pg_port=${CLUSTER_PG_PORT:-55432}
 heartbeat=${CLUSTER_HEARTBEAT:-5s}
+worker_args=${CLUSTER_WORKER_ARGS:-}
+worker_env=${CLUSTER_WORKER_ENV:-}
 
 bridge=${name}0
 gw=$net.1
@@ -204,16 +208,16 @@ start_host() {
   # The shell joins the host's cgroups, then becomes the worker in the
   # host's network namespace (nsenter: ip netns exec would remount
   # /sys, and with it the cgroup hierarchies, in a namespace of its own).
-  # shellcheck disable=SC2016 # expanded by the inner shell
+  # shellcheck disable=SC2016,SC2086 # expanded by the inner shell; worker_env and worker_args are words
   AWS_ACCESS_KEY_ID=$(cat "$dir/s3/access") AWS_SECRET_ACCESS_KEY=$(cat "$dir/s3/secret") \
     AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null \
-    spawn "$dir/h$i.pid" "$dir/h$i.log" env -u BERTH_MODEL -u OPENAI_API_KEY -u OPENAI_BASE_URL -u TEMPORAL_API_KEY \
+    spawn "$dir/h$i.pid" "$dir/h$i.log" env -u BERTH_MODEL -u OPENAI_API_KEY -u OPENAI_BASE_URL -u TEMPORAL_API_KEY $worker_env \
     sh -c 'for c in "$@"; do case $c in --) break;; esac; echo $$ >"$c/cgroup.procs"; done
            while [ "$1" != -- ]; do shift; done; shift; exec "$@"' cgroups \
     $(for c in "${controllers[@]}"; do echo "$cgroups/$c/$name/h$i"; done) -- \
     nsenter --net="/run/netns/$ns" "$bin/berth-host" worker --address "$gw:$temporal_port" --namespace default \
     --data-dir "$(hostdir "$i")" --blob "$(blob_url)" --host-queue "berth@h$i" --provider linux \
-    --heartbeat-timeout "$heartbeat"
+    --heartbeat-timeout "$heartbeat" $worker_args
 }
 
 # kill_host N: the host is lost for good: its worker and every process
