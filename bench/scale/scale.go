@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/errdefs"
 	"github.com/berth-dev/berth/errdefs/temporalerr"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/session"
@@ -103,27 +102,6 @@ func (d *driver) progress(ctx context.Context, what string, count *atomic.Int64,
 		}
 	}()
 	return cancel
-}
-
-// sessions lists the live sessions of the group's managers (those of
-// an earlier create), up to the first that does not exist.
-func (d *driver) sessions(ctx context.Context) ([]ref, error) {
-	var refs []ref
-	for i := 0; ; i++ {
-		s := d.c.Sessions(d.managerID(i))
-		infos, err := s.Registry(ctx)
-		if errdefs.KindOf(err) == errdefs.NotFound {
-			return refs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("manager %s: %s", s.Manager, temporalerr.OneLine(err))
-		}
-		for _, info := range infos {
-			if info.Status != session.StatusEnded {
-				refs = append(refs, ref{s, info})
-			}
-		}
-	}
 }
 
 // awaitHibernated waits until every session's sandbox is hibernated,
@@ -224,6 +202,9 @@ func (d *driver) wake(ctx context.Context, refs []ref, o WakeOptions) ([]time.Du
 type LoadOptions struct {
 	C, PerManager, Parallel int
 	Every, For, Timeout     time.Duration
+	// During, when set, runs once halfway through (the script measures
+	// the hosts under load).
+	During func() error
 }
 
 // LoadReport is what a load phase measured.
@@ -252,6 +233,17 @@ func (d *driver) load(ctx context.Context, o LoadOptions) (*LoadReport, error) {
 	start := time.Now()
 	end := start.Add(o.For)
 	var wg sync.WaitGroup
+	if o.During != nil {
+		wg.Go(func() {
+			select {
+			case <-time.After(o.For / 2):
+				if err := o.During(); err != nil {
+					d.logf("load: %v", err)
+				}
+			case <-ctx.Done():
+			}
+		})
+	}
 	for i, r := range refs {
 		wg.Go(func() {
 			// Spread the sessions' ticks over the period.
