@@ -44,24 +44,29 @@ hook() {
   esac
 }
 
-# rss PID: a process's resident memory, MiB.
-rss() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+# mem PID FIELD: a field of a process's smaps_rollup (Rss, Pss,
+# Anonymous), MiB. The workers and the server share berth-host's pages
+# (~180 MiB of its text): Rss counts them in each, Pss shares them out,
+# Anonymous is a process's own.
+mem() { awk -v f="$2:" '$1 == f {printf "%.0f", $2 / 1024}' "/proc/$1/smaps_rollup"; }
 
 # measure PHASE: memory, daemons and load, to stdout and SCALE_DIR.
 measure() {
-  local i pid total=0 pg=0 daemons
+  local i pid rss=0 pss=0 anon=0 pg=0 daemons
   {
     echo "== $1: $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)"
     for i in $(seq "$hosts"); do
       pid=$(cat "$CLUSTER_DIR/h$i.pid")
       # The daemons of the host's sandboxes: processes in its cgroups.
       daemons=$(find "/sys/fs/cgroup/pids/$CLUSTER_NAME/h$i" -mindepth 2 -name cgroup.procs -exec cat {} + 2>/dev/null | wc -l)
-      echo "host $i: worker RSS $(rss "$pid") MiB, processes in its sandboxes' cgroups $daemons, berth-sandboxd $(pgrep -c -P "$pid" berth-sandboxd || true)"
-      curl -s "http://$CLUSTER_NET.$((10 + i)):9177/metrics" | grep -E '^temporal_sticky_cache_size|^go_goroutines|^go_memstats_heap_inuse_bytes' | sed 's/^/  /' || true
-      total=$((total + $(rss "$pid")))
+      # The linux provider keeps warm daemons (its pool, linux.pool) in cgroups named warm-*.
+      echo "host $i: worker Rss $(mem "$pid" Rss) MiB, Pss $(mem "$pid" Pss) MiB, Anonymous $(mem "$pid" Anonymous) MiB; processes in its sandboxes' cgroups $daemons ($(find "/sys/fs/cgroup/pids/$CLUSTER_NAME/h$i" -mindepth 2 -type d -name 'warm-*' | wc -l) warm)"
+      curl -s "http://$CLUSTER_NET.$((10 + i)):9177/metrics" | grep -E '^temporal_sticky_cache_size.*agent.Session|^go_goroutines|^go_memstats_heap_inuse_bytes' | sed 's/^/  /' || true
+      rss=$((rss + $(mem "$pid" Rss))) pss=$((pss + $(mem "$pid" Pss))) anon=$((anon + $(mem "$pid" Anonymous)))
     done
-    echo "workers' RSS, total: $total MiB"
-    echo "Temporal server RSS: $(rss "$(cat "$CLUSTER_DIR/server.pid")") MiB"
+    echo "workers, total: Rss $rss MiB, Pss $pss MiB, Anonymous $anon MiB"
+    pid=$(cat "$CLUSTER_DIR/server.pid")
+    echo "Temporal server: Rss $(mem "$pid" Rss) MiB, Pss $(mem "$pid" Pss) MiB, Anonymous $(mem "$pid" Anonymous) MiB"
     for pid in $(pgrep -u postgres postgres); do
       pg=$((pg + $(awk '/^Pss:/ {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)))
     done

@@ -14,12 +14,14 @@ import (
 // whichever host takes it: a few milliseconds for an idle session's.
 const (
 	// WorkflowCacheMemory is the share of a host's memory its workflow
-	// cache may take by default, as a divisor: a 64th.
-	WorkflowCacheMemory = 64
+	// cache may take by default, as a divisor: a 128th (1,536 workflows
+	// on a host of 24 GiB).
+	WorkflowCacheMemory = 128
 	// CachedWorkflowCost is what one cached workflow costs, for sizing
-	// the cache: an idle agent session's, measured (docs/cluster.md,
+	// the cache: an idle agent session's, with a margin (95 KiB of the
+	// worker's own memory and 4 goroutines measured; docs/cluster.md,
 	// "Scale").
-	CachedWorkflowCost = 512 << 10
+	CachedWorkflowCost = 128 << 10
 	// MinWorkflowCache and MaxWorkflowCache bound the default: the
 	// SDK's own default is the maximum.
 	MinWorkflowCache = 100
