@@ -36,7 +36,10 @@ hook() {
   case $1 in
   up)
     export CLUSTER_WORKER_ENV="BERTH_MODEL=fake-model OPENAI_API_KEY=sk-fake OPENAI_BASE_URL=http://$model/v1"
-    export CLUSTER_WORKER_ARGS="--metrics-address :9177 --pprof ${CACHE:+--workflow-cache $CACHE}"
+    # --max-memory 0: the load's sessions never pause, and a host's
+    # default bound (its memory, at 2 GiB a sandbox without a limit)
+    # would hold 10 of them.
+    export CLUSTER_WORKER_ARGS="--metrics-address :9177 --pprof --max-memory 0 ${CACHE:+--workflow-cache $CACHE}"
     examples/cluster.sh up >"$out/cluster.log" 2>&1 || { cat "$out/cluster.log"; exit 1; }
     grep -h "berth worker is ready" "$CLUSTER_DIR"/h*.log | sed 's/^/  /'
     ;;
@@ -92,5 +95,5 @@ go build -o "$out/scale" ./bench/scale
 trap '[ -n "${KEEP:-}" ] || examples/cluster.sh down >>"$out/cluster.log" 2>&1' EXIT
 TEMPORAL_ADDRESS=$gw:$CLUSTER_TEMPORAL_PORT TEMPORAL_NAMESPACE=default "$out/scale" -model "$model" \
   -hook "bash $root/bench/scale.sh hook" \
-  -n "${N:-10000}" -k "${K:-100}" -c "${C:-200}" -for "${FOR:-10m}" -per-manager "${PER_MANAGER:-100}" \
+  -n "${N-10000}" -k "${K:-100}" -c "${C:-200}" -for "${FOR:-10m}" -per-manager "${PER_MANAGER:-100}" \
   -parallel "${PARALLEL:-16}" -hibernate-after "${HIBERNATE_AFTER:-20s}" 2>&1 | tee "$out/scale.txt"

@@ -278,12 +278,14 @@ func (d *driver) load(ctx context.Context, o LoadOptions) (*LoadReport, error) {
 	stop()
 	rep.Elapsed = time.Since(start)
 	d.logf("load: checking each session's ran.log")
-	for i, r := range refs {
+	d.each(ctx, refs, o.Parallel, func(i int, r ref) {
 		res, t := d.runTurn(ctx, r, "check", sent[i]+1, o.Timeout)
+		mu.Lock()
+		defer mu.Unlock()
 		if !res.ok {
 			rep.Failed = append(rep.Failed, fmt.Sprintf("%s check: %s", r.info.WorkflowID, res.err))
 			rep.Lost += sent[i]
-			continue
+			return
 		}
 		lost, twice := checkLog(t.output, sent[i])
 		rep.Lost += len(lost)
@@ -291,13 +293,27 @@ func (d *driver) load(ctx context.Context, o LoadOptions) (*LoadReport, error) {
 		if len(lost)+len(twice) > 0 {
 			rep.Failed = append(rep.Failed, fmt.Sprintf("%s: lost %v, twice %v", r.info.WorkflowID, lost, twice))
 		}
-	}
-	for _, r := range refs {
+	})
+	d.each(ctx, refs, o.Parallel, func(_ int, r ref) {
 		if _, err := r.s.Destroy(ctx, session.DestroyRequest{Session: r.info.ID}); err != nil {
 			d.logf("destroy %s: %s", r.info.WorkflowID, temporalerr.OneLine(err))
 		}
-	}
+	})
 	return rep, nil
+}
+
+// each calls f for every session, parallel at a time.
+func (d *driver) each(ctx context.Context, refs []ref, parallel int, f func(int, ref)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range max(parallel, 1) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(refs) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+				f(i, refs[i])
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // quantiles says p50, p90, p99 and max of ds.
