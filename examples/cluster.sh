@@ -31,6 +31,8 @@
 #   CLUSTER_STORE_RETRY the workers' --store-retry (their default, 2m, when empty)
 #   CLUSTER_STORE_REQUEST_TIMEOUT the workers' --store-request-timeout (their default, 1m, when empty)
 #   CLUSTER_MIN_FREE_DISK the workers' --min-free-disk (their default when empty)
+#   CLUSTER_WORKER_ARGS more arguments of every worker (--workflow-cache 300)
+#   CLUSTER_WORKER_ENV  VAR=value words set in every worker's environment (a model: BERTH_MODEL=... OPENAI_BASE_URL=...)
 #   BERTH_BIN        a directory with berth-host and berth-sandboxd (default: built into CLUSTER_DIR/bin)
 #   TEMPORAL_SQL_TOOL   a temporal-sql-tool of the server's version (default: berth-host's own)
 # After up, CLUSTER_DIR/env holds what clients need (TEMPORAL_ADDRESS,
@@ -50,6 +52,8 @@ host_disk=${CLUSTER_HOST_DISK:-4G}
 store_retry=${CLUSTER_STORE_RETRY:-}
 min_free_disk=${CLUSTER_MIN_FREE_DISK:-}
 store_request_timeout=${CLUSTER_STORE_REQUEST_TIMEOUT:-}
+worker_args=${CLUSTER_WORKER_ARGS:-}
+worker_env=${CLUSTER_WORKER_ENV:-}
 
 bridge=${name}0
 gw=$net.1
@@ -269,16 +273,16 @@ start_host() {
   # The shell joins the host's cgroups, then becomes the worker in the
   # host's network namespace (nsenter: ip netns exec would remount
   # /sys, and with it the cgroup hierarchies, in a namespace of its own).
-  # shellcheck disable=SC2016 # expanded by the inner shell
+  # shellcheck disable=SC2016,SC2086 # expanded by the inner shell; worker_env and worker_args are words
   AWS_ACCESS_KEY_ID=$(cat "$dir/s3/access") AWS_SECRET_ACCESS_KEY=$(cat "$dir/s3/secret") \
     AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null \
-    spawn "$dir/h$i.pid" "$dir/h$i.log" env -u BERTH_MODEL -u OPENAI_API_KEY -u OPENAI_BASE_URL -u TEMPORAL_API_KEY \
+    spawn "$dir/h$i.pid" "$dir/h$i.log" env -u BERTH_MODEL -u OPENAI_API_KEY -u OPENAI_BASE_URL -u TEMPORAL_API_KEY $worker_env \
     sh -c 'for c in "$@"; do case $c in --) break;; esac; echo $$ >"$c/cgroup.procs"; done
            while [ "$1" != -- ]; do shift; done; shift; exec "$@"' cgroups \
     $(for c in "${controllers[@]}"; do echo "$cgroups/$c/$name/h$i"; done) -- \
     nsenter --net="/run/netns/$ns" "$bin/berth-host" worker --address "$gw:$temporal_port" --namespace default \
     --data-dir "$(hostdir "$i")" --blob "$(blob_url)" --host-queue "berth@h$i" --provider linux \
-    --heartbeat-timeout "$heartbeat" ${store_retry:+--store-retry "$store_retry"} ${store_request_timeout:+--store-request-timeout "$store_request_timeout"} ${min_free_disk:+--min-free-disk "$min_free_disk"}
+    --heartbeat-timeout "$heartbeat" ${store_retry:+--store-retry "$store_retry"} ${store_request_timeout:+--store-request-timeout "$store_request_timeout"} ${min_free_disk:+--min-free-disk "$min_free_disk"} $worker_args
 }
 
 # kill_host N: the host is lost for good: its worker and every process

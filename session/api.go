@@ -92,6 +92,11 @@ type CreateRequest struct {
 	CheckpointEvery    int           `json:"checkpoint_every,omitempty"`
 	CheckpointInterval time.Duration `json:"checkpoint_interval,omitempty"`
 	CheckpointIdle     time.Duration `json:"checkpoint_idle,omitempty"`
+	// IdleTimeout and HibernateAfter are the session sandbox's, as in
+	// agent.SessionInput: zero means the manager's setting (by default
+	// the sandbox package's), a negative value never.
+	IdleTimeout    time.Duration `json:"idle_timeout,omitempty"`
+	HibernateAfter time.Duration `json:"hibernate_after,omitempty"`
 }
 
 // RenameRequest gives a session a new title.

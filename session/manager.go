@@ -389,6 +389,12 @@ func (m *manager) create(ctx workflow.Context, req CreateRequest) (Info, error) 
 	if req.MaxSteps != 0 {
 		in.MaxSteps = req.MaxSteps
 	}
+	if req.IdleTimeout != 0 {
+		in.IdleTimeout = req.IdleTimeout
+	}
+	if req.HibernateAfter != 0 {
+		in.HibernateAfter = req.HibernateAfter
+	}
 	in.Approvals = in.Approvals || req.Approvals
 	in.Checkpoint = req.checkpoint(in.Checkpoint)
 	in.Fork, in.Carried = nil, nil

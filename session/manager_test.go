@@ -621,3 +621,21 @@ func TestCreateCheckpoint(t *testing.T) {
 		t.Errorf("%d sessions after refused creations; want the 3 made", got)
 	}
 }
+
+// A create's idle settings reach the session's sandbox: one told to
+// hibernate after a second does, and one told never to stays running.
+func TestCreateIdleSettings(t *testing.T) {
+	m := newManager(t, session.ManagerInput{})
+	soon := m.create(session.CreateRequest{IdleTimeout: sandbox.NoIdleTimeout, HibernateAfter: time.Second})
+	never := m.create(session.CreateRequest{IdleTimeout: sandbox.NoIdleTimeout, HibernateAfter: sandbox.NoIdleTimeout})
+	testkit.Eventually(t, "s1 hibernated", 2*time.Minute, func() bool {
+		st, err := m.state(soon)
+		return err == nil && st.Sandbox.State == sandbox.StateHibernated
+	})
+	// s2 was made after s1 and told never to: by now it would have
+	// hibernated too, had the manager's default been used instead.
+	st, err := m.state(never)
+	if err != nil || st.Sandbox.State != sandbox.StateRunning {
+		t.Errorf("s2, never to pause: %+v %v", st.Sandbox, err)
+	}
+}

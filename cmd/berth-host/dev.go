@@ -28,6 +28,7 @@ func newDev() *cobra.Command {
 		reapEvery, outputRetention, stopTimeout time.Duration
 		providers                               providerFlags
 		capacity                                capacityFlags
+		cache                                   cacheFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -57,6 +58,7 @@ when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			log := newLogger(verbose)
+			cached := cache.apply()
 			obs, err := observe.start(ctx, "berth-dev", log)
 			if err != nil {
 				return err
@@ -105,7 +107,7 @@ when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 			if err := startSessions(ctx, c); err != nil {
 				return err
 			}
-			attrs := []any{"address", srv.Address(), "namespace", srv.Namespace(), "data", dataDir, "providers", h.Providers()}
+			attrs := []any{"address", srv.Address(), "namespace", srv.Namespace(), "data", dataDir, "providers", h.Providers(), "workflow-cache", cached}
 			if srv.UIAddress() != "" {
 				attrs = append(attrs, "ui", "http://"+srv.UIAddress())
 			}
@@ -124,6 +126,7 @@ when E2B_API_KEY holds the team's key (docs/providers/e2b.md).
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)
 	capacity.register(cmd, "no bound")
+	cache.register(cmd)
 	return cmd
 }
 

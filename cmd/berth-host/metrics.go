@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"time"
 
@@ -34,15 +35,20 @@ lists the metrics and the queries of a dashboard.`
 // OTEL_* environment for traces.
 type observeFlags struct {
 	address string
+	pprof   bool
 }
 
 func (f *observeFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.address, "metrics-address", "",
 		"serve the Temporal SDK's and berth's metrics in Prometheus' text format at http://ADDRESS/metrics (HOST:PORT; :0 picks a port); empty for none")
+	cmd.Flags().BoolVar(&f.pprof, "pprof", false, "with --metrics-address, serve Go's profiles there too, at /debug/pprof/ (go tool pprof http://ADDRESS/debug/pprof/heap)")
 	prev := cmd.PreRunE
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
 		if err := checkMetricsAddress(f.address); err != nil {
 			return usageError{err}
+		}
+		if f.pprof && f.address == "" {
+			return usageError{fmt.Errorf("--pprof serves on --metrics-address: give one")}
 		}
 		if prev != nil {
 			return prev(cmd, args)
@@ -70,6 +76,7 @@ func checkMetricsAddress(addr string) error {
 // observing is what a host's observation needs while it runs.
 type observing struct {
 	ln          net.Listener          // the metrics' listener; nil for none
+	pprof       bool                  // serve net/http/pprof beside the metrics
 	telemetry   *hostworker.Telemetry // nil without metrics
 	tracer      trace.TracerProvider  // nil without traces
 	interceptor interceptor.Interceptor
@@ -97,6 +104,7 @@ func (f *observeFlags) start(ctx context.Context, service string, log *slog.Logg
 	if f.address == "" {
 		return o, nil
 	}
+	o.pprof = f.pprof
 	if o.ln, err = net.Listen("tcp", f.address); err != nil {
 		o.close()
 		return nil, fmt.Errorf("--metrics-address: %w", err)
@@ -127,6 +135,13 @@ func (o *observing) serve(h *hostworker.Host, log *slog.Logger) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", h.MetricsHandler())
+	if o.pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(o.ln)
 	log.Info("metrics", "url", "http://"+o.ln.Addr().String()+"/metrics")

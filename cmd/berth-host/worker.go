@@ -28,6 +28,7 @@ func newWorker() *cobra.Command {
 		storeRetry, storeRequestTimeout time.Duration
 		providers                       providerFlags
 		capacity                        capacityFlags
+		cache                           cacheFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -46,6 +47,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			log := newLogger(verbose)
+			cached := cache.apply()
 			opts, err := cf.Options()
 			if err != nil {
 				return err
@@ -77,7 +79,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 			}
 			defer h.Close()
 			obs.serve(h, log)
-			log.Info("berth worker is ready", "address", opts.HostPort, "namespace", opts.Namespace,
+			log.Info("berth worker is ready", "address", opts.HostPort, "namespace", opts.Namespace, "workflow-cache", cached,
 				"queue", queue, "host-queue", h.HostQueue, "providers", h.Providers())
 			<-ctx.Done()
 			return shutdown(ctx, h, log, "berth worker", stopTimeout)
@@ -97,6 +99,7 @@ OPENAI_BASE_URL, as for berth dev (berth dev --help).
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log more")
 	providers.register(cmd)
 	capacity.register(cmd, "the host's memory less a reserve of 1Gi or a tenth, the larger")
+	cache.register(cmd)
 	// berth's connection flags: the berth command hands them over after
 	// the command's name, wherever they were.
 	cf.Register(cmd.Flags(), berth.DefaultRetryFor)

@@ -144,6 +144,8 @@ func newSessionNew(sf *sessionFlags) *cobra.Command {
 	network.register(f)
 	f.BoolVar(&req.Approvals, "approvals", false, "make every shell command wait for berth session approve")
 	f.IntVar(&req.MaxSteps, "max-steps", 0, fmt.Sprintf("model calls a turn may make (default %d)", agent.DefaultMaxSteps))
+	f.DurationVar(&req.IdleTimeout, "idle-timeout", 0, "pause its sandbox after this long without a command; negative: never (default 5m)")
+	f.DurationVar(&req.HibernateAfter, "hibernate-after", 0, "checkpoint and free its sandbox after this long without a command; negative: never (default 30m)")
 	f.StringVar(&req.SystemPrompt, "instructions", "", "the agent's instructions (default: berth's; AGENTS.md in the workspace joins them)")
 	checkpointFlags(f, &req.CheckpointEvery, &req.CheckpointInterval, &req.CheckpointIdle)
 	out = addFormat(f, formatJSON)

@@ -85,6 +85,9 @@ type Server struct {
 	holds      []*Gate
 	requests   []Request
 	listStatus int // non-zero: GET /v1/models answers this, not a list
+	// respond, when set, answers every request the script does not:
+	// Respond.
+	respond func(Request) Reply
 }
 
 // New starts a server serving Model behind Key; it stops when the test
@@ -95,6 +98,31 @@ func New(t testing.TB) *Server {
 	s.URL = s.srv.URL + "/v1"
 	t.Cleanup(s.Close)
 	return s
+}
+
+// Listen starts a server on addr (HOST:PORT) for a program, not a test
+// (a benchmark's driver): Close stops it.
+func Listen(addr string) (*Server, error) {
+	s := newServer()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("fakemodel: %w", err)
+	}
+	s.srv.Listener.Close()
+	s.srv.Listener = l
+	s.srv.Start()
+	s.URL = s.srv.URL + "/v1"
+	return s, nil
+}
+
+// Respond has f answer each request the script has no reply left for,
+// from what the request holds: a model whose replies depend on the
+// conversation, for many sessions at once. Requests answered so are not
+// kept (Requests): a long benchmark would hold them all.
+func (s *Server) Respond(f func(Request) Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.respond = f
 }
 
 // NewDown returns a server that is down: its URL is refused until Up
@@ -438,7 +466,10 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	err := json.NewDecoder(r.Body).Decode(&req)
 	req.Authorization, req.Received = r.Header.Get("Authorization"), time.Now()
 	s.mu.Lock()
-	s.requests = append(s.requests, req)
+	respond := s.respond
+	if respond == nil || len(s.script) > 0 {
+		s.requests = append(s.requests, req)
+	}
 	s.mu.Unlock()
 	if !s.authorized(w, r) {
 		return
@@ -457,6 +488,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	gate, fail, retryAfter, drop, reply, ok := s.next(req)
+	if !ok && fail == 0 && respond != nil {
+		reply, ok = respond(req), true
+	}
 	if gate != nil {
 		close(gate.arrived)
 		select {
