@@ -11,11 +11,17 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/s3blob"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/testkit"
@@ -65,23 +71,42 @@ func (c *cluster) logs(t *testing.T) {
 	}
 }
 
-// up builds the binaries and brings a cluster up, with names, addresses
-// and ports of its own, and brings it down when the test ends, whatever
-// happened.
-func up(t *testing.T) *cluster {
+// clusters counts the clusters this process brought up, for their names.
+var clusters atomic.Int32
+
+// binaries builds, once for all the tests, berth-host as the other
+// tests build it (its build is cached with theirs) and the in-sandbox
+// daemon static, as README builds it, into a directory TestMain removes.
+var binaries = sync.OnceValues(func() (string, error) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(binDir, "bin")
+	for _, b := range []struct{ pkg, cgo string }{{"./cmd/berth-host", "1"}, {"./cmd/berth-sandboxd", "0"}} {
+		build := exec.Command("go", "build", "-o", bin+"/", b.pkg)
+		build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED="+b.cgo)
+		if out, err := build.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s: %v\n%s", b.pkg, err, out)
+		}
+	}
+	return bin, nil
+})
+
+// up brings a cluster up, with names, addresses and ports of its own,
+// and brings it down when the test ends, whatever happened; env are
+// settings of cluster.sh's for this cluster.
+//
+// The tests run in parallel, each on a cluster of its own: most of their
+// time is spent waiting out heartbeat and host timeouts.
+func up(t *testing.T, env ...string) *cluster {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// berth-host as the other tests build it (its build is cached with
-	// theirs), the in-sandbox daemon static, as README builds it.
-	bin := t.TempDir()
-	for _, b := range []struct{ pkg, cgo string }{{"./cmd/berth-host", "1"}, {"./cmd/berth-sandboxd", "0"}} {
-		build := exec.CommandContext(t.Context(), "go", "build", "-o", bin+"/", b.pkg)
-		build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED="+b.cgo)
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", b.pkg, err, out)
-		}
+	bin, err := binaries()
+	if err != nil {
+		t.Fatal(err)
 	}
 	// The postgres user must reach its directory: not below t.TempDir,
 	// which only root may enter.
@@ -91,7 +116,7 @@ func up(t *testing.T) *cluster {
 	}
 	// Ports free on loopback are free on the bridge too, unless a
 	// process listens on every address, which would take them there.
-	id := os.Getpid() % 100_000
+	id := os.Getpid()%10_000*10 + int(clusters.Add(1)%10)
 	net, port := fmt.Sprintf("100.87.%d", 10+id%240), testkit.FreePort(t)
 	c := &cluster{
 		script:  filepath.Join(root, "examples", "cluster.sh"),
@@ -109,6 +134,7 @@ func up(t *testing.T) *cluster {
 			"PATH="+os.Getenv("PATH")+":"+filepath.Join(goEnv(t, "GOPATH"), "bin"),
 		),
 	}
+	c.env = append(c.env, env...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			c.logs(t)
@@ -188,6 +214,7 @@ func TestCluster(t *testing.T) {
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		t.Fatal("the cluster needs Linux and root (network namespaces, cgroups); .ci/run runs as root")
 	}
+	t.Parallel()
 	c := up(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -382,4 +409,32 @@ func placement(hosts map[string][]*berth.Sandbox) map[string][]string {
 		}
 	}
 	return m
+}
+
+// bucket opens the bucket the cluster's workers share, with the store's
+// keys given to the client rather than through the process's environment,
+// which the parallel tests' clusters would share.
+func (c *cluster) bucket(ctx context.Context, t *testing.T) *blob.Bucket {
+	t.Helper()
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(c.dir, "s3", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	gw := c.address[:strings.LastIndex(c.address, ":")] // the bridge's address, the store's too
+	endpoint := fmt.Sprintf("http://%s:%s", gw, c.setting("CLUSTER_S3_PORT"))
+	client := s3.New(s3.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		UsePathStyle: true,
+		Credentials:  credentials.NewStaticCredentialsProvider(read("access"), read("secret"), ""),
+	})
+	b, err := s3blob.OpenBucket(ctx, client, "berth", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
 }

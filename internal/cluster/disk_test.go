@@ -47,6 +47,7 @@ func TestDiskFull(t *testing.T) {
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		t.Fatal("the cluster needs Linux and root (network namespaces, cgroups, loop devices); .ci/run runs as root")
 	}
+	t.Parallel()
 	c := up(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()

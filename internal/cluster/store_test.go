@@ -2,10 +2,8 @@ package cluster_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -56,23 +54,7 @@ func (c *cluster) setting(name string) string {
 // snapshots opens the snapshot store the workers share, through S3.
 func (c *cluster) snapshots(ctx context.Context, t *testing.T) *snapshot.Store {
 	t.Helper()
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(c.dir, "s3", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(b))
-	}
-	t.Setenv("AWS_ACCESS_KEY_ID", read("access"))
-	t.Setenv("AWS_SECRET_ACCESS_KEY", read("secret"))
-	t.Setenv("AWS_CONFIG_FILE", os.DevNull)
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
-	gw := c.address[:strings.LastIndex(c.address, ":")] // the bridge's address, the store's too
-	b, err := blob.OpenBucket(ctx, fmt.Sprintf("s3://berth?endpoint=http://%s:%s&use_path_style=true&region=us-east-1", gw, c.setting("CLUSTER_S3_PORT")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b = blob.PrefixedBucket(b, hostworker.SnapshotPrefix)
+	b := blob.PrefixedBucket(c.bucket(ctx, t), hostworker.SnapshotPrefix)
 	t.Cleanup(func() { b.Close() })
 	return snapshot.New(b)
 }
@@ -113,16 +95,16 @@ func TestStoreOutage(t *testing.T) {
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		t.Fatal("the cluster needs Linux and root (network namespaces, cgroups); .ci/run runs as root")
 	}
-	t.Setenv("CLUSTER_STORE_RETRY", storeRetry.String())
-	t.Setenv("CLUSTER_STORE_REQUEST_TIMEOUT", storeRequest.String())
-	c := up(t)
+	t.Parallel()
+	c := up(t, "CLUSTER_STORE_RETRY="+storeRetry.String(), "CLUSTER_STORE_REQUEST_TIMEOUT="+storeRequest.String())
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
 	tc, bc := dial(ctx, t, c)
 	store := c.snapshots(ctx, t)
 
 	opts := func(id string) berth.SandboxOptions {
-		return berth.SandboxOptions{ID: id, IdleTimeout: berth.Never, HibernateAfter: berth.Never}
+		// A short host timeout: the loss at the end is noticed sooner.
+		return berth.SandboxOptions{ID: id, IdleTimeout: berth.Never, HibernateAfter: berth.Never, HostTimeout: 20 * time.Second}
 	}
 	s, err := bc.Sandboxes().Create(ctx, opts("outage"))
 	if err != nil {

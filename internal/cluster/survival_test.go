@@ -1,7 +1,6 @@
 package cluster_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
-	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/s3blob" // the cluster's store
 
 	"github.com/berth-dev/berth"
@@ -45,6 +43,7 @@ func TestClusterSurvival(t *testing.T) {
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		t.Fatal("the cluster needs Linux and root (network namespaces, cgroups); .ci/run runs as root")
 	}
+	t.Parallel()
 	c := up(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
@@ -278,17 +277,7 @@ type scriptedModel struct {
 
 func (c *cluster) serveModel(ctx context.Context, t *testing.T, tc client.Client) scriptedModel {
 	t.Helper()
-	env := c.envFile(t)
-	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"} {
-		t.Setenv(k, env[k])
-	}
-	t.Setenv("AWS_CONFIG_FILE", os.DevNull)
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", os.DevNull)
-	bucket, err := blob.OpenBucket(ctx, env["BERTH_BLOB"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bucket.Close() })
+	bucket := c.bucket(ctx, t)
 	fm := fakemodel.New(t)
 	m, err := model.New(model.Config{BaseURL: fm.URL, APIKey: fakemodel.Key, Model: fakemodel.Model}, bucket)
 	if err != nil {
@@ -313,29 +302,6 @@ func (m scriptedModel) requestsFor(name string) int {
 		}
 	}
 	return n
-}
-
-// envFile reads the cluster's env file (KEY=VALUE lines after export,
-// values maybe single-quoted).
-func (c *cluster) envFile(t *testing.T) map[string]string {
-	t.Helper()
-	f, err := os.Open(filepath.Join(c.dir, "env"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
-		if ok {
-			env[k] = strings.Trim(v, "'")
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return env
 }
 
 // holder names the host (h1, h2, ...) whose linux provider holds
