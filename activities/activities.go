@@ -443,12 +443,19 @@ func copyBeating(ctx context.Context, dst io.Writer, src io.Reader) (int64, erro
 // Heartbeat heartbeats the activity of ctx every few seconds until stop
 // is called: for activities, here and in other packages, whose work
 // reports no progress of its own. Outside an activity it does nothing.
-func Heartbeat(ctx context.Context) (stop func()) {
+func Heartbeat(ctx context.Context) (stop func()) { return heartbeatLoop(ctx, nil) }
+
+// heartbeatLoop heartbeats the activity of ctx every heartbeatEvery,
+// with what details returns (nothing when it is nil), until stop is
+// called; stop returns once the loop has ended. Outside an activity it
+// does nothing.
+func heartbeatLoop(ctx context.Context, details func() any) (stop func()) {
 	if !activity.IsActivity(ctx) {
 		return func() {}
 	}
-	done := make(chan struct{})
+	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(exited)
 		t := time.NewTicker(heartbeatEvery)
 		defer t.Stop()
 		for {
@@ -458,9 +465,13 @@ func Heartbeat(ctx context.Context) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				activity.RecordHeartbeat(ctx)
+				if details == nil {
+					activity.RecordHeartbeat(ctx)
+				} else {
+					activity.RecordHeartbeat(ctx, details())
+				}
 			}
 		}
 	}()
-	return func() { close(done) }
+	return func() { close(done); <-exited }
 }

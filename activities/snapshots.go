@@ -163,27 +163,7 @@ func progressBeat(ctx context.Context) (progress func(snapshot.Progress), stop f
 		last.Store(&p)
 		activity.RecordHeartbeat(ctx, p)
 	}
-	if !activity.IsActivity(ctx) {
-		return progress, func() {}
-	}
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(heartbeatEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx, *last.Load())
-			}
-		}
-	}()
-	return progress, func() { close(done); <-exited }
+	return progress, heartbeatLoop(ctx, func() any { return *last.Load() })
 }
 
 // DeleteSnapshot deletes a snapshot; one already gone is not an error.

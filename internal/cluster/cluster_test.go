@@ -100,6 +100,9 @@ var binaries = sync.OnceValues(func() (string, error) {
 // The tests run in parallel, each on a cluster of its own: most of their
 // time is spent waiting out heartbeat and host timeouts.
 func up(t *testing.T, env ...string) *cluster {
+	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
+		t.Fatal("the cluster needs Linux and root (network namespaces, cgroups, loop devices); .ci/run runs as root")
+	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -211,22 +214,11 @@ func execOK(ctx context.Context, t *testing.T, s *berth.Sandbox, line string) st
 // is re-created on another host from its checkpoint in S3, the file
 // written since is named as lost, and the other sandboxes answer.
 func TestCluster(t *testing.T) {
-	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
-		t.Fatal("the cluster needs Linux and root (network namespaces, cgroups); .ci/run runs as root")
-	}
 	t.Parallel()
 	c := up(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	tc, err := client.DialContext(ctx, client.Options{
-		HostPort: c.address, Namespace: "default",
-		ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	bc := berth.New(tc, berth.WithRetryFor(2*time.Minute))
+	tc, bc := c.dial(ctx, t)
 
 	// Sandboxes spread over the hosts, and each runs and keeps files.
 	const n = 6
@@ -437,4 +429,19 @@ func (c *cluster) bucket(ctx context.Context, t *testing.T) *blob.Bucket {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	return b
+}
+
+// dial is a Temporal client and a berth client on the cluster's server,
+// closed when the test ends.
+func (c *cluster) dial(ctx context.Context, t *testing.T) (client.Client, *berth.Client) {
+	t.Helper()
+	tc, err := client.DialContext(ctx, client.Options{
+		HostPort: c.address, Namespace: "default",
+		ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	return tc, berth.New(tc, berth.WithRetryFor(2*time.Minute))
 }

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,22 +44,11 @@ const partitionHostTimeout = 10 * time.Second
 //     state freed), a command sent after the move runs on the new copy
 //     alone, and the host takes new sandboxes.
 func TestPartition(t *testing.T) {
-	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
-		t.Fatal("the cluster needs Linux and root (network namespaces, cgroups); .ci/run runs as root")
-	}
 	t.Parallel()
 	c := up(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	tc, err := client.DialContext(ctx, client.Options{
-		HostPort: c.address, Namespace: "default",
-		ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	bc := berth.New(tc, berth.WithRetryFor(2*time.Minute))
+	tc, bc := c.dial(ctx, t)
 
 	// Two sandboxes on one host: made three at a time (placement spreads
 	// them) until a host holds two.

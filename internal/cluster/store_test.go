@@ -3,13 +3,10 @@ package cluster_test
 import (
 	"context"
 	"io"
-	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/s3blob"
 
@@ -26,20 +23,6 @@ const (
 	storeRetry   = 40 * time.Second
 	storeRequest = 5 * time.Second
 )
-
-// dial is a Temporal client and a berth client on the cluster.
-func dial(ctx context.Context, t *testing.T, c *cluster) (client.Client, *berth.Client) {
-	t.Helper()
-	tc, err := client.DialContext(ctx, client.Options{
-		HostPort: c.address, Namespace: "default",
-		ConnectionOptions: client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
-	return tc, berth.New(tc, berth.WithRetryFor(2*time.Minute))
-}
 
 // setting is the value of one of the cluster's settings.
 func (c *cluster) setting(name string) string {
@@ -92,14 +75,11 @@ func wholeStore(ctx context.Context, t *testing.T, store *snapshot.Store) []snap
 // running with B its checkpoint. Its host is then killed: the sandbox
 // is recovered from B, and the write since is named as lost.
 func TestStoreOutage(t *testing.T) {
-	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
-		t.Fatal("the cluster needs Linux and root (network namespaces, cgroups); .ci/run runs as root")
-	}
 	t.Parallel()
 	c := up(t, "CLUSTER_STORE_RETRY="+storeRetry.String(), "CLUSTER_STORE_REQUEST_TIMEOUT="+storeRequest.String())
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
-	tc, bc := dial(ctx, t, c)
+	tc, bc := c.dial(ctx, t)
 	store := c.snapshots(ctx, t)
 
 	opts := func(id string) berth.SandboxOptions {
