@@ -37,6 +37,23 @@ func TestMain(m *testing.M) {
 	os.Exit(runWithBerth(m))
 }
 
+// destroyAll destroys every sandbox p holds, and closes it.
+func destroyAll(p *linux.Provider) {
+	ctx := context.Background()
+	infos, err := p.List(ctx, nil)
+	if err != nil {
+		log.Printf("list the examples' sandboxes: %v", err)
+	}
+	for _, info := range infos {
+		if sb, err := p.Get(ctx, info.ID); err == nil {
+			if err := sb.Destroy(ctx); err != nil {
+				log.Printf("destroy %s: %v", info.ID, err)
+			}
+		}
+	}
+	p.Close()
+}
+
 // runWithBerth runs the tests and examples with a server and a worker
 // in temporary directories, all gone afterwards.
 func runWithBerth(m *testing.M) int {
@@ -72,6 +89,9 @@ func runWithBerth(m *testing.M) int {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Sandboxes outlive their provider: what the examples left goes
+	// before its directory does, or its daemons would run on.
+	defer destroyAll(p)
 	bucket := func(name string) *blob.Bucket {
 		b, err := fileblob.OpenBucket(mkdir(name), nil)
 		if err != nil {
