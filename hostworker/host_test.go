@@ -14,6 +14,7 @@ import (
 	"github.com/berth-dev/berth/hostworker"
 	"github.com/berth-dev/berth/internal/testkit"
 	"github.com/berth-dev/berth/provider"
+	"github.com/berth-dev/berth/provider/linux"
 	"github.com/berth-dev/berth/sandbox"
 	"github.com/berth-dev/berth/workflows"
 )
@@ -113,8 +114,38 @@ func shortDataDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(d) })
+	t.Cleanup(func() {
+		destroyLeft(t, filepath.Join(d, "linux"))
+		os.RemoveAll(d)
+	})
 	return d
+}
+
+// destroyLeft destroys the sandboxes a linux provider's state directory
+// still holds: sandboxes outlive their host (tests leave some as a crash
+// would), and their daemons would run on once the directory is gone.
+func destroyLeft(t *testing.T, stateDir string) {
+	if _, err := os.Stat(stateDir); err != nil {
+		return
+	}
+	p, err := linux.New(linux.Config{StateDir: stateDir, Pool: -1})
+	if err != nil {
+		t.Errorf("open %s to destroy what is left: %v", stateDir, err)
+		return
+	}
+	defer p.Close()
+	ctx := context.Background()
+	infos, err := p.List(ctx, nil)
+	if err != nil {
+		t.Errorf("list what is left in %s: %v", stateDir, err)
+	}
+	for _, info := range infos {
+		if sb, err := p.Get(ctx, info.ID); err == nil {
+			if err := sb.Destroy(ctx); err != nil {
+				t.Errorf("destroy %s: %v", info.ID, err)
+			}
+		}
+	}
 }
 
 // TestOpenBucketFileStore checks that a file store is opened without
