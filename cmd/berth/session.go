@@ -104,9 +104,10 @@ func dash(s string) string {
 
 func newSessionNew(sf *sessionFlags) *cobra.Command {
 	var (
-		req     session.CreateRequest
-		network networkFlags
-		out     *format
+		req                 session.CreateRequest
+		network             networkFlags
+		out                 *format
+		noIdle, noHibernate bool
 	)
 	cmd := &cobra.Command{
 		Use:   "new",
@@ -119,6 +120,12 @@ func newSessionNew(sf *sessionFlags) *cobra.Command {
 					return usageError{err}
 				}
 				req.Network = &n
+			}
+			if noIdle {
+				req.IdleTimeout = berth.Never
+			}
+			if noHibernate {
+				req.HibernateAfter = berth.Never
 			}
 			// Bad settings fail before anything is dialled or started.
 			policy := berth.CheckpointPolicy{Every: req.CheckpointEvery, Interval: req.CheckpointInterval, Idle: req.CheckpointIdle}
@@ -144,8 +151,11 @@ func newSessionNew(sf *sessionFlags) *cobra.Command {
 	network.register(f)
 	f.BoolVar(&req.Approvals, "approvals", false, "make every shell command wait for berth session approve")
 	f.IntVar(&req.MaxSteps, "max-steps", 0, fmt.Sprintf("model calls a turn may make (default %d)", agent.DefaultMaxSteps))
-	f.DurationVar(&req.IdleTimeout, "idle-timeout", 0, "pause its sandbox after this long without a command; negative: never (default 5m)")
-	f.DurationVar(&req.HibernateAfter, "hibernate-after", 0, "checkpoint and free its sandbox after this long without a command; negative: never (default 30m)")
+	// The words of berth sandbox create.
+	f.DurationVar(&req.IdleTimeout, "idle-timeout", 0, "pause its sandbox after this long without a command (default 5m)")
+	f.DurationVar(&req.HibernateAfter, "hibernate-after", 0, "checkpoint and free its sandbox after this long without a command (default 30m)")
+	f.BoolVar(&noIdle, "no-idle-timeout", false, "never pause its sandbox")
+	f.BoolVar(&noHibernate, "no-hibernate", false, "never hibernate its sandbox")
 	f.StringVar(&req.SystemPrompt, "instructions", "", "the agent's instructions (default: berth's; AGENTS.md in the workspace joins them)")
 	checkpointFlags(f, &req.CheckpointEvery, &req.CheckpointInterval, &req.CheckpointIdle)
 	out = addFormat(f, formatJSON)
