@@ -30,6 +30,11 @@ const (
 	DefaultIdleTimeout = 5 * time.Minute
 	// DefaultDialTimeout bounds each dial to an upstream address.
 	DefaultDialTimeout = 10 * time.Second
+	// DefaultRelayBuffer bounds the bytes a sandbox's relayed
+	// connections may hold in the host's kernel: their sockets' receive
+	// and send buffers and their splice pipes, all its connections
+	// together.
+	DefaultRelayBuffer = 64 << 20
 	// DefaultMaxHeaderBytes bounds a connection's first header: a
 	// ClientHello, or an HTTP request's line and headers.
 	DefaultMaxHeaderBytes = 64 << 10
@@ -50,6 +55,12 @@ const (
 	chunk = 256 << 10
 	// unboundedChunk is chunk when the bandwidth is Unlimited.
 	unboundedChunk = 16 << 20
+	// minRelayBuf is the size each of a connection's socket buffers
+	// starts at (as the kernel counts it, overhead included), and
+	// maxRelayBuf the most a relayed direction's grow to: see
+	// relayDir.
+	minRelayBuf = 16 << 10
+	maxRelayBuf = 4 << 20
 	// fdsPerConn is the most file descriptors a relayed connection
 	// holds: its two sockets, and a pipe (two descriptors) for each
 	// direction's splice.
@@ -106,6 +117,7 @@ type Config struct {
 	IdleTimeout        time.Duration // 0: DefaultIdleTimeout
 	DialTimeout        time.Duration // 0: DefaultDialTimeout
 	MaxHeaderBytes     int           // 0: DefaultMaxHeaderBytes
+	RelayBuffer        int64         // bytes per sandbox; 0: DefaultRelayBuffer
 }
 
 // DefaultForbidden are the ranges a resolved address may not lie in by
@@ -159,6 +171,9 @@ func (c Config) withDefaults() Config {
 	set(&c.MaxConns, DefaultMaxConns)
 	set(&c.ConnBurst, DefaultConnBurst)
 	set(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	if c.RelayBuffer <= 0 {
+		c.RelayBuffer = DefaultRelayBuffer
+	}
 	if c.ConnRate <= 0 {
 		c.ConnRate = DefaultConnRate
 	}
