@@ -60,7 +60,7 @@ const (
 	// maxRelayBuf the most a relayed direction's grow to: see
 	// relayDir.
 	minRelayBuf = 16 << 10
-	maxRelayBuf = 4 << 20
+	maxRelayBuf = 16 << 20
 	// fdsPerConn is the most file descriptors a relayed connection
 	// holds: its two sockets, and a pipe (two descriptors) for each
 	// direction's splice.
