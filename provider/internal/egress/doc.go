@@ -45,8 +45,8 @@
 //
 // Connections per sandbox and in all, new connections per second per
 // sandbox, bandwidth per sandbox, the time and bytes a sandbox has to send
-// its first header, idle and dial times, the bytes its relayed connections
-// may hold in the kernel (the relay buffer budget): each has a default (the Default*
-// constants) and a field of [Config]. Every refusal is counted by reason
+// its first header, idle and dial times, the bytes its relayed
+// connections may hold in the kernel (the relay buffer budget): each has
+// a default (the Default* constants) and a field of [Config]. Every refusal is counted by reason
 // ([Proxy.Stats]) and logged at debug level.
 package egress
