@@ -68,8 +68,9 @@ func (ns *netns) sockets(t *testing.T) []skmem {
 // server sent, in order.
 func TestRelayBufferBound(t *testing.T) {
 	const (
-		conns  = 16
-		budget = 2 << 20
+		conns = 16
+		// budget is the connections' floors and 1 MiB to grow into.
+		budget = conns*connFloor + 1<<20
 		// slack is what the kernel lets a socket hold past its buffer
 		// size: the segment being queued when it fills.
 		slack = 128 << 10

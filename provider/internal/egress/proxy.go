@@ -296,7 +296,7 @@ func (p *Proxy) admit(c net.Conn) (*trackedConn, *sandbox, *Refusal) {
 	}
 	// The sandbox's side starts at the smallest buffers, before the
 	// sandbox can fill them: the relay grows them as it moves bytes.
-	setBuffers(c, minRelayBuf)
+	setBuffers(c)
 	ctx, cancel := context.WithCancel(p.ctx)
 	tc := &trackedConn{Conn: c, p: p, sb: sb, ctx: ctx, cancel: cancel, held: connFloor}
 	sb.conns[tc] = struct{}{}

@@ -83,7 +83,7 @@ func (p *Proxy) route(tc *trackedConn, ip netip.Addr, port uint16, given string,
 func (p *Proxy) splice(tc *trackedConn, prefix []byte, up net.Conn) {
 	defer tc.Close()
 	defer up.Close()
-	setBuffers(up, minRelayBuf) // within the connection's floor, as the sandbox's side
+	setBuffers(up) // within the connection's floor, as the sandbox's side
 	stop := context.AfterFunc(tc.ctx, func() { _ = up.Close() })
 	defer stop()
 	var last atomic.Int64
@@ -161,8 +161,8 @@ func (p *Proxy) copyDir(tc *trackedConn, dst, src net.Conn, lim *rate.Limiter, l
 }
 
 // relayDir splices src to dst through pd. The direction's buffers (src's
-// receive buffer, dst's send buffer) start at minRelayBuf, paid by the
-// connection's floor, and double, up to maxRelayBuf, each time a move
+// receive buffer, never less than minRecvBuf, and dst's send buffer)
+// start at minRelayBuf, paid by the connection's floor, and double, up to maxRelayBuf, each time a move
 // finds at least half of what it may take waiting: the sender is
 // filling the window faster than the relay empties it, so a larger one
 // would carry more. Each doubling is taken from the sandbox's budget
@@ -213,12 +213,15 @@ func (p *Proxy) relayDir(tc *trackedConn, pd *pipeDir, src net.Conn, lim *rate.L
 }
 
 // dirCost is what a direction of buffers of size may hold: src's
-// receive buffer, dst's send buffer and the pipe.
-func dirCost(size, pipeCap int) int64 { return int64(2*size + min(size, pipeCap)) }
+// receive buffer (never less than minRecvBuf), dst's send buffer and the
+// pipe.
+func dirCost(size, pipeCap int) int64 {
+	return int64(max(size, minRecvBuf) + size + min(size, pipeCap))
+}
 
 // connFloor is what a connection's two directions may hold at the
 // smallest buffers: taken from the sandbox's budget when it is admitted.
-const connFloor = 2 * 3 * minRelayBuf
+const connFloor = 2 * (minRecvBuf + 2*minRelayBuf)
 
 // grow doubles pd's buffers from size, if the sandbox's budget has the
 // bytes, and returns the direction's size and what it holds of the
@@ -233,7 +236,7 @@ func (tc *trackedConn) grow(pd *pipeDir, size int, held int64) (int, int64) {
 	}
 	// The kernel may set less (past rmem_max without the privilege to
 	// force it): the difference goes back.
-	got := int64(setBuffer(pd.src, true, next)+setBuffer(pd.dst, false, next)) + int64(min(next, pd.pipeCap))
+	got := int64(setBuffer(pd.src, true, max(next, minRecvBuf))+setBuffer(pd.dst, false, next)) + int64(min(next, pd.pipeCap))
 	got = max(min(got, want), held)
 	tc.sb.buf.growth.give(want - got)
 	tc.held += got - held

@@ -100,7 +100,7 @@ func (d *pipeDir) move(most int) (int, error) {
 	return n - left, err
 }
 
-// setBuffers sets c's receive buffer (rcv) or send buffer to size bytes,
+// setBuffer sets c's receive buffer (rcv) or send buffer to size bytes,
 // as the kernel counts them (its SO_RCVBUF is half of that), past
 // net.core.rmem_max and wmem_max when the process may, and returns the
 // size the kernel set. Set, a buffer no longer grows by itself; a
@@ -124,9 +124,9 @@ func setBuffer(c syscall.RawConn, rcv bool, size int) int {
 	return got
 }
 
-// setBuffers sets both of c's buffers to size, for a connection not (or
-// not yet) relayed by a pipeDir.
-func setBuffers(c net.Conn, size int) {
+// setBuffers sets c's buffers to the smallest a relayed direction's
+// start at, for a connection not (or not yet) relayed by a pipeDir.
+func setBuffers(c net.Conn) {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		return
@@ -135,8 +135,8 @@ func setBuffers(c net.Conn, size int) {
 	if err != nil {
 		return
 	}
-	setBuffer(rc, true, size)
-	setBuffer(rc, false, size)
+	setBuffer(rc, true, minRecvBuf)
+	setBuffer(rc, false, minRelayBuf)
 }
 
 // discardUnsent makes c's close drop what it has not yet sent (a reset

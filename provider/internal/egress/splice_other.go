@@ -18,5 +18,5 @@ func newPipeDir(dst, src net.Conn) *pipeDir    { return nil }
 func (d *pipeDir) close()                      {}
 func (d *pipeDir) move(int) (int, error)       { return 0, nil }
 func setBuffer(syscall.RawConn, bool, int) int { return 0 }
-func setBuffers(net.Conn, int)                 {}
+func setBuffers(net.Conn)                      {}
 func discardUnsent(net.Conn)                   {}
