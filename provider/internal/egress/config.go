@@ -55,19 +55,17 @@ const (
 	chunk = 256 << 10
 	// unboundedChunk is chunk when the bandwidth is Unlimited.
 	unboundedChunk = 16 << 20
-	// minRelayBuf is the size a relayed direction's buffers start at
-	// (as the kernel counts them, overhead included), and maxRelayBuf
-	// the most they grow to: see relayDir.
-	minRelayBuf = 16 << 10
-	maxRelayBuf = 16 << 20
-	// minRecvBuf is the least a relayed socket's receive buffer is set
-	// to. The window a connection's handshake advertised (10 segments,
-	// at most 64 KiB for the kernel's default tcp_rmem) cannot be taken
-	// back: a buffer too small for what it lets the peer send drops
-	// segments, which the peer sends again only after a retransmission
-	// timeout (200 ms, then more), and a download through a 16 KiB
-	// buffer starts with two of them.
+	// minRecvBuf is the size a relayed direction's receive buffer
+	// starts at (as the kernel counts it, overhead included), and
+	// maxRecvBuf the most it grows to: see relayDir. The window a
+	// connection's handshake advertised (10 segments, at most 64 KiB
+	// for the kernel's default tcp_rmem) cannot be taken back: a buffer
+	// too small for what it lets the peer send drops segments, which
+	// the peer sends again only after a retransmission timeout (200 ms,
+	// then more), and a download through a 16 KiB buffer starts with
+	// two of them.
 	minRecvBuf = 64 << 10
+	maxRecvBuf = 16 << 20
 	// fdsPerConn is the most file descriptors a relayed connection
 	// holds: its two sockets, and a pipe (two descriptors) for each
 	// direction's splice.

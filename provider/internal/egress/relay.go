@@ -160,22 +160,26 @@ func (p *Proxy) copyDir(tc *trackedConn, dst, src net.Conn, lim *rate.Limiter, l
 	}
 }
 
-// relayDir splices src to dst through pd. The direction's buffers (src's
-// receive buffer, never less than minRecvBuf, and dst's send buffer)
-// start at minRelayBuf, paid by the connection's floor, and double, up to maxRelayBuf, each time a move
+// relayDir splices src to dst through pd. The direction's receive
+// buffer (src's) starts at minRecvBuf, and its send buffer (dst's) and
+// the most a move takes at a quarter of that (sendBuf), paid by the
+// connection's floor. They double, up to maxRecvBuf, each time a move
 // finds at least half of what it may take waiting: the sender is
 // filling the window faster than the relay empties it, so a larger one
-// would carry more. Each doubling is taken from the sandbox's budget
-// first, and happens only if the budget has it; the pipe never holds
-// more than the buffers' size. A direction whose receiver does not read
-// fills its buffers and stops moving, and so stops growing.
+// would carry more. The receive buffer is the window the sender gets,
+// which a long round trip needs large; the send buffer only has to
+// carry the sandbox's side, a round trip of microseconds, between two
+// moves. Each doubling is taken from the sandbox's budget first, and
+// happens only if the budget has it; the pipe never holds more than a
+// move. A direction whose receiver does not read fills its buffers and
+// stops moving, and so stops growing.
 func (p *Proxy) relayDir(tc *trackedConn, pd *pipeDir, src net.Conn, lim *rate.Limiter, last *atomic.Int64) error {
 	idle := p.cfg.IdleTimeout
-	size, held := minRelayBuf, dirCost(minRelayBuf, minRelayBuf)
+	size, held := minRecvBuf, dirCost(minRecvBuf, sendBuf(minRecvBuf))
 	deadline := time.Now().Add(idle)
 	_ = src.SetReadDeadline(deadline)
 	for {
-		most := min(size, pd.pipeCap)
+		most := min(sendBuf(size), pd.pipeCap)
 		if lim.Limit() != rate.Inf {
 			most = min(most, chunk)
 		}
@@ -206,28 +210,31 @@ func (p *Proxy) relayDir(tc *trackedConn, pd *pipeDir, src net.Conn, lim *rate.L
 				return werr
 			}
 		}
-		if n >= most/2 && size < maxRelayBuf {
+		if n >= most/2 && size < maxRecvBuf {
 			size, held = tc.grow(pd, size, held)
 		}
 	}
 }
 
-// dirCost is what a direction of buffers of size may hold: src's
-// receive buffer (never less than minRecvBuf), dst's send buffer and the
-// pipe.
-func dirCost(size, pipeCap int) int64 {
-	return int64(max(size, minRecvBuf) + size + min(size, pipeCap))
+// sendBuf is the size of a direction's send buffer, and the most a move
+// takes, for a receive buffer of rcv.
+func sendBuf(rcv int) int { return rcv / 4 }
+
+// dirCost is what a direction of a receive buffer of rcv may hold: the
+// receive buffer, the send buffer and the pipe.
+func dirCost(rcv, pipeCap int) int64 {
+	return int64(rcv + sendBuf(rcv) + min(sendBuf(rcv), pipeCap))
 }
 
 // connFloor is what a connection's two directions may hold at the
 // smallest buffers: taken from the sandbox's budget when it is admitted.
-const connFloor = 2 * (minRecvBuf + 2*minRelayBuf)
+const connFloor = 2 * (minRecvBuf + 2*minRecvBuf/4)
 
-// grow doubles pd's buffers from size, if the sandbox's budget has the
-// bytes, and returns the direction's size and what it holds of the
-// budget.
+// grow doubles pd's buffers from a receive buffer of size, if the
+// sandbox's budget has the bytes, and returns the direction's receive
+// buffer size and what it holds of the budget.
 func (tc *trackedConn) grow(pd *pipeDir, size int, held int64) (int, int64) {
-	next := min(2*size, maxRelayBuf)
+	next := min(2*size, maxRecvBuf)
 	want := dirCost(next, pd.pipeCap)
 	tc.bufMu.Lock()
 	defer tc.bufMu.Unlock()
@@ -236,7 +243,7 @@ func (tc *trackedConn) grow(pd *pipeDir, size int, held int64) (int, int64) {
 	}
 	// The kernel may set less (past rmem_max without the privilege to
 	// force it): the difference goes back.
-	got := int64(setBuffer(pd.src, true, max(next, minRecvBuf))+setBuffer(pd.dst, false, next)) + int64(min(next, pd.pipeCap))
+	got := int64(setBuffer(pd.src, true, next)+setBuffer(pd.dst, false, sendBuf(next))) + int64(min(sendBuf(next), pd.pipeCap))
 	got = max(min(got, want), held)
 	tc.sb.buf.growth.give(want - got)
 	tc.held += got - held

@@ -36,10 +36,10 @@ func newPipeDir(dst, src net.Conn) *pipeDir {
 		return nil
 	}
 	// A larger pipe lets a fast connection move more a system call; the
-	// relay never puts more in than the direction's buffer size, so it
-	// holds no more. Past fs.pipe-max-size (or the user's pipe quota)
-	// the pipe keeps the size it has.
-	_, _ = unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, maxRelayBuf)
+	// relay never puts more in than a move (sendBuf), so it holds no
+	// more. Past fs.pipe-max-size (or the user's pipe quota) the pipe
+	// keeps the size it has.
+	_, _ = unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, sendBuf(maxRecvBuf))
 	size, err := unix.FcntlInt(uintptr(fds[0]), unix.F_GETPIPE_SZ, 0)
 	if err != nil || size <= 0 {
 		unix.Close(fds[0])
@@ -136,7 +136,7 @@ func setBuffers(c net.Conn) {
 		return
 	}
 	setBuffer(rc, true, minRecvBuf)
-	setBuffer(rc, false, minRelayBuf)
+	setBuffer(rc, false, sendBuf(minRecvBuf))
 }
 
 // discardUnsent makes c's close drop what it has not yet sent (a reset
