@@ -58,12 +58,12 @@ const (
 	// minRecvBuf is the size a relayed direction's receive buffer
 	// starts at (as the kernel counts it, overhead included), and
 	// maxRecvBuf the most it grows to: see relayDir. The window a
-	// connection's handshake advertised (10 segments, at most 64 KiB
-	// for the kernel's default tcp_rmem) cannot be taken back: a buffer
-	// too small for what it lets the peer send drops segments, which
-	// the peer sends again only after a retransmission timeout (200 ms,
-	// then more), and a download through a 16 KiB buffer starts with
-	// two of them.
+	// connection's handshake advertised (for the kernel's default
+	// tcp_rmem, 10 segments on Ethernet, 64 KiB on loopback) cannot be
+	// taken back: a buffer too small for what it lets the peer send
+	// drops segments, which the peer sends again only after a
+	// retransmission timeout (200 ms, then more), and a download through
+	// a 16 KiB buffer starts with two of them.
 	minRecvBuf = 64 << 10
 	maxRecvBuf = 16 << 20
 	// fdsPerConn is the most file descriptors a relayed connection
