@@ -124,30 +124,34 @@ func setBuffer(c syscall.RawConn, rcv bool, size int) int {
 	return got
 }
 
-// setBuffers sets c's buffers to the smallest a relayed direction's
-// start at, for a connection not (or not yet) relayed by a pipeDir.
-func setBuffers(c net.Conn) {
+// tcpRaw is c's TCP connection and its descriptor, or nil if c is not
+// a TCP connection.
+func tcpRaw(c net.Conn) (*net.TCPConn, syscall.RawConn) {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
-		return
+		return nil, nil
 	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
-		return
+		return nil, nil
 	}
-	setBuffer(rc, true, minRecvBuf)
-	setBuffer(rc, false, sendBuf(minRecvBuf))
+	return tc, rc
+}
+
+// setBuffers sets c's buffers to the smallest a relayed direction's
+// start at, for a connection not (or not yet) relayed by a pipeDir.
+func setBuffers(c net.Conn) {
+	if _, rc := tcpRaw(c); rc != nil {
+		setBuffer(rc, true, minRecvBuf)
+		setBuffer(rc, false, sendBuf(minRecvBuf))
+	}
 }
 
 // discardUnsent makes c's close drop what it has not yet sent (a reset
 // instead of an orphaned socket that keeps it), if it has any.
 func discardUnsent(c net.Conn) {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
+	tc, rc := tcpRaw(c)
+	if rc == nil {
 		return
 	}
 	unsent := 0
