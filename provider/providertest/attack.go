@@ -146,10 +146,7 @@ func testInotifyInstances(t *testing.T, s *suite) {
 // can still make one.
 func testInotifyManySandboxes(t *testing.T, s *suite) {
 	p := s.open(t)
-	sbs := make([]provider.Sandbox, 10)
-	for i := range sbs {
-		sbs[i] = s.mustCreate(t, p, s.newSpec(t))
-	}
+	sbs := s.mustCreateAll(t, p, 10)
 	var held []string
 	var holdFrom func(i int)
 	holdFrom = func(i int) {
