@@ -143,7 +143,7 @@ func newRemoteWorld(t *testing.T) *remoteWorld {
 	if out, err := exec.Command("../provider/remote/remotefake/testdata/build-image.sh").CombinedOutput(); err != nil {
 		t.Fatalf("build the machines' image: %v\n%s", err, out)
 	}
-	w := &remoteWorld{daemon: buildDaemon(t, t.TempDir())}
+	w := &remoteWorld{daemon: buildDaemon(t)}
 	srv, err := devserver.Start(t.Context(), devserver.Options{
 		DataDir: t.TempDir(), Address: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler),
 	})

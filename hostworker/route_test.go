@@ -2,8 +2,6 @@ package hostworker_test
 
 import (
 	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,7 +61,7 @@ func TestRouting(t *testing.T) {
 	ctx := t.Context()
 	c := server(t)
 	data := shortDataDir(t)
-	daemon := buildDaemon(t, data)
+	daemon := buildDaemon(t)
 	docker, err := provider.Open(ctx, "docker", provider.Config{
 		"state-dir": filepath.Join(data, "docker"), "daemon": daemon, "image": "berth-test:1", "pool": "-1",
 	})
@@ -172,17 +170,4 @@ func hostProviders(t *testing.T, c client.Client) []sandbox.HostProviders {
 func serves(h sandbox.HostProviders, host, name string) bool {
 	return h.Host == host && !h.Unreachable && len(h.Providers) == 1 &&
 		h.Providers[0].Name == name && h.Providers[0].Available && h.Providers[0].Host == host
-}
-
-// buildDaemon builds berth's in-sandbox daemon, static, into dir: the
-// docker and gvisor providers bind-mount it into their sandboxes.
-func buildDaemon(t testing.TB, dir string) string {
-	t.Helper()
-	daemon := filepath.Join(dir, "berth-sandboxd")
-	build := exec.Command("go", "build", "-o", daemon, "github.com/berth-dev/berth/cmd/berth-sandboxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the daemon: %v\n%s", err, out)
-	}
-	return daemon
 }

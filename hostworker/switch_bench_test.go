@@ -34,7 +34,7 @@ func BenchmarkSwitch(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { os.RemoveAll(data) })
-	daemon := buildDaemon(b, data)
+	daemon := buildDaemon(b)
 	h, err := hostworker.StartHost(ctx, c, hostworker.HostConfig{
 		DataDir: data, Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 		Providers: []string{"linux", "docker", "gvisor"},

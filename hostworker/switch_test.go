@@ -109,7 +109,7 @@ func TestSwitchToDefaultImage(t *testing.T) {
 	ctx := t.Context()
 	c := server(t)
 	data := shortDataDir(t)
-	daemon := buildDaemon(t, data)
+	daemon := buildDaemon(t)
 	tag := fmt.Sprintf("berth-host-test-%d:1", time.Now().UnixNano())
 	t.Cleanup(func() {
 		if out, err := exec.Command("docker", "image", "rm", tag).CombinedOutput(); err != nil {

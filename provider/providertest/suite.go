@@ -236,6 +236,37 @@ func (s *suite) mustCreate(t *testing.T, p provider.Provider, spec provider.Spec
 	return sb
 }
 
+// mustCreateAll creates n sandboxes of fresh specs at once, for a test
+// about what several sandboxes hold together rather than about their
+// creation: one after another, ten took a minute of a provider whose
+// Create waits on a service.
+func (s *suite) mustCreateAll(t *testing.T, p provider.Provider, n int) []provider.Sandbox {
+	t.Helper()
+	sbs := make([]provider.Sandbox, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range sbs {
+		spec := s.adjust(s.newSpec(t))
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+			defer cancel()
+			if sbs[i], errs[i] = p.Create(ctx, spec); errs[i] != nil {
+				errs[i] = fmt.Errorf("Create(id %q): %w", spec.ID, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	for _, sb := range sbs {
+		if sb != nil {
+			destroyOnCleanup(t, sb)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return sbs
+}
+
 // createShortLived creates a sandbox with a lifetime of at least
 // lifetime, which runs from the sandbox's creation: on a machine slow
 // enough that a Create takes most of it, the sandbox may end before the
