@@ -138,7 +138,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, off
 
 	rd := rec.attach(off)
 	defer rec.detach(rd)
-	bufs := [2][]byte{make([]byte, 64<<10), make([]byte, 64<<10)}
+	b0, b1 := s.bufs.get(), s.bufs.get()
+	defer s.bufs.put(b0)
+	defer s.bufs.put(b1)
+	bufs := [2][]byte{*b0, *b1}
 	for {
 		c, ok := rec.next(r.Context(), rd, &bufs)
 		if !ok {
@@ -394,7 +397,9 @@ func startError(name string, err error) error {
 // then it drains the pipe in the background so late writers do not die
 // of a broken pipe.
 func (s *Server) pump(rec *record, stream int, f *os.File) {
-	buf := make([]byte, 32<<10)
+	b := s.bufs.get()
+	defer s.bufs.put(b)
+	buf := (*b)[:32<<10]
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
