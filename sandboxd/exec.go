@@ -1,6 +1,7 @@
 package sandboxd
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -89,6 +90,8 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	s.stream(w, r, rec, [2]int64{hdr.StdoutOffset, hdr.StderrOffset}, !created)
 	if feed != nil {
+		// The result goes out now, not once the body is drained.
+		_ = http.NewResponseController(w).Flush()
 		// The body is read to its end before the handler returns (see
 		// stdinFeed), or for as long as stdinDrainWait at most.
 		t := time.NewTimer(stdinDrainWait)
@@ -129,21 +132,44 @@ func (f *stdinFeed) feed(w io.WriteCloser) {
 
 func (f *stdinFeed) finish() { f.once.Do(func() { close(f.done) }) }
 
+// headerWait is how long a response's header waits for the command's
+// first output or its end, to go out with them in one write: a quick
+// command's whole response is then one write, and one wake-up of the
+// client, rather than three (the header, the frames, the end of the
+// body). A longer command's header goes out on its own after it, so
+// that proxies between client and daemon see the response begin.
+const headerWait = 20 * time.Millisecond
+
 // stream sends a record's output from the given offsets, then its end.
+// The last frame is not flushed: the end of the body, which the server
+// writes when the handler returns, goes out with it.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, off [2]int64, attached bool) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	_ = rc.Flush()
 
 	rd := rec.attach(off)
 	defer rec.detach(rd)
-	bufs := [2][]byte{make([]byte, 64<<10), make([]byte, 64<<10)}
+	first, cancel := context.WithTimeout(r.Context(), headerWait)
+	defer cancel()
+	ctx := first
+	b0, b1 := s.bufs.get(), s.bufs.get()
+	defer s.bufs.put(b0)
+	defer s.bufs.put(b1)
+	bufs := [2][]byte{*b0, *b1}
 	for {
-		c, ok := rec.next(r.Context(), rd, &bufs)
+		c, ok := rec.next(ctx, rd, &bufs)
+		if !ok && ctx == first && r.Context().Err() == nil {
+			if rc.Flush() != nil {
+				return
+			}
+			ctx = r.Context()
+			continue
+		}
 		if !ok {
 			return // the caller went away; the command goes on
 		}
+		ctx = r.Context()
 		for i, typ := range [2]byte{frameStdout, frameStderr} {
 			if c.skip[i] > 0 {
 				var gap [9]byte
@@ -173,7 +199,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rec *record, off
 				end.Error = &we
 			}
 			_ = writeJSONFrame(w, frameResult, end)
-			_ = rc.Flush()
 			return
 		}
 		if rc.Flush() != nil {
@@ -394,7 +419,9 @@ func startError(name string, err error) error {
 // then it drains the pipe in the background so late writers do not die
 // of a broken pipe.
 func (s *Server) pump(rec *record, stream int, f *os.File) {
-	buf := make([]byte, 32<<10)
+	b := s.bufs.get()
+	defer s.bufs.put(b)
+	buf := (*b)[:32<<10]
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {

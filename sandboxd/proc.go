@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -19,10 +20,19 @@ import (
 // is usually the sandbox's PID 1, so orphaned processes are reparented to
 // it and must be reaped too: one reaper calls wait4(-1) and hands each
 // status to whoever started that pid.
+//
+// Where the kernel has pidfds, a command's waiter reaps it through its
+// pidfd, and the reaper sweeps for orphans every reapEvery: it does not
+// listen for SIGCHLD, whose delivery to the signal goroutine, and the
+// reaper's wake-up, cost every command two thread switches and a
+// system call that found nothing to reap. An orphan that exits stays a
+// zombie until the next sweep. Without pidfds the reaper reaps on
+// SIGCHLD, and hands each command's status to its waiter.
 type procs struct {
 	mu      sync.Mutex
 	waiting map[int]*waiter
-	sigs    chan os.Signal
+	sigs    chan os.Signal // SIGCHLD, without pidfds
+	sweep   *time.Ticker   // the sweeps for orphans, with pidfds
 	done    chan struct{}
 	// cmdAdj, when set, is the oom_score_adj commands get.
 	cmdAdj []byte
@@ -48,9 +58,30 @@ func newProcs(cmdAdj int, cgroup *os.File, cgroupNS bool) (*procs, error) {
 	if err := <-errc; err != nil {
 		return nil, err
 	}
-	signal.Notify(p.sigs, unix.SIGCHLD)
-	go p.reapLoop()
+	var wake <-chan time.Time
+	if hasPidfd() {
+		p.sweep = time.NewTicker(reapEvery)
+		wake = p.sweep.C
+	} else {
+		signal.Notify(p.sigs, unix.SIGCHLD)
+	}
+	go p.reapLoop(wake)
 	return p, nil
+}
+
+// reapEvery is how often the reaper sweeps for orphans that exited,
+// where commands are reaped through their pidfds: how long an exited
+// orphan may stay a zombie, holding its pid.
+const reapEvery = time.Second
+
+// hasPidfd reports whether the kernel has pidfd_open (Linux 5.3).
+func hasPidfd() bool {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
 }
 
 // forkLoop forks every command from one OS thread, which lives as long
@@ -124,6 +155,9 @@ func (p *procs) forkExec(path string, argv []string, attr *syscall.ProcAttr) (pi
 
 func (p *procs) close() {
 	signal.Stop(p.sigs)
+	if p.sweep != nil {
+		p.sweep.Stop()
+	}
 	close(p.done)
 }
 
@@ -151,12 +185,11 @@ func (p *procs) start(path string, argv, env []string, dir string, files []uintp
 	w := &waiter{ch: make(chan unix.WaitStatus, 1)}
 	p.waiting[pid] = w
 	// A pidfd, where the kernel has them, is polled by the runtime's
-	// poller: the command's end wakes its waiter directly, rather than
-	// through SIGCHLD, the signal goroutine and the reaper. The reaper
-	// may still reap the command first: it then closes the pidfd, which
-	// wakes the waiter, and hands the status over on ch. Without a
-	// pidfd (the command already reaped, or a kernel without them) ch
-	// alone is waited on.
+	// poller: the command's end wakes its waiter directly. The reaper's
+	// sweep may still reap the command first: it then closes the pidfd,
+	// which wakes the waiter, and hands the status over on ch. Without a
+	// pidfd (a kernel without them, or no descriptor left) the waiter
+	// waits in wait4 or on ch.
 	if fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
 		w.pidfd = os.NewFile(uintptr(fd), "pidfd")
 	}
@@ -173,6 +206,21 @@ type waiter struct {
 // and returns its status.
 func (p *procs) wait(pid int, w *waiter) unix.WaitStatus {
 	if w.pidfd == nil {
+		if p.sweep == nil {
+			return <-w.ch // the reaper reaps on SIGCHLD
+		}
+		// Reaped by this wait4, or by a sweep, which hands it over.
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(pid, &ws, 0, nil)
+		for err == unix.EINTR {
+			got, err = unix.Wait4(pid, &ws, 0, nil)
+		}
+		if got == pid && err == nil {
+			p.mu.Lock()
+			delete(p.waiting, pid)
+			p.mu.Unlock()
+			return ws
+		}
 		return <-w.ch
 	}
 	defer w.pidfd.Close()
@@ -225,31 +273,39 @@ func (p *procs) running(pid int) bool {
 	return ok
 }
 
-func (p *procs) reapLoop() {
+// reapLoop reaps on SIGCHLD, or on wake's ticks.
+func (p *procs) reapLoop(wake <-chan time.Time) {
 	for {
 		select {
 		case <-p.done:
 			return
 		case <-p.sigs:
+		case <-wake:
 		}
-		for {
-			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-			if pid <= 0 || err != nil {
-				break
-			}
-			if ws.Stopped() || ws.Continued() {
-				continue
-			}
-			p.mu.Lock()
-			w := p.waiting[pid]
-			delete(p.waiting, pid)
-			p.mu.Unlock()
-			if w != nil {
-				w.ch <- ws
-				if w.pidfd != nil {
-					w.pidfd.Close() // wakes the waiter, if it polls it
-				}
+		p.reap()
+	}
+}
+
+// reap reaps every child that has exited, and hands the status of a
+// command to its waiter.
+func (p *procs) reap() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+		if ws.Stopped() || ws.Continued() {
+			continue
+		}
+		p.mu.Lock()
+		w := p.waiting[pid]
+		delete(p.waiting, pid)
+		p.mu.Unlock()
+		if w != nil {
+			w.ch <- ws
+			if w.pidfd != nil {
+				w.pidfd.Close() // wakes the waiter, if it polls it
 			}
 		}
 	}

@@ -94,7 +94,24 @@ type Server struct {
 	noFsuid bool
 	chroot  bool // file operations run in a root of their own: see asUser
 	terms   terminals
+	bufs    bufPool // the buffers of streams and pumps
 }
+
+// bufPool keeps the 64 KiB buffers that each command's output pumps
+// and each response's stream take: allocated anew, they were most of
+// what a command allocated (192 KiB), and, with the daemon's small
+// heap, made the collector run every few commands.
+type bufPool struct{ p sync.Pool }
+
+func (b *bufPool) get() *[]byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return v
+	}
+	buf := make([]byte, 64<<10)
+	return &buf
+}
+
+func (b *bufPool) put(buf *[]byte) { b.p.Put(buf) }
 
 // New makes a daemon serving cfg.Workspace.
 func New(cfg Config) (*Server, error) {

@@ -20,8 +20,8 @@ func startExit(t *testing.T, p *procs, code string) (int, func() unix.WaitStatus
 }
 
 // TestWaitStatus: a command's waiter gets its exit status whoever reaps
-// it, the waiter through the command's pidfd or the reaper (on SIGCHLD),
-// and the reaper wakes a waiter that polls a pidfd.
+// it, the waiter through the command's pidfd or the reaper (its sweep,
+// or SIGCHLD), and the reaper wakes a waiter that polls a pidfd.
 func TestWaitStatus(t *testing.T) {
 	p, err := newProcs(0, nil, false)
 	if err != nil {
@@ -39,7 +39,7 @@ func TestWaitStatus(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the reaper did not reap the command")
 		}
-		_ = unix.Kill(unix.Getpid(), unix.SIGCHLD) // in case the reaper ran before the exit
+		p.reap() // as the sweep, or SIGCHLD, does
 		time.Sleep(time.Millisecond)
 	}
 	waitExit(t, wait, 9)
@@ -57,5 +57,28 @@ func waitExit(t *testing.T, wait func() unix.WaitStatus, code int) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter of a command never woke")
+	}
+}
+
+// TestReapOrphans: a child that no waiter waits for, as an orphan
+// reparented to the daemon is, does not stay a zombie: the reaper's
+// sweep (or, without pidfds, SIGCHLD) reaps it.
+func TestReapOrphans(t *testing.T) {
+	p, err := newProcs(0, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{Files: []uintptr{0, 1, 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(4 * reapEvery); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := readStat(pid); err != nil {
+			return // reaped
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d still not reaped after %v", pid, 4*reapEvery)
+		}
 	}
 }

@@ -21,18 +21,12 @@ import (
 //   - berth-cold: no pool, every daemon started on demand.
 func BenchmarkCreateExec(b *testing.B) {
 	b.Run("berth", func(b *testing.B) {
-		p := newTestProvider(b)
+		p := benchProvider(b, 0)
 		sandboxtest.OneShot(b, p, func() { waitWarm(b, p) }, true)
 	})
-	b.Run("berth-burst", func(b *testing.B) { sandboxtest.OneShot(b, newTestProvider(b), nil, true) })
+	b.Run("berth-burst", func(b *testing.B) { sandboxtest.OneShot(b, benchProvider(b, 0), nil, true) })
 	b.Run("berth-cold", func(b *testing.B) {
-		dir := shortTempDir(b)
-		p, err := New(Config{StateDir: dir, Pool: -1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { p.Close() })
-		sandboxtest.OneShot(b, p, nil, true)
+		sandboxtest.OneShot(b, benchProvider(b, -1), nil, true)
 	})
 	b.Run("bwrap", func(b *testing.B) {
 		bwrap, err := exec.LookPath("bwrap")
@@ -62,14 +56,14 @@ func BenchmarkCreateExec(b *testing.B) {
 // (os/exec, output collected as Exec collects it).
 func BenchmarkExec(b *testing.B) {
 	b.Run("berth", func(b *testing.B) {
-		sb := sandboxtest.Create(b, newTestProvider(b), provider.Spec{})
+		sb := sandboxtest.Create(b, benchProvider(b, 0), provider.Spec{})
 		sandboxtest.Exec(b, sb, []string{"/bin/true"})
 	})
 	b.Run("host", func(b *testing.B) {
 		sandboxtest.Baseline(b, func() *exec.Cmd { return exec.Command("/bin/true") })
 	})
 	b.Run("health", func(b *testing.B) {
-		p := newTestProvider(b)
+		p := benchProvider(b, 0)
 		ctx := b.Context()
 		sb := sandboxtest.Create(b, p, provider.Spec{})
 		c := sb.(*sandbox).client
@@ -79,6 +73,17 @@ func BenchmarkExec(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchProvider is a provider whose sandboxes run berth-sandboxd (see
+// benchDaemon), with a pool of pool warm daemons (Config.Pool).
+func benchProvider(b *testing.B, pool int) *Provider {
+	p, err := New(Config{StateDir: shortTempDir(b), DaemonPath: benchDaemon(b), Pool: pool})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { destroyAll(b, p) })
+	return p
 }
 
 // waitWarm waits until the pool has a daemon ready, and nothing of the
@@ -99,7 +104,7 @@ func BenchmarkResume(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			ctx := b.Context()
-			p := newTestProvider(b)
+			p := benchProvider(b, 0)
 			sb := sandboxtest.Create(b, p, provider.Spec{})
 			// Something running, as in a real workspace.
 			if _, err := sb.Exec(ctx, provider.ExecRequest{Shell: "sleep 1000 > /dev/null 2>&1 &"}); err != nil {

@@ -408,19 +408,6 @@ func checkNoInherited(t *testing.T, p *Provider) {
 	}
 }
 
-// buildDaemon builds berth-sandboxd for a test, as docs/providers/README.md
-// installs it.
-func buildDaemon(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), DaemonName)
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "github.com/berth-dev/berth/cmd/berth-sandboxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", DaemonName, err, out)
-	}
-	return bin
-}
-
 // TestStaleCgroupsSwept: empty sandbox cgroups left by daemons nobody
 // looked after are removed; those of live sandboxes are not.
 func TestStaleCgroupsSwept(t *testing.T) {

@@ -11,7 +11,6 @@
 package linuxinit
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,6 +139,7 @@ func runDaemon(ctl *os.File, cmds *os.File) error {
 	lnFile.Close()
 	oom := os.NewFile(FDOOM, "oom")
 	var oomMu sync.Mutex
+	oomBuf := make([]byte, 4096) // both files are a few lines long
 	srv, err := sandboxd.New(sandboxd.Config{
 		Workspace: "/workspace",
 		UID:       UID,
@@ -157,7 +157,7 @@ func runDaemon(ctl *os.File, cmds *os.File) error {
 		OOMKills: func() (int64, error) {
 			oomMu.Lock()
 			defer oomMu.Unlock()
-			return readOOMKills(oom)
+			return readOOMKills(oom, oomBuf)
 		},
 	})
 	if err != nil {
@@ -236,18 +236,20 @@ func recvFile(ctl *os.File, name string) (*os.File, error) {
 
 // readOOMKills reads the oom_kill count from the cgroup file the
 // provider passed as FDOOM (memory.events, or memory.oom_control on
-// cgroup v1).
-func readOOMKills(f *os.File) (int64, error) {
-	if _, err := f.Seek(0, 0); err != nil {
+// cgroup v1). It is read twice for every command: one pread into a
+// buffer of the caller's, rather than a seek, reads and a scanner's
+// buffer of its own.
+func readOOMKills(f *os.File, buf []byte) (int64, error) {
+	n, err := unix.Pread(int(f.Fd()), buf, 0)
+	if err != nil {
 		return 0, err
 	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
-			return strconv.ParseInt(v, 10, 64)
+	for line := range strings.Lines(string(buf[:n])) {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return 0, sc.Err()
+	return 0, nil
 }
 
 // loopbackUp brings up the sandbox's own loopback interface, its only
