@@ -204,7 +204,7 @@ func (a *Activities) startExec(ctx context.Context, in ExecInput, prog execProgr
 func (r *execRun) run(ctx context.Context, a *Activities, sb provider.Sandbox, in ExecInput) {
 	defer close(r.done)
 	defer r.cancel()
-	every := LiveEvery
+	period := LiveEvery
 	var term provider.Terminal
 	if in.TTY != nil {
 		var ok bool
@@ -212,25 +212,16 @@ func (r *execRun) run(ctx context.Context, a *Activities, sb provider.Sandbox, i
 			r.err = fmt.Errorf("%w: provider %s runs no command on a terminal", errdefs.ErrUnsupported, in.Sandbox.Provider)
 			return
 		}
-		every = transfer.TerminalPoll
+		period = transfer.TerminalPoll
 	}
 	stop := make(chan struct{})
 	if term != nil && in.Input != "" {
 		go r.feed(ctx, a, term, in, stop)
 	}
-	go func() {
-		live := time.NewTicker(every)
-		defer live.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-live.C:
-				r.streams[0].flushLive()
-				r.streams[1].flushLive()
-			}
-		}
-	}()
+	endLive := every(period, func() {
+		r.streams[0].flushLive()
+		r.streams[1].flushLive()
+	})
 	req := provider.ExecRequest{
 		ID: in.ID, Argv: in.Argv, Shell: in.Shell, Env: in.Env, Dir: in.Dir, Timeout: in.Timeout,
 		Stdout: r.streams[0], Stderr: r.streams[1],
@@ -246,12 +237,41 @@ func (r *execRun) run(ctx context.Context, a *Activities, sb provider.Sandbox, i
 	res, err := sb.Exec(pctx, req)
 	end(err)
 	a.metrics().CommandEnded(in.Sandbox.Provider, in.Sandbox.ID, time.Since(start))
+	endLive()
 	close(stop)
 	if err != nil {
 		// A handle that failed is fetched afresh for the next command.
 		a.handles.forget(in.Sandbox)
 	}
 	r.out, r.err = r.result(res, err)
+}
+
+// every calls f every period until the returned func is called; once
+// that returns, no call is under way or to come. It stores a running
+// command's output for readers following it live: a timer rather than a
+// goroutine, because most commands end before it first fires, and then
+// cost neither a goroutine nor a wake-up.
+func every(period time.Duration, f func()) (end func()) {
+	var mu sync.Mutex
+	ended := false
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(period, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if ended {
+			return
+		}
+		f()
+		t.Reset(period)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		ended = true
+		t.Stop()
+	}
 }
 
 // execSandbox is a.sandbox for a command: the handle the last command
@@ -397,8 +417,12 @@ func (h *handoffs) put(in ExecInput, r *execRun) {
 func (h *handoffs) take(in ExecInput) *execRun {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	r := h.runs[handoffKey(in)]
-	delete(h.runs, handoffKey(in))
+	if len(h.runs) == 0 {
+		return nil // the common case: no command was handed over
+	}
+	key := handoffKey(in)
+	r := h.runs[key]
+	delete(h.runs, key)
 	return r
 }
 

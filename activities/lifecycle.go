@@ -27,13 +27,12 @@ func (a *Activities) pause(ctx context.Context, ref refs.Sandbox) error {
 	if !ok {
 		return fmt.Errorf("%w: provider %s cannot pause sandboxes", errdefs.ErrUnsupported, ref.Provider)
 	}
-	pctx, end := a.traceProvider(ctx, "pause", ref.Provider, ref.ID)
-	err = p.Pause(pctx)
-	end(err)
-	if err != nil {
+	return a.Parked.Claim(ParkedRef{Provider: ref.Provider, ID: ref.ID}, func() error {
+		pctx, end := a.traceProvider(ctx, "pause", ref.Provider, ref.ID)
+		err := p.Pause(pctx)
+		end(err)
 		return err
-	}
-	return a.Parked.Remove(ParkedRef{Provider: ref.Provider, ID: ref.ID})
+	})
 }
 
 // Resume thaws a paused sandbox.

@@ -24,6 +24,14 @@ type Parked struct {
 	path string
 	mu   sync.Mutex
 	refs []ParkedRef
+	// holds serialize the moves of one sandbox in and out of the set
+	// with the pause or resume that goes with each (see hold).
+	holds map[ParkedRef]*parkedHold
+}
+
+type parkedHold struct {
+	sync.Mutex
+	waiters int // holders and those waiting to be: the entry goes at 0
 }
 
 // ParkedRef names a parked sandbox.
@@ -54,12 +62,86 @@ func OpenParked(path string) (*Parked, error) {
 func (p *Parked) Add(refs ...ParkedRef) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n := len(p.refs)
 	for _, r := range refs {
 		if !slices.Contains(p.refs, r) {
 			p.refs = append(p.refs, r)
 		}
 	}
+	if len(p.refs) == n {
+		return nil
+	}
 	return p.save()
+}
+
+// Park notes r as parked, then pauses it with pause: the host's own
+// pause (as it stops, or fenced off from the server). A pause that fails
+// leaves r noted: its workflow's next operation resumes it, which does
+// no harm to a sandbox that runs.
+func (p *Parked) Park(r ParkedRef, pause func() error) error {
+	if p == nil {
+		return pause()
+	}
+	defer p.hold(r)()
+	if err := p.Add(r); err != nil {
+		return err
+	}
+	return pause()
+}
+
+// Unpark resumes r with resume and forgets it, if the host parked it,
+// and says whether it did. It and Claim exclude each other for one
+// sandbox, so that a resume decided before its workflow paused the
+// sandbox never undoes that pause.
+func (p *Parked) Unpark(r ParkedRef, resume func() error) (bool, error) {
+	if p == nil {
+		return false, nil
+	}
+	defer p.hold(r)()
+	if !p.Has(r) {
+		return false, nil
+	}
+	if err := resume(); err != nil {
+		return false, err
+	}
+	return true, p.Remove(r)
+}
+
+// Claim pauses r with pause, by its workflow's wish, and forgets it as
+// parked: paused now, it stays so until its workflow resumes it.
+func (p *Parked) Claim(r ParkedRef, pause func() error) error {
+	if p == nil {
+		return pause()
+	}
+	defer p.hold(r)()
+	if err := pause(); err != nil {
+		return err
+	}
+	return p.Remove(r)
+}
+
+// hold waits until no one else holds r, and returns the release.
+func (p *Parked) hold(r ParkedRef) (release func()) {
+	p.mu.Lock()
+	if p.holds == nil {
+		p.holds = make(map[ParkedRef]*parkedHold)
+	}
+	h := p.holds[r]
+	if h == nil {
+		h = &parkedHold{}
+		p.holds[r] = h
+	}
+	h.waiters++
+	p.mu.Unlock()
+	h.Lock()
+	return func() {
+		h.Unlock()
+		p.mu.Lock()
+		if h.waiters--; h.waiters == 0 {
+			delete(p.holds, r)
+		}
+		p.mu.Unlock()
+	}
 }
 
 // Has says whether r is parked.
@@ -134,14 +216,13 @@ func (p *Parked) save() error {
 
 // unpark resumes sb if its host parked it, and forgets it.
 func (a *Activities) unpark(ctx context.Context, ref refs.Sandbox, sb provider.Sandbox) error {
-	r := ParkedRef{Provider: ref.Provider, ID: ref.ID}
-	if !a.Parked.Has(r) {
-		return nil
-	}
-	if p, ok := sb.(provider.Pauser); ok {
-		if err := p.Resume(ctx); err != nil {
-			return fmt.Errorf("resume sandbox %s, paused as its host stopped: %w", ref.ID, err)
+	_, err := a.Parked.Unpark(ParkedRef{Provider: ref.Provider, ID: ref.ID}, func() error {
+		if p, ok := sb.(provider.Pauser); ok {
+			if err := p.Resume(ctx); err != nil {
+				return fmt.Errorf("resume sandbox %s, paused by its host: %w", ref.ID, err)
+			}
 		}
-	}
-	return a.Parked.Remove(r)
+		return nil
+	})
+	return err
 }

@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Metrics receives what the activities measure: the host side of every
@@ -61,6 +60,8 @@ func (a *Activities) metrics() Metrics {
 	return a.Metrics
 }
 
+func noEnd(error) {}
+
 // TracerName is the instrumentation name of the spans the activities
 // make around provider calls.
 const TracerName = "github.com/berth-dev/berth/activities"
@@ -68,11 +69,13 @@ const TracerName = "github.com/berth-dev/berth/activities"
 // traceProvider starts a span around one provider call, a child of the
 // activity's own (the SDK's tracing interceptor puts it in ctx). end
 // records err, when the call failed, and ends the span.
+// Without a Tracer it makes no span: a no-op one would cost each
+// command its attributes and a context, for nothing.
 func (a *Activities) traceProvider(ctx context.Context, op, provider, id string) (context.Context, func(err error)) {
-	tp := trace.TracerProvider(noop.NewTracerProvider())
-	if a != nil && a.Tracer != nil {
-		tp = a.Tracer
+	if a == nil || a.Tracer == nil {
+		return ctx, noEnd
 	}
+	tp := a.Tracer
 	attrs := []attribute.KeyValue{attribute.String("berth.provider", provider)}
 	if id != "" {
 		attrs = append(attrs, attribute.String("berth.sandbox", id))

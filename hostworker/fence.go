@@ -135,17 +135,13 @@ func (f *fence) fenceDue(ctx context.Context) {
 				continue
 			}
 			f.cut = true
-			// Noted first, so that its workflow's next operation, if it
-			// still uses it, resumes it.
-			if err := f.parked.Add(r); err != nil {
-				f.log.Error("fence: cannot note a sandbox as parked; it runs on", "sandbox", info.ID, "error", err)
-				continue
-			}
+			// Noted as parked first, so that its workflow's next
+			// operation, if it still uses it, resumes it.
 			pctx, cancel := context.WithTimeout(ctx, fenceCheckTimeout)
-			err := pauseOne(pctx, p, info.ID)
+			err := f.parked.Park(r, func() error { return pauseOne(pctx, p, info.ID) })
 			cancel()
 			if err != nil {
-				f.log.Error("fence: cannot pause a sandbox", "sandbox", info.ID, "error", err)
+				f.log.Error("fence: cannot park a sandbox; it may run on", "sandbox", info.ID, "error", err)
 				continue
 			}
 			f.fenced[r] = true
@@ -212,18 +208,20 @@ func (f *fence) check(ctx context.Context, name string, info provider.Info) bool
 		f.log.Info("fence: destroyed a copy its workflow no longer uses", "sandbox", info.ID, "workflow", wf, "fenced", fenced)
 		return true
 	}
-	if !fenced || !f.parked.Has(r) {
-		return true // not ours to resume: running, or resumed by an operation, or paused by its workflow
+	if !fenced {
+		return true // not ours to resume
 	}
-	if err := resumeOne(ctx, f.providers[name], info.ID); err != nil {
+	// Not parked any more: resumed by an operation, or paused by its
+	// workflow, which Unpark waits for rather than undoes.
+	resumed, err := f.parked.Unpark(r, func() error { return resumeOne(ctx, f.providers[name], info.ID) })
+	if err != nil {
 		f.log.Warn("fence: cannot resume a sandbox; its next operation will", "sandbox", info.ID, "error", err)
 		return true
 	}
-	if err := f.parked.Remove(r); err != nil {
-		f.log.Warn("fence: cannot forget a parked sandbox", "sandbox", info.ID, "error", err)
-	}
 	delete(f.fenced, r)
-	f.log.Info("fence: back in contact: resumed a sandbox its workflow still uses", "sandbox", info.ID, "workflow", wf)
+	if resumed {
+		f.log.Info("fence: back in contact: resumed a sandbox its workflow still uses", "sandbox", info.ID, "workflow", wf)
+	}
 	return true
 }
 

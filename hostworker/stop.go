@@ -211,7 +211,9 @@ func (h *Host) park(ctx context.Context) ([]activities.ParkedRef, error) {
 	}
 	var paused []activities.ParkedRef
 	for _, r := range all {
-		err := pauseOne(ctx, r.p, r.ref.ID)
+		// Park notes it again (noted already, it writes nothing) and
+		// pauses it in turn with any operation of its workflow.
+		err := h.parked.Park(r.ref, func() error { return pauseOne(ctx, r.p, r.ref.ID) })
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pause %s sandbox %s: %w", r.ref.Provider, r.ref.ID, err))
 			continue

@@ -30,6 +30,11 @@ const (
 	DefaultIdleTimeout = 5 * time.Minute
 	// DefaultDialTimeout bounds each dial to an upstream address.
 	DefaultDialTimeout = 10 * time.Second
+	// DefaultRelayBuffer bounds the bytes a sandbox's relayed
+	// connections may hold in the host's kernel: their sockets' receive
+	// and send buffers and their splice pipes, all its connections
+	// together.
+	DefaultRelayBuffer = 64 << 20
 	// DefaultMaxHeaderBytes bounds a connection's first header: a
 	// ClientHello, or an HTTP request's line and headers.
 	DefaultMaxHeaderBytes = 64 << 10
@@ -50,6 +55,17 @@ const (
 	chunk = 256 << 10
 	// unboundedChunk is chunk when the bandwidth is Unlimited.
 	unboundedChunk = 16 << 20
+	// minRecvBuf is the size a relayed direction's receive buffer
+	// starts at (as the kernel counts it, overhead included), and
+	// maxRecvBuf the most it grows to: see relayDir. The window a
+	// connection's handshake advertised (for the kernel's default
+	// tcp_rmem, 10 segments on Ethernet, 64 KiB on loopback) cannot be
+	// taken back: a buffer too small for what it lets the peer send
+	// drops segments, which the peer sends again only after a
+	// retransmission timeout (200 ms, then more), and a download through
+	// a 16 KiB buffer starts with two of them.
+	minRecvBuf = 64 << 10
+	maxRecvBuf = 16 << 20
 	// fdsPerConn is the most file descriptors a relayed connection
 	// holds: its two sockets, and a pipe (two descriptors) for each
 	// direction's splice.
@@ -106,6 +122,7 @@ type Config struct {
 	IdleTimeout        time.Duration // 0: DefaultIdleTimeout
 	DialTimeout        time.Duration // 0: DefaultDialTimeout
 	MaxHeaderBytes     int           // 0: DefaultMaxHeaderBytes
+	RelayBuffer        int64         // bytes per sandbox; 0: DefaultRelayBuffer
 }
 
 // DefaultForbidden are the ranges a resolved address may not lie in by
@@ -159,6 +176,9 @@ func (c Config) withDefaults() Config {
 	set(&c.MaxConns, DefaultMaxConns)
 	set(&c.ConnBurst, DefaultConnBurst)
 	set(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	if c.RelayBuffer <= 0 {
+		c.RelayBuffer = DefaultRelayBuffer
+	}
 	if c.ConnRate <= 0 {
 		c.ConnRate = DefaultConnRate
 	}

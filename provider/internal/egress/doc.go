@@ -36,14 +36,17 @@
 // re-originated to the real host, whose certificate is verified.
 // Connections to hosts without credentials are relayed byte for byte
 // and never decrypted: spliced in the kernel between the two TCP
-// connections, the bandwidth paid per chunk. A credential's value is
+// connections, the bandwidth paid per move, through socket buffers the
+// relay sets and grows within the sandbox's relay buffer budget, so that
+// a sandbox that never reads cannot make the host's kernel hold more. A credential's value is
 // never logged and never part of an error.
 //
 // # Bounds
 //
 // Connections per sandbox and in all, new connections per second per
 // sandbox, bandwidth per sandbox, the time and bytes a sandbox has to send
-// its first header, idle and dial times: each has a default (the Default*
-// constants) and a field of [Config]. Every refusal is counted by reason
+// its first header, idle and dial times, the bytes its relayed
+// connections may hold in the kernel (the relay buffer budget): each has
+// a default (the Default* constants) and a field of [Config]. Every refusal is counted by reason
 // ([Proxy.Stats]) and logged at debug level.
 package egress

@@ -51,6 +51,7 @@ type sandbox struct {
 	creds     []Credential
 	connRate  *rate.Limiter
 	up, down  *rate.Limiter // bytes from and to the sandbox
+	buf       *budgets      // its relay buffer budget's free bytes
 	transport *http.Transport
 	conns     map[*trackedConn]struct{} // under Proxy.mu
 }
@@ -123,6 +124,7 @@ func (p *Proxy) Register(src netip.Addr, sandboxID string, policy provider.Netwo
 		up:       rate.NewLimiter(bw, chunk),
 		down:     rate.NewLimiter(bw, chunk),
 		conns:    map[*trackedConn]struct{}{},
+		buf:      newBudgets(p.cfg.RelayBuffer, p.cfg.MaxConnsPerSandbox),
 	}
 	sb.transport = p.newTransport(sb)
 	p.mu.Lock()
@@ -289,9 +291,14 @@ func (p *Proxy) admit(c net.Conn) (*trackedConn, *sandbox, *Refusal) {
 		return nil, sb, refused(ReasonSandboxConns, "")
 	case !sb.connRate.Allow():
 		return nil, sb, refused(ReasonConnRate, "")
+	case !sb.buf.floors.take(connFloor):
+		return nil, sb, refused(ReasonRelayBuffer, "")
 	}
+	// The sandbox's side starts at the smallest buffers, before the
+	// sandbox can fill them: the relay grows them as it moves bytes.
+	setBuffers(c)
 	ctx, cancel := context.WithCancel(p.ctx)
-	tc := &trackedConn{Conn: c, p: p, sb: sb, ctx: ctx, cancel: cancel}
+	tc := &trackedConn{Conn: c, p: p, sb: sb, ctx: ctx, cancel: cancel, held: connFloor}
 	sb.conns[tc] = struct{}{}
 	p.total++
 	p.stats.accepted.Add(1)
@@ -315,6 +322,10 @@ type trackedConn struct {
 	ctx    context.Context // cancelled when the connection closes
 	cancel context.CancelFunc
 	once   sync.Once
+
+	bufMu  sync.Mutex
+	held   int64 // of the sandbox's relay buffer budget
+	closed bool
 }
 
 func (c *trackedConn) Read(b []byte) (int, error) {
@@ -352,6 +363,12 @@ func (c *trackedConn) Close() error {
 	c.once.Do(func() {
 		c.cancel()
 		err = c.Conn.Close()
+		c.bufMu.Lock()
+		c.closed = true
+		c.sb.buf.floors.give(connFloor)
+		c.sb.buf.growth.give(c.held - connFloor)
+		c.held = 0
+		c.bufMu.Unlock()
 		c.p.mu.Lock()
 		delete(c.sb.conns, c)
 		c.p.total--

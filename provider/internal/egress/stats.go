@@ -24,11 +24,12 @@ const (
 	ReasonHeader         Reason = "header"           // no header in time, a malformed or too large one
 	ReasonDial           Reason = "dial"             // no address of the name answered
 	ReasonBadRequest     Reason = "bad-request"      // a request the proxy does not relay
+	ReasonRelayBuffer    Reason = "relay-buffer"     // the sandbox's relay buffer budget has no room for another connection
 )
 
 var reasons = []Reason{ReasonUnknownSource, ReasonSandboxConns, ReasonTotalConns, ReasonConnRate,
 	ReasonHostNotAllowed, ReasonAddrForbidden, ReasonNoName, ReasonMismatch, ReasonResolve,
-	ReasonHeader, ReasonDial, ReasonBadRequest}
+	ReasonHeader, ReasonDial, ReasonBadRequest, ReasonRelayBuffer}
 
 // Refusal is the error of a refused connection. Its message holds no
 // credential: only the reason and the name the sandbox gave.
@@ -47,7 +48,7 @@ func (r *Refusal) Error() string {
 // Unwrap classifies a refusal: the bounds are quotas, the rest bad input.
 func (r *Refusal) Unwrap() error {
 	switch r.Reason {
-	case ReasonSandboxConns, ReasonTotalConns, ReasonConnRate:
+	case ReasonSandboxConns, ReasonTotalConns, ReasonConnRate, ReasonRelayBuffer:
 		return errdefs.ErrQuota
 	}
 	return errdefs.ErrBadInput
