@@ -162,12 +162,12 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 	// The relay: front ends read outputs and write uploads through the
 	// server, never the disk, and only a workflow's own.
 	identity := activities.Identity(opts.HostQueue)
-	w.generic = worker.New(c, opts.Queue, worker.Options{
+	w.generic = worker.New(c, opts.Queue, withPollers(worker.Options{
 		Identity: identity, WorkerStopTimeout: opts.StopTimeout,
 		Interceptors: []interceptor.WorkerInterceptor{
 			relay.Interceptor(opts.Outputs, opts.Relay), &heartbeats{timeout: opts.HeartbeatTimeout},
 		},
-	})
+	}))
 	w.generic.RegisterActivity(acts)
 	w.generic.RegisterActivity(&calls.Activities{Client: c, Outputs: opts.Outputs})
 	registerWorkflows(w.generic, opts.Workflows)
@@ -183,7 +183,7 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 	// Activities only: the providers' queues and the host's carry no
 	// workflow tasks.
 	start := func(queue string) (worker.Worker, error) {
-		aw := worker.New(c, queue, worker.Options{Identity: identity, DisableWorkflowWorker: true, WorkerStopTimeout: opts.StopTimeout})
+		aw := worker.New(c, queue, withPollers(worker.Options{Identity: identity, DisableWorkflowWorker: true, WorkerStopTimeout: opts.StopTimeout}))
 		aw.RegisterActivity(acts)
 		if err := aw.Start(); err != nil {
 			w.Stop()
@@ -231,6 +231,22 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 	return w, nil
 }
 
+// withPollers gives a worker's options poller autoscaling, for workflow
+// and activity tasks: the SDK keeps at least one poll open on each
+// queue it serves, the workflow queue as well as its own sticky one,
+// and adds pollers (up to 100) as the server finds tasks waiting.
+//
+// The SDK's default, 2 pollers, sends every poll to the sticky queue
+// while that queue has a backlog. Under load it always has one: a
+// workflow task that waited there longer than the sticky timeout (5 s)
+// goes back to the workflow queue, which no poll then reached, and its
+// session stalled for minutes while the others went on.
+func withPollers(o worker.Options) worker.Options {
+	o.WorkflowTaskPollerBehavior = worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{})
+	o.ActivityTaskPollerBehavior = worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{})
+	return o
+}
+
 // registerWorkflows registers berth's workflows on r, each under its
 // berth.<Name> or berth.<pkg>.<Name> (and its legacy names, for the
 // executions already running), then extra, by their function names.
@@ -275,7 +291,7 @@ func (w *Worker) startModel(c client.Client, opts Options) error {
 	if queue == opts.Queue {
 		return nil
 	}
-	w.model = worker.New(c, queue, worker.Options{})
+	w.model = worker.New(c, queue, withPollers(worker.Options{}))
 	register(w.model)
 	if err := w.model.Start(); err != nil {
 		w.model = nil
