@@ -234,7 +234,8 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 // withPollers gives a worker's options poller autoscaling, for workflow
 // and activity tasks: the SDK keeps at least one poll open on each
 // queue it serves, the workflow queue as well as its own sticky one,
-// and adds pollers (up to 100) as the server finds tasks waiting.
+// and adds pollers (up to maxPollers a queue, and a workflow queue's
+// sticky queue apart) as the server finds tasks waiting.
 //
 // The SDK's default, 2 pollers, sends every poll to the sticky queue
 // while that queue has a backlog. Under load it always has one: a
@@ -242,10 +243,18 @@ func StartWorker(c client.Client, opts Options) (*Worker, error) {
 // goes back to the workflow queue, which no poll then reached, and its
 // session stalled for minutes while the others went on.
 func withPollers(o worker.Options) worker.Options {
-	o.WorkflowTaskPollerBehavior = worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{})
-	o.ActivityTaskPollerBehavior = worker.NewPollerBehaviorAutoscaling(worker.PollerBehaviorAutoscalingOptions{})
+	scaled := worker.PollerBehaviorAutoscalingOptions{
+		InitialNumberOfPollers: 2, MinimumNumberOfPollers: 1, MaximumNumberOfPollers: maxPollers,
+	}
+	o.WorkflowTaskPollerBehavior = worker.NewPollerBehaviorAutoscaling(scaled)
+	o.ActivityTaskPollerBehavior = worker.NewPollerBehaviorAutoscaling(scaled)
 	return o
 }
+
+// maxPollers bounds the polls a worker keeps open on one queue: each is
+// a long poll the server holds, and a saturated server gains nothing
+// from more of them (the SDK's own bound is 100).
+const maxPollers = 16
 
 // registerWorkflows registers berth's workflows on r, each under its
 // berth.<Name> or berth.<pkg>.<Name> (and its legacy names, for the
