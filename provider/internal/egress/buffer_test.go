@@ -64,6 +64,7 @@ func (ns *netns) sockets(t *testing.T) []skmem {
 // without end if 0), as fast as it can: the stream is its offset mod
 // 256.
 type relayRig struct {
+	p     *Proxy
 	ns    *netns
 	dst   netip.AddrPort // the server
 	proxy netip.AddrPort
@@ -114,6 +115,7 @@ func newRelayRig(t *testing.T, budget int64, conns int, size int64) *relayRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
+	rig.p = p
 	ln := rig.ns.listen(t, "127.0.0.1:0")
 	go p.Serve(ln)
 	rig.proxy = ln.Addr().(*net.TCPAddr).AddrPort()
@@ -135,6 +137,23 @@ func (rig *relayRig) dial(t *testing.T) net.Conn {
 	}
 	rig.dsts.slot(c.LocalAddr().String()) <- rig.dst
 	return c
+}
+
+// waitFull waits until the server can send no more: every buffer on the
+// way is full.
+func (rig *relayRig) waitFull(t *testing.T) {
+	t.Helper()
+	for last, still, deadline := int64(-1), 0, time.Now().Add(time.Minute); still < 5; {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never stopped sending")
+		}
+		time.Sleep(200 * time.Millisecond)
+		if n := rig.sent.Load(); n != last {
+			last, still = n, 0
+		} else {
+			still++
+		}
+	}
 }
 
 // A sandbox that opens connections to a server that sends as fast as
@@ -162,19 +181,7 @@ func TestRelayBufferBound(t *testing.T) {
 		defer c.Close()
 		clients = append(clients, c)
 	}
-	// Wait until the server can send no more: every buffer on the way
-	// is full.
-	for last, still, deadline := int64(-1), 0, time.Now().Add(time.Minute); still < 5; {
-		if time.Now().After(deadline) {
-			t.Fatal("the server never stopped sending")
-		}
-		time.Sleep(200 * time.Millisecond)
-		if n := rig.sent.Load(); n != last {
-			last, still = n, 0
-		} else {
-			still++
-		}
-	}
+	rig.waitFull(t)
 	var relay, client, server int64
 	var relaySocks int
 	for _, s := range ns.sockets(t) {
@@ -274,5 +281,67 @@ func TestRelayNoDrops(t *testing.T) {
 	if counts["TCPRcvQDrop"] != 0 || counts["TCPTimeouts"] != 0 {
 		t.Errorf("%d segments dropped and %d retransmission timeouts in %d downloads, want none",
 			counts["TCPRcvQDrop"], counts["TCPTimeouts"], downloads)
+	}
+}
+
+// The upstream connections of a sandbox's HTTP client, which carry the
+// connections the proxy terminates to add credentials, have fixed
+// buffers paid from the sandbox's budget: one whose response was read
+// fast and then no more holds at most upstreamRecvBuf, where the
+// kernel's autotuning grows a socket to megabytes; one dialled with the budget spent is at
+// the floor; closing them gives the budget back.
+func TestUpstreamBufferBound(t *testing.T) {
+	const slack = 128 << 10
+	cost := int64(upstreamRecvBuf + sendBuf(minRecvBuf))
+	rig := newRelayRig(t, connFloor+cost, 1, 0) // room for one to grow
+	rig.p.mu.Lock()
+	sb := rig.p.sandboxes[netip.MustParseAddr("127.0.0.1")]
+	rig.p.mu.Unlock()
+	free := func() int64 {
+		sb.buf.growth.mu.Lock()
+		defer sb.buf.growth.mu.Unlock()
+		return sb.buf.growth.free
+	}
+	before := free()
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := sb.transport.DialContext(t.Context(), "tcp", rig.dst.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	grown, floor := dial(), dial()
+	if got := before - free(); got != cost {
+		t.Errorf("two upstream connections took %d bytes of the budget, want %d (one's)", got, cost)
+	}
+	// Read fast first, as a download does until its sandbox stops
+	// reading: what the kernel autotunes a buffer up to.
+	for _, c := range []net.Conn{grown, floor} {
+		_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+		if _, err := io.CopyN(io.Discard, c, 64<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rig.waitFull(t)
+	held := map[string]int64{}
+	for _, s := range rig.ns.sockets(t) {
+		held[s.local.String()] = s.rmem
+	}
+	for _, c := range []struct {
+		name string
+		conn net.Conn
+		most int64
+	}{{"grown", grown, upstreamRecvBuf + slack}, {"at the floor", floor, minRecvBuf + slack}} {
+		got, ok := held[c.conn.LocalAddr().String()]
+		t.Logf("%s: %d KiB waiting", c.name, got>>10)
+		if !ok || got == 0 || got > c.most {
+			t.Errorf("the upstream connection %s holds %d KiB (found %v), want at most %d KiB", c.name, got>>10, ok, c.most>>10)
+		}
+	}
+	grown.Close()
+	floor.Close()
+	if got := free(); got != before {
+		t.Errorf("after the close the budget has %d bytes free, want %d", got, before)
 	}
 }

@@ -142,7 +142,11 @@ func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, sb *sandbox, schem
 func (p *Proxy) newTransport(sb *sandbox) *http.Transport {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return p.dialChecked(ctx, sb, addr)
+			c, err := p.dialChecked(ctx, sb, addr)
+			if err != nil {
+				return nil, err
+			}
+			return sb.bufferUpstream(c), nil
 		},
 		TLSClientConfig:        &tls.Config{RootCAs: p.cfg.RootCAs, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:    p.cfg.DialTimeout,

@@ -140,10 +140,13 @@ func tcpRaw(c net.Conn) (*net.TCPConn, syscall.RawConn) {
 
 // setBuffers sets c's buffers to the smallest a relayed direction's
 // start at, for a connection not (or not yet) relayed by a pipeDir.
-func setBuffers(c net.Conn) {
+func setBuffers(c net.Conn) { setConnBuffers(c, minRecvBuf, sendBuf(minRecvBuf)) }
+
+// setConnBuffers sets c's receive and send buffers, if it is TCP.
+func setConnBuffers(c net.Conn, rcv, snd int) {
 	if _, rc := tcpRaw(c); rc != nil {
-		setBuffer(rc, true, minRecvBuf)
-		setBuffer(rc, false, sendBuf(minRecvBuf))
+		setBuffer(rc, true, rcv)
+		setBuffer(rc, false, snd)
 	}
 }
 

@@ -19,4 +19,5 @@ func (d *pipeDir) close()                      {}
 func (d *pipeDir) move(int) (int, error)       { return 0, nil }
 func setBuffer(syscall.RawConn, bool, int) int { return 0 }
 func setBuffers(net.Conn)                      {}
+func setConnBuffers(net.Conn, int, int)        {}
 func discardUnsent(net.Conn)                   {}
