@@ -1,57 +1,28 @@
 package linux
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
+
+	"github.com/berth-dev/berth/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
 	Main()
 	code := m.Run()
-	if daemonBuild.dir != "" {
-		os.RemoveAll(daemonBuild.dir)
-	}
+	daemonBuild.Remove()
 	os.Exit(code)
 }
 
-// daemonBuild is berth-sandboxd built once for the tests and
+// daemonBuild is berth-sandboxd built static, as
+// docs/providers/README.md installs it, once for the tests and
 // benchmarks that run on it.
-var daemonBuild struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
+var daemonBuild = &testkit.Command{
+	Package: "github.com/berth-dev/berth/cmd/berth-sandboxd", Name: DaemonName,
+	Flags: []string{"-trimpath", "-ldflags=-s -w"},
 }
 
-// buildDaemon returns berth-sandboxd built static, as
-// docs/providers/README.md installs it, once for the whole run.
-func buildDaemon(t testing.TB) string {
-	t.Helper()
-	daemonBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "berth-sandboxd-")
-		if err != nil {
-			daemonBuild.err = err
-			return
-		}
-		daemonBuild.dir = dir
-		bin := filepath.Join(dir, DaemonName)
-		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "github.com/berth-dev/berth/cmd/berth-sandboxd")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			daemonBuild.err = fmt.Errorf("build %s: %v\n%s", DaemonName, err, out)
-			return
-		}
-		daemonBuild.path = bin
-	})
-	if daemonBuild.err != nil {
-		t.Fatal(daemonBuild.err)
-	}
-	return daemonBuild.path
-}
+func buildDaemon(t testing.TB) string { return daemonBuild.Path(t) }
 
 // benchDaemon is the daemon benchmarks run on: berth-sandboxd, as an
 // installed berth runs, not the test binary, whose packages' memory
