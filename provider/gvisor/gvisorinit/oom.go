@@ -69,6 +69,10 @@ type oomKiller struct {
 	// look; rest is its lowest ever, the sentry at rest; -1 before the
 	// first look.
 	own, rest int64
+	// The last kill's session, and the count of used memory at or
+	// under which its memory is back (see settle).
+	victim int
+	below  int64
 }
 
 func (o *oomKiller) count() (int64, error) { return o.kills.Load(), nil }
@@ -127,8 +131,7 @@ func (o *oomKiller) run() {
 			fmt.Fprintf(os.Stderr, "memory usage: %v\n", err)
 		case used > o.limit-daemonmem.Reserve(o.limit) || growing || o.hostSeesMore(used):
 			if o.stopAndLook() {
-				// The memory comes back as the processes exit.
-				time.Sleep(5 * time.Millisecond)
+				o.settle()
 				continue
 			}
 			wait = oomPollBusy
@@ -241,7 +244,7 @@ func (o *oomKiller) look() bool {
 		return false
 	}
 	if used > o.limit-daemonmem.Reserve(o.limit) {
-		return o.killLargest()
+		return o.kill(used)
 	}
 	if o.host == nil {
 		return false
@@ -251,9 +254,62 @@ func (o *oomKiller) look() bool {
 		return false
 	}
 	if host > o.hostLimit-hostMargin {
-		return o.killLargest()
+		return o.kill(used)
 	}
 	o.own = host - used
+	return false
+}
+
+// settleTimeout bounds how long the killer waits, after a kill, for the
+// memory of what it killed to come back.
+const settleTimeout = time.Second
+
+// kill kills the command that holds the most (killLargest), used being
+// what commands held, and notes what settle waits for.
+func (o *oomKiller) kill(used int64) bool {
+	victim, held := o.killLargest()
+	if victim < 0 {
+		return false
+	}
+	o.mu.Lock()
+	o.victim, o.below = victim, min(o.limit-daemonmem.Reserve(o.limit), used-held/2)
+	o.mu.Unlock()
+	return true
+}
+
+// settle waits, with the commands running, until the processes of the
+// last kill are gone and gVisor's count has given back their memory:
+// the count lags the kill, and a look before it caught up would take
+// the next command, however small, for the culprit. It waits at most
+// settleTimeout, and no longer than the host's count stays clear of the
+// host's limit, which must not be reached meanwhile.
+func (o *oomKiller) settle() {
+	o.mu.Lock()
+	victim, below := o.victim, o.below
+	o.mu.Unlock()
+	for deadline := time.Now().Add(settleTimeout); time.Now().Before(deadline); {
+		time.Sleep(oomPollBusy)
+		if o.host != nil {
+			if host, err := o.hostUsed(); err != nil || host > o.hostLimit-hostMargin {
+				return
+			}
+		}
+		if sessionAlive(victim) {
+			continue
+		}
+		if now, err := o.used(); err != nil || now <= below {
+			return
+		}
+	}
+}
+
+// sessionAlive reports whether a process of session sid is still live.
+func sessionAlive(sid int) bool {
+	for _, pr := range readProcs() {
+		if pr.sid == sid {
+			return true
+		}
+	}
 	return false
 }
 
@@ -376,26 +432,26 @@ func memoryUsed() (int64, error) {
 // command has its own) whose processes, other than the daemon, hold the
 // most resident memory and kernel buffers, so that a command forking as
 // fast as it can is stopped whole rather than one child at a time. It
-// reports whether there was one.
-func (o *oomKiller) killLargest() bool {
+// returns the session killed, or -1, and the memory it held.
+func (o *oomKiller) killLargest() (victim int, held int64) {
 	procs := readProcs()
 	o.mu.Lock()
 	byPid := o.bufs.byPid
 	o.mu.Unlock()
-	held := map[int]int64{}
+	bySession := map[int]int64{}
 	for _, pr := range procs {
 		if pr.pid != o.self && pr.sid != o.self {
-			held[pr.sid] += pr.rss*int64(os.Getpagesize()) + byPid[pr.pid]
+			bySession[pr.sid] += pr.rss*int64(os.Getpagesize()) + byPid[pr.pid]
 		}
 	}
-	victim, most := -1, int64(-1)
-	for sid, n := range held {
-		if n > most {
-			victim, most = sid, n
+	victim, held = -1, -1
+	for sid, n := range bySession {
+		if n > held {
+			victim, held = sid, n
 		}
 	}
 	if victim < 0 {
-		return false
+		return -1, 0
 	}
 	// Counted first: sandboxd reads the count once the command ends.
 	o.kills.Add(1)
@@ -404,7 +460,7 @@ func (o *oomKiller) killLargest() bool {
 			_ = unix.Kill(pr.pid, unix.SIGKILL)
 		}
 	}
-	return true
+	return victim, held
 }
 
 type proc struct {
