@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,9 +33,48 @@ type ReapReport struct {
 // once their owner has been closed for outputRetention (zero: a day).
 func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (ReapReport, error) {
 	var report ReapReport
+	// Each sweep after the first goes on when an earlier one failed
+	// (one store out of reach must not keep the others from their
+	// sweeps); histories from before stopped at the first failure.
+	each := workflow.GetVersion(ctx, reapEachVersion, workflow.DefaultVersion, 1) == 1
+	err := reapSandboxes(ctx, queue, &report)
+	if err != nil && !each {
+		return report, err
+	}
+	errs := []error{err}
+	snaps, err := call[activities.ReapSnapshotsOutput](ctx, activityOptions(queue),
+		acts.ReapSnapshots, activities.ReapSnapshotsInput{LabelWorkflowID: LabelWorkflowID, LabelRunID: LabelRunID})
+	if err != nil {
+		if !each {
+			return report, fmt.Errorf("reap checkpoints: %w", err)
+		}
+		errs = append(errs, fmt.Errorf("reap checkpoints: %w", err))
+	}
+	report.Checkpoints, report.Chunks = snaps.Checkpoints, snaps.Chunks
+	if report.Transfers, err = call[int](ctx, activityOptions(queue), acts.SweepTransfers, time.Duration(0)); err != nil {
+		if !each {
+			return report, fmt.Errorf("sweep transfers: %w", err)
+		}
+		errs = append(errs, fmt.Errorf("sweep transfers: %w", err))
+	}
+	report.Outputs, err = call[int](ctx, activityOptions(queue), acts.SweepOutputs, activities.SweepOutputsInput{
+		LabelWorkflowID: LabelWorkflowID, LabelRunID: LabelRunID, Retention: outputRetention})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("sweep outputs: %w", err))
+	}
+	return report, errors.Join(errs...)
+}
+
+// reapEachVersion marks the histories whose reaping makes every sweep
+// whatever an earlier one did.
+const reapEachVersion = "berth.reap-each"
+
+// reapSandboxes destroys the sandboxes of queue's workers whose owner
+// has closed or whose lifetime has passed, adding them to report.
+func reapSandboxes(ctx workflow.Context, queue string, report *ReapReport) error {
 	infos, err := call[[]provider.Info](ctx, activityOptions(queue), acts.List, activities.ListInput{})
 	if err != nil {
-		return report, fmt.Errorf("list sandboxes: %w", err)
+		return fmt.Errorf("list sandboxes: %w", err)
 	}
 	var owners []activities.Owner
 	var owned []int // indexes in infos of the sandboxes owners describes
@@ -49,7 +89,7 @@ func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (Re
 	if len(owners) > 0 {
 		closed, err := call[[]bool](ctx, activityOptions(queue), acts.OwnersClosed, owners)
 		if err != nil {
-			return report, fmt.Errorf("check owners: %w", err)
+			return fmt.Errorf("check owners: %w", err)
 		}
 		for j, i := range owned {
 			doomed[i] = j < len(closed) && closed[j]
@@ -70,21 +110,7 @@ func Reap(ctx workflow.Context, queue string, outputRetention time.Duration) (Re
 		reaped(ctx, info.Provider, ReapDestroyed)
 		report.Sandboxes = append(report.Sandboxes, info.ID)
 	}
-	snaps, err := call[activities.ReapSnapshotsOutput](ctx, activityOptions(queue),
-		acts.ReapSnapshots, activities.ReapSnapshotsInput{LabelWorkflowID: LabelWorkflowID, LabelRunID: LabelRunID})
-	if err != nil {
-		return report, fmt.Errorf("reap checkpoints: %w", err)
-	}
-	report.Checkpoints, report.Chunks = snaps.Checkpoints, snaps.Chunks
-	if report.Transfers, err = call[int](ctx, activityOptions(queue), acts.SweepTransfers, time.Duration(0)); err != nil {
-		return report, fmt.Errorf("sweep transfers: %w", err)
-	}
-	report.Outputs, err = call[int](ctx, activityOptions(queue), acts.SweepOutputs, activities.SweepOutputsInput{
-		LabelWorkflowID: LabelWorkflowID, LabelRunID: LabelRunID, Retention: outputRetention})
-	if err != nil {
-		return report, fmt.Errorf("sweep outputs: %w", err)
-	}
-	return report, nil
+	return nil
 }
 
 // MetricReaped counts what reapers did with each sandbox they looked at,
