@@ -29,10 +29,13 @@ func TestLease(t *testing.T) {
 
 	// A busy loop, and a loop that forks without end; their requests
 	// end (the callers go away) while they run on.
-	for _, cmd := range []string{"while :; do :; done", "while :; do /bin/true; done"} {
+	// Each is cancelled only once its own shell runs: the first one's
+	// process would satisfy a wait for "any child", and a request
+	// cancelled before it is sent starts nothing.
+	for i, cmd := range []string{"while :; do :; done", "while :; do /bin/true; done"} {
 		ctx, cancel := context.WithCancel(t.Context())
 		go c.Exec(ctx, provider.ExecRequest{Shell: cmd})
-		waitFor(t, 10*time.Second, "the command runs", func() bool { return cpu(t) > 0 && len(children(t)) > 0 })
+		waitFor(t, 10*time.Second, "the command runs", func() bool { return cpu(t) > 0 && len(children(t)) > i })
 		cancel()
 	}
 	waitFor(t, 10*time.Second, "the commands' requests end", func() bool { return len(children(t)) >= 2 })
