@@ -103,13 +103,22 @@ while True:
 }
 
 // streamSize is what testHugeOutput and testLargeFile move: four times
-// memoryBound, so that a provider holding it whole, on either side,
-// goes past the bound with room to spare.
-const streamSize = 4 * memoryBound
+// memoryBound unless the harness says less, never under twice, so that
+// a provider holding it whole, on either side, goes past the bound with
+// room to spare.
+func (s *suite) streamSize(t *testing.T) int64 {
+	switch n := s.h.StreamSize; {
+	case n == 0:
+		return 4 * memoryBound
+	case n < 2*memoryBound:
+		t.Fatalf("Harness.StreamSize %d MiB: want at least %d MiB, twice the memory bound", n>>20, 2*memoryBound>>20)
+	}
+	return s.h.StreamSize
+}
 
 // testHugeOutput streams streamSize of output: neither side may hold it.
 func testHugeOutput(t *testing.T, s *suite) {
-	const size = streamSize
+	size := s.streamSize(t)
 	_, sb := s.sandbox(t)
 	var out countingWriter
 	mem := watchMemory()
@@ -139,7 +148,7 @@ func testHugeOutput(t *testing.T, s *suite) {
 // testLargeFile moves streamSize each way, hashing as it goes: neither
 // side may hold the file in memory.
 func testLargeFile(t *testing.T, s *suite) {
-	const size = streamSize
+	size := s.streamSize(t)
 	p := s.open(t)
 	spec := s.newSpec(t)
 	// The provider's default disk limit may be smaller than the file.

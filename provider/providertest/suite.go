@@ -71,6 +71,12 @@ type Harness struct {
 	// provider to the other groups only, those of its API and transport.
 	// Against a real service it must be empty.
 	MachinesHeldBy string
+	// StreamSize is what the huge-output and large-file tests move each
+	// way; zero means four times the memory bound (256 MiB). A provider
+	// whose transport is slow by design (AgentCore's relay moves each
+	// piece in an API call) may move less, but at least twice the bound
+	// (128 MiB): a side holding it whole still goes past the bound.
+	StreamSize int64
 }
 
 // MachineGroups are the groups that test a sandbox's machine and its
