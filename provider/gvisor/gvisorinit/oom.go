@@ -233,10 +233,8 @@ func (o *oomKiller) resting() (held bool) {
 func (o *oomKiller) look() bool {
 	o.signalAll(unix.SIGSTOP)
 	defer o.signalAll(unix.SIGCONT)
-	b := scanBuffers(o.self)
+	o.rescan()
 	o.mu.Lock()
-	o.bufs = b
-	o.looks++
 	o.lastLook = time.Now()
 	o.mu.Unlock()
 	used, err := o.used()
@@ -281,26 +279,53 @@ func (o *oomKiller) kill(used int64) bool {
 // last kill are gone and gVisor's count has given back their memory:
 // the count lags the kill, and a look before it caught up would take
 // the next command, however small, for the culprit. It waits at most
-// settleTimeout, and no longer than the host's count stays clear of the
-// host's limit, which must not be reached meanwhile.
+// settleTimeout, and stops waiting as soon as anything grows (the host's
+// count, or the commands' once the buffers are counted again without
+// the killed command's): another command filling pipes at a GiB a
+// second must not go unwatched, nor the host's limit be reached.
 func (o *oomKiller) settle() {
 	o.mu.Lock()
 	victim, below := o.victim, o.below
 	o.mu.Unlock()
+	lowHost, lowUsed, gone := int64(-1), int64(-1), false
 	for deadline := time.Now().Add(settleTimeout); time.Now().Before(deadline); {
 		time.Sleep(oomPollBusy)
 		if o.host != nil {
-			if host, err := o.hostUsed(); err != nil || host > o.hostLimit-hostMargin {
+			host, err := o.hostUsed()
+			if err != nil || host > o.hostLimit-hostMargin || lowHost >= 0 && host > lowHost+ownSlack {
 				return
 			}
+			if lowHost < 0 || host < lowHost {
+				lowHost = host
+			}
 		}
-		if sessionAlive(victim) {
-			continue
+		if !gone {
+			if sessionAlive(victim) {
+				continue
+			}
+			// The last count of buffers still holds the killed
+			// command's.
+			gone = true
+			o.rescan()
 		}
-		if now, err := o.used(); err != nil || now <= below {
+		now, err := o.used()
+		if err != nil || now <= below || lowUsed >= 0 && now > lowUsed+ownSlack {
 			return
 		}
+		if lowUsed < 0 || now < lowUsed {
+			lowUsed = now
+		}
 	}
+}
+
+// rescan counts the kernel buffers now, in place of the last count,
+// which a background count begun before must not undo.
+func (o *oomKiller) rescan() {
+	b := scanBuffers(o.self)
+	o.mu.Lock()
+	o.bufs = b
+	o.looks++
+	o.mu.Unlock()
 }
 
 // sessionAlive reports whether a process of session sid is still live.
