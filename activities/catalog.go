@@ -54,7 +54,8 @@ func (a *Activities) StatSnapshot(ctx context.Context, id string) (refs.Snapshot
 	in, err := a.Snapshots.Stat(ctx, id)
 	if err != nil {
 		if errors.Is(err, snapshot.ErrNotFound) {
-			return refs.Snapshot{}, toTemporal(fmt.Errorf("%w: no snapshot %q", errdefs.ErrNotFound, id))
+			// "sandbox not found" before it would mislead.
+			return refs.Snapshot{}, toTemporal(errdefs.Errorf(errdefs.NotFound, "no snapshot %q in the store", id))
 		}
 		return refs.Snapshot{}, toTemporal(snapshotError(err))
 	}
