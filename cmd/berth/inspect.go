@@ -130,7 +130,7 @@ func (in inspection) writeText(w io.Writer) error {
 		}
 	}
 	lines := [][2]string{
-		{"id", in.ID}, {"sandbox", instance}, {"provider", in.Provider}, {"image", in.Image}, {"state", in.State},
+		{"id", in.ID}, {"sandbox", instance}, {"not_yet_made", fmt.Sprint(in.NotYetMade)}, {"provider", in.Provider}, {"image", in.Image}, {"state", in.State},
 		{"generation", fmt.Sprint(in.Generation)}, {"checkpoint", in.Checkpoint},
 		{"created", when(in.Created)}, {"last_active", when(in.LastActive)}, {"moves_at", whenP(in.MovesAt)},
 		{"held_seconds", secs(in.Held)}, {"active_seconds", secs(in.Active)},
