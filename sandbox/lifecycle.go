@@ -416,7 +416,7 @@ func (s *Sandbox) markLost(ctx workflow.Context, err error) error {
 func (s *Sandbox) lost(ctx workflow.Context, cause error) error {
 	s.noteGone(cause)
 	s.set(ctx, StateLost)
-	e := &LostError{Sandbox: s.st.Ref.ID, Checkpoint: s.st.Checkpoint, Lost: s.sinceLost(), Err: cause}
+	e := &LostError{Sandbox: s.name(), Checkpoint: s.st.Checkpoint, Lost: s.sinceLost(), Err: cause}
 	var gone *hostGoneError
 	e.NotStarted = errors.As(cause, &gone) && gone.notStarted
 	if s.st.Config.Recovery == Fail {
