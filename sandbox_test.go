@@ -73,3 +73,47 @@ func TestCreateCheckpointPolicy(t *testing.T) {
 		t.Errorf("after a refused create, Get(%s): %v; want not found (nothing started)", id, err)
 	}
 }
+
+// TestCreateHibernated: a sandbox created hibernated from a snapshot
+// says so before its first command, which makes it in the snapshot's
+// workspace; one from a snapshot that is not there fails at once, as
+// one line of NotFound.
+func TestCreateHibernated(t *testing.T) {
+	ctx := t.Context()
+	c := berth.New(dial())
+	tmpl, err := c.Sandboxes().Create(ctx, berth.SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tmpl.Stop(ctx) })
+	if err := tmpl.WriteFiles(ctx, berth.File{Path: "t.txt", Data: []byte("template\n")}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := tmpl.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Sandboxes().Create(ctx, berth.SandboxOptions{FromSnapshot: snap, Hibernated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Stop(ctx) })
+	st, err := sb.Status(ctx)
+	if err != nil || st.State != berth.StateHibernated || !st.NotYetMade || st.Instance != "" || st.Checkpoint != snap ||
+		!st.Options.Hibernated {
+		t.Errorf("before its first command: %+v (%v)", st, err)
+	}
+	res, err := sb.Exec(ctx, []string{"cat", "t.txt"}, berth.ExecOptions{})
+	if err != nil || string(res.Stdout) != "template\n" {
+		t.Errorf("its first command: %+v, %v", res, err)
+	}
+	if st, err := sb.Status(ctx); err != nil || st.State != berth.StateRunning || st.NotYetMade || st.Instance == "" {
+		t.Errorf("after its first command: %+v (%v)", st, err)
+	}
+
+	t0 := time.Now()
+	_, err = c.Sandboxes().Create(ctx, berth.SandboxOptions{FromSnapshot: "no-such-template", Hibernated: true})
+	if berth.KindOf(err) != errdefs.NotFound || strings.Contains(err.Error(), "\n") || time.Since(t0) > 10*time.Second {
+		t.Errorf("from a snapshot not there: %v (kind %s) after %v; want one line of not found, at once", err, berth.KindOf(err), time.Since(t0))
+	}
+}

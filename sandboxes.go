@@ -95,6 +95,11 @@ type SandboxOptions struct {
 	Network Network
 	// FromSnapshot fills the workspace from a snapshot.
 	FromSnapshot string
+	// Hibernated starts the sandbox hibernated: Create makes nothing at
+	// the provider (it checks that FromSnapshot is in the store), and
+	// the first command or file operation makes the sandbox, from
+	// FromSnapshot, as a hibernated sandbox wakes.
+	Hibernated bool
 	// Checkpoint says when the workspace is checkpointed besides before
 	// hibernating: a sandbox whose host is lost comes back from its last
 	// checkpoint, and what changed after is lost. The zero policy
@@ -118,7 +123,7 @@ func (o SandboxOptions) input() workflows.SandboxInput {
 		Provider: o.Provider, Image: o.Image, Env: o.Env, Labels: o.Labels,
 		Resources:   provider.Resources{CPU: o.CPU, Memory: o.Memory, Disk: o.Disk, Pids: o.Pids},
 		MaxLifetime: o.Lifetime, IdleTimeout: o.IdleTimeout, HibernateAfter: o.HibernateAfter,
-		Network: o.Network, FromSnapshot: o.FromSnapshot, Checkpoint: o.Checkpoint.wire(), HostTimeout: o.HostTimeout,
+		Network: o.Network, FromSnapshot: o.FromSnapshot, Hibernated: o.Hibernated, Checkpoint: o.Checkpoint.wire(), HostTimeout: o.HostTimeout,
 	}
 }
 
@@ -127,7 +132,7 @@ func optionsOf(id string, in workflows.SandboxInput) SandboxOptions {
 		ID: id, Provider: in.Provider, Image: in.Image, Env: in.Env, Labels: in.Labels,
 		CPU: in.Resources.CPU, Memory: in.Resources.Memory, Disk: in.Resources.Disk, Pids: in.Resources.Pids,
 		IdleTimeout: in.IdleTimeout, HibernateAfter: in.HibernateAfter, Lifetime: in.MaxLifetime,
-		Network: in.Network, FromSnapshot: in.FromSnapshot, Checkpoint: checkpointPolicyOf(in.Checkpoint),
+		Network: in.Network, FromSnapshot: in.FromSnapshot, Hibernated: in.Hibernated, Checkpoint: checkpointPolicyOf(in.Checkpoint),
 		HostTimeout: in.HostTimeout,
 	}
 	if in.OwnSnapshot {
@@ -391,6 +396,11 @@ type SandboxStatus struct {
 	// because the provider's service would end the one it is in (a
 	// hosted service's hard limit); zero where there is no such limit.
 	MovesAt time.Time
+	// NotYetMade says that it started hibernated (SandboxOptions.Hibernated)
+	// and no operation woke it yet: Instance is empty, and the first
+	// operation makes it, from Checkpoint (the snapshot it was asked
+	// from).
+	NotYetMade bool
 }
 
 func statusOf(id string, st workflows.SandboxStatus) SandboxStatus {
@@ -400,7 +410,7 @@ func statusOf(id string, st workflows.SandboxStatus) SandboxStatus {
 		Created: st.Created, LastActive: st.LastActive,
 		Held: st.Held, HeldSince: st.HeldSince, Active: st.Active, ActiveSince: st.ActiveSince,
 		OutputStored: st.OutputStored, Options: optionsOf(id, st.Config), MovesAt: st.MovesAt,
-		Network: st.Network,
+		Network: st.Network, NotYetMade: st.NotYetMade,
 	}
 	if out.Provider == "" {
 		out.Provider, out.State, out.Network = st.Config.Provider, StateCreating, st.Config.Network

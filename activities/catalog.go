@@ -42,3 +42,23 @@ func (a *Activities) RemoveSnapshot(ctx context.Context, id string) error {
 	}
 	return toTemporal(a.Snapshots.Delete(ctx, id))
 }
+
+// StatSnapshot describes one snapshot of the store: what a sandbox that
+// is to be made from it later (sandbox.StartHibernated) checks at once,
+// so that a snapshot that is not there is NotFound when the sandbox is
+// asked for, not when it is first used.
+func (a *Activities) StatSnapshot(ctx context.Context, id string) (refs.Snapshot, error) {
+	if a.Snapshots == nil {
+		return refs.Snapshot{}, toTemporal(fmt.Errorf("%w: this worker keeps no snapshots", errdefs.ErrUnsupported))
+	}
+	in, err := a.Snapshots.Stat(ctx, id)
+	if err != nil {
+		if errors.Is(err, snapshot.ErrNotFound) {
+			// "sandbox not found" before it would mislead.
+			return refs.Snapshot{}, toTemporal(errdefs.Errorf(errdefs.NotFound, "no snapshot %q in the store", id))
+		}
+		return refs.Snapshot{}, toTemporal(snapshotError(err))
+	}
+	return refs.Snapshot{ID: in.ID, Kind: string(in.Kind), Created: in.Created, Labels: in.Labels,
+		Files: in.Files, Size: in.Size, Stored: in.Stored}, nil
+}

@@ -178,6 +178,8 @@ func (s *session) forkResult(snapshot string) ForkResult {
 		Turns: s.turns, Usage: s.usage}
 	in := s.in
 	in.Provider, in.Manager, in.Fork, in.Carried = s.sbx.Status().Provider, "", nil, nil
+	// The fork's workspace is the snapshot, made now.
+	in.FromSnapshot, in.Hibernated = "", false
 	return ForkResult{Fork: f, Input: in}
 }
 

@@ -119,6 +119,14 @@ type SessionInput struct {
 	// an operation waits for its host before it is taken for lost; zero
 	// means sandbox.DefaultHostTimeout.
 	HostTimeout time.Duration `json:"host_timeout,omitempty"`
+	// FromSnapshot fills the session's workspace from a snapshot (a
+	// template), which stays the caller's; a fork's comes from Fork
+	// instead, and the two together are bad input.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// Hibernated starts the session's sandbox hibernated
+	// (sandbox.StartHibernated): nothing is made at the provider until
+	// its first turn or operation.
+	Hibernated bool `json:"hibernated,omitempty"`
 	// ContinueAfter continues the workflow as new, between turns, once
 	// its history has this many events; zero means when the server
 	// suggests it.
@@ -346,7 +354,25 @@ func (in *SessionInput) validate() error {
 	if in.ContinueAfter < 0 {
 		return fmt.Errorf("%w: negative continue_after", errdefs.ErrBadInput)
 	}
+	if err := ValidateFrom(in.FromSnapshot, in.Fork != nil); err != nil {
+		return err
+	}
 	return sandbox.ValidateHostTimeout(in.HostTimeout)
+}
+
+// ValidateFrom checks where a session's workspace comes from: snapshot,
+// a template, which a fork (fork) may not have besides its own.
+func ValidateFrom(snapshot string, fork bool) error {
+	if snapshot == "" {
+		return nil
+	}
+	if fork {
+		return fmt.Errorf("%w: a session starts from a snapshot or from a fork, not both", errdefs.ErrBadInput)
+	}
+	if err := provider.ValidateID(snapshot); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	return nil
 }
 
 // checkMessage refuses what no model should be sent.

@@ -114,10 +114,17 @@ func Session(ctx workflow.Context, in SessionInput) (err error) {
 	} else {
 		opts := []sandbox.Option{sandbox.WithIdleTimeout(in.IdleTimeout), sandbox.WithHibernateAfter(in.HibernateAfter), sandbox.WithNetwork(in.Network),
 			sandbox.WithCheckpoint(in.Checkpoint), sandbox.WithHostTimeout(in.HostTimeout)}
-		if in.Fork != nil {
+		switch {
+		case in.Fork != nil:
 			opts = append(opts, sandbox.FromCheckpoint(in.Fork.Snapshot))
+		case in.FromSnapshot != "":
+			opts = append(opts, sandbox.FromSnapshot(in.FromSnapshot))
 		}
-		s.sbx, err = sandbox.New(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image}, opts...)
+		start := sandbox.New
+		if in.Hibernated {
+			start = sandbox.StartHibernated
+		}
+		s.sbx, err = start(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image}, opts...)
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,9 @@
 #   sudo bench/scale.sh                 # N=10000 idle sessions, K=100 woken, C=200 x 1/s x 10m
 #   sudo N=1000 K=50 C=20 FOR=2m bench/scale.sh
 #
-# idle: N sessions are made and hibernate; then each host's worker RSS
+# idle: a template session writes a file and is kept as a snapshot; N
+# sessions are made hibernated from it (BOOT=1: each boots its sandbox
+# and hibernates it after HIBERNATE_AFTER); then each host's worker RSS
 # (and the server's, PostgreSQL's Pss), the sandbox daemons left (0),
 # and the load average are printed; K random sessions are woken one
 # after another (message to the command's start). load: C more sessions
@@ -16,7 +18,7 @@
 # each session's ran.log says no command was lost or run twice; the
 # hosts are measured halfway, with a CPU profile of a worker and
 # top (SCALE_DIR). The cluster is taken down at the end (KEEP=1
-# leaves it). Settings: N, K, C, FOR, PER_MANAGER (100), PARALLEL (16),
+# leaves it). Settings: N, K, C, FOR, BOOT, PER_MANAGER (100), PARALLEL (16),
 # HIBERNATE_AFTER (20s), CACHE (the workers' --workflow-cache; default
 # theirs), SCALE_DIR (/tmp/berth-scale-out), and examples/cluster.sh's
 # CLUSTER_* (this script's own defaults keep clear of a default cluster).
@@ -96,4 +98,4 @@ trap '[ -n "${KEEP:-}" ] || examples/cluster.sh down >>"$out/cluster.log" 2>&1' 
 TEMPORAL_ADDRESS=$gw:$CLUSTER_TEMPORAL_PORT TEMPORAL_NAMESPACE=default "$out/scale" -model "$model" \
   -hook "bash $root/bench/scale.sh hook" \
   -n "${N-10000}" -k "${K:-100}" -c "${C:-200}" -for "${FOR:-10m}" -per-manager "${PER_MANAGER:-100}" \
-  -parallel "${PARALLEL:-16}" -hibernate-after "${HIBERNATE_AFTER:-20s}" 2>&1 | tee "$out/scale.txt"
+  -parallel "${PARALLEL:-16}" -hibernate-after "${HIBERNATE_AFTER:-20s}" ${BOOT:+-boot} 2>&1 | tee "$out/scale.txt"

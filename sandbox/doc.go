@@ -16,7 +16,9 @@
 //
 // A handle is a state machine kept in workflow state. An idle sandbox is
 // paused (WithIdleTimeout), then checkpointed and destroyed
-// (WithHibernateAfter); the next operation resumes it. A sandbox found
+// (WithHibernateAfter); the next operation resumes it. StartHibernated
+// returns a handle hibernated from the start, from a snapshot: nothing
+// is made until its first operation wakes it. A sandbox found
 // lost is re-created from its last checkpoint (WithRecovery,
 // WithCheckpointEvery) and the operation that found it returns a
 // *LostError saying what was lost. Snapshot, Fork and Switch copy and

@@ -100,16 +100,16 @@ func (s *Sandbox) begin(ctx workflow.Context) error {
 	}
 	switch s.st.State {
 	case StateStopped:
-		return fmt.Errorf("%w: sandbox %s is stopped", errdefs.ErrNotFound, s.st.Ref.ID)
+		return fmt.Errorf("%w: sandbox %s is stopped", errdefs.ErrNotFound, s.name())
 	case StatePaused, StateHibernated:
 		if s.st.Config.NoAutoResume {
-			return fmt.Errorf("%w: sandbox %s is %s and automatic resume is off", errdefs.ErrSandboxPaused, s.st.Ref.ID, s.st.State)
+			return fmt.Errorf("%w: sandbox %s is %s and automatic resume is off", errdefs.ErrSandboxPaused, s.name(), s.st.State)
 		}
 		if err := s.transition(ctx, s.resume); err != nil {
 			if errors.Is(err, errdefs.ErrSandboxLost) {
 				return s.lost(ctx, err)
 			}
-			return fmt.Errorf("resume sandbox %s: %w", s.st.Ref.ID, err)
+			return fmt.Errorf("resume sandbox %s: %w", s.name(), err)
 		}
 	case StateLost:
 		return s.lost(ctx, nil)
@@ -120,6 +120,15 @@ func (s *Sandbox) begin(ctx workflow.Context) error {
 	}
 	s.st.inflight++
 	return nil
+}
+
+// name names the sandbox in errors: its id, or, before its first wake
+// (StartHibernated), the id it will have.
+func (s *Sandbox) name() string {
+	if s.st.Ref.ID == "" {
+		return s.st.Base
+	}
+	return s.st.Ref.ID
 }
 
 // transition runs one state change with the handle marked busy.
@@ -407,7 +416,7 @@ func (s *Sandbox) markLost(ctx workflow.Context, err error) error {
 func (s *Sandbox) lost(ctx workflow.Context, cause error) error {
 	s.noteGone(cause)
 	s.set(ctx, StateLost)
-	e := &LostError{Sandbox: s.st.Ref.ID, Checkpoint: s.st.Checkpoint, Lost: s.sinceLost(), Err: cause}
+	e := &LostError{Sandbox: s.name(), Checkpoint: s.st.Checkpoint, Lost: s.sinceLost(), Err: cause}
 	var gone *hostGoneError
 	e.NotStarted = errors.As(cause, &gone) && gone.notStarted
 	if s.st.Config.Recovery == Fail {

@@ -404,6 +404,15 @@ func heartbeatTimeout(ctx workflow.Context) time.Duration {
 	return DefaultHeartbeatTimeout
 }
 
+// statOptions are those of a look at the snapshot store, which any
+// worker of queue serves: short, and a snapshot that is not there is
+// not asked for again (NotFound is not retried).
+func statOptions(queue string) workflow.ActivityOptions {
+	o := sharedOptions(queue)
+	o.StartToCloseTimeout = askTimeout
+	return o
+}
+
 // localOptions are those of the local activities that ask the server
 // about its workers: an error of the server's is retried a few times.
 func localOptions() workflow.LocalActivityOptions {

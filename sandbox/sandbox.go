@@ -171,6 +171,54 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	s, err := newHandle(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ref, err := s.provision(ctx, cfg.Provider, s.st.Base)
+	if err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	s.st.Ref, s.st.LastActive = ref, workflow.Now(ctx)
+	s.set(ctx, StateRunning)
+	s.start(ctx)
+	return s, nil
+}
+
+// StartHibernated returns the handle of a sandbox that starts
+// hibernated: nothing is made at the provider until its first
+// operation, which wakes it as any hibernated sandbox wakes, with its
+// workspace filled from the snapshot FromSnapshot or FromCheckpoint
+// names (empty without either). Starting one costs a look at the
+// snapshot store, so that a snapshot that is not there fails here, with
+// an error wrapping errdefs.ErrNotFound, and not at the first wake.
+// Many idle sandboxes made from one template hold nothing at their
+// hosts until they are used.
+func StartHibernated(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
+	cfg := newConfig(p, opts)
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	if cfg.FromSnapshot != "" {
+		if _, err := call[refs.Snapshot](ctx, statOptions(cfg.Queue), acts.StatSnapshot, cfg.FromSnapshot); err != nil {
+			return nil, fmt.Errorf("create sandbox from snapshot %s: %w", cfg.FromSnapshot, err)
+		}
+	}
+	s, err := newHandle(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Generation 0: the first wake makes generation 1, whose id is
+	// Base, as New would have.
+	s.st.Generation, s.st.LastActive = 0, workflow.Now(ctx)
+	s.set(ctx, StateHibernated)
+	s.start(ctx)
+	return s, nil
+}
+
+// newHandle draws a new sandbox's id and labels, and returns its handle,
+// with nothing made yet.
+func newHandle(ctx workflow.Context, cfg config) (*Sandbox, error) {
 	info := workflow.GetInfo(ctx)
 	labels := map[string]string{}
 	for k, v := range cfg.Spec.Labels {
@@ -191,16 +239,14 @@ func New(ctx workflow.Context, p Provider, opts ...Option) (*Sandbox, error) {
 	cfg.Spec.Labels = labels
 	s := &Sandbox{st: state{Config: cfg, Base: id, Generation: 1}, beat: heartbeatTimeout(ctx)}
 	s.st.Checkpoint, s.st.OwnCheckpoint = cfg.FromSnapshot, cfg.OwnSnapshot
-	ref, err := s.provision(ctx, cfg.Provider, id)
-	if err != nil {
-		return nil, fmt.Errorf("create sandbox: %w", err)
-	}
-	s.st.Ref, s.st.LastActive = ref, workflow.Now(ctx)
-	s.set(ctx, StateRunning)
+	return s, nil
+}
+
+// start serves the handle's queries and starts its watchers.
+func (s *Sandbox) start(ctx workflow.Context) {
 	s.serve(ctx)
 	workflow.Go(ctx, s.watchIdle)
 	workflow.Go(ctx, s.watchExpiry)
-	return s, nil
 }
 
 // provision creates a sandbox with the given id, on a worker that
@@ -341,16 +387,26 @@ type Status struct {
 	// provider's service would end it (see expiry.go); zero on a
 	// provider with no such limit.
 	MovesAt time.Time `json:"moves_at,omitzero"`
+	// NotYetMade says that the sandbox started hibernated
+	// (StartHibernated) and was never woken: nothing exists at the
+	// provider, ID is empty, and the first operation makes it, as
+	// WillBe, from Checkpoint (an empty workspace when that is empty).
+	NotYetMade bool   `json:"not_yet_made,omitempty"`
+	WillBe     string `json:"will_be,omitempty"`
 }
 
 // Status describes the sandbox.
 func (s *Sandbox) Status() Status {
-	return Status{ID: s.st.Ref.ID, Provider: s.st.Ref.Provider, Image: s.st.Config.Spec.Image, State: s.st.State,
+	st := Status{ID: s.st.Ref.ID, Provider: s.st.Ref.Provider, Image: s.st.Config.Spec.Image, State: s.st.State,
 		Generation: s.st.Generation, Commands: s.st.Commands,
 		Checkpoint: s.st.Checkpoint, LastActive: s.st.LastActive,
 		Resources: s.st.Config.Spec.Resources, Network: s.st.Config.Spec.Network, OutputStored: s.st.OutputStored,
 		Held: s.st.Held, HeldSince: s.st.HeldSince, Active: s.st.Active, ActiveSince: s.st.ActiveSince,
 		MovesAt: s.movesAt()}
+	if s.st.Generation == 0 && s.st.State == StateHibernated {
+		st.Provider, st.NotYetMade, st.WillBe = s.st.Config.Provider, true, s.st.Base
+	}
+	return st
 }
 
 // Result is what became of a command.

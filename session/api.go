@@ -97,6 +97,16 @@ type CreateRequest struct {
 	// the sandbox package's), a negative value never.
 	IdleTimeout    time.Duration `json:"idle_timeout,omitempty"`
 	HibernateAfter time.Duration `json:"hibernate_after,omitempty"`
+	// FromSnapshot fills the session's workspace from a snapshot (a
+	// template), which stays the caller's; one that is not in the store
+	// fails the create as NotFound.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// Hibernated starts the session's sandbox hibernated: the create
+	// makes nothing at a provider, and the session's first turn or
+	// operation makes its sandbox (from FromSnapshot), as a hibernated
+	// sandbox wakes. Many idle sessions from one template cost their
+	// workflows alone.
+	Hibernated bool `json:"hibernated,omitempty"`
 }
 
 // RenameRequest gives a session a new title.

@@ -232,6 +232,9 @@ func (m *manager) register(ctx workflow.Context) error {
 			if err := req.checkpoint(m.in.Session.Checkpoint).Validate(); err != nil {
 				return failure(err)
 			}
+			if err := agent.ValidateFrom(req.FromSnapshot, false); err != nil {
+				return failure(err)
+			}
 			return checkTitle(req.Title, "", true)
 		}},
 		{UpdateRename, m.rename, func(ctx workflow.Context, req RenameRequest) error {
@@ -398,6 +401,7 @@ func (m *manager) create(ctx workflow.Context, req CreateRequest) (Info, error) 
 	in.Approvals = in.Approvals || req.Approvals
 	in.Checkpoint = req.checkpoint(in.Checkpoint)
 	in.Fork, in.Carried = nil, nil
+	in.FromSnapshot, in.Hibernated = req.FromSnapshot, req.Hibernated
 	e := m.add(ctx, req.Title, in.Provider, in.Approvals, "")
 	defer func() { e.busy = false }()
 	if err := m.start(ctx, e, in); err != nil {

@@ -41,6 +41,10 @@ type SandboxInput struct {
 	// garbage-collected with it.
 	FromSnapshot string `json:"from_snapshot,omitempty"`
 	OwnSnapshot  bool   `json:"own_snapshot,omitempty"`
+	// Hibernated starts the sandbox hibernated (sandbox.StartHibernated):
+	// nothing is made at the provider until its first operation, which
+	// fills its workspace from FromSnapshot.
+	Hibernated bool `json:"hibernated,omitempty"`
 	// ContinueAfter continues the workflow as new once its history has
 	// this many events, to keep it short; zero means when the server
 	// suggests it.
@@ -185,7 +189,7 @@ func forkInput(parent SandboxInput, req ForkRequest, snap string) SandboxInput {
 			*d.to = d.from
 		}
 	}
-	in.FromSnapshot, in.OwnSnapshot = snap, true
+	in.FromSnapshot, in.OwnSnapshot, in.Hibernated = snap, true, false
 	return in
 }
 
@@ -249,6 +253,15 @@ func (in SandboxInput) Validate() error {
 	return provider.ValidateSpec(provider.Spec{Env: in.Env, Labels: in.Labels, Resources: in.Resources, Network: in.Network})
 }
 
+// starter is how a sandbox starts: made now (sandbox.New), or
+// hibernated until its first operation.
+func starter(hibernated bool) func(workflow.Context, sandbox.Provider, ...sandbox.Option) (*sandbox.Sandbox, error) {
+	if hibernated {
+		return sandbox.StartHibernated
+	}
+	return sandbox.New
+}
+
 // Sandbox keeps a sandbox alive until it is stopped (UpdateStop, or the
 // workflow canceled) or its lifetime ends, serving its operations as
 // updates. It fails with an application error whose type is the
@@ -284,7 +297,7 @@ func Sandbox(ctx workflow.Context, in SandboxInput) (err error) {
 	var sbx *sandbox.Sandbox
 	if in.Carried != nil {
 		sbx = sandbox.Reattach(ctx, in.Carried.Sandbox)
-	} else if sbx, err = sandbox.New(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image}, opts...); err != nil {
+	} else if sbx, err = starter(in.Hibernated)(ctx, sandbox.Provider{Name: in.Provider, Image: in.Image}, opts...); err != nil {
 		// The berth.ready Updates waiting answer with the failure before
 		// the workflow ends with it. With none waiting this yields
 		// nothing: a history without one replays as it did.

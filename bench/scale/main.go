@@ -3,9 +3,13 @@
 // through the SDK alone, with a scripted model it serves itself (the
 // workers' OPENAI_BASE_URL must reach --model):
 //
-//  1. idle: N sessions that hibernate, then it waits until all have;
+//  1. idle: a template session writes a file and is kept as a
+//     snapshot; N sessions are made hibernated from it (no sandbox is
+//     booted; with -boot, each boots one and hibernates it after
+//     -hibernate-after), then it waits until all are hibernated;
 //  2. wake: K random ones of them, one after another: the latency from
-//     the message to its command's start;
+//     the message to its command's start (the first wake restores the
+//     template's workspace, which the command reads);
 //  3. load: C more sessions, each running a command every second for
 //     D: berth's overhead per tool call, and none lost or run twice.
 //
@@ -51,7 +55,8 @@ func run(ctx context.Context, args []string) error {
 	n := fs.Int("n", 1000, "idle: sessions to make, that hibernate")
 	per := fs.Int("per-manager", 100, "sessions per manager (a manager is one person's registry)")
 	par := fs.Int("parallel", 16, "creations (and state queries) at a time")
-	hib := fs.Duration("hibernate-after", 20*time.Second, "idle: each session's HibernateAfter")
+	hib := fs.Duration("hibernate-after", 20*time.Second, "idle: each session's HibernateAfter (with -boot)")
+	boot := fs.Bool("boot", false, "idle: boot each session's sandbox and let it hibernate, instead of making each hibernated from the template's snapshot")
 	wait := fs.Duration("wait", 4*time.Hour, "idle: how long to wait for all to hibernate")
 	k := fs.Int("k", 100, "wake: sessions to wake")
 	c := fs.Int("c", 200, "load: concurrent sessions; 0 for no load phase")
@@ -109,14 +114,21 @@ func run(ctx context.Context, args []string) error {
 	defer tc.Close()
 	d.c = berth.New(tc)
 	if *n > 0 {
-		refs, err := d.idlePhase(ctx, CreateOptions{N: *n, PerManager: *per, Parallel: *par, HibernateAfter: *hib}, *wait)
+		o := CreateOptions{N: *n, PerManager: *per, Parallel: *par, HibernateAfter: *hib}
+		if !*boot {
+			if o.FromSnapshot, err = d.template(ctx, *timeout); err != nil {
+				return err
+			}
+			d.logf("template: snapshot %s", o.FromSnapshot)
+		}
+		refs, err := d.idlePhase(ctx, o, *wait)
 		if err != nil {
 			return err
 		}
 		if err := runHook("idle"); err != nil {
 			return err
 		}
-		lat, err := d.wake(ctx, refs, WakeOptions{K: *k, Timeout: *timeout})
+		lat, err := d.wake(ctx, refs, WakeOptions{K: *k, Timeout: *timeout, Template: !*boot})
 		if err != nil {
 			return err
 		}

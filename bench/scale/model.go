@@ -17,7 +17,9 @@ import (
 // with one shell call that appends "K" to ran.log and prints the
 // command's own start and end (ns since the epoch); the call's result
 // makes it answer "ok", which ends the turn. "check WORKFLOW_ID K"
-// makes it cat ran.log instead. It keeps no state per session: what it
+// makes it cat ran.log instead, "template WORKFLOW_ID K" write the
+// template's file, and "wake WORKFLOW_ID K" print that file and then
+// run what "scale" runs. It keeps no state per session: what it
 // answers depends on the conversation alone, so that any number of
 // sessions can talk to it at once; what it sees of each turn it hands
 // to the turn's waiter.
@@ -28,6 +30,18 @@ func turnCommand(k int) string {
 }
 
 const checkCommand = "cat ran.log"
+
+// The template's turn writes templateFile; a wake's turn prints it
+// before it runs turn k's command, so that a session made from the
+// template's snapshot shows it woke with the template's workspace.
+const (
+	templateFile    = "template.txt"
+	templateMark    = "berth-scale-template"
+	templateCommand = "echo " + templateMark + " > " + templateFile
+)
+
+// wakeCommand is the shell command of a wake's turn k.
+func wakeCommand(k int) string { return "cat " + templateFile + " && " + turnCommand(k) }
 
 // turn is what the driver and the model see of one turn.
 type turn struct {
@@ -81,7 +95,7 @@ func (m *scripted) respond(req fakemodel.Request) fakemodel.Reply {
 		}
 	}
 	f := strings.Fields(user)
-	if len(f) != 3 || (f[0] != "scale" && f[0] != "check") {
+	if len(f) != 3 || (f[0] != "scale" && f[0] != "check" && f[0] != "template" && f[0] != "wake") {
 		return fakemodel.Reply{Text: "ok"}
 	}
 	k, _ := strconv.Atoi(f[2])
@@ -95,8 +109,13 @@ func (m *scripted) respond(req fakemodel.Request) fakemodel.Reply {
 	last := req.Messages[len(req.Messages)-1]
 	if last.Role == "user" {
 		cmd := turnCommand(k)
-		if f[0] == "check" {
+		switch f[0] {
+		case "check":
 			cmd = checkCommand
+		case "template":
+			cmd = templateCommand
+		case "wake":
+			cmd = wakeCommand(k)
 		}
 		if t != nil {
 			m.mu.Lock()

@@ -46,6 +46,28 @@ type CreateOptions struct {
 	N, PerManager, Parallel int
 	// HibernateAfter is each session's; sessions never pause first.
 	HibernateAfter time.Duration
+	// FromSnapshot, when set, is the template every session is made
+	// from, hibernated: a creation then makes no sandbox.
+	FromSnapshot string
+}
+
+// template makes the template session, has it write the template's
+// file, and keeps its workspace as a snapshot as it is destroyed: the
+// snapshot the idle sessions are made from.
+func (d *driver) template(ctx context.Context, timeout time.Duration) (string, error) {
+	s := d.c.Sessions(d.group + "-template")
+	info, err := s.Create(ctx, session.CreateRequest{Title: "template", IdleTimeout: sandbox.NoIdleTimeout, HibernateAfter: sandbox.NoIdleTimeout})
+	if err != nil {
+		return "", fmt.Errorf("create the template session: %s", temporalerr.OneLine(err))
+	}
+	if res, _ := d.runTurn(ctx, ref{s, info}, "template", 1, timeout); !res.ok {
+		return "", fmt.Errorf("the template's turn: %s", res.err)
+	}
+	kept, err := s.Destroy(ctx, session.DestroyRequest{Session: info.ID, Keep: true})
+	if err != nil {
+		return "", fmt.Errorf("keep the template's workspace: %s", temporalerr.OneLine(err))
+	}
+	return kept.Snapshot, nil
 }
 
 // create makes N sessions, Parallel at a time, and returns them with
@@ -68,7 +90,8 @@ func (d *driver) create(ctx context.Context, o CreateOptions) ([]ref, []time.Dur
 				}
 				s := d.c.Sessions(d.managerID(i / o.PerManager))
 				t0 := time.Now()
-				info, err := s.Create(ctx, session.CreateRequest{IdleTimeout: sandbox.NoIdleTimeout, HibernateAfter: o.HibernateAfter})
+				info, err := s.Create(ctx, session.CreateRequest{IdleTimeout: sandbox.NoIdleTimeout, HibernateAfter: o.HibernateAfter,
+					FromSnapshot: o.FromSnapshot, Hibernated: o.FromSnapshot != ""})
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -182,16 +205,26 @@ func (d *driver) runTurn(ctx context.Context, r ref, verb string, k int, timeout
 type WakeOptions struct {
 	K       int
 	Timeout time.Duration
+	// Template says the sessions were made from the template: each
+	// wake's command must find its file.
+	Template bool
 }
 
 // wake sends K random hibernated sessions, one after another, a turn,
 // and returns Send-to-command-start latencies.
 func (d *driver) wake(ctx context.Context, refs []ref, o WakeOptions) ([]time.Duration, error) {
 	var lat []time.Duration
+	verb := "scale"
+	if o.Template {
+		verb = "wake"
+	}
 	for _, i := range rand.Perm(len(refs))[:min(o.K, len(refs))] {
-		res, _ := d.runTurn(ctx, refs[i], "scale", 1, o.Timeout)
+		res, t := d.runTurn(ctx, refs[i], verb, 1, o.Timeout)
 		if !res.ok || res.toFirst <= 0 {
 			return lat, fmt.Errorf("wake session %s of %s: %s", refs[i].info.ID, refs[i].s.Manager, res.err)
+		}
+		if o.Template && !strings.Contains(t.output, templateMark) {
+			return lat, fmt.Errorf("wake session %s of %s: no template's workspace: %q", refs[i].info.ID, refs[i].s.Manager, t.output)
 		}
 		lat = append(lat, res.toFirst)
 	}

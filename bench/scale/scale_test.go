@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 
 // newDriver is a driver against the test binary's embedded server and
 // a host of the test's, whose model is the driver's own.
-func newDriver(t *testing.T) *driver {
+func newDriver(t *testing.T) (*driver, provider.Provider) {
 	c := agenttest.Client(t)
 	d := &driver{c: berth.New(c), m: newModel(), log: testWriter{t}, group: fmt.Sprintf("scale%d", time.Now().UnixNano())}
 	srv, err := fakemodel.Listen("127.0.0.1:0")
@@ -39,8 +39,9 @@ func newDriver(t *testing.T) *driver {
 	}
 	t.Cleanup(srv.Close)
 	srv.Respond(d.m.respond)
+	p := berthtest.Provider(t)
 	w, err := hostworker.StartWorker(c, hostworker.Options{
-		Providers: map[string]provider.Provider{"linux": berthtest.Provider(t)}, Outputs: berthtest.Bucket(t),
+		Providers: map[string]provider.Provider{"linux": p}, Outputs: berthtest.Bucket(t),
 		Snapshots: snapshot.New(berthtest.Bucket(t)), Queue: sandbox.DefaultQueue, HostQueue: sandbox.DefaultQueue,
 		Model: &model.Config{BaseURL: srv.URL, APIKey: fakemodel.Key, Model: fakemodel.Model},
 	})
@@ -48,7 +49,17 @@ func newDriver(t *testing.T) *driver {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	return d
+	return d, p
+}
+
+// sandboxes counts the sandboxes of the test's host provider.
+func sandboxes(t *testing.T, p provider.Provider) int {
+	t.Helper()
+	infos, err := p.List(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(infos)
 }
 
 type testWriter struct{ t *testing.T }
@@ -58,17 +69,25 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// The driver's phases on a small scale: sessions made over several
-// managers hibernate, and are woken to a command; a load
-// runs every command once and measures each; a command run twice is
-// caught.
+// The driver's phases on a small scale: sessions made hibernated from
+// a template's snapshot over several managers have no sandbox, and are
+// woken to a command in the template's workspace; sessions that boot
+// and then hibernate are woken too; a load runs every command once and
+// measures each; a command run twice is caught.
 func TestDriver(t *testing.T) {
-	d := newDriver(t)
+	d, p := newDriver(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	refs, lat, err := d.create(ctx, CreateOptions{N: 12, PerManager: 5, Parallel: 4, HibernateAfter: time.Second})
+	snap, err := d.template(ctx, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
+	}
+	refs, lat, err := d.create(ctx, CreateOptions{N: 12, PerManager: 5, Parallel: 4, HibernateAfter: time.Second, FromSnapshot: snap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if made := sandboxes(t, p); made != 0 {
+		t.Errorf("%d sandboxes made by hibernated creations", made)
 	}
 	if len(lat) != 12 || slices.Min(lat) <= 0 {
 		t.Fatalf("creation latencies %v", lat)
@@ -84,9 +103,23 @@ func TestDriver(t *testing.T) {
 		t.Errorf("12 sessions, 5 a manager, over %d managers", len(managers))
 	}
 	found := refs
-	woke, err := d.wake(ctx, found, WakeOptions{K: 2, Timeout: 2 * time.Minute})
+	woke, err := d.wake(ctx, found, WakeOptions{K: 2, Timeout: 2 * time.Minute, Template: true})
 	if err != nil || len(woke) != 2 || slices.Min(woke) <= 0 {
 		t.Fatalf("woke %v: %v", woke, err)
+	}
+	if made := sandboxes(t, p); made != 2 {
+		t.Errorf("%d sandboxes after 2 wakes", made)
+	}
+	// Sessions that boot their sandbox hibernate, and wake, too.
+	booted, _, err := d.create(ctx, CreateOptions{N: 2, PerManager: 5, Parallel: 2, HibernateAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.awaitHibernated(ctx, booted, 2); err != nil {
+		t.Fatal(err)
+	}
+	if woke, err := d.wake(ctx, booted, WakeOptions{K: 1, Timeout: 2 * time.Minute}); err != nil || len(woke) != 1 {
+		t.Fatalf("woke booted %v: %v", woke, err)
 	}
 
 	// The check catches a command run twice: turn 1 again on a

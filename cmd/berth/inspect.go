@@ -21,7 +21,11 @@ type inspection struct {
 	ID string `json:"id"`
 	// Sandbox is its id at the provider, which changes with each
 	// generation (a hibernation, a recovery).
-	Sandbox    string    `json:"sandbox"`
+	Sandbox string `json:"sandbox"`
+	// NotYetMade: it started hibernated and was never woken, so it has
+	// no id at a provider yet; its first operation makes it from
+	// Checkpoint.
+	NotYetMade bool      `json:"not_yet_made"`
 	Provider   string    `json:"provider"`
 	Image      string    `json:"image"`
 	State      string    `json:"state"`
@@ -73,7 +77,7 @@ func inspect(id string, st berth.SandboxStatus, now time.Time) inspection {
 	}
 	cfg := st.Options
 	in := inspection{
-		ID: id, Sandbox: st.Instance, Provider: st.Provider, State: string(st.State),
+		ID: id, Sandbox: st.Instance, NotYetMade: st.NotYetMade, Provider: st.Provider, State: string(st.State),
 		Generation: st.Generation, Checkpoint: st.Checkpoint,
 		Created: st.Created, LastActive: st.LastActive,
 		Held: since(st.Held, st.HeldSince), Active: since(st.Active, st.ActiveSince),
@@ -118,8 +122,15 @@ func (in inspection) writeText(w io.Writer) error {
 		}
 		return when(*t)
 	}
+	instance := in.Sandbox
+	if in.NotYetMade {
+		instance = "none yet: started hibernated, its first operation makes it"
+		if in.Checkpoint != "" {
+			instance += " from snapshot " + in.Checkpoint
+		}
+	}
 	lines := [][2]string{
-		{"id", in.ID}, {"sandbox", in.Sandbox}, {"provider", in.Provider}, {"image", in.Image}, {"state", in.State},
+		{"id", in.ID}, {"sandbox", instance}, {"not_yet_made", fmt.Sprint(in.NotYetMade)}, {"provider", in.Provider}, {"image", in.Image}, {"state", in.State},
 		{"generation", fmt.Sprint(in.Generation)}, {"checkpoint", in.Checkpoint},
 		{"created", when(in.Created)}, {"last_active", when(in.LastActive)}, {"moves_at", whenP(in.MovesAt)},
 		{"held_seconds", secs(in.Held)}, {"active_seconds", secs(in.Active)},

@@ -44,3 +44,20 @@ func TestInspectMovesAt(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectNotYetMade: a sandbox created hibernated and never woken
+// has no instance, and inspect says why instead of an empty line.
+func TestInspectNotYetMade(t *testing.T) {
+	in := inspect("sbx-1", berth.SandboxStatus{State: berth.StateHibernated, NotYetMade: true, Checkpoint: "tmpl-s1"}, time.Now())
+	var text bytes.Buffer
+	if err := in.writeText(&text); err != nil {
+		t.Fatal(err)
+	}
+	want := "sandbox: none yet: started hibernated, its first operation makes it from snapshot tmpl-s1\n"
+	if !strings.Contains(text.String(), want) {
+		t.Errorf("inspect's text:\n%s\nwant the line %q", text.String(), want)
+	}
+	if b, _ := json.Marshal(in); !strings.Contains(string(b), `"not_yet_made":true`) || !strings.Contains(string(b), `"sandbox":""`) {
+		t.Errorf("inspect's JSON %s", b)
+	}
+}

@@ -161,6 +161,7 @@ same settings finds it; with other settings it is an AlreadyExists error.`,
 	f.StringVar(&in.Image, "image", "", "the image its root filesystem comes from (default: the provider's)")
 	settings.register(f, false)
 	f.StringVar(&in.FromSnapshot, "from-snapshot", "", "fill the workspace from this snapshot")
+	f.BoolVar(&in.Hibernated, "hibernated", false, "start it hibernated: nothing is made until its first command or file operation, which makes it (from --from-snapshot)")
 	checkpointFlags(f, &in.Checkpoint.Every, &in.Checkpoint.Interval, &in.Checkpoint.Idle)
 	f.DurationVar(&in.HostTimeout, "host-timeout", 0, fmt.Sprintf("how long an operation waits for the sandbox's host before the sandbox is taken for lost and re-created elsewhere from its last checkpoint, %v to %v (default %v)",
 		berth.MinHostTimeout, berth.MaxHostTimeout, berth.DefaultHostTimeout))

@@ -157,8 +157,11 @@ func newSessionNew(sf *sessionFlags) *cobra.Command {
 	f.BoolVar(&noIdle, "no-idle-timeout", false, "never pause its sandbox")
 	f.BoolVar(&noHibernate, "no-hibernate", false, "never hibernate its sandbox")
 	f.StringVar(&req.SystemPrompt, "instructions", "", "the agent's instructions (default: berth's; AGENTS.md in the workspace joins them)")
+	f.StringVar(&req.FromSnapshot, "from-snapshot", "", "fill its workspace from this snapshot (a template)")
+	f.BoolVar(&req.Hibernated, "hibernated", false, "start its sandbox hibernated: nothing is made until its first turn or command, which makes it (from --from-snapshot)")
 	checkpointFlags(f, &req.CheckpointEvery, &req.CheckpointInterval, &req.CheckpointIdle)
 	out = addFormat(f, formatJSON)
+	_ = cmd.RegisterFlagCompletionFunc("from-snapshot", completeSnapshots(sf.cf))
 	return cmd
 }
 
