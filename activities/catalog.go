@@ -13,7 +13,7 @@ import (
 // ListSnapshots lists the snapshots in the store.
 func (a *Activities) ListSnapshots(ctx context.Context) ([]refs.Snapshot, error) {
 	if a.Snapshots == nil {
-		return nil, toTemporal(fmt.Errorf("%w: this worker keeps no snapshots", errdefs.ErrUnsupported))
+		return nil, toTemporal(errNoStore)
 	}
 	infos, err := a.Snapshots.List(ctx)
 	if err != nil {
@@ -21,8 +21,7 @@ func (a *Activities) ListSnapshots(ctx context.Context) ([]refs.Snapshot, error)
 	}
 	out := make([]refs.Snapshot, len(infos))
 	for i, in := range infos {
-		out[i] = refs.Snapshot{ID: in.ID, Kind: string(in.Kind), Created: in.Created, Labels: in.Labels,
-			Files: in.Files, Size: in.Size, Stored: in.Stored}
+		out[i] = refOf(in)
 	}
 	return out, nil
 }
@@ -32,7 +31,7 @@ func (a *Activities) ListSnapshots(ctx context.Context) ([]refs.Snapshot, error)
 // exist is NotFound.
 func (a *Activities) RemoveSnapshot(ctx context.Context, id string) error {
 	if a.Snapshots == nil {
-		return toTemporal(fmt.Errorf("%w: this worker keeps no snapshots", errdefs.ErrUnsupported))
+		return toTemporal(errNoStore)
 	}
 	if _, err := a.Snapshots.Stat(ctx, id); err != nil {
 		if errors.Is(err, snapshot.ErrNotFound) {
@@ -49,7 +48,7 @@ func (a *Activities) RemoveSnapshot(ctx context.Context, id string) error {
 // asked for, not when it is first used.
 func (a *Activities) StatSnapshot(ctx context.Context, id string) (refs.Snapshot, error) {
 	if a.Snapshots == nil {
-		return refs.Snapshot{}, toTemporal(fmt.Errorf("%w: this worker keeps no snapshots", errdefs.ErrUnsupported))
+		return refs.Snapshot{}, toTemporal(errNoStore)
 	}
 	in, err := a.Snapshots.Stat(ctx, id)
 	if err != nil {
@@ -59,6 +58,15 @@ func (a *Activities) StatSnapshot(ctx context.Context, id string) (refs.Snapshot
 		}
 		return refs.Snapshot{}, toTemporal(snapshotError(err))
 	}
+	return refOf(in), nil
+}
+
+// errNoStore is what a worker without a snapshot store answers about
+// snapshots.
+var errNoStore = fmt.Errorf("%w: this worker keeps no snapshots", errdefs.ErrUnsupported)
+
+// refOf is a snapshot as workflows see it.
+func refOf(in snapshot.Info) refs.Snapshot {
 	return refs.Snapshot{ID: in.ID, Kind: string(in.Kind), Created: in.Created, Labels: in.Labels,
-		Files: in.Files, Size: in.Size, Stored: in.Stored}, nil
+		Files: in.Files, Size: in.Size, Stored: in.Stored}
 }
