@@ -168,9 +168,13 @@ func testLeaseStopsForking(t *testing.T, s *suite) {
 	_, sb, pid := s.leased(t, 0, forkLoop)
 	s.checkBusy(t, sb, "the forking loop uses CPU")
 	s.waitStopped(t, sb, testLease+leaseSlack, "with no contact for its lease, a forking process stops")
-	// Held, not merely caught between forks.
+	// Held, not merely caught between forks. A process that escaped
+	// runs in every window; on a loaded machine the daemon's own sweep
+	// may take more than its due in one, so one over is looked at again.
 	if used := s.cpuOver(t, sb, 2*cpuWindow); used > 2*s.idleCPU() {
-		t.Errorf("a stopped sandbox used %v of CPU over %v: a forked process escaped", used, 2*cpuWindow)
+		if again := s.cpuOver(t, sb, 2*cpuWindow); again > 2*s.idleCPU() {
+			t.Errorf("a stopped sandbox used %v, then %v, of CPU over %v each: a forked process escaped", used, again, 2*cpuWindow)
+		}
 	}
 	checkAlive(t, sb, pid)
 	s.checkBusy(t, sb, "after contact the forking loop runs on")
